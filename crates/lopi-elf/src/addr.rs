@@ -1,0 +1,28 @@
+//! Address kinds, after samply: never pass a bare `u64` where one of these is meant.
+use serde::Serialize;
+use std::fmt;
+
+/// Stated virtual memory address: an address as the ELF file gives it (`p_vaddr`, `st_value`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+pub struct Svma(pub u64);
+
+/// Offset of a byte in the ELF file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+pub struct FileOffset(pub u64);
+
+impl Svma {
+    pub fn add(self, n: u64) -> Svma {
+        Svma(self.0.wrapping_add(n))
+    }
+
+    /// Distance from `base` to `self`; callers use it only when `self >= base`.
+    pub fn offset_from(self, base: Svma) -> u64 {
+        self.0.wrapping_sub(base.0)
+    }
+}
+
+impl fmt::Display for Svma {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}

@@ -1,0 +1,143 @@
+//! Layouts shared by the host side (rewriter, report) and the injected runtime.
+//!
+//! Everything here is `#[repr(C)]`, little-endian, and versioned by its magic. The runtime
+//! includes this file by path (it is built without Cargo), so it must stay `no_std` and free
+//! of dependencies.
+#![no_std]
+#![forbid(unsafe_code)]
+
+/// Page granularity of every region in the data file and in the rewritten image.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// First bytes of a data file; the rest of the first page is reserved.
+pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT1";
+
+/// First bytes of a module record inside a data file. A record whose magic is still zero
+/// was being written when its process died and is ignored by readers.
+pub const RECORD_MAGIC: [u8; 8] = *b"LOPIREC1";
+
+/// First bytes of the module descriptor the rewriter places in the image.
+pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD1";
+
+/// Environment variable naming the data file; `%p` in it is replaced by the pid.
+pub const OUTPUT_ENV: &str = "LOPI_OUTPUT";
+
+/// Suffix of data files named after the program when `LOPI_OUTPUT` is unset.
+pub const DATA_SUFFIX: &str = ".lopi";
+
+/// Describes one rewritten module to its runtime. Lives in a read-only segment of the
+/// rewritten image. Offsets are relative to the descriptor's own address so that the
+/// descriptor is position independent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModuleDescriptor {
+    pub magic: [u8; 8],
+    /// Offset of the module metadata (JSON, see `lopi-trace`) from the descriptor.
+    pub meta_offset: i64,
+    pub meta_len: u64,
+    /// Offset of the page-aligned counter array from the descriptor.
+    pub counters_offset: i64,
+    /// Bytes reserved for counters, a multiple of `PAGE_SIZE`.
+    pub counters_len: u64,
+    /// Number of 8-byte counters in use.
+    pub counter_count: u64,
+    /// Address of this descriptor in the file's address space, so that the runtime can
+    /// compute the module's load bias.
+    pub svma: u64,
+}
+
+/// Header of one module record in a data file. Followed, in the same page, by the
+/// executable's path (`exe_len` bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub magic: [u8; 8],
+    /// Whole record length, header page included, a multiple of `PAGE_SIZE`.
+    pub record_len: u64,
+    pub pid: u32,
+    pub exe_len: u32,
+    /// Runtime address minus file address of the module.
+    pub load_bias: u64,
+    /// Offsets are from the start of the record.
+    pub meta_offset: u64,
+    pub meta_len: u64,
+    pub counters_offset: u64,
+    pub counters_len: u64,
+    pub counter_count: u64,
+}
+
+/// Size of `RecordHeader` in bytes; the executable path starts right after it.
+pub const RECORD_HEADER_LEN: usize = 72;
+
+/// Longest executable path stored in a record header page.
+pub const MAX_EXE_LEN: usize = PAGE_SIZE as usize - RECORD_HEADER_LEN;
+
+const _: () = assert!(core::mem::size_of::<RecordHeader>() == RECORD_HEADER_LEN);
+const _: () = assert!(core::mem::size_of::<ModuleDescriptor>() == 56);
+
+impl RecordHeader {
+    /// Encodes the header as it is stored on disk.
+    pub fn to_bytes(&self) -> [u8; RECORD_HEADER_LEN] {
+        let mut out = [0u8; RECORD_HEADER_LEN];
+        out[0..8].copy_from_slice(&self.magic);
+        out[8..16].copy_from_slice(&self.record_len.to_le_bytes());
+        out[16..20].copy_from_slice(&self.pid.to_le_bytes());
+        out[20..24].copy_from_slice(&self.exe_len.to_le_bytes());
+        out[24..32].copy_from_slice(&self.load_bias.to_le_bytes());
+        out[32..40].copy_from_slice(&self.meta_offset.to_le_bytes());
+        out[40..48].copy_from_slice(&self.meta_len.to_le_bytes());
+        out[48..56].copy_from_slice(&self.counters_offset.to_le_bytes());
+        out[56..64].copy_from_slice(&self.counters_len.to_le_bytes());
+        out[64..72].copy_from_slice(&self.counter_count.to_le_bytes());
+        out
+    }
+
+    /// Decodes a header; `None` when `bytes` is too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let b = bytes.get(..RECORD_HEADER_LEN)?;
+        let u64_at = |at: usize| {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(v)
+        };
+        let u32_at = |at: usize| {
+            let mut v = [0u8; 4];
+            v.copy_from_slice(&b[at..at + 4]);
+            u32::from_le_bytes(v)
+        };
+        let mut magic = [0u8; 8];
+        magic.copy_from_slice(&b[0..8]);
+        Some(Self {
+            magic,
+            record_len: u64_at(8),
+            pid: u32_at(16),
+            exe_len: u32_at(20),
+            load_bias: u64_at(24),
+            meta_offset: u64_at(32),
+            meta_len: u64_at(40),
+            counters_offset: u64_at(48),
+            counters_len: u64_at(56),
+            counter_count: u64_at(64),
+        })
+    }
+}
+
+impl ModuleDescriptor {
+    /// Encodes the descriptor as the rewriter stores it in the image.
+    pub fn to_bytes(&self) -> [u8; 56] {
+        let mut out = [0u8; 56];
+        out[0..8].copy_from_slice(&self.magic);
+        out[8..16].copy_from_slice(&self.meta_offset.to_le_bytes());
+        out[16..24].copy_from_slice(&self.meta_len.to_le_bytes());
+        out[24..32].copy_from_slice(&self.counters_offset.to_le_bytes());
+        out[32..40].copy_from_slice(&self.counters_len.to_le_bytes());
+        out[40..48].copy_from_slice(&self.counter_count.to_le_bytes());
+        out[48..56].copy_from_slice(&self.svma.to_le_bytes());
+        out
+    }
+}
+
+/// Rounds `n` up to a whole number of pages.
+pub const fn page_align(n: u64) -> u64 {
+    (n + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}

@@ -1,0 +1,176 @@
+//! Instruction-level knowledge: what an instruction does to control flow, which addresses it
+//! names, and how to move it elsewhere. Knows nothing about ELF.
+#![forbid(unsafe_code)]
+
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock,
+    MemoryOperand, Mnemonic, OpKind, Register,
+};
+
+pub use iced_x86::Instruction as Insn;
+
+/// Length of `jmp rel32`.
+pub const JMP32_LEN: usize = 5;
+/// Length of `jmp rel8`.
+pub const JMP8_LEN: usize = 2;
+
+/// Why instructions could not be moved.
+#[derive(Debug, thiserror::Error)]
+pub enum RelocError {
+    #[error("cannot re-encode at the new address: {0}")]
+    Encode(String),
+}
+
+/// How an instruction leaves or continues the current block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Falls through to the next instruction.
+    Next,
+    Call,
+    IndirectCall,
+    Return,
+    Jump,
+    ConditionalJump,
+    IndirectJump,
+    /// Never continues (ud2, hlt, int3).
+    Stop,
+    /// System call or interrupt: continues, but is not plain data flow.
+    Interrupt,
+}
+
+impl Flow {
+    /// True when execution never continues at the next instruction.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Flow::Return | Flow::Jump | Flow::IndirectJump | Flow::Stop)
+    }
+}
+
+pub fn flow(insn: &Instruction) -> Flow {
+    // iced classifies `syscall` as a call; for us it is an ordinary instruction that traps.
+    if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) {
+        return Flow::Interrupt;
+    }
+    match insn.flow_control() {
+        FlowControl::Next => Flow::Next,
+        FlowControl::Call => Flow::Call,
+        FlowControl::IndirectCall => Flow::IndirectCall,
+        FlowControl::Return => Flow::Return,
+        FlowControl::UnconditionalBranch => Flow::Jump,
+        FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => Flow::ConditionalJump,
+        FlowControl::IndirectBranch => Flow::IndirectJump,
+        FlowControl::Interrupt if insn.mnemonic() == Mnemonic::Int3 => Flow::Stop,
+        FlowControl::Interrupt => Flow::Interrupt,
+        FlowControl::Exception => Flow::Stop,
+    }
+}
+
+/// Decodes 64-bit code starting at `ip`; stops at the first invalid encoding.
+pub fn decode(bytes: &[u8], ip: u64) -> impl Iterator<Item = Instruction> + '_ {
+    Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).into_iter().take_while(|i| !i.is_invalid())
+}
+
+/// Decodes one instruction at the start of `bytes`.
+pub fn decode_one(bytes: &[u8], ip: u64) -> Option<Instruction> {
+    let insn = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).decode();
+    (!insn.is_invalid()).then_some(insn)
+}
+
+/// `endbr64`: CET's indirect-branch landing pad, which must stay at the function entry.
+pub fn is_endbr64(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa])
+}
+
+/// Target of a direct jump, call, conditional jump or loop.
+pub fn branch_target(insn: &Instruction) -> Option<u64> {
+    match insn.op0_kind() {
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(insn.near_branch_target()),
+        _ => None,
+    }
+}
+
+/// Absolute address named by a RIP-relative memory operand (e.g. `lea rax,[rip+x]`).
+pub fn rip_relative_address(insn: &Instruction) -> Option<u64> {
+    insn.is_ip_rel_memory_operand().then(|| insn.ip_rel_memory_address())
+}
+
+/// True for `lea reg, [rip+disp]`: the usual way code takes the address of a label
+/// (computed goto, jump table base).
+pub fn is_lea(insn: &Instruction) -> bool {
+    insn.mnemonic() == Mnemonic::Lea
+}
+
+/// For `jmp [reg*8 + disp32]` / `mov reg, [reg*8 + disp32]` with no base register: the
+/// absolute table address of a non-PIC jump table.
+pub fn absolute_table_base(insn: &Instruction) -> Option<u64> {
+    for op in 0..insn.op_count() {
+        if insn.op_kind(op) == OpKind::Memory
+            && insn.memory_base() == Register::None
+            && insn.memory_index() != Register::None
+            && insn.memory_index_scale() == 8
+        {
+            return Some(insn.memory_displacement64());
+        }
+    }
+    None
+}
+
+/// True when every byte is alignment padding: `int3`, or nop encodings.
+pub fn is_padding(bytes: &[u8], ip: u64) -> bool {
+    if bytes.iter().all(|&b| b == 0xcc) {
+        return true;
+    }
+    let mut done = 0;
+    for insn in decode(bytes, ip) {
+        if !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+            return false;
+        }
+        done += insn.len();
+    }
+    done == bytes.len()
+}
+
+/// Encodes `instructions` so that they behave the same when placed at `ip`: RIP-relative
+/// operands and relative branches keep their absolute targets; short branches are widened.
+pub fn encode_block(instructions: &[Instruction], ip: u64) -> Result<Vec<u8>, RelocError> {
+    let block = InstructionBlock::new(instructions, ip);
+    BlockEncoder::encode(64, block, BlockEncoderOptions::NONE)
+        .map(|r| r.code_buffer)
+        .map_err(|e| RelocError::Encode(e.to_string()))
+}
+
+/// `lock inc qword ptr [counter]`, RIP-relative once encoded. Changes only the arithmetic
+/// flags, which are dead at a function entry under the System V ABI.
+pub fn atomic_increment(counter: u64) -> Instruction {
+    let mut insn = Instruction::with1(Code::Inc_rm64, MemoryOperand::with_base_displ(Register::RIP, counter as i64))
+        .expect("inc r/m64 takes one memory operand");
+    insn.set_has_lock_prefix(true);
+    insn
+}
+
+/// `jmp target` (near, relative).
+pub fn jump(target: u64) -> Instruction {
+    Instruction::with_branch(Code::Jmp_rel32_64, target).expect("jmp rel32 takes a branch target")
+}
+
+/// `call target` (near, relative).
+pub fn call(target: u64) -> Instruction {
+    Instruction::with_branch(Code::Call_rel32_64, target).expect("call rel32 takes a branch target")
+}
+
+/// Bytes of `jmp rel32` at `from` to `to`, if in range.
+pub fn jmp32_bytes(from: u64, to: u64) -> Option<[u8; 5]> {
+    let rel = to.wrapping_sub(from.wrapping_add(5)) as i64;
+    let rel = i32::try_from(rel).ok()?;
+    let r = rel.to_le_bytes();
+    Some([0xe9, r[0], r[1], r[2], r[3]])
+}
+
+/// Bytes of `jmp rel8` at `from` to `to`, if in range.
+pub fn jmp8_bytes(from: u64, to: u64) -> Option<[u8; 2]> {
+    let rel = to.wrapping_sub(from.wrapping_add(2)) as i64;
+    let rel = i8::try_from(rel).ok()?;
+    Some([0xeb, rel as u8])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,98 @@
+//! Relocation tables, one per instruction class (after iced-x86's own test layout): each row
+//! is encoded at one address, moved far away, decoded again and must name the same targets.
+use super::*;
+
+const FROM: u64 = 0x40_1000;
+const TO: u64 = 0x4000_0000;
+
+fn relocate(bytes: &[u8]) -> Vec<Instruction> {
+    let insns: Vec<_> = decode(bytes, FROM).collect();
+    assert_eq!(insns.iter().map(|i| i.len()).sum::<usize>(), bytes.len(), "test row must decode fully");
+    let moved = encode_block(&insns, TO).unwrap();
+    decode(&moved, TO).collect()
+}
+
+fn targets(insns: &[Instruction]) -> Vec<u64> {
+    insns.iter().filter_map(|i| branch_target(i).or_else(|| rip_relative_address(i))).collect()
+}
+
+#[test]
+fn conditional_jumps_keep_targets() {
+    for row in [&[0x74u8, 0x10][..], &[0x0f, 0x85, 0x00, 0x01, 0x00, 0x00], &[0x7c, 0x7e]] {
+        let before: Vec<_> = decode(row, FROM).collect();
+        assert_eq!(targets(&relocate(row)), targets(&before), "row {row:02x?}");
+    }
+}
+
+#[test]
+fn unconditional_jumps_and_calls_keep_targets() {
+    for row in [&[0xebu8, 0x05][..], &[0xe9, 0x00, 0x10, 0x00, 0x00], &[0xe8, 0x10, 0x00, 0x00, 0x00]] {
+        let before: Vec<_> = decode(row, FROM).collect();
+        assert_eq!(targets(&relocate(row)), targets(&before), "row {row:02x?}");
+    }
+}
+
+#[test]
+fn rip_relative_operands_keep_addresses() {
+    // lea rax,[rip+0x100]; mov rcx,[rip-0x20]; cmp dword [rip+0x10],5
+    let row = [0x48, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00, 0x48, 0x8b, 0x0d, 0xe0, 0xff, 0xff, 0xff, 0x83, 0x3d, 0x10, 0x00, 0x00, 0x00, 0x05];
+    let before: Vec<_> = decode(&row, FROM).collect();
+    assert_eq!(targets(&relocate(&row)), targets(&before));
+}
+
+#[test]
+fn branches_inside_the_block_follow_the_block() {
+    // jl to itself: the moved copy loops on itself, not on the old address.
+    let after = relocate(&[0x7c, 0xfe]);
+    assert_eq!(targets(&after), vec![TO]);
+}
+
+#[test]
+fn loop_and_jrcxz_keep_targets() {
+    for row in [&[0xe2u8, 0x10][..], &[0xe3, 0x08]] {
+        let before: Vec<_> = decode(row, FROM).collect();
+        let after = relocate(row);
+        assert!(targets(&after).contains(&targets(&before)[0]), "row {row:02x?} -> {after:?}");
+    }
+}
+
+#[test]
+fn plain_instructions_are_copied() {
+    let row = [0x55, 0x48, 0x89, 0xe5, 0x41, 0x57];
+    let moved = encode_block(&decode(&row, FROM).collect::<Vec<_>>(), TO).unwrap();
+    assert_eq!(moved, row);
+}
+
+#[test]
+fn classification() {
+    let f = |b: &[u8]| flow(&decode_one(b, FROM).unwrap());
+    assert_eq!(f(&[0xc3]), Flow::Return);
+    assert_eq!(f(&[0xe8, 0, 0, 0, 0]), Flow::Call);
+    assert_eq!(f(&[0xff, 0xe0]), Flow::IndirectJump);
+    assert_eq!(f(&[0x0f, 0x0b]), Flow::Stop);
+    assert_eq!(f(&[0x0f, 0x05]), Flow::Interrupt);
+    assert!(is_endbr64(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55]));
+}
+
+#[test]
+fn padding_detection() {
+    assert!(is_padding(&[0xcc, 0xcc], FROM));
+    assert!(is_padding(&[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x90], FROM));
+    assert!(!is_padding(&[0x90, 0xc3], FROM));
+    assert!(!is_padding(&[0x0f], FROM));
+}
+
+#[test]
+fn short_jumps_out_of_range_are_refused() {
+    assert!(jmp8_bytes(0x1000, 0x1000 + 200).is_none());
+    assert_eq!(jmp8_bytes(0x1000, 0x1010), Some([0xeb, 0x0e]));
+    assert_eq!(jmp32_bytes(0x1000, 0x2000), Some([0xe9, 0xfb, 0x0f, 0, 0]));
+    assert!(jmp32_bytes(0, 1 << 40).is_none());
+}
+
+#[test]
+fn atomic_increment_encodes_rip_relative() {
+    let bytes = encode_block(&[atomic_increment(TO + 0x2000)], TO).unwrap();
+    assert_eq!(&bytes[..4], &[0xf0, 0x48, 0xff, 0x05]);
+    assert_eq!(rip_relative_address(&decode_one(&bytes, TO).unwrap()), Some(TO + 0x2000));
+}

@@ -1,0 +1,444 @@
+//! lopi's injected runtime: registers a rewritten module's counters in the data file.
+//!
+//! It runs once per module, from the module's init hook, before the module's own `_init`.
+//! The probes themselves never call into it: they increment counters in place. What this
+//! code does is move those counters from anonymous memory into a shared mapping of the data
+//! file, so that every later increment lands in the page cache and survives `_exit`,
+//! SIGKILL and crashes.
+//!
+//! Constraints (see ARCHITECTURE.md, "runtime blob"): built without Cargo into a flat,
+//! position-independent blob; no libc, no statics that need relocation, no writable data,
+//! no panics reachable (the build fails if any relocation or data section survives).
+#![no_std]
+#![allow(clippy::missing_safety_doc)]
+
+#[path = "../../../crates/lopi-rt-abi/src/lib.rs"]
+mod abi;
+
+use abi::{ModuleDescriptor, RecordHeader, PAGE_SIZE};
+use core::arch::asm;
+
+mod sys {
+    //! Raw Linux x86-64 syscalls. Numbers from arch/x86/entry/syscalls/syscall_64.tbl.
+    use core::arch::asm;
+
+    pub const WRITE: usize = 1;
+    pub const OPEN: usize = 2;
+    pub const CLOSE: usize = 3;
+    pub const LSEEK: usize = 8;
+    pub const MMAP: usize = 9;
+    pub const PWRITE64: usize = 18;
+    pub const GETPID: usize = 39;
+    pub const FLOCK: usize = 73;
+    pub const FTRUNCATE: usize = 77;
+    pub const READLINK: usize = 89;
+
+    pub const O_RDWR: usize = 2;
+    pub const O_CREAT: usize = 0o100;
+    pub const O_CLOEXEC: usize = 0o2000000;
+    pub const SEEK_END: usize = 2;
+    pub const LOCK_EX: usize = 2;
+    pub const LOCK_UN: usize = 8;
+    pub const PROT_READ_WRITE: usize = 3;
+    pub const MAP_SHARED_FIXED: usize = 0x01 | 0x10;
+
+    /// Returns the raw result: negative values are `-errno`.
+    #[inline(always)]
+    pub unsafe fn call6(nr: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the kernel's syscall ABI: rcx and r11 are clobbered, no stack use; the
+        // caller guarantees the arguments are valid for `nr`.
+        unsafe {
+            asm!("syscall",
+                inlateout("rax") nr as isize => ret,
+                in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d, in("r8") e, in("r9") f,
+                lateout("rcx") _, lateout("r11") _,
+                options(nostack));
+        }
+        ret
+    }
+
+    #[inline(always)]
+    pub unsafe fn call3(nr: usize, a: usize, b: usize, c: usize) -> isize {
+        // SAFETY: forwarded from the caller.
+        unsafe { call6(nr, a, b, c, 0, 0, 0) }
+    }
+}
+
+/// A fixed-capacity byte string on the stack; silently truncates (paths are bounded).
+///
+/// Left uninitialised: zeroing would make LLVM call `memset` through a GOT slot, which the
+/// flat blob cannot have. Only `bytes[..len]` is ever read.
+struct Buf<const N: usize> {
+    bytes: core::mem::MaybeUninit<[u8; N]>,
+    len: usize,
+}
+
+impl<const N: usize> Buf<N> {
+    fn new() -> Self {
+        Self { bytes: core::mem::MaybeUninit::uninit(), len: 0 }
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        self.bytes.as_mut_ptr() as *mut u8
+    }
+
+    fn push(&mut self, b: u8) {
+        if self.len < N - 1 {
+            // SAFETY: len < N - 1 < N.
+            unsafe { *self.ptr().add(self.len) = b };
+            self.len += 1;
+        }
+    }
+
+    fn push_bytes(&mut self, s: &[u8]) {
+        for &b in s {
+            self.push(b);
+        }
+    }
+
+    /// # Safety
+    /// `s` must point to a NUL-terminated string.
+    unsafe fn push_cstr(&mut self, mut s: *const u8) {
+        // SAFETY: the caller guarantees NUL termination.
+        unsafe {
+            while *s != 0 {
+                self.push(*s);
+                s = s.add(1);
+            }
+        }
+    }
+
+    fn push_decimal(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut n = 0;
+        loop {
+            // SAFETY: a u64 has at most 20 decimal digits.
+            unsafe { *digits.as_mut_ptr().add(n) = b'0' + (v % 10) as u8 };
+            n += 1;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        while n > 0 {
+            n -= 1;
+            // SAFETY: n < 20.
+            self.push(unsafe { *digits.as_ptr().add(n) });
+        }
+    }
+
+    /// NUL-terminated pointer for syscalls (push never fills the last byte).
+    fn as_cstr(&mut self) -> *const u8 {
+        // SAFETY: len <= N - 1.
+        unsafe { *self.ptr().add(self.len) = 0 };
+        self.ptr()
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: bytes[..len] were written by push.
+        unsafe { core::slice::from_raw_parts(self.bytes.as_ptr() as *const u8, self.len) }
+    }
+
+    /// Lets a syscall fill the buffer; `n` is how many bytes it wrote.
+    fn fill_with(&mut self, f: impl FnOnce(*mut u8, usize) -> isize) {
+        let n = f(self.ptr(), N - 1);
+        if n > 0 && (n as usize) < N {
+            self.len = n as usize;
+        }
+    }
+}
+
+/// Compares a NUL-terminated environment entry against `NAME=`; returns the value.
+///
+/// # Safety
+/// `entry` must point to a NUL-terminated string.
+unsafe fn env_value(entry: *const u8, name: &[u8]) -> Option<*const u8> {
+    // SAFETY: we stop at the first mismatch, which includes the terminating NUL.
+    unsafe {
+        for (i, &c) in name.iter().enumerate() {
+            if *entry.add(i) != c {
+                return None;
+            }
+        }
+        if *entry.add(name.len()) != b'=' {
+            return None;
+        }
+        Some(entry.add(name.len() + 1))
+    }
+}
+
+fn write_stderr(msg: &[u8]) {
+    // SAFETY: writing a valid buffer to fd 2; a failure is deliberately ignored.
+    unsafe { sys::call3(sys::WRITE, 2, msg.as_ptr() as usize, msg.len()) };
+}
+
+fn report_failure(what: &[u8], path: &[u8], err: isize) {
+    let mut msg = Buf::<512>::new();
+    msg.push_bytes(b"lopi: ");
+    msg.push_bytes(what);
+    msg.push_bytes(b" '");
+    msg.push_bytes(path);
+    msg.push_bytes(b"' failed (errno ");
+    msg.push_decimal(err.unsigned_abs() as u64);
+    msg.push_bytes(b"); this module's counts stay in memory and will not be saved\n");
+    write_stderr(msg.as_bytes());
+}
+
+fn pwrite_all(fd: usize, data: *const u8, len: usize, offset: u64) -> isize {
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: `data` is valid for `len` bytes (caller); we write a sub-range.
+        let n = unsafe {
+            sys::call6(sys::PWRITE64, fd, data as usize + done, len - done, offset as usize + done, 0, 0)
+        };
+        if n <= 0 {
+            return if n == 0 { -5 } else { n };
+        }
+        done += n as usize;
+    }
+    0
+}
+
+/// Registers one rewritten module. Called by the module's init stub with the arguments
+/// glibc passes to `DT_INIT` functions, so `envp` is the process environment.
+///
+/// # Safety
+/// `desc` must point to the module's descriptor and `envp` to a NULL-terminated array of
+/// NUL-terminated strings (or be null).
+#[no_mangle]
+#[link_section = ".text.lopi_rt_init"]
+pub unsafe extern "C" fn lopi_rt_init(
+    desc: *const ModuleDescriptor,
+    _argc: isize,
+    _argv: *const *const u8,
+    envp: *const *const u8,
+) {
+    // SAFETY: the descriptor is emitted by the rewriter next to this code.
+    let d = unsafe { &*desc };
+    if d.magic != abi::DESCRIPTOR_MAGIC {
+        return;
+    }
+    let base = desc as usize;
+    let counters = base.wrapping_add(d.counters_offset as usize) as *const u8;
+    let meta = base.wrapping_add(d.meta_offset as usize) as *const u8;
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { sys::call3(sys::GETPID, 0, 0, 0) } as u64;
+
+    let mut exe = Buf::<{ abi::MAX_EXE_LEN }>::new();
+    // SAFETY: readlink writes at most `cap` bytes into the buffer.
+    exe.fill_with(|buf, cap| unsafe {
+        sys::call3(sys::READLINK, b"/proc/self/exe\0".as_ptr() as usize, buf as usize, cap)
+    });
+
+    let mut path = Buf::<4096>::new();
+    let mut from_env = false;
+    if !envp.is_null() {
+        let mut e = envp;
+        // SAFETY: envp is NULL-terminated (caller).
+        unsafe {
+            while !(*e).is_null() {
+                if let Some(v) = env_value(*e, abi::OUTPUT_ENV.as_bytes()) {
+                    if *v != 0 {
+                        let mut p = v;
+                        while *p != 0 {
+                            if *p == b'%' && *p.add(1) == b'p' {
+                                path.push_decimal(pid);
+                                p = p.add(2);
+                            } else {
+                                path.push(*p);
+                                p = p.add(1);
+                            }
+                        }
+                        from_env = true;
+                    }
+                    break;
+                }
+                e = e.add(1);
+            }
+        }
+    }
+    if !from_env {
+        let name = exe.as_bytes();
+        let mut start = 0;
+        for (i, &c) in name.iter().enumerate() {
+            if c == b'/' {
+                start = i + 1;
+            }
+        }
+        path.push_bytes(name.get(start..).unwrap_or(b"lopi"));
+        path.push(b'.');
+        path.push_decimal(pid);
+        path.push_bytes(abi::DATA_SUFFIX.as_bytes());
+    }
+
+    let cpath = path.as_cstr();
+    // SAFETY: cpath is NUL-terminated.
+    let fd = unsafe { sys::call3(sys::OPEN, cpath as usize, sys::O_RDWR | sys::O_CREAT | sys::O_CLOEXEC, 0o644) };
+    if fd < 0 {
+        report_failure(b"opening", path.as_bytes(), fd);
+        return;
+    }
+    let fd = fd as usize;
+    // SAFETY: fd is ours; the lock serialises modules and processes sharing the file.
+    unsafe { sys::call3(sys::FLOCK, fd, sys::LOCK_EX, 0) };
+    let err = register(fd, d, base, counters, meta, pid, exe.as_bytes());
+    if err < 0 {
+        report_failure(b"recording to", path.as_bytes(), err);
+    }
+    // SAFETY: closing our own descriptor; the shared mapping outlives it.
+    unsafe {
+        sys::call3(sys::FLOCK, fd, sys::LOCK_UN, 0);
+        sys::call3(sys::CLOSE, fd, 0, 0);
+    }
+}
+
+/// Appends this module's record to the locked data file and maps the counters onto it.
+fn register(
+    fd: usize,
+    d: &ModuleDescriptor,
+    base: usize,
+    counters: *const u8,
+    meta: *const u8,
+    pid: u64,
+    exe: &[u8],
+) -> isize {
+    // SAFETY: lseek on our own fd.
+    let size = unsafe { sys::call3(sys::LSEEK, fd, 0, sys::SEEK_END) };
+    if size < 0 {
+        return size;
+    }
+    let mut size = size as u64;
+    if size == 0 {
+        let magic = abi::DATA_MAGIC;
+        let r = pwrite_all(fd, magic.as_ptr(), magic.len(), 0);
+        if r < 0 {
+            return r;
+        }
+        size = PAGE_SIZE;
+    } else {
+        let mut magic = [0u8; 8];
+        // SAFETY: pread64 (17) into an 8-byte buffer.
+        let n = unsafe { sys::call6(17, fd, magic.as_mut_ptr() as usize, 8, 0, 0, 0) };
+        if n != 8 || magic != abi::DATA_MAGIC || size % PAGE_SIZE != 0 {
+            return -22; // EINVAL: not a lopi data file; never overwrite it
+        }
+    }
+    let meta_offset = PAGE_SIZE;
+    let counters_offset = meta_offset + abi::page_align(d.meta_len);
+    let record_len = counters_offset + d.counters_len;
+    let record = size;
+    // SAFETY: growing our own file; new bytes read as zero, so the record stays invalid
+    // (zero magic) until its header is written last.
+    let r = unsafe { sys::call3(sys::FTRUNCATE, fd, (record + record_len) as usize, 0) };
+    if r < 0 {
+        return r;
+    }
+    let r = pwrite_all(fd, meta, d.meta_len as usize, record + meta_offset);
+    if r < 0 {
+        return r;
+    }
+    // Counts made before this point (ifunc resolvers, other modules' constructors) are
+    // carried over; no other thread can run this module's code before its init finishes.
+    let r = pwrite_all(fd, counters, d.counters_len as usize, record + counters_offset);
+    if r < 0 {
+        return r;
+    }
+    // SAFETY: the counter pages belong to the module's own RW segment, are page aligned and
+    // hold nothing but counters; replacing them in place keeps every probe's RIP-relative
+    // address valid.
+    let m = unsafe {
+        sys::call6(
+            sys::MMAP,
+            counters as usize,
+            d.counters_len as usize,
+            sys::PROT_READ_WRITE,
+            sys::MAP_SHARED_FIXED,
+            fd,
+            (record + counters_offset) as usize,
+        )
+    };
+    if m < 0 {
+        return m;
+    }
+    let exe_len = if exe.len() > abi::MAX_EXE_LEN { abi::MAX_EXE_LEN } else { exe.len() };
+    let header = RecordHeader {
+        magic: abi::RECORD_MAGIC,
+        record_len,
+        pid: pid as u32,
+        exe_len: exe_len as u32,
+        load_bias: (base as u64).wrapping_sub(d.svma),
+        meta_offset,
+        meta_len: d.meta_len,
+        counters_offset,
+        counters_len: d.counters_len,
+        counter_count: d.counter_count,
+    };
+    let r = pwrite_all(fd, exe.as_ptr(), exe_len, record + abi::RECORD_HEADER_LEN as u64);
+    if r < 0 {
+        return r;
+    }
+    let bytes = header.to_bytes();
+    pwrite_all(fd, bytes.as_ptr(), bytes.len(), record)
+}
+
+// The compiler may emit calls to these; the blob has no libc to provide them. `rep` string
+// instructions keep LLVM from recognising the loops and calling these functions recursively.
+
+#[no_mangle]
+pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: the caller guarantees non-overlapping valid ranges (memcpy contract).
+    unsafe { asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags)) };
+    dst
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: memmove contract; copy backwards (std) when the ranges overlap that way.
+    unsafe {
+        if (dst as usize) <= (src as usize) || (dst as usize) >= (src as usize + n) {
+            asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags));
+        } else {
+            asm!("std", "rep movsb", "cld",
+                inout("rcx") n => _, inout("rdi") dst.add(n).wrapping_sub(1) => _, inout("rsi") src.add(n).wrapping_sub(1) => _,
+                options(nostack));
+        }
+    }
+    dst
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
+    // SAFETY: memset contract.
+    unsafe { asm!("rep stosb", inout("rcx") n => _, inout("rdi") dst => _, in("al") c as u8, options(nostack, preserves_flags)) };
+    dst
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    let mut i = 0;
+    while i < n {
+        // SAFETY: memcmp contract: both ranges are valid for n bytes.
+        let (x, y) = unsafe { (core::ptr::read_volatile(a.add(i)), core::ptr::read_volatile(b.add(i))) };
+        if x != y {
+            return x as i32 - y as i32;
+        }
+        i += 1;
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    // SAFETY: same contract as memcmp.
+    unsafe { memcmp(a, b, n) }
+}
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // The build rejects blobs that can reach this; keep the trap for defence in depth.
+    loop {
+        // SAFETY: ud2 raises SIGILL, which is the least surprising way to stop.
+        unsafe { asm!("ud2", options(noreturn)) };
+    }
+}
