@@ -1,0 +1,46 @@
+//! `lopi demo`: the whole static workflow on a built-in program, end to end.
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+
+const SOURCE: &str = include_str!("demo.c");
+
+pub fn run(dir: Option<PathBuf>) -> Result<()> {
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("lopi-demo-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let src = dir.join("demo.c");
+    let prog = dir.join("demo");
+    let rewritten = dir.join("demo.lopi");
+    let data = dir.join("demo.data");
+    std::fs::write(&src, SOURCE)?;
+
+    step(&format!("cc -O2 -o {} {}", prog.display(), src.display()));
+    let status = Command::new("cc").args(["-O2", "-o"]).arg(&prog).arg(&src).status().context("running cc (is a C compiler installed?)")?;
+    if !status.success() {
+        bail!("cc failed with {status}");
+    }
+
+    step(&format!("lopi rewrite {} -o {}", prog.display(), rewritten.display()));
+    let summary = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default())?;
+    println!("{summary}");
+
+    step(&format!("LOPI_OUTPUT={} {}", data.display(), rewritten.display()));
+    let status = Command::new(&rewritten).env("LOPI_OUTPUT", &data).status().context("running the rewritten demo")?;
+    if !status.success() {
+        bail!("the rewritten demo exited with {status}");
+    }
+
+    step(&format!("lopi report {}", data.display()));
+    let bytes = std::fs::read(&data).with_context(|| format!("reading {}", data.display()))?;
+    let profile = lopi_trace::Profile::from_data(&lopi_trace::DataFile::parse(&bytes)?);
+    crate::show::report_text(&profile, 10);
+    println!("\n(files kept in {})", dir.display());
+    Ok(())
+}
+
+fn step(cmd: &str) {
+    println!("\n$ {cmd}");
+}

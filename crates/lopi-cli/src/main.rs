@@ -1,0 +1,157 @@
+//! The `lopi` command: argument parsing, files, and output. The libraries do the work.
+#![forbid(unsafe_code)]
+
+mod demo;
+mod show;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use lopi_elf::ElfModule;
+use lopi_patch::Filter;
+use std::path::{Path, PathBuf};
+
+#[derive(Parser)]
+#[command(name = "lopi", version, about = "Low-perturbation instrumentation of x86-64 Linux programs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the functions of PROG and how each would be probed, or why not.
+    Info {
+        prog: PathBuf,
+        #[command(flatten)]
+        select: Select,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Write a copy of PROG whose function entries are counted.
+    Rewrite {
+        prog: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        select: Select,
+    },
+    /// Show the functions recorded in a data file, most called first.
+    Report {
+        data: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Rows in the text table (0 = all).
+        #[arg(long, default_value_t = 30)]
+        top: usize,
+    },
+    /// Build a small built-in C program, rewrite it, run it and show its report.
+    Demo {
+        /// Keep the demo's files here instead of a temporary directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args)]
+struct Select {
+    /// Probe only functions whose name matches (glob; repeatable).
+    #[arg(long = "functions", value_name = "GLOB")]
+    include: Vec<String>,
+    /// Do not probe functions whose name matches (glob; repeatable).
+    #[arg(long = "exclude", value_name = "GLOB")]
+    exclude: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Format {
+    Text,
+    Json,
+}
+
+impl Select {
+    fn filter(&self) -> Result<Filter> {
+        let compile = |globs: &[String]| -> Result<Vec<glob::Pattern>> {
+            globs.iter().map(|g| glob::Pattern::new(g).with_context(|| format!("bad glob {g:?}"))).collect()
+        };
+        Ok(Filter { include: compile(&self.include)?, exclude: compile(&self.exclude)? })
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(err) = run(cli) {
+        eprintln!("lopi: error: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Info { prog, select, format } => {
+            let data = read(&prog)?;
+            let module = parse(&prog, &data)?;
+            let selection = lopi_patch::select(&module, &select.filter()?);
+            let summary = show::Summary::new(&module, &selection.outcomes);
+            match format {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&show::info_json(&prog, &module, &selection.outcomes, &summary))?),
+                Format::Text => show::info_text(&module, &selection.outcomes, &summary),
+            }
+            Ok(())
+        }
+        Command::Rewrite { prog, output, select } => {
+            let summary = rewrite(&prog, &output, &select.filter()?)?;
+            eprintln!("lopi: wrote {}: {summary}", output.display());
+            Ok(())
+        }
+        Command::Report { data, format, top } => {
+            let bytes = read(&data)?;
+            let file = lopi_trace::DataFile::parse(&bytes).with_context(|| format!("reading {}", data.display()))?;
+            let profile = lopi_trace::Profile::from_data(&file);
+            match format {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&profile)?),
+                Format::Text => show::report_text(&profile, top),
+            }
+            Ok(())
+        }
+        Command::Demo { dir } => demo::run(dir),
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<ElfModule<'d>> {
+    ElfModule::parse(data).with_context(|| format!("{}", path.display()))
+}
+
+/// Rewrites `prog` into `output`; returns the summary line.
+pub(crate) fn rewrite(prog: &Path, output: &Path, filter: &Filter) -> Result<show::Summary> {
+    use std::os::unix::fs::PermissionsExt;
+    let data = read(prog)?;
+    if same_file(prog, output) {
+        bail!("refusing to overwrite the input {}; choose another -o", prog.display());
+    }
+    let module = parse(prog, &data)?;
+    let selection = lopi_patch::select(&module, filter);
+    let names = lopi_rewrite::ModuleNames {
+        module: absolute(output).display().to_string(),
+        source: absolute(prog).display().to_string(),
+    };
+    let rewritten = lopi_rewrite::rewrite(&module, selection, &names).with_context(|| format!("{}", prog.display()))?;
+    let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
+    lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
+    Ok(show::Summary::new(&module, &rewritten.plan.outcomes))
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}

@@ -1,0 +1,645 @@
+//! Shared helpers for the lopi CLI end-to-end tests: locating the `lopi`
+//! binary and the C/C++ fixtures, fixture directives, compiling, running
+//! processes with a watchdog, a tiny JSON parser (the crate has no
+//! dev-dependencies) and a small line diff for failure messages.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------
+// Locations
+// ---------------------------------------------------------------------------
+
+/// Path of the `lopi` binary under test. `LOPI_BIN` (run time) overrides;
+/// otherwise the binary cargo built for this test (`CARGO_BIN_EXE_lopi`);
+/// otherwise target/{release,debug}/lopi of the workspace.
+pub fn lopi_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOPI_BIN") {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = option_env!("CARGO_BIN_EXE_lopi") {
+        return PathBuf::from(p);
+    }
+    let ws = workspace_root();
+    for profile in ["release", "debug"] {
+        let p = ws.join("target").join(profile).join("lopi");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("lopi binary not found (set LOPI_BIN or build the `lopi` bin target)");
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+}
+
+pub fn fixtures_dir() -> PathBuf {
+    workspace_root().join("fixtures")
+}
+
+/// A fresh, unique directory under cargo's per-test temp dir.
+pub fn fresh_dir(label: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let safe: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' })
+        .collect();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("fixtures_e2e")
+        .join(format!("{}-{}-{}", std::process::id(), n, safe));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// Remove a temp dir unless the user asked to keep them (LOPI_KEEP_TMP).
+pub fn cleanup(dir: &Path) {
+    if std::env::var_os("LOPI_KEEP_TMP").is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fixture directives
+// ---------------------------------------------------------------------------
+
+/// Directives read from `// lopi-...:` comment lines of a fixture source.
+#[derive(Debug, Clone, Default)]
+pub struct Fixture {
+    pub file: String,
+    pub path: PathBuf,
+    pub cxx: bool,
+    /// `lopi-expect`: entry counts of the program's own functions.
+    pub expect: Vec<(String, u64)>,
+    /// `lopi-expect-lib`: entry counts of the shared library's functions.
+    pub expect_lib: Vec<(String, u64)>,
+    /// `lopi-exit` / `lopi-signal`: how the original program terminates.
+    pub exit: Option<i32>,
+    pub signal: Option<i32>,
+    /// `lopi-cflags` (compile and link) / `lopi-ldflags` (link only).
+    pub cflags: Vec<String>,
+    pub ldflags: Vec<String>,
+    /// `lopi-lib: x.c` (linked against libfix.so built from x.c) or
+    /// `lopi-dlopen: x.c` (only placed on LD_LIBRARY_PATH).
+    pub lib: Option<String>,
+    pub dlopen: bool,
+    /// `lopi-kind: shared` — a library source, not a program.
+    pub shared: bool,
+}
+
+fn parse_pairs(file: &str, s: &str) -> Vec<(String, u64)> {
+    s.split_whitespace()
+        .map(|tok| {
+            let (k, v) = tok.rsplit_once('=').unwrap_or_else(|| panic!("{file}: bad expectation {tok:?}"));
+            (k.to_string(), v.parse().unwrap_or_else(|_| panic!("{file}: bad count in {tok:?}")))
+        })
+        .collect()
+}
+
+impl Fixture {
+    pub fn load(file: &str) -> Fixture {
+        let path = fixtures_dir().join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let mut fx = Fixture {
+            file: file.to_string(),
+            cxx: file.ends_with(".cpp") || file.ends_with(".cc"),
+            path,
+            ..Default::default()
+        };
+        for line in text.lines() {
+            let Some(rest) = line.trim_start().strip_prefix("//") else { continue };
+            let Some((key, val)) = rest.trim().split_once(':') else { continue };
+            let val = val.trim();
+            match key.trim() {
+                "lopi-expect" => fx.expect = parse_pairs(file, val),
+                "lopi-expect-lib" => fx.expect_lib = parse_pairs(file, val),
+                "lopi-exit" => fx.exit = Some(val.parse().expect("lopi-exit")),
+                "lopi-signal" => fx.signal = Some(val.parse().expect("lopi-signal")),
+                "lopi-cflags" => fx.cflags = val.split_whitespace().map(String::from).collect(),
+                "lopi-ldflags" => fx.ldflags = val.split_whitespace().map(String::from).collect(),
+                "lopi-lib" => fx.lib = Some(val.to_string()),
+                "lopi-dlopen" => {
+                    fx.lib = Some(val.to_string());
+                    fx.dlopen = true;
+                }
+                "lopi-kind" => fx.shared = val == "shared",
+                k if k.starts_with("lopi-") => panic!("{file}: unknown directive {k}"),
+                _ => {}
+            }
+        }
+        fx
+    }
+
+    pub fn compiler(&self) -> &'static str {
+        if self.cxx { "c++" } else { "cc" }
+    }
+}
+
+/// All fixture sources (top level of fixtures/, *.c / *.cpp / *.cc).
+pub fn all_fixture_files() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(fixtures_dir())
+        .expect("read fixtures dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".c") || n.ends_with(".cpp") || n.ends_with(".cc"))
+        .collect();
+    v.sort();
+    v
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------
+
+pub struct Output {
+    pub pid: u32,
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub timed_out: bool,
+}
+
+impl Output {
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+    pub fn describe_status(&self) -> String {
+        let mut s = describe_status(&self.status);
+        if self.timed_out {
+            s.push_str(" (killed by the test's watchdog: timeout)");
+        }
+        s
+    }
+}
+
+pub fn describe_status(st: &ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}{}", if st.core_dumped() { " (core dumped)" } else { "" }),
+        _ => format!("{st:?}"),
+    }
+}
+
+unsafe extern "C" {
+    fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+const RLIMIT_CORE: i32 = 4;
+const SIGKILL: i32 = 9;
+
+/// Default per-process time limit (seconds); LOPI_TEST_TIMEOUT overrides.
+pub fn default_timeout() -> Duration {
+    let secs = std::env::var("LOPI_TEST_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
+    Duration::from_secs(secs)
+}
+
+/// Run `cmd` with stdin closed, core dumps disabled, stdout/stderr
+/// captured, and a watchdog that SIGKILLs it after `timeout`.
+pub fn run(cmd: &mut Command, timeout: Duration) -> std::io::Result<Output> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe setrlimit between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = [0u64, 0u64];
+            setrlimit(RLIMIT_CORE, &lim);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let child_pid = child.id();
+    let pid = child_pid as i32;
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(timeout) {
+            // SAFETY: plain syscall; the child is not reaped before we are done.
+            unsafe { kill(pid, SIGKILL) };
+            return true;
+        }
+        false
+    });
+    // Read both pipes concurrently so neither can fill up and block the child.
+    let mut err_pipe = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err_pipe.read_to_end(&mut v);
+        v
+    });
+    let mut stdout = Vec::new();
+    let _ = child.stdout.take().unwrap().read_to_end(&mut stdout);
+    let status = child.wait()?;
+    let _ = done_tx.send(());
+    let timed_out = watchdog.join().unwrap_or(false);
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(Output { pid: child_pid, status, stdout, stderr, timed_out })
+}
+
+/// Render a command line for "repro" messages.
+pub fn render_cmd(cmd: &Command) -> String {
+    let mut s = String::new();
+    if let Some(dir) = cmd.get_current_dir() {
+        let _ = write!(s, "cd {} && ", shell_quote(dir.as_os_str()));
+    }
+    let mut env = String::new();
+    let mut needs_env = false;
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => {
+                let _ = write!(env, "{}={} ", k.to_string_lossy(), shell_quote(v));
+            }
+            None => {
+                needs_env = true;
+                let _ = write!(env, "-u {} ", k.to_string_lossy());
+            }
+        }
+    }
+    if needs_env {
+        s.push_str("env ");
+    }
+    s.push_str(&env);
+    s.push_str(&shell_quote(cmd.get_program()));
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&shell_quote(a));
+    }
+    s
+}
+
+fn shell_quote(s: &OsStr) -> String {
+    let s = s.to_string_lossy();
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Run a compiler command; Err carries the command line and diagnostics.
+pub fn compile(cmd: &mut Command) -> Result<(), String> {
+    let line = render_cmd(cmd);
+    let out = run(cmd, Duration::from_secs(300)).map_err(|e| format!("cannot run `{line}`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("compile failed ({}): {line}\n{}", out.describe_status(), out.stderr_str()));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Diff
+// ---------------------------------------------------------------------------
+
+/// A unified-ish line diff (LCS based; falls back to a plain dump for
+/// large inputs).
+pub fn diff(a_label: &str, a: &str, b_label: &str, b: &str) -> String {
+    let al: Vec<&str> = a.lines().collect();
+    let bl: Vec<&str> = b.lines().collect();
+    let mut out = format!("--- {a_label}\n+++ {b_label}\n");
+    if al.len() * bl.len() > 4_000_000 {
+        let first = al.iter().zip(&bl).position(|(x, y)| x != y).unwrap_or(al.len().min(bl.len()));
+        let _ = writeln!(out, "(large outputs: {} vs {} lines; first difference at line {})", al.len(), bl.len(), first + 1);
+        for l in al.iter().skip(first).take(10) {
+            let _ = writeln!(out, "-{l}");
+        }
+        for l in bl.iter().skip(first).take(10) {
+            let _ = writeln!(out, "+{l}");
+        }
+        return out;
+    }
+    let (n, m) = (al.len(), bl.len());
+    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if al[i] == bl[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut shown = 0;
+    while (i < n || j < m) && shown < 200 {
+        if i < n && j < m && al[i] == bl[j] {
+            let _ = writeln!(out, " {}", al[i]);
+            i += 1;
+            j += 1;
+        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            let _ = writeln!(out, "+{}", bl[j]);
+            j += 1;
+        } else {
+            let _ = writeln!(out, "-{}", al[i]);
+            i += 1;
+        }
+        shown += 1;
+    }
+    if a.ends_with('\n') != b.ends_with('\n') {
+        out.push_str("(trailing newline differs)\n");
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// JSON
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(String, Json)>),
+}
+
+impl Json {
+    pub fn parse(s: &str) -> Result<Json, String> {
+        let mut p = Parser { s: s.as_bytes(), i: 0 };
+        p.ws();
+        let v = p.value()?;
+        p.ws();
+        if p.i != p.s.len() {
+            return Err(format!("trailing characters at offset {}", p.i));
+        }
+        Ok(v)
+    }
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Json::Obj(kv) => kv.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Json::Num(n) => Some(*n),
+            _ => None,
+        }
+    }
+    /// A non-negative integer, given as a JSON number or a decimal/hex string.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Json::Num(n) if *n >= 0.0 && n.fract() == 0.0 => Some(*n as u64),
+            Json::Str(s) => match s.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => s.parse().ok(),
+            },
+            _ => None,
+        }
+    }
+    pub fn as_array(&self) -> Option<&[Json]> {
+        match self {
+            Json::Arr(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
+    }
+    fn err<T>(&self, what: &str) -> Result<T, String> {
+        Err(format!("JSON: {what} at offset {}", self.i))
+    }
+    fn eat(&mut self, lit: &str) -> bool {
+        if self.s[self.i..].starts_with(lit.as_bytes()) {
+            self.i += lit.len();
+            true
+        } else {
+            false
+        }
+    }
+    fn value(&mut self) -> Result<Json, String> {
+        match self.s.get(self.i) {
+            None => self.err("unexpected end"),
+            Some(b'{') => {
+                self.i += 1;
+                let mut kv = Vec::new();
+                self.ws();
+                if self.eat("}") {
+                    return Ok(Json::Obj(kv));
+                }
+                loop {
+                    self.ws();
+                    let Json::Str(k) = self.string()? else { unreachable!() };
+                    self.ws();
+                    if !self.eat(":") {
+                        return self.err("expected ':'");
+                    }
+                    self.ws();
+                    let v = self.value()?;
+                    kv.push((k, v));
+                    self.ws();
+                    if self.eat(",") {
+                        continue;
+                    }
+                    if self.eat("}") {
+                        return Ok(Json::Obj(kv));
+                    }
+                    return self.err("expected ',' or '}'");
+                }
+            }
+            Some(b'[') => {
+                self.i += 1;
+                let mut v = Vec::new();
+                self.ws();
+                if self.eat("]") {
+                    return Ok(Json::Arr(v));
+                }
+                loop {
+                    self.ws();
+                    v.push(self.value()?);
+                    self.ws();
+                    if self.eat(",") {
+                        continue;
+                    }
+                    if self.eat("]") {
+                        return Ok(Json::Arr(v));
+                    }
+                    return self.err("expected ',' or ']'");
+                }
+            }
+            Some(b'"') => self.string(),
+            Some(b't') if self.eat("true") => Ok(Json::Bool(true)),
+            Some(b'f') if self.eat("false") => Ok(Json::Bool(false)),
+            Some(b'n') if self.eat("null") => Ok(Json::Null),
+            Some(c) if *c == b'-' || c.is_ascii_digit() => {
+                let st = self.i;
+                while self.i < self.s.len() && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                    self.i += 1;
+                }
+                let t = std::str::from_utf8(&self.s[st..self.i]).unwrap();
+                t.parse().map(Json::Num).map_err(|_| format!("JSON: bad number {t:?}"))
+            }
+            Some(_) => self.err("unexpected character"),
+        }
+    }
+    fn string(&mut self) -> Result<Json, String> {
+        if !self.eat("\"") {
+            return self.err("expected string");
+        }
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let Some(&c) = self.s.get(self.i) else { return self.err("unterminated string") };
+            self.i += 1;
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    let Some(&e) = self.s.get(self.i) else { return self.err("bad escape") };
+                    self.i += 1;
+                    match e {
+                        b'"' | b'\\' | b'/' => out.push(e),
+                        b'b' => out.push(8),
+                        b'f' => out.push(12),
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'u' => {
+                            let mut cp = self.hex4()?;
+                            if (0xD800..0xDC00).contains(&cp) && self.eat("\\u") {
+                                let lo = self.hex4()?;
+                                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF);
+                            }
+                            let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
+                            let mut buf = [0u8; 4];
+                            out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                        }
+                        _ => return self.err("bad escape"),
+                    }
+                }
+                _ => out.push(c),
+            }
+        }
+        Ok(Json::Str(String::from_utf8_lossy(&out).into_owned()))
+    }
+    fn hex4(&mut self) -> Result<u32, String> {
+        let Some(h) = self.s.get(self.i..self.i + 4) else { return self.err("bad \\u escape") };
+        let v = u32::from_str_radix(std::str::from_utf8(h).unwrap_or("x"), 16).map_err(|_| "JSON: bad \\u escape".to_string())?;
+        self.i += 4;
+        Ok(v)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// lopi report / info
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct ReportEntry {
+    pub name: String,
+    pub module: String,
+    pub addr: String,
+    pub calls: u64,
+}
+
+/// Parse the output of `lopi report DATA --format json`.
+pub fn parse_report(text: &str) -> Result<Vec<ReportEntry>, String> {
+    let j = Json::parse(text)?;
+    if j.get("program").and_then(Json::as_str).is_none() {
+        return Err("report: missing string field \"program\"".into());
+    }
+    let funcs = j.get("functions").and_then(Json::as_array).ok_or("report: missing array \"functions\"")?;
+    let mut v = Vec::new();
+    for f in funcs {
+        let name = f.get("name").and_then(Json::as_str).ok_or("report: function without \"name\"")?;
+        let calls = f
+            .get("calls")
+            .and_then(Json::as_u64)
+            .ok_or_else(|| format!("report: {name}: missing/invalid \"calls\""))?;
+        v.push(ReportEntry {
+            name: name.to_string(),
+            module: f.get("module").and_then(Json::as_str).unwrap_or("").to_string(),
+            addr: f.get("addr").and_then(Json::as_str).unwrap_or("").to_string(),
+            calls,
+        });
+    }
+    Ok(v)
+}
+
+/// name -> (status, reason/tactic) from `lopi info --format json`, plus the summary.
+pub struct Info {
+    pub functions: BTreeMap<String, (String, String)>,
+    pub summary: Json,
+}
+
+pub fn parse_info(text: &str) -> Result<Info, String> {
+    let j = Json::parse(text)?;
+    let funcs = j.get("functions").and_then(Json::as_array).ok_or("info: missing array \"functions\"")?;
+    let mut functions = BTreeMap::new();
+    for f in funcs {
+        let name = f.get("name").and_then(Json::as_str).unwrap_or("?").to_string();
+        let status = f.get("status").and_then(Json::as_str).unwrap_or("?").to_string();
+        let detail = f
+            .get("reason")
+            .or_else(|| f.get("tactic"))
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_string();
+        functions.insert(name, (status, detail));
+    }
+    let summary = j.get("summary").cloned().ok_or("info: missing object \"summary\"")?;
+    Ok(Info { functions, summary })
+}
+
+/// Check a parsed `lopi info` summary: coverage_percent present and in
+/// [0, 100], found = probed + skipped.
+pub fn check_info_summary(info: &Info) -> Result<f64, String> {
+    let s = &info.summary;
+    let cov = s
+        .get("coverage_percent")
+        .and_then(Json::as_f64)
+        .ok_or("info: summary.coverage_percent missing or not a number")?;
+    if !(0.0..=100.0).contains(&cov) {
+        return Err(format!("info: coverage_percent {cov} outside [0, 100]"));
+    }
+    let num = |k: &str| s.get(k).and_then(Json::as_u64);
+    match (num("found"), num("probed"), num("skipped")) {
+        (Some(f), Some(p), Some(k)) if f == p + k => {}
+        (f, p, k) => return Err(format!("info: summary found/probed/skipped inconsistent: {f:?}/{p:?}/{k:?}")),
+    }
+    Ok(cov)
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::*;
+
+    #[test]
+    fn json_roundtrip_basics() {
+        let j = Json::parse(r#" {"a": [1, -2.5e1, "x\"\u00e9\ud83d\ude00"], "b": {"c": null, "d": true}} "#).unwrap();
+        assert_eq!(j.get("a").unwrap().as_array().unwrap()[1].as_f64(), Some(-25.0));
+        assert_eq!(j.get("a").unwrap().as_array().unwrap()[2].as_str(), Some("x\"é😀"));
+        assert_eq!(j.get("b").unwrap().get("d"), Some(&Json::Bool(true)));
+        assert!(Json::parse("{\"a\":1,}").is_err());
+        assert!(Json::parse("[1 2]").is_err());
+    }
+
+    #[test]
+    fn diff_marks_changes() {
+        let d = diff("a", "x\ny\nz\n", "b", "x\nY\nz\n");
+        assert!(d.contains("-y\n") && d.contains("+Y\n") && d.contains(" x\n"), "{d}");
+    }
+}

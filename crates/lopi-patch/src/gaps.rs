@@ -1,0 +1,94 @@
+//! Alignment padding between functions: bytes no code reaches, where tactic 2 may let a
+//! jump run on and tactic 3 may place bounces.
+use lopi_elf::{ElfModule, Svma};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Free padding intervals, `start -> end` (exclusive), never overlapping.
+pub struct Gaps {
+    free: BTreeMap<u64, u64>,
+}
+
+impl Gaps {
+    /// Padding is a gap between code of known extent and the next known start that decodes
+    /// entirely as nop/int3 and that no branch targets.
+    pub fn find(module: &ElfModule<'_>, targets: &BTreeSet<u64>) -> Self {
+        let mut extents: Vec<(u64, u64)> = module
+            .functions
+            .iter()
+            .map(|f| (f.addr.0, f.size))
+            .chain(module.fragments.iter().map(|&(a, n)| (a.0, n)))
+            .collect();
+        extents.sort_unstable();
+        let mut free = BTreeMap::new();
+        for section in &module.code_sections {
+            let section_end = section.addr.0 + section.size;
+            let inside: Vec<(u64, u64)> =
+                extents.iter().copied().filter(|&(a, _)| a >= section.addr.0 && a < section_end).collect();
+            let mut reach = 0u64; // furthest known end so far; 0 = unknown extent
+            for (i, &(start, size)) in inside.iter().enumerate() {
+                reach = if size == 0 { 0 } else { reach.max(start + size) };
+                if size == 0 {
+                    continue;
+                }
+                let next = inside.get(i + 1).map_or(section_end, |&(a, _)| a);
+                if next > reach && reach > start {
+                    let (lo, hi) = (reach, next);
+                    let Some(bytes) = module.bytes_from(Svma(lo)).and_then(|b| b.get(..(hi - lo) as usize)) else { continue };
+                    if targets.range(lo..hi).next().is_none() && lopi_x86::is_padding(bytes, lo) {
+                        free.insert(lo, hi);
+                    }
+                }
+            }
+        }
+        Gaps { free }
+    }
+
+    fn remove(&mut self, at: u64, len: usize) {
+        let Some((&start, &end)) = self.free.range(..=at).next_back() else { return };
+        self.free.remove(&start);
+        if start < at {
+            self.free.insert(start, at);
+        }
+        let taken_end = at + len as u64;
+        if taken_end < end {
+            self.free.insert(taken_end, end);
+        }
+    }
+
+    /// Claims exactly `[at, at+len)` if it is free padding.
+    pub fn take_at(&mut self, at: u64, len: usize) -> bool {
+        let fits = self.free.range(..=at).next_back().is_some_and(|(_, &end)| at + len as u64 <= end);
+        if fits {
+            self.remove(at, len);
+        }
+        fits
+    }
+
+    /// Claims `len` free bytes starting somewhere in `[lo, hi]`.
+    pub fn take_near(&mut self, lo: u64, hi: u64, len: usize) -> Option<u64> {
+        let first = self.free.range(..=lo).next_back().map_or(lo, |(&s, _)| s);
+        let found = self.free.range(first..=hi).find_map(|(&start, &end)| {
+            let at = start.max(lo);
+            (at <= hi && at + len as u64 <= end).then_some(at)
+        })?;
+        self.remove(found, len);
+        Some(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taking_splits_intervals() {
+        let mut g = Gaps { free: BTreeMap::from([(100, 116)]) };
+        assert!(g.take_at(100, 3));
+        assert!(!g.take_at(101, 1));
+        assert_eq!(g.take_near(0, 200, 5), Some(103));
+        assert_eq!(g.take_near(0, 200, 5), Some(108));
+        assert_eq!(g.take_near(0, 200, 5), None);
+        assert!(g.take_at(113, 3));
+        assert!(g.free.is_empty());
+    }
+}

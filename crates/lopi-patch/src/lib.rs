@@ -1,0 +1,385 @@
+//! The planner: which functions get a probe, how each patch is made, and what the
+//! trampolines contain. Its output, [`PatchPlan`], is all an installer needs; the static
+//! rewriter and the live installer consume the same plan.
+//!
+//! Tactics, tried in order for each function (after `endbr64`, which stays in place):
+//! 1. `jmp rel32` over whole instructions that no branch targets (the common case);
+//! 2. `jmp rel32` that runs into the alignment padding after a function that ends within
+//!    five bytes (`xor eax,eax; ret`);
+//! 3. `jmp rel8` to a 5-byte bounce placed in nearby padding (GILK's local bounce
+//!    allocation), when a branch target or the next function leaves only 2–4 bytes;
+//! 4. otherwise the function is skipped, with the reason.
+#![forbid(unsafe_code)]
+
+mod gaps;
+mod targets;
+
+use gaps::Gaps;
+use lopi_elf::{ElfModule, Svma};
+use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
+use std::collections::BTreeSet;
+
+/// How a probed function's entry is patched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tactic {
+    Jmp32,
+    Jmp32IntoPadding,
+    Jmp8ViaBounce,
+}
+
+impl Tactic {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tactic::Jmp32 => "jmp32",
+            Tactic::Jmp32IntoPadding => "jmp32+padding",
+            Tactic::Jmp8ViaBounce => "jmp8+bounce",
+        }
+    }
+}
+
+/// Why a function has no probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, thiserror::Error)]
+#[serde(rename_all = "kebab-case")]
+pub enum SkipReason {
+    #[error("entry instructions cover fewer than 2 bytes before a branch target or the next function")]
+    TooShort,
+    #[error("fewer than 5 bytes before a branch target or the next function, and no padding within 127 bytes for a bounce")]
+    NoBounceSpace,
+    #[error("the first instruction is a call (moving it would change the return address)")]
+    CallAtEntry,
+    #[error("entry bytes do not decode as x86-64")]
+    Undecodable,
+    #[error("entry bytes are not in the file")]
+    NotInFile,
+    #[error("a branch targets the middle of an entry instruction")]
+    OverlappingCode,
+    #[error("displaced instructions cannot be re-encoded in the trampoline area")]
+    RelocationFailed,
+    #[error("trampoline area is out of jmp rel32 range")]
+    OutOfRange,
+}
+
+impl SkipReason {
+    pub fn key(self) -> &'static str {
+        match self {
+            SkipReason::TooShort => "too-short",
+            SkipReason::NoBounceSpace => "no-bounce-space",
+            SkipReason::CallAtEntry => "call-at-entry",
+            SkipReason::Undecodable => "undecodable",
+            SkipReason::NotInFile => "not-in-file",
+            SkipReason::OverlappingCode => "overlapping-code",
+            SkipReason::RelocationFailed => "relocation-failed",
+            SkipReason::OutOfRange => "out-of-range",
+        }
+    }
+}
+
+/// What happens to one discovered function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Probed(Tactic),
+    Skipped(SkipReason),
+    /// Left out by `--functions` / `--exclude`.
+    NotSelected,
+}
+
+/// Which functions to probe, by glob over symbol names (and aliases).
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub include: Vec<glob::Pattern>,
+    pub exclude: Vec<glob::Pattern>,
+}
+
+impl Filter {
+    pub fn selects(&self, names: &[&str]) -> bool {
+        let any = |pats: &[glob::Pattern]| names.iter().any(|n| pats.iter().any(|p| p.matches(n)));
+        (self.include.is_empty() || any(&self.include)) && !any(&self.exclude)
+    }
+}
+
+/// A chosen patch, before addresses in the trampoline area are known.
+#[derive(Clone, Debug)]
+struct Site {
+    function: usize,
+    patch_at: Svma,
+    /// Bytes of original code the patch covers (jump plus int3 filler).
+    covered: usize,
+    relocated: Vec<Insn>,
+    /// Where the trampoline continues; `None` when the relocated code ends in ret/jmp.
+    resume: Option<Svma>,
+    tactic: Tactic,
+    bounce: Option<Svma>,
+}
+
+/// Where the installer puts the probe's code and data, in the module's address space.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub trampolines: Svma,
+    pub counters: Svma,
+}
+
+/// Sites chosen for a module, waiting for a [`Layout`].
+pub struct Selection {
+    sites: Vec<Site>,
+    pub outcomes: Vec<Outcome>,
+}
+
+/// A probed function, in counter order.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProbedFunction {
+    pub function: usize,
+    pub counter: u32,
+    pub tactic: Tactic,
+    pub patch_at: Svma,
+    pub trampoline: Svma,
+}
+
+/// Bytes to write over the original code.
+#[derive(Clone, Debug)]
+pub struct CodePatch {
+    pub at: Svma,
+    pub bytes: Vec<u8>,
+    /// The bytes being replaced, for restoring and checking.
+    pub original: Vec<u8>,
+}
+
+/// Everything an installer needs.
+pub struct PatchPlan {
+    pub layout: Layout,
+    pub probed: Vec<ProbedFunction>,
+    pub code_patches: Vec<CodePatch>,
+    /// Code to place at `layout.trampolines`.
+    pub trampoline_code: Vec<u8>,
+    pub outcomes: Vec<Outcome>,
+}
+
+impl PatchPlan {
+    /// Bytes of counters the installer must reserve at `layout.counters`.
+    pub fn counter_bytes(&self) -> u64 {
+        self.probed.len() as u64 * 8
+    }
+}
+
+/// Chooses a tactic for every selected function.
+pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
+    let targets = targets::collect(module);
+    let mut gaps = Gaps::find(module, &targets);
+    let starts: Vec<u64> = {
+        let mut s: Vec<u64> =
+            module.functions.iter().map(|f| f.addr.0).chain(module.fragments.iter().map(|f| f.0 .0)).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    let mut outcomes = vec![Outcome::NotSelected; module.functions.len()];
+    let mut sites = Vec::new();
+    let mut need_bounce = Vec::new();
+    for (index, function) in module.functions.iter().enumerate() {
+        let names: Vec<&str> = std::iter::once(function.name.as_str()).chain(function.aliases.iter().map(String::as_str)).collect();
+        if !filter.selects(&names) {
+            continue;
+        }
+        let next_start = starts.get(starts.partition_point(|&s| s <= function.addr.0)).copied().unwrap_or(u64::MAX);
+        let end = match function.size {
+            0 => next_start,
+            n => (function.addr.0 + n).min(next_start),
+        };
+        match entry_site(module, index, end, &targets, &mut gaps) {
+            Ok(Some(site)) => {
+                outcomes[index] = Outcome::Probed(site.tactic);
+                sites.push(site);
+            }
+            Ok(None) => need_bounce.push(index),
+            Err(reason) => outcomes[index] = Outcome::Skipped(reason),
+        }
+    }
+    // Bounces go last, into whatever padding the direct tactics left free.
+    for index in need_bounce {
+        let function = &module.functions[index];
+        match bounce_site(module, index, function.size, &starts, &targets, &mut gaps) {
+            Ok(site) => {
+                outcomes[index] = Outcome::Probed(site.tactic);
+                sites.push(site);
+            }
+            Err(reason) => outcomes[index] = Outcome::Skipped(reason),
+        }
+    }
+    sites.sort_by_key(|s| s.patch_at);
+    Selection { sites, outcomes }
+}
+
+/// The instructions at a patch point that may be moved: stops before a branch target, a
+/// call, the function's end, or once `want` bytes are covered.
+struct Entry {
+    patch_at: Svma,
+    insns: Vec<Insn>,
+    len: usize,
+    /// The last moved instruction never falls through.
+    ends_terminal: bool,
+    /// Why collection stopped early, if it did before `want` bytes.
+    stopped_at_target: bool,
+}
+
+fn entry_instructions(
+    module: &ElfModule<'_>,
+    function: &lopi_elf::Function,
+    end: u64,
+    targets: &BTreeSet<u64>,
+    want: usize,
+) -> Result<Entry, SkipReason> {
+    let bytes = module.bytes_from(function.addr).ok_or(SkipReason::NotInFile)?;
+    let skip = if lopi_x86::is_endbr64(bytes) { 4 } else { 0 };
+    let patch_at = function.addr.add(skip as u64);
+    let limit = end.saturating_sub(patch_at.0).min(bytes.len().saturating_sub(skip) as u64) as usize;
+    let code = &bytes[skip..skip + limit.min(64)];
+    let mut entry = Entry { patch_at, insns: Vec::new(), len: 0, ends_terminal: false, stopped_at_target: false };
+    let mut ip = patch_at.0;
+    while entry.len < want {
+        if entry.len > 0 && targets.contains(&ip) {
+            entry.stopped_at_target = true;
+            break;
+        }
+        let Some(insn) = lopi_x86::decode_one(&code[entry.len..], ip) else {
+            if entry.len == 0 {
+                return Err(if code.is_empty() { SkipReason::TooShort } else { SkipReason::Undecodable });
+            }
+            break;
+        };
+        let next = ip + insn.len() as u64;
+        if targets.range(ip + 1..next).next().is_some() {
+            return Err(SkipReason::OverlappingCode);
+        }
+        match lopi_x86::flow(&insn) {
+            Flow::Call | Flow::IndirectCall if entry.len == 0 => return Err(SkipReason::CallAtEntry),
+            Flow::Call | Flow::IndirectCall => break,
+            _ => {}
+        }
+        entry.len += insn.len();
+        entry.ends_terminal = lopi_x86::flow(&insn).is_terminal();
+        entry.insns.push(insn);
+        ip = next;
+        if entry.ends_terminal {
+            // Past a ret/jmp only padding (checked by the caller) may be overwritten.
+            entry.stopped_at_target = targets.contains(&ip);
+            break;
+        }
+    }
+    Ok(entry)
+}
+
+/// Tactics 1 and 2. `Ok(None)` asks for a bounce.
+fn entry_site(
+    module: &ElfModule<'_>,
+    index: usize,
+    end: u64,
+    targets: &BTreeSet<u64>,
+    gaps: &mut Gaps,
+) -> Result<Option<Site>, SkipReason> {
+    let function = &module.functions[index];
+    let entry = entry_instructions(module, function, end, targets, JMP32_LEN)?;
+    let site = |tactic, covered| Site {
+        function: index,
+        patch_at: entry.patch_at,
+        covered,
+        relocated: entry.insns.clone(),
+        resume: (!entry.ends_terminal).then(|| entry.patch_at.add(entry.len as u64)),
+        tactic,
+        bounce: None,
+    };
+    if entry.len >= JMP32_LEN {
+        return Ok(Some(site(Tactic::Jmp32, entry.len)));
+    }
+    let after = entry.patch_at.0 + entry.len as u64;
+    if entry.ends_terminal && !entry.stopped_at_target && gaps.take_at(after, JMP32_LEN - entry.len) {
+        return Ok(Some(site(Tactic::Jmp32IntoPadding, JMP32_LEN)));
+    }
+    if entry.len < JMP8_LEN {
+        return Err(SkipReason::TooShort);
+    }
+    Ok(None)
+}
+
+/// Tactic 3.
+fn bounce_site(
+    module: &ElfModule<'_>,
+    index: usize,
+    size: u64,
+    starts: &[u64],
+    targets: &BTreeSet<u64>,
+    gaps: &mut Gaps,
+) -> Result<Site, SkipReason> {
+    let function = &module.functions[index];
+    let next_start = starts.get(starts.partition_point(|&s| s <= function.addr.0)).copied().unwrap_or(u64::MAX);
+    let end = if size == 0 { next_start } else { (function.addr.0 + size).min(next_start) };
+    let entry = entry_instructions(module, function, end, targets, JMP32_LEN)?;
+    // The rel8 displacement counts from the end of the 2-byte jump.
+    let from = entry.patch_at.0 + JMP8_LEN as u64;
+    let bounce = gaps.take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN).ok_or(SkipReason::NoBounceSpace)?;
+    Ok(Site {
+        function: index,
+        patch_at: entry.patch_at,
+        covered: entry.len,
+        relocated: entry.insns,
+        resume: (!entry.ends_terminal).then(|| entry.patch_at.add(entry.len as u64)),
+        tactic: Tactic::Jmp8ViaBounce,
+        bounce: Some(Svma(bounce)),
+    })
+}
+
+impl Selection {
+    /// Upper bound of counter bytes, for installers that size the area before layout.
+    pub fn counter_bytes(&self) -> u64 {
+        self.sites.len() as u64 * 8
+    }
+
+    /// Encodes trampolines at `layout` and the jumps into them. A site whose instructions
+    /// cannot be re-encoded there is dropped with a reason, never patched half-way.
+    pub fn lay_out(self, module: &ElfModule<'_>, layout: Layout) -> PatchPlan {
+        let mut outcomes = self.outcomes;
+        let mut probed = Vec::new();
+        let mut code_patches = Vec::new();
+        let mut code = Vec::new();
+        for site in self.sites {
+            let trampoline = layout.trampolines.add(code.len() as u64);
+            let counter = probed.len() as u32;
+            let mut insns = vec![lopi_x86::atomic_increment(layout.counters.0 + 8 * u64::from(counter))];
+            insns.extend_from_slice(&site.relocated);
+            if let Some(resume) = site.resume {
+                insns.push(lopi_x86::jump(resume.0));
+            }
+            let Ok(bytes) = lopi_x86::encode_block(&insns, trampoline.0) else {
+                outcomes[site.function] = Outcome::Skipped(SkipReason::RelocationFailed);
+                continue;
+            };
+            let Some(patches) = site_patches(module, &site, trampoline) else {
+                outcomes[site.function] = Outcome::Skipped(SkipReason::OutOfRange);
+                continue;
+            };
+            code.extend_from_slice(&bytes);
+            // Keep trampolines 16-byte aligned, padded with int3.
+            code.resize(code.len().next_multiple_of(16), 0xcc);
+            code_patches.extend(patches);
+            probed.push(ProbedFunction { function: site.function, counter, tactic: site.tactic, patch_at: site.patch_at, trampoline });
+        }
+        PatchPlan { layout, probed, code_patches, trampoline_code: code, outcomes }
+    }
+}
+
+/// The jump (and bounce) written over the original code for one site.
+fn site_patches(module: &ElfModule<'_>, site: &Site, trampoline: Svma) -> Option<Vec<CodePatch>> {
+    let original = |at: Svma, len: usize| module.bytes_from(at).and_then(|b| b.get(..len)).map(<[u8]>::to_vec);
+    let mut out = Vec::new();
+    let mut head = match site.bounce {
+        None => lopi_x86::jmp32_bytes(site.patch_at.0, trampoline.0)?.to_vec(),
+        Some(bounce) => {
+            let jump = lopi_x86::jmp32_bytes(bounce.0, trampoline.0)?;
+            out.push(CodePatch { at: bounce, bytes: jump.to_vec(), original: original(bounce, JMP32_LEN)? });
+            lopi_x86::jmp8_bytes(site.patch_at.0, bounce.0)?.to_vec()
+        }
+    };
+    // Whatever the jump leaves of the moved instructions is unreachable: fill with int3.
+    head.resize(site.covered.max(head.len()), 0xcc);
+    out.push(CodePatch { at: site.patch_at, original: original(site.patch_at, head.len())?, bytes: head });
+    Some(out)
+}

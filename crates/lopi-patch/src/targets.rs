@@ -1,0 +1,89 @@
+//! Every address control flow may reach other than by falling through: direct branch and
+//! call targets, code addresses taken by `lea` (computed goto, function pointers) and jump
+//! table entries. A patch must not cover any of them except at its first byte.
+use lopi_elf::{ElfModule, Svma};
+use std::collections::BTreeSet;
+
+/// Known code starts in one section, in address order; decoding restarts at each so that
+/// data or padding cannot desynchronise the sweep for long.
+fn resync_points(module: &ElfModule<'_>, start: u64, end: u64) -> Vec<u64> {
+    let mut points: Vec<u64> = module
+        .functions
+        .iter()
+        .map(|f| f.addr.0)
+        .chain(module.fragments.iter().map(|f| f.0 .0))
+        .filter(|&a| a >= start && a < end)
+        .collect();
+    points.push(start);
+    points.sort_unstable();
+    points.dedup();
+    points
+}
+
+/// Linear sweep of every code section, resynchronised at known function starts.
+pub fn collect(module: &ElfModule<'_>) -> BTreeSet<u64> {
+    let mut targets = BTreeSet::new();
+    for section in &module.code_sections {
+        let Some(bytes) = module.bytes_from(section.addr) else { continue };
+        let (start, end) = (section.addr.0, section.addr.0 + section.size.min(bytes.len() as u64));
+        let points = resync_points(module, start, end);
+        for (i, &from) in points.iter().enumerate() {
+            let to = points.get(i + 1).copied().unwrap_or(end);
+            let code = &bytes[(from - start) as usize..(to - start) as usize];
+            sweep(module, code, from, to, &mut targets);
+        }
+    }
+    targets
+}
+
+fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut BTreeSet<u64>) {
+    let mut ip = from;
+    while ip < to {
+        let offset = (ip - from) as usize;
+        let Some(insn) = lopi_x86::decode_one(&code[offset..], ip) else {
+            ip += 1;
+            continue;
+        };
+        if let Some(t) = lopi_x86::branch_target(&insn) {
+            targets.insert(t);
+        }
+        if let Some(addr) = lopi_x86::rip_relative_address(&insn) {
+            if lopi_x86::is_lea(&insn) && module.code_section_of(Svma(addr)).is_some() {
+                targets.insert(addr);
+            } else if module.is_readonly_data(Svma(addr)) {
+                relative_jump_table(module, addr, from, to, targets);
+            }
+        }
+        if let Some(table) = lopi_x86::absolute_table_base(&insn) {
+            absolute_jump_table(module, table, from, to, targets);
+        }
+        ip += insn.len() as u64;
+    }
+}
+
+/// GCC's PIC jump table: 32-bit offsets from the table's own address. Entries are read
+/// while they land inside the current function; over-reading only adds targets, which only
+/// makes the planner more careful.
+fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut BTreeSet<u64>) {
+    let Some(bytes) = module.bytes_from(Svma(table)) else { return };
+    for entry in bytes.chunks_exact(4).take(4096) {
+        let rel = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
+        let target = table.wrapping_add(rel as i64 as u64);
+        if target < lo || target >= hi {
+            break;
+        }
+        targets.insert(target);
+    }
+}
+
+/// Non-PIC jump table: absolute 64-bit addresses.
+fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut BTreeSet<u64>) {
+    let Some(bytes) = module.bytes_from(Svma(table)) else { return };
+    for entry in bytes.chunks_exact(8).take(4096) {
+        let target = u64::from_le_bytes(entry.try_into().unwrap_or([0; 8]));
+        if target < lo || target >= hi {
+            break;
+        }
+        targets.insert(target);
+    }
+}

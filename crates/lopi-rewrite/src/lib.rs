@@ -1,0 +1,257 @@
+//! The static installer: turns an input ELF and a selection of sites into a new ELF.
+//!
+//! The original bytes stay where they are; only patched code bytes, the ELF header's
+//! program-header fields and one dynamic entry change. Three segments are appended:
+//!
+//! ```text
+//! RW  counters (one u64 per probed function; the runtime remaps them onto the data file)
+//! RX  runtime blob | init stub | trampolines
+//! R   program headers (moved here to make room) | module descriptor | metadata JSON
+//! ```
+//!
+//! The init stub is reached through `DT_INIT`: it registers the module with the runtime and
+//! then chains to the original `DT_INIT` function, if there was one.
+#![forbid(unsafe_code)]
+
+use lopi_elf::{ElfModule, Svma};
+use lopi_patch::{Layout, PatchPlan, Selection};
+use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_MAGIC, PAGE_SIZE};
+use lopi_trace::{MetaFunction, ModuleMeta, META_VERSION};
+use std::path::Path;
+
+mod elf {
+    //! The few ELF constants we write, by their names in the ELF spec.
+    pub const PT_LOAD: u32 = 1;
+    pub const PT_PHDR: u32 = 6;
+    pub const PF_X: u32 = 1;
+    pub const PF_W: u32 = 2;
+    pub const PF_R: u32 = 4;
+    pub const DT_NULL: u64 = 0;
+    pub const DT_INIT: u64 = 12;
+    pub const PHENT_SIZE: usize = 56;
+    pub const E_PHOFF: usize = 0x20;
+    pub const E_PHNUM: usize = 0x38;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RewriteError {
+    #[error("the file was already rewritten by lopi; rewrite the original instead")]
+    AlreadyRewritten,
+    #[error("no DT_INIT entry and no spare slot in the dynamic section to hook the runtime's init")]
+    NoInitSlot,
+    #[error("the rewritten image would not fit in the address space")]
+    TooLarge,
+}
+
+/// Names recorded in the module metadata.
+pub struct ModuleNames {
+    /// Where the rewritten file will live (shown by reports).
+    pub module: String,
+    /// The input file.
+    pub source: String,
+}
+
+/// A finished rewrite.
+pub struct Rewritten {
+    pub image: Vec<u8>,
+    pub plan: PatchPlan,
+}
+
+/// `endbr64; push rdi; push rsi; push rdx; mov rcx,rdx; mov rdx,rsi; mov rsi,rdi;
+/// lea rdi,[rip+desc]; call init; pop rdx; pop rsi; pop rdi; jmp chain|ret`.
+const STUB_LEN: usize = 4 + 3 + 9 + 7 + 5 + 3 + 5;
+
+/// Builds the new image. `selection` comes from [`lopi_patch::select`] on the same module.
+pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames) -> Result<Rewritten, RewriteError> {
+    let input = module.data();
+    if contains(input, &DESCRIPTOR_MAGIC) {
+        return Err(RewriteError::AlreadyRewritten);
+    }
+    let init_slot = find_init_slot(module)?;
+
+    // Layout: RW counters, then RX code, then R headers; vaddr and file offset advance
+    // together from page boundaries, so each segment is congruent modulo the page size.
+    let rw_vaddr = page_align(module.end_of_image().0);
+    let rw_offset = page_align(input.len() as u64);
+    let counters_len = page_align(selection.counter_bytes().max(8));
+    let rx_vaddr = rw_vaddr.checked_add(counters_len).ok_or(RewriteError::TooLarge)?;
+    let rx_offset = rw_offset + counters_len;
+    let blob = lopi_rt_blob::BLOB;
+    let stub_at = rx_vaddr + blob.len().next_multiple_of(16) as u64;
+    let trampolines = stub_at + STUB_LEN.next_multiple_of(16) as u64;
+
+    let plan = selection.lay_out(module, Layout { trampolines: Svma(trampolines), counters: Svma(rw_vaddr) });
+
+    let meta = ModuleMeta {
+        version: META_VERSION,
+        module: names.module.clone(),
+        source: names.source.clone(),
+        functions: plan
+            .probed
+            .iter()
+            .map(|p| {
+                let f = &module.functions[p.function];
+                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size }
+            })
+            .collect(),
+    };
+    let meta_json = serde_json::to_vec(&meta).expect("metadata serialises");
+
+    let rx_len = (trampolines - rx_vaddr) as usize + plan.trampoline_code.len();
+    let r_vaddr = page_align(rx_vaddr + rx_len as u64);
+    let r_offset = rx_offset + (r_vaddr - rx_vaddr);
+    let phnum = module.program_headers.len() + 3;
+    let phdrs_len = phnum * elf::PHENT_SIZE;
+    let desc_vaddr = r_vaddr + phdrs_len.next_multiple_of(8) as u64;
+    let meta_vaddr = desc_vaddr + 56;
+    let r_len = (meta_vaddr - r_vaddr) as usize + meta_json.len();
+    let end = r_offset as usize + r_len;
+
+    let mut image = input.to_vec();
+    image.resize(end, 0);
+    for patch in &plan.code_patches {
+        let at = module.offset_of(patch.at).expect("the planner only patches file-backed code").0 as usize;
+        image[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
+    }
+
+    // RX: runtime, init stub, trampolines.
+    let rx = &mut image[rx_offset as usize..rx_offset as usize + rx_len];
+    rx.fill(0xcc);
+    rx[..blob.len()].copy_from_slice(blob);
+    let init_entry = rx_vaddr + lopi_rt_blob::INIT_OFFSET as u64;
+    let stub = init_stub(stub_at, desc_vaddr, init_entry, init_slot.chain);
+    let s = (stub_at - rx_vaddr) as usize;
+    rx[s..s + stub.len()].copy_from_slice(&stub);
+    let t = (trampolines - rx_vaddr) as usize;
+    rx[t..t + plan.trampoline_code.len()].copy_from_slice(&plan.trampoline_code);
+
+    // R: program headers, descriptor, metadata.
+    let segments = [
+        (elf::PF_R | elf::PF_W, rw_offset, rw_vaddr, counters_len),
+        (elf::PF_R | elf::PF_X, rx_offset, rx_vaddr, rx_len as u64),
+        (elf::PF_R, r_offset, r_vaddr, r_len as u64),
+    ];
+    let phdrs = program_headers(module, &segments, r_offset, r_vaddr, phdrs_len as u64);
+    let r = r_offset as usize;
+    image[r..r + phdrs.len()].copy_from_slice(&phdrs);
+    let descriptor = ModuleDescriptor {
+        magic: DESCRIPTOR_MAGIC,
+        meta_offset: (meta_vaddr - desc_vaddr) as i64,
+        meta_len: meta_json.len() as u64,
+        counters_offset: rw_vaddr as i64 - desc_vaddr as i64,
+        counters_len,
+        counter_count: plan.probed.len() as u64,
+        svma: desc_vaddr,
+    };
+    let d = r + (desc_vaddr - r_vaddr) as usize;
+    image[d..d + 56].copy_from_slice(&descriptor.to_bytes());
+    image[d + 56..d + 56 + meta_json.len()].copy_from_slice(&meta_json);
+
+    image[elf::E_PHOFF..elf::E_PHOFF + 8].copy_from_slice(&r_offset.to_le_bytes());
+    image[elf::E_PHNUM..elf::E_PHNUM + 2].copy_from_slice(&(phnum as u16).to_le_bytes());
+    let slot = init_slot.offset as usize;
+    image[slot..slot + 8].copy_from_slice(&elf::DT_INIT.to_le_bytes());
+    image[slot + 8..slot + 16].copy_from_slice(&stub_at.to_le_bytes());
+    Ok(Rewritten { image, plan })
+}
+
+/// Where the init hook goes: the `DT_INIT` entry (chaining to its old value) or a spare
+/// `DT_NULL` with another `DT_NULL` after it to keep the table terminated.
+struct InitSlot {
+    offset: u64,
+    chain: Option<u64>,
+}
+
+fn find_init_slot(module: &ElfModule<'_>) -> Result<InitSlot, RewriteError> {
+    if let Some(d) = module.dynamic.iter().find(|d| d.tag == elf::DT_INIT) {
+        return Ok(InitSlot { offset: d.offset.0, chain: Some(d.value) });
+    }
+    let null = module.dynamic.iter().find(|d| d.tag == elf::DT_NULL).ok_or(RewriteError::NoInitSlot)?;
+    let first = module.dynamic.first().map_or(0, |d| d.offset.0);
+    let next = null.offset.0 + 16;
+    let spare = next + 16 <= first + module.dynamic_capacity as u64
+        && module.data().get(next as usize..next as usize + 16).is_some_and(|b| b.iter().all(|&x| x == 0));
+    if !spare {
+        return Err(RewriteError::NoInitSlot);
+    }
+    Ok(InitSlot { offset: null.offset.0, chain: None })
+}
+
+fn rel32(from_end: u64, to: u64) -> [u8; 4] {
+    (to.wrapping_sub(from_end) as i64 as i32).to_le_bytes()
+}
+
+/// Called as a `DT_INIT` function with (argc, argv, envp): registers the module, then
+/// chains. Three pushes realign the stack to 16 bytes for the call.
+fn init_stub(at: u64, descriptor: u64, init: u64, chain: Option<u64>) -> Vec<u8> {
+    let mut code = vec![0xf3, 0x0f, 0x1e, 0xfa, 0x57, 0x56, 0x52, 0x48, 0x89, 0xd1, 0x48, 0x89, 0xf2, 0x48, 0x89, 0xfe];
+    code.extend_from_slice(&[0x48, 0x8d, 0x3d]);
+    code.extend_from_slice(&rel32(at + code.len() as u64 + 4, descriptor));
+    code.push(0xe8);
+    code.extend_from_slice(&rel32(at + code.len() as u64 + 4, init));
+    code.extend_from_slice(&[0x5a, 0x5e, 0x5f]);
+    match chain {
+        Some(target) => {
+            code.push(0xe9);
+            code.extend_from_slice(&rel32(at + code.len() as u64 + 4, target));
+        }
+        None => code.push(0xc3),
+    }
+    debug_assert!(code.len() <= STUB_LEN);
+    code
+}
+
+/// The old table with `PT_PHDR` moved to the new location and the three new `PT_LOAD`s
+/// inserted after the last old one (loaders expect `PT_LOAD`s in address order).
+fn program_headers(module: &ElfModule<'_>, segments: &[(u32, u64, u64, u64)], offset: u64, vaddr: u64, len: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let last_load = module.program_headers.iter().rposition(|p| p.p_type == elf::PT_LOAD).unwrap_or(0);
+    let put = |out: &mut Vec<u8>, p_type: u32, flags: u32, off: u64, va: u64, filesz: u64, memsz: u64, align: u64| {
+        out.extend_from_slice(&p_type.to_le_bytes());
+        out.extend_from_slice(&flags.to_le_bytes());
+        for v in [off, va, va, filesz, memsz, align] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    };
+    for (i, p) in module.program_headers.iter().enumerate() {
+        if p.p_type == elf::PT_PHDR {
+            put(&mut out, p.p_type, p.p_flags, offset, vaddr, len, len, 8);
+        } else {
+            put(&mut out, p.p_type, p.p_flags, p.p_offset, p.p_vaddr, p.p_filesz, p.p_memsz, p.p_align);
+            // p_paddr is copied as the original had it.
+            let at = out.len() - 40;
+            out[at..at + 8].copy_from_slice(&p.p_paddr.to_le_bytes());
+        }
+        if i == last_load {
+            for &(flags, off, va, size) in segments {
+                put(&mut out, elf::PT_LOAD, flags, off, va, size, size, PAGE_SIZE);
+            }
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Writes `bytes` to `path` so that an existing file is replaced only by a complete one:
+/// a temporary file in the same directory, then `rename`.
+pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.lopi-tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,36 @@
+//! Recorded data: what a rewritten module says about itself ([`ModuleMeta`]), how processes
+//! store counts ([`DataFile`]), and the per-function view reports are made of ([`Profile`]).
+//!
+//! Readers never panic on malformed files: anything that does not fit is an error, or, for
+//! a record cut short by a dying process, the end of the data.
+#![forbid(unsafe_code)]
+
+mod data;
+mod report;
+
+pub use data::{DataError, DataFile, Record};
+pub use report::{FunctionCount, Profile};
+
+use serde::{Deserialize, Serialize};
+
+/// Version of [`ModuleMeta`]'s JSON layout.
+pub const META_VERSION: u32 = 1;
+
+/// Written by the rewriter into the module, copied by the runtime into each record.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ModuleMeta {
+    pub version: u32,
+    /// Path of the rewritten file as given to `lopi rewrite -o`.
+    pub module: String,
+    /// Path of the original input.
+    pub source: String,
+    /// Probed functions; index = counter index.
+    pub functions: Vec<MetaFunction>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetaFunction {
+    pub name: String,
+    pub addr: u64,
+    pub size: u64,
+}
