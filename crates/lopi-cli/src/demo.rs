@@ -25,7 +25,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
 
     step(&format!("lopi rewrite {} -o {}", prog.display(), rewritten.display()));
     let summary = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default())?;
-    println!("{summary}");
+    crate::print(&format!("{summary}\n"))?;
 
     step(&format!("LOPI_OUTPUT={} {}", data.display(), rewritten.display()));
     let status = Command::new(&rewritten).env("LOPI_OUTPUT", &data).status().context("running the rewritten demo")?;
@@ -36,11 +36,10 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
     step(&format!("lopi report {}", data.display()));
     let bytes = std::fs::read(&data).with_context(|| format!("reading {}", data.display()))?;
     let profile = lopi_trace::Profile::from_data(&lopi_trace::DataFile::parse(&bytes)?);
-    crate::show::report_text(&profile, 10);
-    println!("\n(files kept in {})", dir.display());
-    Ok(())
+    crate::print(&crate::show::report_text(&profile, 10))?;
+    crate::print(&format!("\n(files kept in {})\n", dir.display()))
 }
 
 fn step(cmd: &str) {
-    println!("\n$ {cmd}");
+    let _ = crate::print(&format!("\n$ {cmd}\n"));
 }

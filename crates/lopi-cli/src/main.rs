@@ -93,10 +93,9 @@ fn run(cli: Cli) -> Result<()> {
             let selection = lopi_patch::select(&module, &select.filter()?);
             let summary = show::Summary::new(&module, &selection.outcomes);
             match format {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&show::info_json(&prog, &module, &selection.outcomes, &summary))?),
-                Format::Text => show::info_text(&module, &selection.outcomes, &summary),
+                Format::Json => print_json(&show::info_json(&prog, &module, &selection.outcomes, &summary)),
+                Format::Text => print(&show::info_text(&module, &selection.outcomes, &summary)),
             }
-            Ok(())
         }
         Command::Rewrite { prog, output, select } => {
             let summary = rewrite(&prog, &output, &select.filter()?)?;
@@ -108,13 +107,26 @@ fn run(cli: Cli) -> Result<()> {
             let file = lopi_trace::DataFile::parse(&bytes).with_context(|| format!("reading {}", data.display()))?;
             let profile = lopi_trace::Profile::from_data(&file);
             match format {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&profile)?),
-                Format::Text => show::report_text(&profile, top),
+                Format::Json => print_json(&profile),
+                Format::Text => print(&show::report_text(&profile, top)),
             }
-            Ok(())
         }
         Command::Demo { dir } => demo::run(dir),
     }
+}
+
+/// Writes to stdout; a reader that went away (`lopi info x | head`) ends the output quietly.
+pub(crate) fn print(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
+        _ => Ok(()),
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    print(&(serde_json::to_string_pretty(value)? + "\n"))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

@@ -4,7 +4,7 @@ use lopi_patch::Outcome;
 use lopi_trace::Profile;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::path::Path;
 
 /// Counts behind the summary line of `info` and `rewrite`.
@@ -104,31 +104,34 @@ pub fn info_json(path: &Path, module: &ElfModule<'_>, outcomes: &[Outcome], summ
     })
 }
 
-pub fn info_text(module: &ElfModule<'_>, outcomes: &[Outcome], summary: &Summary) {
-    println!("{:<18} {:>7}  {:<14} NAME", "ADDRESS", "SIZE", "PROBE");
+pub fn info_text(module: &ElfModule<'_>, outcomes: &[Outcome], summary: &Summary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<18} {:>7}  {:<14} NAME", "ADDRESS", "SIZE", "PROBE");
     for (f, o) in module.functions.iter().zip(outcomes) {
         let (status, tactic, reason) = outcome_fields(o);
         let how = tactic.unwrap_or(status);
-        match reason {
-            Some(r) => println!("{:#018x} {:>7}  {:<14} {}  ({r})", f.addr.0, f.size, how, f.name),
-            None => println!("{:#018x} {:>7}  {:<14} {}", f.addr.0, f.size, how, f.name),
-        }
+        let _ = match reason {
+            Some(r) => writeln!(out, "{:#018x} {:>7}  {:<14} {}  ({r})", f.addr.0, f.size, how, f.name),
+            None => writeln!(out, "{:#018x} {:>7}  {:<14} {}", f.addr.0, f.size, how, f.name),
+        };
     }
-    println!("{summary}");
+    let _ = writeln!(out, "{summary}");
+    out
 }
 
-pub fn report_text(profile: &Profile, top: usize) {
-    println!("program: {}", profile.program);
+pub fn report_text(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "program: {}", profile.program);
     let pids: Vec<String> = profile.pids.iter().map(u32::to_string).collect();
-    println!("processes: {} (pid {})", profile.pids.len(), pids.join(", "));
+    let _ = writeln!(out, "processes: {} (pid {})", profile.pids.len(), pids.join(", "));
     if profile.incomplete {
-        println!("warning: a process died while registering a module; that module's counts are missing");
+        let _ = writeln!(out, "warning: a process died while registering a module; that module's counts are missing");
     }
     let called: Vec<_> = profile.functions.iter().filter(|f| f.calls > 0).collect();
-    println!("functions called: {} of {} probed, {} calls in total\n", called.len(), profile.functions.len(), profile.total_calls);
+    let _ = writeln!(out, "functions called: {} of {} probed, {} calls in total\n", called.len(), profile.functions.len(), profile.total_calls);
     let width = called.first().map_or(5, |f| f.calls.to_string().len().max(5));
     let multi_module = profile.modules.len() > 1;
-    println!("{:>width$}  {:>6}  FUNCTION", "CALLS", "%");
+    let _ = writeln!(out, "{:>width$}  {:>6}  FUNCTION", "CALLS", "%");
     let rows = if top == 0 { called.len() } else { top.min(called.len()) };
     for f in &called[..rows] {
         let share = 100.0 * f.calls as f64 / profile.total_calls.max(1) as f64;
@@ -137,9 +140,10 @@ pub fn report_text(profile: &Profile, top: usize) {
         } else {
             String::new()
         };
-        println!("{:>width$}  {:>5.1}%  {}{module}", f.calls, share, f.name);
+        let _ = writeln!(out, "{:>width$}  {:>5.1}%  {}{module}", f.calls, share, f.name);
     }
     if rows < called.len() {
-        println!("... {} more (use --top 0 for all)", called.len() - rows);
+        let _ = writeln!(out, "... {} more (use --top 0 for all)", called.len() - rows);
     }
+    out
 }
