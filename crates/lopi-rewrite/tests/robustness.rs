@@ -1,0 +1,121 @@
+//! "Never panic on input": mutated and truncated ELF files go through the whole pipeline
+//! (parse, plan, rewrite), and mutated data files through the reader. Each case must end in
+//! a value or an error. Deterministic (fixed seed), so a failure names its case.
+use lopi_elf::ElfModule;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// xorshift64*: enough randomness for mutation, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn build_sample() -> Vec<u8> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("sample.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nstatic int sq(int x){return x*x;}\nint tiny(void){return 0;}\n\
+         int sw(int x){switch(x){case 0:return 3;case 1:return 7;case 2:return 9;case 3:return 1;\
+         case 4:return 5;case 5:return 8;default:return -1;}}\n\
+         int main(int c,char**v){printf(\"%d %d %d\\n\",sq(c),tiny(),sw(c));return 0;}\n",
+    )
+    .unwrap();
+    let exe = dir.join("sample");
+    let ok = Command::new("cc").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("cc must be installed").success();
+    assert!(ok, "cc failed");
+    std::fs::read(exe).unwrap()
+}
+
+fn pipeline(bytes: &[u8]) {
+    let Ok(module) = ElfModule::parse(bytes) else { return };
+    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default());
+    let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
+    let _ = lopi_rewrite::rewrite(&module, selection, &names);
+}
+
+#[test]
+fn mutated_elf_files_never_panic() {
+    let original = build_sample();
+    pipeline(&original);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for case in 0..3000 {
+        let mut bytes = original.clone();
+        match case % 3 {
+            // Headers and tables are where parsers trust lengths and offsets.
+            0 => {
+                for _ in 0..1 + rng.below(8) {
+                    let at = rng.below(bytes.len().min(4096));
+                    bytes[at] = rng.next() as u8;
+                }
+            }
+            1 => {
+                for _ in 0..1 + rng.below(32) {
+                    let at = rng.below(bytes.len());
+                    bytes[at] ^= 1 << rng.below(8);
+                }
+            }
+            _ => bytes.truncate(rng.below(original.len())),
+        }
+        let result = std::panic::catch_unwind(|| pipeline(&bytes));
+        assert!(result.is_ok(), "case {case} panicked");
+    }
+}
+
+#[test]
+fn mutated_data_files_never_panic() {
+    use lopi_rt_abi::{RecordHeader, DATA_MAGIC, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC};
+    let meta = br#"{"version":1,"module":"m","source":"s","functions":[{"name":"f","addr":4096,"size":3}]}"#;
+    let mut file = vec![0u8; 3 * PAGE_SIZE as usize];
+    file[..8].copy_from_slice(&DATA_MAGIC);
+    let header = RecordHeader {
+        magic: RECORD_MAGIC,
+        record_len: 2 * PAGE_SIZE,
+        pid: 7,
+        exe_len: 3,
+        load_bias: 0,
+        meta_offset: 128,
+        meta_len: meta.len() as u64,
+        counters_offset: PAGE_SIZE,
+        counters_len: PAGE_SIZE,
+        counter_count: 1,
+    };
+    let rec = PAGE_SIZE as usize;
+    file[rec..rec + RECORD_HEADER_LEN].copy_from_slice(&header.to_bytes());
+    file[rec + RECORD_HEADER_LEN..rec + RECORD_HEADER_LEN + 3].copy_from_slice(b"exe");
+    file[rec + 128..rec + 128 + meta.len()].copy_from_slice(meta);
+    file[2 * rec..2 * rec + 8].copy_from_slice(&42u64.to_le_bytes());
+    let parsed = lopi_trace::DataFile::parse(&file).unwrap();
+    assert_eq!(parsed.records[0].counts, vec![42]);
+
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    for case in 0..3000 {
+        let mut bytes = file.clone();
+        if case % 4 == 3 {
+            bytes.truncate(rng.below(file.len()));
+        } else {
+            for _ in 0..1 + rng.below(6) {
+                let at = rec + rng.below(RECORD_HEADER_LEN + 200);
+                bytes[at] = rng.next() as u8;
+            }
+        }
+        let result = std::panic::catch_unwind(|| {
+            if let Ok(d) = lopi_trace::DataFile::parse(&bytes) {
+                let _ = lopi_trace::Profile::from_data(&d);
+            }
+        });
+        assert!(result.is_ok(), "case {case} panicked");
+    }
+}
