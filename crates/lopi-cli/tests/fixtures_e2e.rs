@@ -272,40 +272,83 @@ fn check_counts(
 }
 
 /// Build, run, rewrite, run again, compare, report: one configuration of
-/// one fixture (and one variant for library fixtures).
-fn run_case(fx: &Fixture, cfg: Config, variant: Variant) -> Result<(), String> {
-    let label = if fx.lib.is_some() {
-        format!("{} {} {}", fx.file, cfg.name(), variant.label())
-    } else {
-        format!("{} {}", fx.file, cfg.name())
-    };
-    let mut case = Case::new(label);
+/// one fixture (all variants for library fixtures: the builds are shared).
+/// Returns one message per failing variant.
+fn run_case(fx: &Fixture, cfg: Config) -> Vec<String> {
+    let variants: &[Variant] = if fx.lib.is_some() { &[Variant::Main, Variant::Lib, Variant::Both] } else { &[Variant::Main] };
+    let mut case = Case::new(format!("{} {}", fx.file, cfg.name()));
     let dir = case.dir.clone();
-    let src_dir = fixtures_dir();
-
-    // --- build -------------------------------------------------------------
-    let lib_orig_dir = dir.join("lib_orig");
+    let built = match build_and_run_original(&mut case, fx, cfg) {
+        Ok(b) => b,
+        Err(e) => return vec![e],
+    };
+    let mut failures = Vec::new();
+    // Rewrite each module once; a failed rewrite fails every variant using it.
+    let rw = dir.join("rw").join("prog");
     let lib_rw_dir = dir.join("lib_rw");
-    let lib_orig = lib_orig_dir.join("libfix.so");
-    let lib_rw = lib_rw_dir.join("libfix.so");
+    let mut main_rw: Option<Result<(), String>> = None;
+    let mut lib_rw: Option<Result<(), String>> = None;
+    for &variant in variants {
+        let uses_lib = variant.lib() && fx.lib.is_some();
+        if variant.main() && main_rw.is_none() {
+            main_rw = Some(case.rewrite(&built.orig, &rw, &[]));
+        }
+        if uses_lib && lib_rw.is_none() {
+            lib_rw = Some(case.rewrite(&built.lib_orig_dir.join("libfix.so"), &lib_rw_dir.join("libfix.so"), &[]));
+        }
+        let label = if fx.lib.is_some() { format!("{} {} {}", fx.file, cfg.name(), variant.label()) } else { case.label.clone() };
+        let rewrite_err = [(variant.main(), &main_rw), (uses_lib, &lib_rw)]
+            .into_iter()
+            .find_map(|(used, r)| if used { r.as_ref().and_then(|r| r.as_ref().err()) } else { None });
+        if let Some(e) = rewrite_err {
+            failures.push(e.replacen(&format!("[{}]", case.label), &format!("[{label}]"), 1));
+            continue;
+        }
+        let mut vcase = Case { label, dir: dir.clone(), repro: case.repro.clone() };
+        let prog = if variant.main() { rw.clone() } else { built.orig.clone() };
+        let lib_dir = if variant.lib() { lib_rw_dir.clone() } else { built.lib_orig_dir.clone() };
+        if let Err(e) = check_variant(&mut vcase, fx, variant, &built, &prog, &lib_dir) {
+            failures.push(e);
+        }
+    }
+    if failures.is_empty() {
+        cleanup(&dir);
+    }
+    failures
+}
+
+struct Built {
+    orig: PathBuf,
+    lib_orig_dir: PathBuf,
+    run_dir: PathBuf,
+    want: Output,
+}
+
+fn build_and_run_original(case: &mut Case, fx: &Fixture, cfg: Config) -> Result<Built, String> {
+    let dir = case.dir.clone();
+    let lib_orig_dir = dir.join("lib_orig");
     if let Some(lib) = &fx.lib {
         std::fs::create_dir_all(&lib_orig_dir).unwrap();
         let lib_fx = Fixture::load(lib);
         let mut cmd = Command::new(lib_fx.compiler());
-        cmd.args(cfg.lib_flags()).args(&lib_fx.cflags).arg(&lib_fx.path).arg("-o").arg(&lib_orig).args(&lib_fx.ldflags);
+        cmd.args(cfg.lib_flags())
+            .args(&lib_fx.cflags)
+            .arg(&lib_fx.path)
+            .arg("-o")
+            .arg(lib_orig_dir.join("libfix.so"))
+            .args(&lib_fx.ldflags);
         case.compile(&mut cmd)?;
     }
     let orig = dir.join("orig").join("prog");
     std::fs::create_dir_all(orig.parent().unwrap()).unwrap();
     let mut cmd = Command::new(fx.compiler());
-    cmd.args(cfg.prog_flags()).args(&fx.cflags).arg(src_dir.join(&fx.file)).arg("-o").arg(&orig);
+    cmd.args(cfg.prog_flags()).args(&fx.cflags).arg(&fx.path).arg("-o").arg(&orig);
     if fx.lib.is_some() && !fx.dlopen {
         cmd.arg(format!("-L{}", lib_orig_dir.display())).arg("-lfix");
     }
     cmd.args(&fx.ldflags);
     case.compile(&mut cmd)?;
 
-    // --- original run ----------------------------------------------------------
     let run_dir = dir.join("run");
     std::fs::create_dir_all(&run_dir).unwrap();
     let mut cmd = Command::new(&orig);
@@ -329,30 +372,20 @@ fn run_case(fx: &Fixture, cfg: Config, variant: Variant) -> Result<(), String> {
             want.stderr_str()
         )));
     }
+    Ok(Built { orig, lib_orig_dir, run_dir, want })
+}
 
-    // --- rewrite -----------------------------------------------------------------
-    let rw = dir.join("rw").join("prog");
-    let prog = if variant.main() {
-        case.rewrite(&orig, &rw, &[])?;
-        rw.clone()
-    } else {
-        orig.clone()
-    };
-    let lib_dir = if variant.lib() && fx.lib.is_some() {
-        case.rewrite(&lib_orig, &lib_rw, &[])?;
-        lib_rw_dir.clone()
-    } else {
-        lib_orig_dir.clone()
-    };
-
-    // --- rewritten run -------------------------------------------------------------
-    let data = dir.join("data.lopi");
-    let mut cmd = Command::new(&prog);
-    cmd.current_dir(&run_dir).env("LOPI_OUTPUT", &data);
+/// Run the rewritten setup of one variant, compare with the original run
+/// and check the counts.
+fn check_variant(case: &mut Case, fx: &Fixture, variant: Variant, built: &Built, prog: &Path, lib_dir: &Path) -> Result<(), String> {
+    let data = case.dir.join(format!("data-{}.lopi", variant.label()));
+    let mut cmd = Command::new(prog);
+    cmd.current_dir(&built.run_dir).env("LOPI_OUTPUT", &data);
     if fx.lib.is_some() {
-        cmd.env("LD_LIBRARY_PATH", &lib_dir);
+        cmd.env("LD_LIBRARY_PATH", lib_dir);
     }
     let got = case.run(&mut cmd, "rewritten program")?;
+    let want = &built.want;
 
     let mut problems = Vec::new();
     if got.status != want.status || got.timed_out {
@@ -368,11 +401,10 @@ fn run_case(fx: &Fixture, cfg: Config, variant: Variant) -> Result<(), String> {
         return Err(case.fail(problems.join("\n")));
     }
 
-    // --- lopi info on the inputs ------------------------------------------------------
-    let main_info = if variant.main() { Some(case.info(&orig)?) } else { None };
-    let lib_info = if variant.lib() && fx.lib.is_some() { Some(case.info(&lib_orig)?) } else { None };
+    // lopi info on the rewritten inputs (coverage_percent etc.)
+    let main_info = if variant.main() { Some(case.info(&built.orig)?) } else { None };
+    let lib_info = if variant.lib() && fx.lib.is_some() { Some(case.info(&built.lib_orig_dir.join("libfix.so"))?) } else { None };
 
-    // --- report ------------------------------------------------------------------------
     let entries = case.report(&data)?;
     check_counts(&mut problems, &entries, &fx.expect, variant.main(), false, main_info.as_ref());
     if fx.lib.is_some() {
@@ -381,49 +413,44 @@ fn run_case(fx: &Fixture, cfg: Config, variant: Variant) -> Result<(), String> {
     if !problems.is_empty() {
         return Err(case.fail(format!("wrong counts:\n  {}", problems.join("\n  "))));
     }
-    cleanup(&dir);
     Ok(())
 }
 
-/// Run every selected configuration (and variant) of a fixture, in
-/// parallel, and fail with all problems at once.
+/// Run every selected configuration of a fixture, in parallel, and fail
+/// with all problems at once.
 fn run_fixture(file: &str) {
     let fx = Fixture::load(file);
     assert!(!fx.shared, "{file} is a library source, not a program");
     assert!(!fx.expect.is_empty() || !fx.expect_lib.is_empty(), "{file}: no lopi-expect line");
-    let variants: &[Variant] = if fx.lib.is_some() { &[Variant::Main, Variant::Lib, Variant::Both] } else { &[Variant::Main] };
-    let mut jobs = Vec::new();
-    for cfg in selected_configs() {
-        for &v in variants {
-            jobs.push((cfg, v));
-        }
-    }
+    let jobs = selected_configs();
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::<String>::new());
-    let passed = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 4);
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(cfg, v)) = jobs.get(i) else { break };
-                    match run_case(&fx, cfg, v) {
-                        Ok(()) => {
-                            passed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => failures.lock().unwrap().push(e),
-                    }
+                    let Some(&cfg) = jobs.get(i) else { break };
+                    let f = run_case(&fx, cfg);
+                    failures.lock().unwrap().extend(f);
                 }
             });
         }
     });
     let mut failures = failures.into_inner().unwrap();
     failures.sort();
-    let passed = passed.into_inner();
-    eprintln!("{file}: {passed}/{} configurations passed", jobs.len());
+    let per_cfg = if fx.lib.is_some() { 3 } else { 1 };
+    let total = jobs.len() * per_cfg;
+    eprintln!("{file}: {}/{total} cases passed", total - failures.len());
     if !failures.is_empty() {
-        panic!("{file}: {} of {} configurations failed:\n{}", failures.len(), jobs.len(), failures.join("\n"));
+        let names: Vec<&str> = failures.iter().filter_map(|f| f.lines().next()).collect();
+        panic!(
+            "{file}: {} of {total} cases failed:\n{}\n\n{}",
+            failures.len(),
+            names.join("\n"),
+            failures.join("\n")
+        );
     }
 }
 
@@ -694,4 +721,25 @@ fn rewrite_overwrites_existing_output_and_info_reports_coverage() {
         assert_eq!(st, Some("probed"), "{}", case.fail(format!("lopi info status of {name}")));
     }
     cleanup(&case.dir);
+}
+
+/// Self-test of the count checker (independent of lopi).
+#[test]
+fn count_checker_self_test() {
+    let e = |name: &str, module: &str, calls: u64| ReportEntry { name: name.into(), module: module.into(), addr: "0x0".into(), calls };
+    let entries = vec![e("fib", "/a/prog", 5), e("dup", "/a/prog", 2), e("dup", "/b/libfix.so", 3), e("zero", "/a/prog", 0)];
+    let exp = |v: &[(&str, u64)]| v.iter().map(|(n, c)| (n.to_string(), *c)).collect::<Vec<_>>();
+    let mut p = Vec::new();
+    check_counts(&mut p, &entries, &exp(&[("fib", 5), ("dup", 5), ("zero", 0)]), true, false, None);
+    assert!(p.is_empty(), "{p:?}");
+    check_counts(&mut p, &entries, &exp(&[("fib", 6), ("missing", 0)]), true, false, None);
+    assert_eq!(p.len(), 2, "{p:?}");
+    p.clear();
+    check_counts(&mut p, &entries, &exp(&[("dup", 5)]), true, true, None);
+    assert_eq!(p.len(), 1, "module check: {p:?}");
+    p.clear();
+    check_counts(&mut p, &entries, &exp(&[("zero", 7), ("missing", 1)]), false, false, None);
+    assert!(p.is_empty(), "{p:?}");
+    check_counts(&mut p, &entries, &exp(&[("fib", 5)]), false, false, None);
+    assert_eq!(p.len(), 1, "{p:?}");
 }

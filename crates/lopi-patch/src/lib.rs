@@ -46,7 +46,7 @@ pub enum SkipReason {
     TooShort,
     #[error("fewer than 5 bytes before a branch target or the next function, and no padding within 127 bytes for a bounce")]
     NoBounceSpace,
-    #[error("the first instruction is a call (moving it would change the return address)")]
+    #[error("the entry has a call through the stack pointer, which cannot be moved")]
     CallAtEntry,
     #[error("entry bytes do not decode as x86-64")]
     Undecodable,
@@ -209,8 +209,8 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
     Selection { sites, outcomes }
 }
 
-/// The instructions at a patch point that may be moved: stops before a branch target, a
-/// call, the function's end, or once `want` bytes are covered.
+/// The instructions at a patch point that may be moved: stops before a branch target, after
+/// a call (moved as an emulated call), at the function's end, or once `want` bytes are covered.
 struct Entry {
     patch_at: Svma,
     insns: Vec<Insn>,
@@ -250,10 +250,17 @@ fn entry_instructions(
         if targets.range(ip + 1..next).next().is_some() {
             return Err(SkipReason::OverlappingCode);
         }
-        match lopi_x86::flow(&insn) {
-            Flow::Call | Flow::IndirectCall if entry.len == 0 => return Err(SkipReason::CallAtEntry),
-            Flow::Call | Flow::IndirectCall => break,
-            _ => {}
+        if matches!(lopi_x86::flow(&insn), Flow::Call | Flow::IndirectCall) {
+            // A moved call becomes push-return-address + jmp; the callee returns to the
+            // original code right after it, so those bytes stay live: nothing past it moves.
+            let Some(emulation) = lopi_x86::emulate_call(&insn) else {
+                return Err(if entry.len == 0 { SkipReason::CallAtEntry } else { SkipReason::TooShort });
+            };
+            entry.len += insn.len();
+            entry.insns.extend(emulation);
+            entry.ends_terminal = true;
+            entry.stopped_at_target = true;
+            break;
         }
         entry.len += insn.len();
         entry.ends_terminal = lopi_x86::flow(&insn).is_terminal();

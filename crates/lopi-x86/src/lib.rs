@@ -147,6 +147,40 @@ pub fn atomic_increment(counter: u64) -> Instruction {
     insn
 }
 
+/// Instructions that do what `call` (at its original address) does, from anywhere: push the
+/// call's original return address, then jump to its target. The callee returns into the
+/// original code, so unwinders and backtraces see the real caller. Uses only the stack slot
+/// the call itself would write and the one below it, which no code keeps live across a call,
+/// and changes no flags. `None` for calls whose target depends on `rsp` or that cannot be
+/// re-expressed as a jump.
+pub fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
+    let jump = match call.code() {
+        Code::Call_rel32_64 => Instruction::with_branch(Code::Jmp_rel32_64, call.near_branch_target()).ok()?,
+        Code::Call_rm64 => {
+            let mut j = *call;
+            if call.op0_kind() == OpKind::Memory && (call.memory_base() == Register::RSP || call.memory_index() == Register::RSP) {
+                return None;
+            }
+            if call.op0_kind() == OpKind::Register && call.op0_register() == Register::RSP {
+                return None;
+            }
+            j.set_code(Code::Jmp_rm64);
+            j
+        }
+        _ => return None,
+    };
+    let return_address = call.next_ip();
+    let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    Some(vec![
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-8)).ok()?,
+        Instruction::with1(Code::Push_r64, Register::RAX).ok()?,
+        Instruction::with2(Code::Lea_r64_m, Register::RAX, MemoryOperand::with_base_displ(Register::RIP, return_address as i64)).ok()?,
+        Instruction::with2(Code::Mov_rm64_r64, rsp(8), Register::RAX).ok()?,
+        Instruction::with1(Code::Pop_r64, Register::RAX).ok()?,
+        jump,
+    ])
+}
+
 /// `jmp target` (near, relative).
 pub fn jump(target: u64) -> Instruction {
     Instruction::with_branch(Code::Jmp_rel32_64, target).expect("jmp rel32 takes a branch target")

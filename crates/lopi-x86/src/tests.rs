@@ -96,3 +96,20 @@ fn atomic_increment_encodes_rip_relative() {
     assert_eq!(&bytes[..4], &[0xf0, 0x48, 0xff, 0x05]);
     assert_eq!(rip_relative_address(&decode_one(&bytes, TO).unwrap()), Some(TO + 0x2000));
 }
+
+#[test]
+fn emulated_calls_push_the_original_return_address() {
+    // call rel32 at FROM, and call [rip+0x100]
+    for row in [&[0xe8u8, 0x10, 0x00, 0x00, 0x00][..], &[0xff, 0x15, 0x00, 0x01, 0x00, 0x00]] {
+        let call = decode_one(row, FROM).unwrap();
+        let seq = emulate_call(&call).unwrap();
+        let moved = encode_block(&seq, TO).unwrap();
+        let insns: Vec<_> = decode(&moved, TO).collect();
+        assert_eq!(rip_relative_address(&insns[2]), Some(FROM + row.len() as u64), "return address");
+        let last = insns.last().unwrap();
+        assert_eq!(flow(last), if row[0] == 0xe8 { Flow::Jump } else { Flow::IndirectJump });
+        assert_eq!(branch_target(last).or_else(|| rip_relative_address(last)), branch_target(&call).or_else(|| rip_relative_address(&call)));
+    }
+    // call [rsp+8] reads the stack the emulation changes.
+    assert!(emulate_call(&decode_one(&[0xff, 0x54, 0x24, 0x08], FROM).unwrap()).is_none());
+}

@@ -254,23 +254,24 @@ pub fn render_cmd(cmd: &Command) -> String {
     if let Some(dir) = cmd.get_current_dir() {
         let _ = write!(s, "cd {} && ", shell_quote(dir.as_os_str()));
     }
-    let mut env = String::new();
-    let mut needs_env = false;
+    // `env -u NAME` must come before the NAME=value assignments.
+    let mut unset = String::new();
+    let mut set = String::new();
     for (k, v) in cmd.get_envs() {
         match v {
             Some(v) => {
-                let _ = write!(env, "{}={} ", k.to_string_lossy(), shell_quote(v));
+                let _ = write!(set, "{}={} ", k.to_string_lossy(), shell_quote(v));
             }
             None => {
-                needs_env = true;
-                let _ = write!(env, "-u {} ", k.to_string_lossy());
+                let _ = write!(unset, "-u {} ", k.to_string_lossy());
             }
         }
     }
-    if needs_env {
+    if !unset.is_empty() {
         s.push_str("env ");
+        s.push_str(&unset);
     }
-    s.push_str(&env);
+    s.push_str(&set);
     s.push_str(&shell_quote(cmd.get_program()));
     for a in cmd.get_args() {
         s.push(' ');
