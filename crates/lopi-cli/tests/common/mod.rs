@@ -40,7 +40,10 @@ pub fn lopi_bin() -> PathBuf {
 }
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
 }
 
 pub fn fixtures_dir() -> PathBuf {
@@ -53,7 +56,13 @@ pub fn fresh_dir(label: &str) -> PathBuf {
     let n = N.fetch_add(1, Ordering::Relaxed);
     let safe: String = label
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("fixtures_e2e")
@@ -101,8 +110,14 @@ pub struct Fixture {
 fn parse_pairs(file: &str, s: &str) -> Vec<(String, u64)> {
     s.split_whitespace()
         .map(|tok| {
-            let (k, v) = tok.rsplit_once('=').unwrap_or_else(|| panic!("{file}: bad expectation {tok:?}"));
-            (k.to_string(), v.parse().unwrap_or_else(|_| panic!("{file}: bad count in {tok:?}")))
+            let (k, v) = tok
+                .rsplit_once('=')
+                .unwrap_or_else(|| panic!("{file}: bad expectation {tok:?}"));
+            (
+                k.to_string(),
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{file}: bad count in {tok:?}")),
+            )
         })
         .collect()
 }
@@ -110,7 +125,8 @@ fn parse_pairs(file: &str, s: &str) -> Vec<(String, u64)> {
 impl Fixture {
     pub fn load(file: &str) -> Fixture {
         let path = fixtures_dir().join(file);
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let mut fx = Fixture {
             file: file.to_string(),
             cxx: file.ends_with(".cpp") || file.ends_with(".cc"),
@@ -118,8 +134,12 @@ impl Fixture {
             ..Default::default()
         };
         for line in text.lines() {
-            let Some(rest) = line.trim_start().strip_prefix("//") else { continue };
-            let Some((key, val)) = rest.trim().split_once(':') else { continue };
+            let Some(rest) = line.trim_start().strip_prefix("//") else {
+                continue;
+            };
+            let Some((key, val)) = rest.trim().split_once(':') else {
+                continue;
+            };
             let val = val.trim();
             match key.trim() {
                 "lopi-expect" => fx.expect = parse_pairs(file, val),
@@ -142,7 +162,11 @@ impl Fixture {
     }
 
     pub fn compiler(&self) -> &'static str {
-        if self.cxx { "c++" } else { "cc" }
+        if self.cxx {
+            "c++"
+        } else {
+            "cc"
+        }
     }
 }
 
@@ -190,7 +214,14 @@ impl Output {
 pub fn describe_status(st: &ExitStatus) -> String {
     match (st.code(), st.signal()) {
         (Some(c), _) => format!("exit code {c}"),
-        (None, Some(s)) => format!("killed by signal {s}{}", if st.core_dumped() { " (core dumped)" } else { "" }),
+        (None, Some(s)) => format!(
+            "killed by signal {s}{}",
+            if st.core_dumped() {
+                " (core dumped)"
+            } else {
+                ""
+            }
+        ),
         _ => format!("{st:?}"),
     }
 }
@@ -204,14 +235,19 @@ const SIGKILL: i32 = 9;
 
 /// Default per-process time limit (seconds); LOPI_TEST_TIMEOUT overrides.
 pub fn default_timeout() -> Duration {
-    let secs = std::env::var("LOPI_TEST_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
+    let secs = std::env::var("LOPI_TEST_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
     Duration::from_secs(secs)
 }
 
 /// Run `cmd` with stdin closed, core dumps disabled, stdout/stderr
 /// captured, and a watchdog that SIGKILLs it after `timeout`.
 pub fn run(cmd: &mut Command, timeout: Duration) -> std::io::Result<Output> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     // SAFETY: only async-signal-safe setrlimit between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -245,7 +281,13 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> std::io::Result<Output> {
     let _ = done_tx.send(());
     let timed_out = watchdog.join().unwrap_or(false);
     let stderr = err_reader.join().unwrap_or_default();
-    Ok(Output { pid: child_pid, status, stdout, stderr, timed_out })
+    Ok(Output {
+        pid: child_pid,
+        status,
+        stdout,
+        stderr,
+        timed_out,
+    })
 }
 
 /// Render a command line for "repro" messages.
@@ -282,7 +324,10 @@ pub fn render_cmd(cmd: &Command) -> String {
 
 fn shell_quote(s: &OsStr) -> String {
     let s = s.to_string_lossy();
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
         s.into_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -292,9 +337,14 @@ fn shell_quote(s: &OsStr) -> String {
 /// Run a compiler command; Err carries the command line and diagnostics.
 pub fn compile(cmd: &mut Command) -> Result<(), String> {
     let line = render_cmd(cmd);
-    let out = run(cmd, Duration::from_secs(300)).map_err(|e| format!("cannot run `{line}`: {e}"))?;
+    let out =
+        run(cmd, Duration::from_secs(300)).map_err(|e| format!("cannot run `{line}`: {e}"))?;
     if !out.status.success() {
-        return Err(format!("compile failed ({}): {line}\n{}", out.describe_status(), out.stderr_str()));
+        return Err(format!(
+            "compile failed ({}): {line}\n{}",
+            out.describe_status(),
+            out.stderr_str()
+        ));
     }
     Ok(())
 }
@@ -310,8 +360,18 @@ pub fn diff(a_label: &str, a: &str, b_label: &str, b: &str) -> String {
     let bl: Vec<&str> = b.lines().collect();
     let mut out = format!("--- {a_label}\n+++ {b_label}\n");
     if al.len() * bl.len() > 4_000_000 {
-        let first = al.iter().zip(&bl).position(|(x, y)| x != y).unwrap_or(al.len().min(bl.len()));
-        let _ = writeln!(out, "(large outputs: {} vs {} lines; first difference at line {})", al.len(), bl.len(), first + 1);
+        let first = al
+            .iter()
+            .zip(&bl)
+            .position(|(x, y)| x != y)
+            .unwrap_or(al.len().min(bl.len()));
+        let _ = writeln!(
+            out,
+            "(large outputs: {} vs {} lines; first difference at line {})",
+            al.len(),
+            bl.len(),
+            first + 1
+        );
         for l in al.iter().skip(first).take(10) {
             let _ = writeln!(out, "-{l}");
         }
@@ -324,7 +384,11 @@ pub fn diff(a_label: &str, a: &str, b_label: &str, b: &str) -> String {
     let mut lcs = vec![vec![0u32; m + 1]; n + 1];
     for i in (0..n).rev() {
         for j in (0..m).rev() {
-            lcs[i][j] = if al[i] == bl[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+            lcs[i][j] = if al[i] == bl[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
         }
     }
     let (mut i, mut j) = (0, 0);
@@ -365,7 +429,10 @@ pub enum Json {
 
 impl Json {
     pub fn parse(s: &str) -> Result<Json, String> {
-        let mut p = Parser { s: s.as_bytes(), i: 0 };
+        let mut p = Parser {
+            s: s.as_bytes(),
+            i: 0,
+        };
         p.ws();
         let v = p.value()?;
         p.ws();
@@ -445,7 +512,9 @@ impl Parser<'_> {
                 }
                 loop {
                     self.ws();
-                    let Json::Str(k) = self.string()? else { unreachable!() };
+                    let Json::Str(k) = self.string()? else {
+                        unreachable!()
+                    };
                     self.ws();
                     if !self.eat(":") {
                         return self.err("expected ':'");
@@ -489,11 +558,18 @@ impl Parser<'_> {
             Some(b'n') if self.eat("null") => Ok(Json::Null),
             Some(c) if *c == b'-' || c.is_ascii_digit() => {
                 let st = self.i;
-                while self.i < self.s.len() && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                while self.i < self.s.len()
+                    && matches!(
+                        self.s[self.i],
+                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                    )
+                {
                     self.i += 1;
                 }
                 let t = std::str::from_utf8(&self.s[st..self.i]).unwrap();
-                t.parse().map(Json::Num).map_err(|_| format!("JSON: bad number {t:?}"))
+                t.parse()
+                    .map(Json::Num)
+                    .map_err(|_| format!("JSON: bad number {t:?}"))
             }
             Some(_) => self.err("unexpected character"),
         }
@@ -504,12 +580,16 @@ impl Parser<'_> {
         }
         let mut out: Vec<u8> = Vec::new();
         loop {
-            let Some(&c) = self.s.get(self.i) else { return self.err("unterminated string") };
+            let Some(&c) = self.s.get(self.i) else {
+                return self.err("unterminated string");
+            };
             self.i += 1;
             match c {
                 b'"' => break,
                 b'\\' => {
-                    let Some(&e) = self.s.get(self.i) else { return self.err("bad escape") };
+                    let Some(&e) = self.s.get(self.i) else {
+                        return self.err("bad escape");
+                    };
                     self.i += 1;
                     match e {
                         b'"' | b'\\' | b'/' => out.push(e),
@@ -522,7 +602,9 @@ impl Parser<'_> {
                             let mut cp = self.hex4()?;
                             if (0xD800..0xDC00).contains(&cp) && self.eat("\\u") {
                                 let lo = self.hex4()?;
-                                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF);
+                                cp = 0x10000
+                                    + ((cp - 0xD800) << 10)
+                                    + (lo.wrapping_sub(0xDC00) & 0x3FF);
                             }
                             let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
                             let mut buf = [0u8; 4];
@@ -537,8 +619,11 @@ impl Parser<'_> {
         Ok(Json::Str(String::from_utf8_lossy(&out).into_owned()))
     }
     fn hex4(&mut self) -> Result<u32, String> {
-        let Some(h) = self.s.get(self.i..self.i + 4) else { return self.err("bad \\u escape") };
-        let v = u32::from_str_radix(std::str::from_utf8(h).unwrap_or("x"), 16).map_err(|_| "JSON: bad \\u escape".to_string())?;
+        let Some(h) = self.s.get(self.i..self.i + 4) else {
+            return self.err("bad \\u escape");
+        };
+        let v = u32::from_str_radix(std::str::from_utf8(h).unwrap_or("x"), 16)
+            .map_err(|_| "JSON: bad \\u escape".to_string())?;
         self.i += 4;
         Ok(v)
     }
@@ -562,18 +647,32 @@ pub fn parse_report(text: &str) -> Result<Vec<ReportEntry>, String> {
     if j.get("program").and_then(Json::as_str).is_none() {
         return Err("report: missing string field \"program\"".into());
     }
-    let funcs = j.get("functions").and_then(Json::as_array).ok_or("report: missing array \"functions\"")?;
+    let funcs = j
+        .get("functions")
+        .and_then(Json::as_array)
+        .ok_or("report: missing array \"functions\"")?;
     let mut v = Vec::new();
     for f in funcs {
-        let name = f.get("name").and_then(Json::as_str).ok_or("report: function without \"name\"")?;
+        let name = f
+            .get("name")
+            .and_then(Json::as_str)
+            .ok_or("report: function without \"name\"")?;
         let calls = f
             .get("calls")
             .and_then(Json::as_u64)
             .ok_or_else(|| format!("report: {name}: missing/invalid \"calls\""))?;
         v.push(ReportEntry {
             name: name.to_string(),
-            module: f.get("module").and_then(Json::as_str).unwrap_or("").to_string(),
-            addr: f.get("addr").and_then(Json::as_str).unwrap_or("").to_string(),
+            module: f
+                .get("module")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string(),
+            addr: f
+                .get("addr")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string(),
             calls,
         });
     }
@@ -588,11 +687,22 @@ pub struct Info {
 
 pub fn parse_info(text: &str) -> Result<Info, String> {
     let j = Json::parse(text)?;
-    let funcs = j.get("functions").and_then(Json::as_array).ok_or("info: missing array \"functions\"")?;
+    let funcs = j
+        .get("functions")
+        .and_then(Json::as_array)
+        .ok_or("info: missing array \"functions\"")?;
     let mut functions = BTreeMap::new();
     for f in funcs {
-        let name = f.get("name").and_then(Json::as_str).unwrap_or("?").to_string();
-        let status = f.get("status").and_then(Json::as_str).unwrap_or("?").to_string();
+        let name = f
+            .get("name")
+            .and_then(Json::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let status = f
+            .get("status")
+            .and_then(Json::as_str)
+            .unwrap_or("?")
+            .to_string();
         let detail = f
             .get("reason")
             .or_else(|| f.get("tactic"))
@@ -601,7 +711,10 @@ pub fn parse_info(text: &str) -> Result<Info, String> {
             .to_string();
         functions.insert(name, (status, detail));
     }
-    let summary = j.get("summary").cloned().ok_or("info: missing object \"summary\"")?;
+    let summary = j
+        .get("summary")
+        .cloned()
+        .ok_or("info: missing object \"summary\"")?;
     Ok(Info { functions, summary })
 }
 
@@ -619,7 +732,11 @@ pub fn check_info_summary(info: &Info) -> Result<f64, String> {
     let num = |k: &str| s.get(k).and_then(Json::as_u64);
     match (num("found"), num("probed"), num("skipped")) {
         (Some(f), Some(p), Some(k)) if f == p + k => {}
-        (f, p, k) => return Err(format!("info: summary found/probed/skipped inconsistent: {f:?}/{p:?}/{k:?}")),
+        (f, p, k) => {
+            return Err(format!(
+                "info: summary found/probed/skipped inconsistent: {f:?}/{p:?}/{k:?}"
+            ))
+        }
     }
     Ok(cov)
 }
@@ -630,9 +747,18 @@ mod json_tests {
 
     #[test]
     fn json_roundtrip_basics() {
-        let j = Json::parse(r#" {"a": [1, -2.5e1, "x\"\u00e9\ud83d\ude00"], "b": {"c": null, "d": true}} "#).unwrap();
-        assert_eq!(j.get("a").unwrap().as_array().unwrap()[1].as_f64(), Some(-25.0));
-        assert_eq!(j.get("a").unwrap().as_array().unwrap()[2].as_str(), Some("x\"é😀"));
+        let j = Json::parse(
+            r#" {"a": [1, -2.5e1, "x\"\u00e9\ud83d\ude00"], "b": {"c": null, "d": true}} "#,
+        )
+        .unwrap();
+        assert_eq!(
+            j.get("a").unwrap().as_array().unwrap()[1].as_f64(),
+            Some(-25.0)
+        );
+        assert_eq!(
+            j.get("a").unwrap().as_array().unwrap()[2].as_str(),
+            Some("x\"é😀")
+        );
         assert_eq!(j.get("b").unwrap().get("d"), Some(&Json::Bool(true)));
         assert!(Json::parse("{\"a\":1,}").is_err());
         assert!(Json::parse("[1 2]").is_err());
@@ -641,6 +767,9 @@ mod json_tests {
     #[test]
     fn diff_marks_changes() {
         let d = diff("a", "x\ny\nz\n", "b", "x\nY\nz\n");
-        assert!(d.contains("-y\n") && d.contains("+Y\n") && d.contains(" x\n"), "{d}");
+        assert!(
+            d.contains("-y\n") && d.contains("+Y\n") && d.contains(" x\n"),
+            "{d}"
+        );
     }
 }
