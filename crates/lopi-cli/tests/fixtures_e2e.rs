@@ -15,10 +15,6 @@
 //!                          (e.g. "O2-pie-cet", "nopie", "O0")
 //!   LOPI_KEEP_TMP=1        keep temp dirs of passing configurations too
 //!   LOPI_TEST_TIMEOUT=secs watchdog for each process (default 120)
-//!   LOPI_E2E_ALLOW_SKIPPED=1  a function that `lopi info` reports as
-//!                          "skipped" may be missing from the report (a
-//!                          warning is printed instead of failing); wrong
-//!                          counts still fail
 //!
 //! Directives understood in fixture sources (one per line, in comments):
 //!   lopi-expect: name=count ...      counts of the program's functions
@@ -27,6 +23,7 @@
 //!   lopi-cflags: ... / lopi-ldflags: ...
 //!   lopi-lib: x.c | lopi-dlopen: x.c build x.c as libfix.so (linked / dlopened)
 //!   lopi-kind: shared                library source, not a program
+//!   lopi-may-skip: name ...          may be skipped if `lopi info` gives a reason
 
 mod common;
 
@@ -275,10 +272,6 @@ impl Case {
     }
 }
 
-fn allow_skipped() -> bool {
-    std::env::var_os("LOPI_E2E_ALLOW_SKIPPED").is_some_and(|v| !v.is_empty() && v != "0")
-}
-
 fn truncate(s: &str, n: usize) -> String {
     if s.len() <= n {
         s.to_string()
@@ -301,6 +294,7 @@ fn check_counts(
     present: bool,
     lib_module: bool,
     info: Option<&Info>,
+    may_skip: &[String],
 ) {
     for (name, want) in expect {
         let hits: Vec<&ReportEntry> = entries.iter().filter(|e| &e.name == name).collect();
@@ -319,8 +313,8 @@ fn check_counts(
                 .map(|(st, d)| format!(" (lopi info: status={st} {d})"))
                 .unwrap_or_else(|| " (not listed by lopi info either)".into());
             let msg = format!("{name}: missing from report, expected {want} calls{why}");
-            if allow_skipped() && status.is_some_and(|(st, _)| st == "skipped") {
-                eprintln!("warning (LOPI_E2E_ALLOW_SKIPPED): {msg}");
+            if may_skip.contains(name) && status.is_some_and(|(st, _)| st == "skipped") {
+                eprintln!("note: {msg} (allowed by lopi-may-skip)");
             } else {
                 problems.push(msg);
             }
@@ -566,6 +560,7 @@ fn check_variant(
         variant.main(),
         false,
         main_info.as_ref(),
+        &fx.may_skip,
     );
     if fx.lib.is_some() {
         check_counts(
@@ -575,6 +570,7 @@ fn check_variant(
             variant.lib(),
             true,
             lib_info.as_ref(),
+            &fx.may_skip,
         );
     }
     if !problems.is_empty() {
@@ -1042,6 +1038,7 @@ fn count_checker_self_test() {
         true,
         false,
         None,
+        &[],
     );
     assert!(p.is_empty(), "{p:?}");
     check_counts(
@@ -1051,10 +1048,11 @@ fn count_checker_self_test() {
         true,
         false,
         None,
+        &[],
     );
     assert_eq!(p.len(), 2, "{p:?}");
     p.clear();
-    check_counts(&mut p, &entries, &exp(&[("dup", 5)]), true, true, None);
+    check_counts(&mut p, &entries, &exp(&[("dup", 5)]), true, true, None, &[]);
     assert_eq!(p.len(), 1, "module check: {p:?}");
     p.clear();
     check_counts(
@@ -1064,8 +1062,9 @@ fn count_checker_self_test() {
         false,
         false,
         None,
+        &[],
     );
     assert!(p.is_empty(), "{p:?}");
-    check_counts(&mut p, &entries, &exp(&[("fib", 5)]), false, false, None);
+    check_counts(&mut p, &entries, &exp(&[("fib", 5)]), false, false, None, &[]);
     assert_eq!(p.len(), 1, "{p:?}");
 }

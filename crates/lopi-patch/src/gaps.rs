@@ -1,7 +1,8 @@
 //! Alignment padding between functions: bytes no code reaches, where tactic 2 may let a
 //! jump run on and tactic 3 may place bounces.
 use lopi_elf::{ElfModule, Svma};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::targets::Targets;
+use std::collections::BTreeMap;
 
 /// Free padding intervals, `start -> end` (exclusive), never overlapping.
 pub struct Gaps {
@@ -11,7 +12,7 @@ pub struct Gaps {
 impl Gaps {
     /// Padding is a gap between code of known extent and the next known start that decodes
     /// entirely as nop/int3 and that no branch targets.
-    pub fn find(module: &ElfModule<'_>, targets: &BTreeSet<u64>) -> Self {
+    pub fn find(module: &ElfModule<'_>, targets: &Targets) -> Self {
         let mut extents: Vec<(u64, u64)> = module
             .functions
             .iter()

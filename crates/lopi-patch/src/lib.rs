@@ -17,7 +17,7 @@ mod targets;
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
-use std::collections::BTreeSet;
+use targets::Targets;
 
 /// How a probed function's entry is patched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -26,6 +26,8 @@ pub enum Tactic {
     Jmp32,
     Jmp32IntoPadding,
     Jmp8ViaBounce,
+    /// The whole function moves to the trampoline (its own loops reach its entry).
+    WholeFunction,
 }
 
 impl Tactic {
@@ -34,6 +36,7 @@ impl Tactic {
             Tactic::Jmp32 => "jmp32",
             Tactic::Jmp32IntoPadding => "jmp32+padding",
             Tactic::Jmp8ViaBounce => "jmp8+bounce",
+            Tactic::WholeFunction => "whole-function",
         }
     }
 }
@@ -58,6 +61,8 @@ pub enum SkipReason {
     RelocationFailed,
     #[error("trampoline area is out of jmp rel32 range")]
     OutOfRange,
+    #[error("the function's own loop jumps to its entry and the function cannot be moved whole (too large, calls, or indirect jumps)")]
+    LoopAtEntry,
 }
 
 impl SkipReason {
@@ -71,6 +76,7 @@ impl SkipReason {
             SkipReason::OverlappingCode => "overlapping-code",
             SkipReason::RelocationFailed => "relocation-failed",
             SkipReason::OutOfRange => "out-of-range",
+            SkipReason::LoopAtEntry => "loop-at-entry",
         }
     }
 }
@@ -225,7 +231,7 @@ fn entry_instructions(
     module: &ElfModule<'_>,
     function: &lopi_elf::Function,
     end: u64,
-    targets: &BTreeSet<u64>,
+    targets: &Targets,
     want: usize,
 ) -> Result<Entry, SkipReason> {
     let bytes = module.bytes_from(function.addr).ok_or(SkipReason::NotInFile)?;
@@ -280,11 +286,16 @@ fn entry_site(
     module: &ElfModule<'_>,
     index: usize,
     end: u64,
-    targets: &BTreeSet<u64>,
+    targets: &Targets,
     gaps: &mut Gaps,
 ) -> Result<Option<Site>, SkipReason> {
     let function = &module.functions[index];
     let entry = entry_instructions(module, function, end, targets, JMP32_LEN)?;
+    if targets.loops.contains(&entry.patch_at.0) || targets.loops.contains(&function.addr.0) {
+        // A jump to the entry from the function itself is a loop iteration, not a call:
+        // move the whole function so that the loop runs in the copy, past the counter.
+        return whole_function(module, index, entry.patch_at, end, targets).map(Some);
+    }
     let site = |tactic, covered| Site {
         function: index,
         patch_at: entry.patch_at,
@@ -298,7 +309,11 @@ fn entry_site(
         return Ok(Some(site(Tactic::Jmp32, entry.len)));
     }
     let after = entry.patch_at.0 + entry.len as u64;
-    if entry.ends_terminal && !entry.stopped_at_target && gaps.take_at(after, JMP32_LEN - entry.len) {
+    let rest = JMP32_LEN - entry.len;
+    if entry.ends_terminal
+        && !entry.stopped_at_target
+        && (dead_padding(module, after, rest, end, targets) || gaps.take_at(after, rest))
+    {
         return Ok(Some(site(Tactic::Jmp32IntoPadding, JMP32_LEN)));
     }
     if entry.len < JMP8_LEN {
@@ -307,13 +322,70 @@ fn entry_site(
     Ok(None)
 }
 
+/// Nop/int3 bytes inside the function, after a `ret`/`jmp`, that nothing targets: dead.
+/// Whole padding instructions are checked, since a jump may end inside a long nop.
+fn dead_padding(module: &ElfModule<'_>, at: u64, len: usize, end: u64, targets: &Targets) -> bool {
+    let Some(bytes) = module.bytes_from(Svma(at)).and_then(|b| b.get(..end.saturating_sub(at).min(16) as usize)) else {
+        return false;
+    };
+    let mut covered = 0;
+    for insn in lopi_x86::decode(bytes, at) {
+        if covered >= len {
+            break;
+        }
+        if !lopi_x86::is_padding(&bytes[covered..covered + insn.len()], at + covered as u64) {
+            return false;
+        }
+        covered += insn.len();
+    }
+    covered >= len && targets.range(at..at + covered as u64).next().is_none()
+}
+
+/// Largest function moved whole; bigger loops at entries are skipped.
+const MAX_WHOLE_FUNCTION: u64 = 4096;
+
+/// GILK's whole-function relocation, for functions without calls or indirect jumps (so
+/// that every path stays inside the moved copy until it returns or leaves by a jump).
+///
+/// The copy starts at the function's first byte (an `endbr64` included) so that a loop
+/// reaching either the entry or the patch point is redirected into the copy.
+fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64, targets: &Targets) -> Result<Site, SkipReason> {
+    let start = module.functions[index].addr;
+    let len = end.saturating_sub(start.0);
+    if module.functions[index].size == 0 || end < patch_at.0 + JMP32_LEN as u64 || len > MAX_WHOLE_FUNCTION {
+        return Err(SkipReason::LoopAtEntry);
+    }
+    // Targets under the jump must be the function's own (they follow the copy).
+    let covered = patch_at.0 + 1..patch_at.0 + JMP32_LEN as u64;
+    if targets.range(covered).any(|t| !targets.loops.contains(t)) {
+        return Err(SkipReason::LoopAtEntry);
+    }
+    let bytes = module.bytes_from(start).and_then(|b| b.get(..len as usize)).ok_or(SkipReason::NotInFile)?;
+    let insns: Vec<Insn> = lopi_x86::decode(bytes, start.0).collect();
+    let decoded: usize = insns.iter().map(|i| i.len()).sum();
+    let movable = insns.iter().all(|i| !matches!(lopi_x86::flow(i), Flow::Call | Flow::IndirectCall | Flow::IndirectJump));
+    let ends_terminal = insns.last().is_some_and(|i| lopi_x86::flow(i).is_terminal());
+    if decoded != bytes.len() || !movable || !ends_terminal {
+        return Err(SkipReason::LoopAtEntry);
+    }
+    Ok(Site {
+        function: index,
+        patch_at,
+        covered: JMP32_LEN,
+        relocated: insns,
+        resume: None,
+        tactic: Tactic::WholeFunction,
+        bounce: None,
+    })
+}
+
 /// Tactic 3.
 fn bounce_site(
     module: &ElfModule<'_>,
     index: usize,
     size: u64,
     starts: &[u64],
-    targets: &BTreeSet<u64>,
+    targets: &Targets,
     gaps: &mut Gaps,
 ) -> Result<Site, SkipReason> {
     let function = &module.functions[index];

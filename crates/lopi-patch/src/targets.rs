@@ -20,9 +20,28 @@ fn resync_points(module: &ElfModule<'_>, start: u64, end: u64) -> Vec<u64> {
     points
 }
 
+/// Branch targets of a module.
+#[derive(Default)]
+pub struct Targets {
+    /// Every address reached other than by falling through.
+    pub all: BTreeSet<u64>,
+    /// Targets of direct branches (not calls) from the same function: loop heads.
+    pub loops: BTreeSet<u64>,
+}
+
+impl Targets {
+    pub fn contains(&self, addr: &u64) -> bool {
+        self.all.contains(addr)
+    }
+
+    pub fn range(&self, r: std::ops::Range<u64>) -> std::collections::btree_set::Range<'_, u64> {
+        self.all.range(r)
+    }
+}
+
 /// Linear sweep of every code section, resynchronised at known function starts.
-pub fn collect(module: &ElfModule<'_>) -> BTreeSet<u64> {
-    let mut targets = BTreeSet::new();
+pub fn collect(module: &ElfModule<'_>) -> Targets {
+    let mut targets = Targets::default();
     for section in &module.code_sections {
         let Some(bytes) = module.bytes_from(section.addr) else { continue };
         let (start, end) = (section.addr.0, section.addr.0 + section.size.min(bytes.len() as u64));
@@ -36,7 +55,7 @@ pub fn collect(module: &ElfModule<'_>) -> BTreeSet<u64> {
     targets
 }
 
-fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut BTreeSet<u64>) {
+fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut Targets) {
     let mut ip = from;
     while ip < to {
         let offset = (ip - from) as usize;
@@ -45,17 +64,21 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
             continue;
         };
         if let Some(t) = lopi_x86::branch_target(&insn) {
-            targets.insert(t);
+            targets.all.insert(t);
+            let is_call = matches!(lopi_x86::flow(&insn), lopi_x86::Flow::Call);
+            if !is_call && (from..to).contains(&t) {
+                targets.loops.insert(t);
+            }
         }
         if let Some(addr) = lopi_x86::rip_relative_address(&insn) {
             if lopi_x86::is_lea(&insn) && module.code_section_of(Svma(addr)).is_some() {
-                targets.insert(addr);
+                targets.all.insert(addr);
             } else if module.is_readonly_data(Svma(addr)) {
-                relative_jump_table(module, addr, from, to, targets);
+                relative_jump_table(module, addr, from, to, &mut targets.all);
             }
         }
         if let Some(table) = lopi_x86::absolute_table_base(&insn) {
-            absolute_jump_table(module, table, from, to, targets);
+            absolute_jump_table(module, table, from, to, &mut targets.all);
         }
         ip += insn.len() as u64;
     }

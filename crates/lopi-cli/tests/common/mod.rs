@@ -105,6 +105,9 @@ pub struct Fixture {
     pub dlopen: bool,
     /// `lopi-kind: shared` — a library source, not a program.
     pub shared: bool,
+    /// `lopi-may-skip: name ...` — functions lopi may leave unprobed, as long as
+    /// `lopi info` says why (e.g. 1-byte functions packed with no padding).
+    pub may_skip: Vec<String>,
 }
 
 fn parse_pairs(file: &str, s: &str) -> Vec<(String, u64)> {
@@ -154,6 +157,7 @@ impl Fixture {
                     fx.dlopen = true;
                 }
                 "lopi-kind" => fx.shared = val == "shared",
+                "lopi-may-skip" => fx.may_skip = val.split_whitespace().map(String::from).collect(),
                 k if k.starts_with("lopi-") => panic!("{file}: unknown directive {k}"),
                 _ => {}
             }
