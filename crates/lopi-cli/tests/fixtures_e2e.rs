@@ -216,6 +216,21 @@ impl Case {
         Ok(())
     }
 
+    /// Runs `lopi SUB PATH --format json`; its stdout, or a failure.
+    fn lopi_json(&mut self, sub: &str, path: &Path) -> Result<String, String> {
+        let mut cmd = Command::new(lopi_bin());
+        cmd.arg(sub).arg(path).args(["--format", "json"]);
+        let out = self.run(&mut cmd, &format!("lopi {sub}"))?;
+        if !out.status.success() {
+            return Err(self.fail(format!(
+                "lopi {sub} failed: {}\nstderr:\n{}",
+                out.describe_status(),
+                out.stderr_str()
+            )));
+        }
+        Ok(out.stdout_str())
+    }
+
     fn report(&mut self, data: &Path) -> Result<Vec<ReportEntry>, String> {
         if !data.exists() {
             return Err(self.fail(format!(
@@ -223,22 +238,9 @@ impl Case {
                 data.display()
             )));
         }
-        let mut cmd = Command::new(lopi_bin());
-        cmd.arg("report").arg(data).args(["--format", "json"]);
-        let out = self.run(&mut cmd, "lopi report")?;
-        if !out.status.success() {
-            return Err(self.fail(format!(
-                "lopi report failed: {}\nstderr:\n{}",
-                out.describe_status(),
-                out.stderr_str()
-            )));
-        }
-        let entries = parse_report(&out.stdout_str()).map_err(|e| {
-            self.fail(format!(
-                "bad report JSON: {e}\n{}",
-                truncate(&out.stdout_str(), 4000)
-            ))
-        })?;
+        let stdout = self.lopi_json("report", data)?;
+        let entries = parse_report(&stdout)
+            .map_err(|e| self.fail(format!("bad report JSON: {e}\n{}", truncate(&stdout, 4000))))?;
         for w in entries.windows(2) {
             if w[0].calls < w[1].calls {
                 return Err(self.fail(format!(
@@ -251,22 +253,9 @@ impl Case {
     }
 
     fn info(&mut self, module: &Path) -> Result<Info, String> {
-        let mut cmd = Command::new(lopi_bin());
-        cmd.arg("info").arg(module).args(["--format", "json"]);
-        let out = self.run(&mut cmd, "lopi info")?;
-        if !out.status.success() {
-            return Err(self.fail(format!(
-                "lopi info failed: {}\nstderr:\n{}",
-                out.describe_status(),
-                out.stderr_str()
-            )));
-        }
-        let info = parse_info(&out.stdout_str()).map_err(|e| {
-            self.fail(format!(
-                "bad info JSON: {e}\n{}",
-                truncate(&out.stdout_str(), 4000)
-            ))
-        })?;
+        let stdout = self.lopi_json("info", module)?;
+        let info = parse_info(&stdout)
+            .map_err(|e| self.fail(format!("bad info JSON: {e}\n{}", truncate(&stdout, 4000))))?;
         check_info_summary(&info).map_err(|e| self.fail(e))?;
         Ok(info)
     }

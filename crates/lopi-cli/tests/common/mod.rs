@@ -4,6 +4,7 @@
 //! dev-dependencies) and a small line diff for failure messages.
 #![allow(dead_code)]
 
+use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -418,222 +419,6 @@ pub fn diff(a_label: &str, a: &str, b_label: &str, b: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// JSON
-// ---------------------------------------------------------------------------
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Json {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(Vec<(String, Json)>),
-}
-
-impl Json {
-    pub fn parse(s: &str) -> Result<Json, String> {
-        let mut p = Parser {
-            s: s.as_bytes(),
-            i: 0,
-        };
-        p.ws();
-        let v = p.value()?;
-        p.ws();
-        if p.i != p.s.len() {
-            return Err(format!("trailing characters at offset {}", p.i));
-        }
-        Ok(v)
-    }
-    pub fn get(&self, key: &str) -> Option<&Json> {
-        match self {
-            Json::Obj(kv) => kv.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Json::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            Json::Num(n) => Some(*n),
-            _ => None,
-        }
-    }
-    /// A non-negative integer, given as a JSON number or a decimal/hex string.
-    pub fn as_u64(&self) -> Option<u64> {
-        match self {
-            Json::Num(n) if *n >= 0.0 && n.fract() == 0.0 => Some(*n as u64),
-            Json::Str(s) => match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
-            },
-            _ => None,
-        }
-    }
-    pub fn as_array(&self) -> Option<&[Json]> {
-        match self {
-            Json::Arr(v) => Some(v),
-            _ => None,
-        }
-    }
-}
-
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t' | b'\n' | b'\r') {
-            self.i += 1;
-        }
-    }
-    fn err<T>(&self, what: &str) -> Result<T, String> {
-        Err(format!("JSON: {what} at offset {}", self.i))
-    }
-    fn eat(&mut self, lit: &str) -> bool {
-        if self.s[self.i..].starts_with(lit.as_bytes()) {
-            self.i += lit.len();
-            true
-        } else {
-            false
-        }
-    }
-    fn value(&mut self) -> Result<Json, String> {
-        match self.s.get(self.i) {
-            None => self.err("unexpected end"),
-            Some(b'{') => {
-                self.i += 1;
-                let mut kv = Vec::new();
-                self.ws();
-                if self.eat("}") {
-                    return Ok(Json::Obj(kv));
-                }
-                loop {
-                    self.ws();
-                    let Json::Str(k) = self.string()? else {
-                        unreachable!()
-                    };
-                    self.ws();
-                    if !self.eat(":") {
-                        return self.err("expected ':'");
-                    }
-                    self.ws();
-                    let v = self.value()?;
-                    kv.push((k, v));
-                    self.ws();
-                    if self.eat(",") {
-                        continue;
-                    }
-                    if self.eat("}") {
-                        return Ok(Json::Obj(kv));
-                    }
-                    return self.err("expected ',' or '}'");
-                }
-            }
-            Some(b'[') => {
-                self.i += 1;
-                let mut v = Vec::new();
-                self.ws();
-                if self.eat("]") {
-                    return Ok(Json::Arr(v));
-                }
-                loop {
-                    self.ws();
-                    v.push(self.value()?);
-                    self.ws();
-                    if self.eat(",") {
-                        continue;
-                    }
-                    if self.eat("]") {
-                        return Ok(Json::Arr(v));
-                    }
-                    return self.err("expected ',' or ']'");
-                }
-            }
-            Some(b'"') => self.string(),
-            Some(b't') if self.eat("true") => Ok(Json::Bool(true)),
-            Some(b'f') if self.eat("false") => Ok(Json::Bool(false)),
-            Some(b'n') if self.eat("null") => Ok(Json::Null),
-            Some(c) if *c == b'-' || c.is_ascii_digit() => {
-                let st = self.i;
-                while self.i < self.s.len()
-                    && matches!(
-                        self.s[self.i],
-                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
-                    )
-                {
-                    self.i += 1;
-                }
-                let t = std::str::from_utf8(&self.s[st..self.i]).unwrap();
-                t.parse()
-                    .map(Json::Num)
-                    .map_err(|_| format!("JSON: bad number {t:?}"))
-            }
-            Some(_) => self.err("unexpected character"),
-        }
-    }
-    fn string(&mut self) -> Result<Json, String> {
-        if !self.eat("\"") {
-            return self.err("expected string");
-        }
-        let mut out: Vec<u8> = Vec::new();
-        loop {
-            let Some(&c) = self.s.get(self.i) else {
-                return self.err("unterminated string");
-            };
-            self.i += 1;
-            match c {
-                b'"' => break,
-                b'\\' => {
-                    let Some(&e) = self.s.get(self.i) else {
-                        return self.err("bad escape");
-                    };
-                    self.i += 1;
-                    match e {
-                        b'"' | b'\\' | b'/' => out.push(e),
-                        b'b' => out.push(8),
-                        b'f' => out.push(12),
-                        b'n' => out.push(b'\n'),
-                        b'r' => out.push(b'\r'),
-                        b't' => out.push(b'\t'),
-                        b'u' => {
-                            let mut cp = self.hex4()?;
-                            if (0xD800..0xDC00).contains(&cp) && self.eat("\\u") {
-                                let lo = self.hex4()?;
-                                cp = 0x10000
-                                    + ((cp - 0xD800) << 10)
-                                    + (lo.wrapping_sub(0xDC00) & 0x3FF);
-                            }
-                            let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
-                            let mut buf = [0u8; 4];
-                            out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                        }
-                        _ => return self.err("bad escape"),
-                    }
-                }
-                _ => out.push(c),
-            }
-        }
-        Ok(Json::Str(String::from_utf8_lossy(&out).into_owned()))
-    }
-    fn hex4(&mut self) -> Result<u32, String> {
-        let Some(h) = self.s.get(self.i..self.i + 4) else {
-            return self.err("bad \\u escape");
-        };
-        let v = u32::from_str_radix(std::str::from_utf8(h).unwrap_or("x"), 16)
-            .map_err(|_| "JSON: bad \\u escape".to_string())?;
-        self.i += 4;
-        Ok(v)
-    }
-}
-
-// ---------------------------------------------------------------------------
 // lopi report / info
 // ---------------------------------------------------------------------------
 
@@ -647,7 +432,7 @@ pub struct ReportEntry {
 
 /// Parse the output of `lopi report DATA --format json`.
 pub fn parse_report(text: &str) -> Result<Vec<ReportEntry>, String> {
-    let j = Json::parse(text)?;
+    let j = serde_json::from_str::<Json>(text).map_err(|e| e.to_string())?;
     if j.get("program").and_then(Json::as_str).is_none() {
         return Err("report: missing string field \"program\"".into());
     }
@@ -690,7 +475,7 @@ pub struct Info {
 }
 
 pub fn parse_info(text: &str) -> Result<Info, String> {
-    let j = Json::parse(text)?;
+    let j = serde_json::from_str::<Json>(text).map_err(|e| e.to_string())?;
     let funcs = j
         .get("functions")
         .and_then(Json::as_array)
@@ -746,27 +531,8 @@ pub fn check_info_summary(info: &Info) -> Result<f64, String> {
 }
 
 #[cfg(test)]
-mod json_tests {
+mod helper_tests {
     use super::*;
-
-    #[test]
-    fn json_roundtrip_basics() {
-        let j = Json::parse(
-            r#" {"a": [1, -2.5e1, "x\"\u00e9\ud83d\ude00"], "b": {"c": null, "d": true}} "#,
-        )
-        .unwrap();
-        assert_eq!(
-            j.get("a").unwrap().as_array().unwrap()[1].as_f64(),
-            Some(-25.0)
-        );
-        assert_eq!(
-            j.get("a").unwrap().as_array().unwrap()[2].as_str(),
-            Some("x\"é😀")
-        );
-        assert_eq!(j.get("b").unwrap().get("d"), Some(&Json::Bool(true)));
-        assert!(Json::parse("{\"a\":1,}").is_err());
-        assert!(Json::parse("[1 2]").is_err());
-    }
 
     #[test]
     fn diff_marks_changes() {
