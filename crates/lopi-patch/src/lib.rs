@@ -122,8 +122,30 @@ struct Site {
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
     pub trampolines: Svma,
+    /// Shared counters (one u64 per probed function), incremented with `lock`.
     pub counters: Svma,
+    /// Runtime variables, see [`RuntimeVars`].
+    pub vars: Svma,
+    /// One 32-byte `struct rseq_cs` per probed function.
+    pub rseq_table: Svma,
+    /// Bytes between per-CPU counter blocks.
+    pub stride: u32,
 }
+
+/// Offsets of the runtime variables the trampolines read, from `Layout::vars`.
+pub struct RuntimeVars;
+
+impl RuntimeVars {
+    /// `i64`: fs-relative offset of the thread's rseq area, 0 until the runtime is ready.
+    pub const RSEQ_OFFSET: u64 = 0;
+    /// `u64`: address of per-CPU counter block 0.
+    pub const PERCPU_BASE: u64 = 8;
+    /// `u32`: number of per-CPU blocks.
+    pub const CPU_COUNT: u64 = 16;
+}
+
+/// Size of one `struct rseq_cs` slot.
+pub const RSEQ_CS_SIZE: u64 = 32;
 
 /// Sites chosen for a module, waiting for a [`Layout`].
 pub struct Selection {
@@ -154,18 +176,14 @@ pub struct CodePatch {
 pub struct PatchPlan {
     pub layout: Layout,
     pub probed: Vec<ProbedFunction>,
+    /// Critical section of each probed function's trampoline, in counter order.
+    pub rseq_sections: Vec<lopi_x86::RseqSection>,
     pub code_patches: Vec<CodePatch>,
     /// Code to place at `layout.trampolines`.
     pub trampoline_code: Vec<u8>,
     pub outcomes: Vec<Outcome>,
 }
 
-impl PatchPlan {
-    /// Bytes of counters the installer must reserve at `layout.counters`.
-    pub fn counter_bytes(&self) -> u64 {
-        self.probed.len() as u64 * 8
-    }
-}
 
 /// Chooses a tactic for every selected function.
 pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
@@ -407,9 +425,10 @@ fn bounce_site(
 }
 
 impl Selection {
-    /// Upper bound of counter bytes, for installers that size the area before layout.
-    pub fn counter_bytes(&self) -> u64 {
-        self.sites.len() as u64 * 8
+    /// Number of counters the layout must provide (an upper bound: a site that cannot be
+    /// encoded is dropped).
+    pub fn counter_count(&self) -> u64 {
+        self.sites.len() as u64
     }
 
     /// Encodes trampolines at `layout` and the jumps into them. A site whose instructions
@@ -417,20 +436,27 @@ impl Selection {
     pub fn lay_out(self, module: &ElfModule<'_>, layout: Layout) -> PatchPlan {
         let mut outcomes = self.outcomes;
         let mut probed = Vec::new();
+        let mut rseq_sections = Vec::new();
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
         for site in self.sites {
             let trampoline = layout.trampolines.add(code.len() as u64);
             let counter = probed.len() as u32;
-            let mut insns = vec![lopi_x86::atomic_increment(layout.counters.0 + 8 * u64::from(counter))];
-            insns.extend_from_slice(&site.relocated);
-            if let Some(resume) = site.resume {
-                insns.push(lopi_x86::jump(resume.0));
-            }
-            let Ok(bytes) = lopi_x86::encode_block(&insns, trampoline.0) else {
+            let access = lopi_x86::CounterAccess {
+                shared: layout.counters.0 + 8 * u64::from(counter),
+                rseq_offset_var: layout.vars.0 + RuntimeVars::RSEQ_OFFSET,
+                cpu_count_var: layout.vars.0 + RuntimeVars::CPU_COUNT,
+                percpu_base_var: layout.vars.0 + RuntimeVars::PERCPU_BASE,
+                stride: layout.stride,
+                index: counter,
+                cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
+            };
+            let resume = site.resume.map(|r| r.0);
+            let Ok(t) = lopi_x86::counting_trampoline(&access, &site.relocated, resume, trampoline.0) else {
                 outcomes[site.function] = Outcome::Skipped(SkipReason::RelocationFailed);
                 continue;
             };
+            let bytes = t.bytes;
             let Some(patches) = site_patches(module, &site, trampoline) else {
                 outcomes[site.function] = Outcome::Skipped(SkipReason::OutOfRange);
                 continue;
@@ -440,8 +466,9 @@ impl Selection {
             code.resize(code.len().next_multiple_of(16), 0xcc);
             code_patches.extend(patches);
             probed.push(ProbedFunction { function: site.function, counter, tactic: site.tactic, patch_at: site.patch_at, trampoline });
+            rseq_sections.push(t.section);
         }
-        PatchPlan { layout, probed, code_patches, trampoline_code: code, outcomes }
+        PatchPlan { layout, probed, rseq_sections, code_patches, trampoline_code: code, outcomes }
     }
 }
 

@@ -4,7 +4,8 @@
 //! program-header fields and one dynamic entry change. Three segments are appended:
 //!
 //! ```text
-//! RW  counters (one u64 per probed function; the runtime remaps them onto the data file)
+//! RW  shared counters (one u64 per probed function; the runtime remaps them onto the data
+//!     file) | runtime variables | one `struct rseq_cs` per probed function
 //! RX  runtime blob | init stub | trampolines
 //! R   program headers (moved here to make room) | module descriptor | metadata JSON
 //! ```
@@ -14,8 +15,8 @@
 #![forbid(unsafe_code)]
 
 use lopi_elf::{ElfModule, Svma};
-use lopi_patch::{Layout, PatchPlan, Selection};
-use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_MAGIC, PAGE_SIZE};
+use lopi_patch::{Layout, PatchPlan, Selection, RSEQ_CS_SIZE};
+use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC, PAGE_SIZE};
 use lopi_trace::{MetaFunction, ModuleMeta, META_VERSION};
 use std::path::Path;
 
@@ -73,14 +74,25 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
     // together from page boundaries, so each segment is congruent modulo the page size.
     let rw_vaddr = page_align(module.end_of_image().0);
     let rw_offset = page_align(input.len() as u64);
-    let counters_len = page_align(selection.counter_bytes().max(8));
-    let rx_vaddr = rw_vaddr.checked_add(counters_len).ok_or(RewriteError::TooLarge)?;
-    let rx_offset = rw_offset + counters_len;
+    let counters_len = page_align(selection.counter_count().max(1) * 8);
+    let stride = u32::try_from(counters_len).map_err(|_| RewriteError::TooLarge)?;
+    let vars_vaddr = rw_vaddr + counters_len;
+    let rseq_table = vars_vaddr + PAGE_SIZE;
+    let rw_len = counters_len + PAGE_SIZE + page_align(selection.counter_count().max(1) * RSEQ_CS_SIZE);
+    let rx_vaddr = rw_vaddr.checked_add(rw_len).ok_or(RewriteError::TooLarge)?;
+    let rx_offset = rw_offset + rw_len;
     let blob = lopi_rt_blob::BLOB;
     let stub_at = rx_vaddr + blob.len().next_multiple_of(16) as u64;
     let trampolines = stub_at + STUB_LEN.next_multiple_of(16) as u64;
 
-    let plan = selection.lay_out(module, Layout { trampolines: Svma(trampolines), counters: Svma(rw_vaddr) });
+    let layout = Layout {
+        trampolines: Svma(trampolines),
+        counters: Svma(rw_vaddr),
+        vars: Svma(vars_vaddr),
+        rseq_table: Svma(rseq_table),
+        stride,
+    };
+    let plan = selection.lay_out(module, layout);
 
     let meta = ModuleMeta {
         version: META_VERSION,
@@ -103,7 +115,7 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
     let phnum = module.program_headers.len() + 3;
     let phdrs_len = phnum * elf::PHENT_SIZE;
     let desc_vaddr = r_vaddr + phdrs_len.next_multiple_of(8) as u64;
-    let meta_vaddr = desc_vaddr + 56;
+    let meta_vaddr = desc_vaddr + DESCRIPTOR_LEN as u64;
     let r_len = (meta_vaddr - r_vaddr) as usize + meta_json.len();
     let end = r_offset as usize + r_len;
 
@@ -112,6 +124,15 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
     for patch in &plan.code_patches {
         let at = module.offset_of(patch.at).expect("the planner only patches file-backed code").0 as usize;
         image[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
+    }
+
+    // RW: counters and variables start at zero; each rseq_cs is {version 0, flags 0,
+    // start_ip, post_commit_offset, abort_ip}, with file addresses the runtime rebases.
+    for (i, section) in plan.rseq_sections.iter().enumerate() {
+        let at = (rw_offset + (rseq_table - rw_vaddr) + i as u64 * RSEQ_CS_SIZE) as usize;
+        image[at + 8..at + 16].copy_from_slice(&section.start.to_le_bytes());
+        image[at + 16..at + 24].copy_from_slice(&section.post_commit_offset.to_le_bytes());
+        image[at + 24..at + 32].copy_from_slice(&section.abort.to_le_bytes());
     }
 
     // RX: runtime, init stub, trampolines.
@@ -127,7 +148,7 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
 
     // R: program headers, descriptor, metadata.
     let segments = [
-        (elf::PF_R | elf::PF_W, rw_offset, rw_vaddr, counters_len),
+        (elf::PF_R | elf::PF_W, rw_offset, rw_vaddr, rw_len),
         (elf::PF_R | elf::PF_X, rx_offset, rx_vaddr, rx_len as u64),
         (elf::PF_R, r_offset, r_vaddr, r_len as u64),
     ];
@@ -142,10 +163,14 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
         counters_len,
         counter_count: plan.probed.len() as u64,
         svma: desc_vaddr,
+        vars_offset: vars_vaddr as i64 - desc_vaddr as i64,
+        rseq_table_offset: rseq_table as i64 - desc_vaddr as i64,
+        stride: u64::from(stride),
     };
     let d = r + (desc_vaddr - r_vaddr) as usize;
-    image[d..d + 56].copy_from_slice(&descriptor.to_bytes());
-    image[d + 56..d + 56 + meta_json.len()].copy_from_slice(&meta_json);
+    let m = d + DESCRIPTOR_LEN;
+    image[d..m].copy_from_slice(&descriptor.to_bytes());
+    image[m..m + meta_json.len()].copy_from_slice(&meta_json);
 
     image[elf::E_PHOFF..elf::E_PHOFF + 8].copy_from_slice(&r_offset.to_le_bytes());
     image[elf::E_PHNUM..elf::E_PHNUM + 2].copy_from_slice(&(phnum as u16).to_le_bytes());

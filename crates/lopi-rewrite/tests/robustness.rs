@@ -78,11 +78,11 @@ fn mutated_elf_files_never_panic() {
 fn mutated_data_files_never_panic() {
     use lopi_rt_abi::{RecordHeader, DATA_MAGIC, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC};
     let meta = br#"{"version":1,"module":"m","source":"s","functions":[{"name":"f","addr":4096,"size":3}]}"#;
-    let mut file = vec![0u8; 3 * PAGE_SIZE as usize];
+    let mut file = vec![0u8; 4 * PAGE_SIZE as usize];
     file[..8].copy_from_slice(&DATA_MAGIC);
     let header = RecordHeader {
         magic: RECORD_MAGIC,
-        record_len: 2 * PAGE_SIZE,
+        record_len: 3 * PAGE_SIZE,
         pid: 7,
         exe_len: 3,
         load_bias: 0,
@@ -91,14 +91,18 @@ fn mutated_data_files_never_panic() {
         counters_offset: PAGE_SIZE,
         counters_len: PAGE_SIZE,
         counter_count: 1,
+        percpu_offset: 2 * PAGE_SIZE,
+        cpu_count: 1,
+        stride: PAGE_SIZE as u32,
     };
     let rec = PAGE_SIZE as usize;
     file[rec..rec + RECORD_HEADER_LEN].copy_from_slice(&header.to_bytes());
     file[rec + RECORD_HEADER_LEN..rec + RECORD_HEADER_LEN + 3].copy_from_slice(b"exe");
     file[rec + 128..rec + 128 + meta.len()].copy_from_slice(meta);
     file[2 * rec..2 * rec + 8].copy_from_slice(&42u64.to_le_bytes());
+    file[3 * rec..3 * rec + 8].copy_from_slice(&8u64.to_le_bytes());
     let parsed = lopi_trace::DataFile::parse(&file).unwrap();
-    assert_eq!(parsed.records[0].counts, vec![42]);
+    assert_eq!(parsed.records[0].counts, vec![50], "shared plus per-CPU counts");
 
     let mut rng = Rng(0x1234_5678_9abc_def1);
     for case in 0..3000 {

@@ -10,14 +10,14 @@
 pub const PAGE_SIZE: u64 = 4096;
 
 /// First bytes of a data file; the rest of the first page is reserved.
-pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT1";
+pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT2";
 
 /// First bytes of a module record inside a data file. A record whose magic is still zero
 /// was being written when its process died and is ignored by readers.
-pub const RECORD_MAGIC: [u8; 8] = *b"LOPIREC1";
+pub const RECORD_MAGIC: [u8; 8] = *b"LOPIREC2";
 
 /// First bytes of the module descriptor the rewriter places in the image.
-pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD1";
+pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD2";
 
 /// Environment variable naming the data file; `%p` in it is replaced by the pid.
 pub const OUTPUT_ENV: &str = "LOPI_OUTPUT";
@@ -44,7 +44,17 @@ pub struct ModuleDescriptor {
     /// Address of this descriptor in the file's address space, so that the runtime can
     /// compute the module's load bias.
     pub svma: u64,
+    /// Offset of the runtime variables the trampolines read (see `lopi_patch::RuntimeVars`).
+    pub vars_offset: i64,
+    /// Offset of the `struct rseq_cs` table, one 32-byte entry per counter, holding file
+    /// addresses that the runtime rebases.
+    pub rseq_table_offset: i64,
+    /// Bytes between per-CPU counter blocks, a multiple of `PAGE_SIZE`.
+    pub stride: u64,
 }
+
+/// Size of `ModuleDescriptor` in bytes.
+pub const DESCRIPTOR_LEN: usize = 80;
 
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
@@ -64,16 +74,21 @@ pub struct RecordHeader {
     pub counters_offset: u64,
     pub counters_len: u64,
     pub counter_count: u64,
+    /// Per-CPU counter blocks (`cpu_count` of them, `stride` bytes apart) from the start
+    /// of the record; `cpu_count` is 0 when the process had no rseq.
+    pub percpu_offset: u64,
+    pub cpu_count: u32,
+    pub stride: u32,
 }
 
 /// Size of `RecordHeader` in bytes; the executable path starts right after it.
-pub const RECORD_HEADER_LEN: usize = 72;
+pub const RECORD_HEADER_LEN: usize = 88;
 
 /// Longest executable path stored in a record header page.
 pub const MAX_EXE_LEN: usize = PAGE_SIZE as usize - RECORD_HEADER_LEN;
 
 const _: () = assert!(core::mem::size_of::<RecordHeader>() == RECORD_HEADER_LEN);
-const _: () = assert!(core::mem::size_of::<ModuleDescriptor>() == 56);
+const _: () = assert!(core::mem::size_of::<ModuleDescriptor>() == DESCRIPTOR_LEN);
 
 impl RecordHeader {
     /// Encodes the header as it is stored on disk.
@@ -89,6 +104,9 @@ impl RecordHeader {
         out[48..56].copy_from_slice(&self.counters_offset.to_le_bytes());
         out[56..64].copy_from_slice(&self.counters_len.to_le_bytes());
         out[64..72].copy_from_slice(&self.counter_count.to_le_bytes());
+        out[72..80].copy_from_slice(&self.percpu_offset.to_le_bytes());
+        out[80..84].copy_from_slice(&self.cpu_count.to_le_bytes());
+        out[84..88].copy_from_slice(&self.stride.to_le_bytes());
         out
     }
 
@@ -118,14 +136,17 @@ impl RecordHeader {
             counters_offset: u64_at(48),
             counters_len: u64_at(56),
             counter_count: u64_at(64),
+            percpu_offset: u64_at(72),
+            cpu_count: u32_at(80),
+            stride: u32_at(84),
         })
     }
 }
 
 impl ModuleDescriptor {
     /// Encodes the descriptor as the rewriter stores it in the image.
-    pub fn to_bytes(&self) -> [u8; 56] {
-        let mut out = [0u8; 56];
+    pub fn to_bytes(&self) -> [u8; DESCRIPTOR_LEN] {
+        let mut out = [0u8; DESCRIPTOR_LEN];
         out[0..8].copy_from_slice(&self.magic);
         out[8..16].copy_from_slice(&self.meta_offset.to_le_bytes());
         out[16..24].copy_from_slice(&self.meta_len.to_le_bytes());
@@ -133,6 +154,9 @@ impl ModuleDescriptor {
         out[32..40].copy_from_slice(&self.counters_len.to_le_bytes());
         out[40..48].copy_from_slice(&self.counter_count.to_le_bytes());
         out[48..56].copy_from_slice(&self.svma.to_le_bytes());
+        out[56..64].copy_from_slice(&self.vars_offset.to_le_bytes());
+        out[64..72].copy_from_slice(&self.rseq_table_offset.to_le_bytes());
+        out[72..80].copy_from_slice(&self.stride.to_le_bytes());
         out
     }
 }

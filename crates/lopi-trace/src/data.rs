@@ -65,7 +65,18 @@ impl DataFile {
             if meta.functions.len() as u64 != header.counter_count {
                 return Err(corrupt("metadata and counters disagree"));
             }
-            let counts = counters.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+            let mut counts: Vec<u64> = read_counts(counters);
+            // Per-CPU blocks (see runtime/lopi-rt): a function's calls are the sum over all.
+            for cpu in 0..u64::from(header.cpu_count) {
+                let at = cpu
+                    .checked_mul(u64::from(header.stride))
+                    .and_then(|o| o.checked_add(header.percpu_offset))
+                    .ok_or_else(|| corrupt("per-CPU block offset"))?;
+                let block = slice(at, count_bytes).ok_or_else(|| corrupt("per-CPU block range"))?;
+                for (total, n) in counts.iter_mut().zip(read_counts(block)) {
+                    *total = total.saturating_add(n);
+                }
+            }
             out.records.push(Record {
                 pid: header.pid,
                 exe: String::from_utf8_lossy(exe).into_owned(),
@@ -77,4 +88,8 @@ impl DataFile {
         }
         Ok(out)
     }
+}
+
+fn read_counts(bytes: &[u8]) -> Vec<u64> {
+    bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
 }

@@ -8,6 +8,9 @@ use iced_x86::{
 };
 
 pub use iced_x86::Instruction as Insn;
+pub use trampoline::{counting_trampoline, CounterAccess, RseqSection, Trampoline, RSEQ_SIG};
+
+mod trampoline;
 
 /// Length of `jmp rel32`.
 pub const JMP32_LEN: usize = 5;
@@ -138,15 +141,6 @@ pub fn encode_block(instructions: &[Instruction], ip: u64) -> Result<Vec<u8>, Re
         .map_err(|e| RelocError::Encode(e.to_string()))
 }
 
-/// `lock inc qword ptr [counter]`, RIP-relative once encoded. Changes only the arithmetic
-/// flags, which are dead at a function entry under the System V ABI.
-pub fn atomic_increment(counter: u64) -> Instruction {
-    let mut insn = Instruction::with1(Code::Inc_rm64, MemoryOperand::with_base_displ(Register::RIP, counter as i64))
-        .expect("inc r/m64 takes one memory operand");
-    insn.set_has_lock_prefix(true);
-    insn
-}
-
 /// Instructions that do what `call` (at its original address) does, from anywhere: push the
 /// call's original return address, then jump to its target. The callee returns into the
 /// original code, so unwinders and backtraces see the real caller. Uses only the stack slot
@@ -179,16 +173,6 @@ pub fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
         Instruction::with1(Code::Pop_r64, Register::RAX).ok()?,
         jump,
     ])
-}
-
-/// `jmp target` (near, relative).
-pub fn jump(target: u64) -> Instruction {
-    Instruction::with_branch(Code::Jmp_rel32_64, target).expect("jmp rel32 takes a branch target")
-}
-
-/// `call target` (near, relative).
-pub fn call(target: u64) -> Instruction {
-    Instruction::with_branch(Code::Call_rel32_64, target).expect("call rel32 takes a branch target")
 }
 
 /// Bytes of `jmp rel32` at `from` to `to`, if in range.

@@ -90,12 +90,6 @@ fn short_jumps_out_of_range_are_refused() {
     assert!(jmp32_bytes(0, 1 << 40).is_none());
 }
 
-#[test]
-fn atomic_increment_encodes_rip_relative() {
-    let bytes = encode_block(&[atomic_increment(TO + 0x2000)], TO).unwrap();
-    assert_eq!(&bytes[..4], &[0xf0, 0x48, 0xff, 0x05]);
-    assert_eq!(rip_relative_address(&decode_one(&bytes, TO).unwrap()), Some(TO + 0x2000));
-}
 
 #[test]
 fn emulated_calls_push_the_original_return_address() {
@@ -112,4 +106,34 @@ fn emulated_calls_push_the_original_return_address() {
     }
     // call [rsp+8] reads the stack the emulation changes.
     assert!(emulate_call(&decode_one(&[0xff, 0x54, 0x24, 0x08], FROM).unwrap()).is_none());
+}
+
+#[test]
+fn counting_trampoline_layout() {
+    let access = CounterAccess {
+        shared: TO + 0x10_0000,
+        rseq_offset_var: TO + 0x20_0000,
+        cpu_count_var: TO + 0x20_0010,
+        percpu_base_var: TO + 0x20_0008,
+        stride: 0x1000,
+        index: 7,
+        cs: TO + 0x30_0000,
+    };
+    // push rbp; mov rbp,rsp (moved body), resume at FROM+4
+    let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
+    let t = counting_trampoline(&access, &body, Some(FROM + 4), TO).unwrap();
+    let s = t.section;
+    let sig_at = (s.abort - TO - 4) as usize;
+    assert_eq!(&t.bytes[sig_at..sig_at + 4], &RSEQ_SIG.to_le_bytes(), "signature right before the abort handler");
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
+    let at = |ip: u64| insns.iter().find(|i| i.ip() == ip).unwrap();
+    // The section starts by reading cpu_id and ends right after the (unlocked) increment.
+    assert_eq!(at(s.start).memory_segment(), iced_x86::Register::FS);
+    let commit = insns.iter().take_while(|i| i.ip() < s.start + s.post_commit_offset).last().unwrap();
+    assert_eq!(commit.mnemonic(), iced_x86::Mnemonic::Inc);
+    assert!(!commit.has_lock_prefix());
+    assert_eq!(commit.memory_displacement64(), 56);
+    // The locked fallback counts into the shared counter; the body jumps back.
+    assert!(insns.iter().any(|i| i.has_lock_prefix() && rip_relative_address(i) == Some(access.shared)));
+    assert!(insns.iter().any(|i| branch_target(i) == Some(FROM + 4)));
 }

@@ -22,6 +22,7 @@ mod sys {
     //! Raw Linux x86-64 syscalls. Numbers from arch/x86/entry/syscalls/syscall_64.tbl.
     use core::arch::asm;
 
+    pub const READ: usize = 0;
     pub const WRITE: usize = 1;
     pub const OPEN: usize = 2;
     pub const CLOSE: usize = 3;
@@ -33,6 +34,7 @@ mod sys {
     pub const FTRUNCATE: usize = 77;
     pub const READLINK: usize = 89;
 
+    pub const O_RDONLY: usize = 0;
     pub const O_RDWR: usize = 2;
     pub const O_CREAT: usize = 0o100;
     pub const O_CLOEXEC: usize = 0o2000000;
@@ -40,6 +42,7 @@ mod sys {
     pub const LOCK_EX: usize = 2;
     pub const LOCK_UN: usize = 8;
     pub const PROT_READ_WRITE: usize = 3;
+    pub const MAP_SHARED: usize = 0x01;
     pub const MAP_SHARED_FIXED: usize = 0x01 | 0x10;
 
     /// Returns the raw result: negative values are `-errno`.
@@ -326,14 +329,9 @@ fn register(
     }
     let meta_offset = PAGE_SIZE;
     let counters_offset = meta_offset + abi::page_align(d.meta_len);
-    let record_len = counters_offset + d.counters_len;
     let record = size;
-    // SAFETY: growing our own file; new bytes read as zero, so the record stays invalid
-    // (zero magic) until its header is written last.
-    let r = unsafe { sys::call3(sys::FTRUNCATE, fd, (record + record_len) as usize, 0) };
-    if r < 0 {
-        return r;
-    }
+    // New bytes read as zero, so the record stays invalid (zero magic) until its header is
+    // written last; the file is grown below, before anything is mapped.
     let r = pwrite_all(fd, meta, d.meta_len as usize, record + meta_offset);
     if r < 0 {
         return r;
@@ -341,6 +339,15 @@ fn register(
     // Counts made before this point (ifunc resolvers, other modules' constructors) are
     // carried over; no other thread can run this module's code before its init finishes.
     let r = pwrite_all(fd, counters, d.counters_len as usize, record + counters_offset);
+    if r < 0 {
+        return r;
+    }
+    // Per-CPU blocks follow the shared counters; the file stays sparse where no CPU counts.
+    let percpu = cpu_blocks(d);
+    let percpu_offset = counters_offset + d.counters_len;
+    let record_len = percpu_offset + u64::from(percpu.cpus) * d.stride;
+    // SAFETY: growing our own file (sparse zeros).
+    let r = unsafe { sys::call3(sys::FTRUNCATE, fd, (record + record_len) as usize, 0) };
     if r < 0 {
         return r;
     }
@@ -361,6 +368,24 @@ fn register(
     if m < 0 {
         return m;
     }
+    if percpu.cpus > 0 {
+        // SAFETY: a new shared mapping of the per-CPU blocks, anywhere in the address space.
+        let blocks = unsafe {
+            sys::call6(
+                sys::MMAP,
+                0,
+                (u64::from(percpu.cpus) * d.stride) as usize,
+                sys::PROT_READ_WRITE,
+                sys::MAP_SHARED,
+                fd,
+                (record + percpu_offset) as usize,
+            )
+        };
+        if blocks > 0 {
+            // SAFETY: `base` is the descriptor's address; its offsets name this module's RW segment.
+            unsafe { enable_percpu(d, base, blocks as u64, percpu.cpus, percpu.rseq_offset) };
+        }
+    }
     let exe_len = if exe.len() > abi::MAX_EXE_LEN { abi::MAX_EXE_LEN } else { exe.len() };
     let header = RecordHeader {
         magic: abi::RECORD_MAGIC,
@@ -373,6 +398,9 @@ fn register(
         counters_offset,
         counters_len: d.counters_len,
         counter_count: d.counter_count,
+        percpu_offset,
+        cpu_count: percpu.cpus,
+        stride: d.stride as u32,
     };
     let r = pwrite_all(fd, exe.as_ptr(), exe_len, record + abi::RECORD_HEADER_LEN as u64);
     if r < 0 {
@@ -380,6 +408,191 @@ fn register(
     }
     let bytes = header.to_bytes();
     pwrite_all(fd, bytes.as_ptr(), bytes.len(), record)
+}
+
+/// Per-CPU counting, if the process has rseq: how many CPU blocks, and where the thread's
+/// rseq area is relative to the thread pointer.
+struct PerCpu {
+    cpus: u32,
+    rseq_offset: i64,
+}
+
+fn cpu_blocks(d: &ModuleDescriptor) -> PerCpu {
+    let none = PerCpu { cpus: 0, rseq_offset: 0 };
+    let Some(rseq_offset) = glibc_rseq_offset() else { return none };
+    let cpus = possible_cpus();
+    // The trampoline computes cpu * stride in 32 bits.
+    if cpus == 0 || u64::from(cpus) * d.stride > i32::MAX as u64 {
+        return none;
+    }
+    PerCpu { cpus, rseq_offset }
+}
+
+/// Rebases the module's `struct rseq_cs` table and publishes the variables the trampolines
+/// read. The rseq offset goes last: until it is non-zero, trampolines use the shared,
+/// locked counters.
+///
+/// # Safety
+/// `base` is the descriptor's runtime address; its offsets name this module's RW segment.
+unsafe fn enable_percpu(d: &ModuleDescriptor, base: usize, percpu_base: u64, cpus: u32, rseq_offset: i64) {
+    let bias = (base as u64).wrapping_sub(d.svma);
+    let table = base.wrapping_add(d.rseq_table_offset as usize) as *mut u64;
+    let vars = base.wrapping_add(d.vars_offset as usize) as *mut u64;
+    // SAFETY: the table has counter_count 32-byte entries {u32,u32,start,len,abort}; the
+    // variables page holds {rseq_offset i64, percpu_base u64, cpu_count u32}.
+    unsafe {
+        for i in 0..d.counter_count as usize {
+            let entry = table.add(i * 4);
+            *entry.add(1) = (*entry.add(1)).wrapping_add(bias);
+            *entry.add(3) = (*entry.add(3)).wrapping_add(bias);
+        }
+        *vars.add(1) = percpu_base;
+        *(vars.add(2) as *mut u32) = cpus;
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+        core::ptr::write_volatile(vars as *mut i64, rseq_offset);
+    }
+}
+
+/// Number of possible CPU ids, from `/sys/devices/system/cpu/possible` ("0-3", "0,2-5").
+fn possible_cpus() -> u32 {
+    let mut text = Buf::<256>::new();
+    let path = b"/sys/devices/system/cpu/possible\0";
+    // SAFETY: NUL-terminated path; read into our buffer.
+    let fd = unsafe { sys::call3(sys::OPEN, path.as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return 0;
+    }
+    // SAFETY: read at most `cap` bytes.
+    text.fill_with(|buf, cap| unsafe { sys::call3(sys::READ, fd as usize, buf as usize, cap) });
+    // SAFETY: our descriptor.
+    unsafe { sys::call3(sys::CLOSE, fd as usize, 0, 0) };
+    let mut last = 0u32;
+    let mut current: Option<u32> = None;
+    for &c in text.as_bytes() {
+        if c.is_ascii_digit() {
+            current = Some(current.unwrap_or(0).saturating_mul(10).saturating_add(u32::from(c - b'0')));
+        } else if let Some(n) = current.take() {
+            last = last.max(n);
+        }
+    }
+    if let Some(n) = current {
+        last = last.max(n);
+    }
+    if text.as_bytes().is_empty() { 0 } else { last.saturating_add(1) }
+}
+
+/// glibc's `__rseq_offset`, if glibc registered an rseq area for every thread
+/// (`__rseq_size` non-zero). Both are exported by ld.so (GLIBC_2.35), which we find through
+/// `AT_BASE` and read through its dynamic symbol table, already mapped.
+fn glibc_rseq_offset() -> Option<i64> {
+    let ldso = auxv_value(7)?; // AT_BASE
+    // SAFETY: AT_BASE is the load address of the mapped dynamic loader; every read below
+    // stays within its mapped ELF header, program headers, dynamic section and tables.
+    unsafe {
+        let base = ldso as usize;
+        let header = base as *const u8;
+        if *(header as *const u32) != 0x464c_457f {
+            return None;
+        }
+        let phoff = *(header.add(0x20) as *const u64) as usize;
+        let phnum = *(header.add(0x38) as *const u16) as usize;
+        let mut dynamic = 0usize;
+        for i in 0..phnum {
+            let ph = header.add(phoff + i * 56);
+            if *(ph as *const u32) == 2 {
+                dynamic = base + *(ph.add(16) as *const u64) as usize;
+            }
+        }
+        if dynamic == 0 {
+            return None;
+        }
+        let (mut symtab, mut strtab, mut strsz) = (0usize, 0usize, 0usize);
+        let mut entry = dynamic as *const u64;
+        while *entry != 0 {
+            let value = *entry.add(1) as usize;
+            // ld.so relocates some of its own dynamic entries in place; others stay relative.
+            let addr = if value < base { value + base } else { value };
+            match *entry {
+                5 => strtab = addr,
+                6 => symtab = addr,
+                10 => strsz = value,
+                _ => {}
+            }
+            entry = entry.add(2);
+        }
+        if symtab == 0 || strtab <= symtab {
+            return None;
+        }
+        let count = ((strtab - symtab) / 24).min(8192);
+        let (mut offset, mut size) = (None, None);
+        for i in 1..count {
+            let sym = (symtab + i * 24) as *const u8;
+            let name = *(sym as *const u32) as usize;
+            let value = *(sym.add(8) as *const u64) as usize;
+            if name >= strsz || value == 0 {
+                continue;
+            }
+            let s = (strtab + name) as *const u8;
+            if cstr_eq(s, b"__rseq_offset\0") {
+                offset = Some(*((base + value) as *const i64));
+            } else if cstr_eq(s, b"__rseq_size\0") {
+                size = Some(*((base + value) as *const u32));
+            }
+        }
+        // __rseq_size is 0 when glibc did not register rseq; 2.35-2.39 report 20 (the
+        // original ABI's fields). We use cpu_id (offset 4) and rseq_cs (offset 8).
+        match (offset, size) {
+            (Some(o), Some(n)) if n >= 16 && o != 0 => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// # Safety
+/// `s` must be readable up to its NUL or up to `want.len()` bytes.
+unsafe fn cstr_eq(s: *const u8, want: &[u8]) -> bool {
+    for (i, &c) in want.iter().enumerate() {
+        // SAFETY: stops at the first difference, which includes s's terminator.
+        if unsafe { *s.add(i) } != c {
+            return false;
+        }
+    }
+    true
+}
+
+/// A value from `/proc/self/auxv`.
+fn auxv_value(key: u64) -> Option<u64> {
+    let mut raw = Buf::<4096>::new();
+    let path = b"/proc/self/auxv\0";
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { sys::call3(sys::OPEN, path.as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: read at most `cap` bytes into our buffer.
+    raw.fill_with(|buf, cap| unsafe { sys::call3(sys::READ, fd as usize, buf as usize, cap) });
+    // SAFETY: our descriptor.
+    unsafe { sys::call3(sys::CLOSE, fd as usize, 0, 0) };
+    let bytes = raw.as_bytes();
+    let mut i = 0;
+    while i + 16 <= bytes.len() {
+        let word = |at: usize| {
+            let mut v = 0u64;
+            for k in (0..8).rev() {
+                v = (v << 8) | u64::from(bytes.get(at + k).copied().unwrap_or(0));
+            }
+            v
+        };
+        let (k, v) = (word(i), word(i + 8));
+        if k == 0 {
+            break;
+        }
+        if k == key {
+            return Some(v);
+        }
+        i += 16;
+    }
+    None
 }
 
 // The compiler may emit calls to these; the blob has no libc to provide them. `rep` string
