@@ -10,14 +10,11 @@ pub struct Svma(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
 pub struct FileOffset(pub u64);
 
-impl Svma {
-    pub fn add(self, n: u64) -> Svma {
-        Svma(self.0.wrapping_add(n))
-    }
+impl std::ops::Add<u64> for Svma {
+    type Output = Svma;
 
-    /// Distance from `base` to `self`; callers use it only when `self >= base`.
-    pub fn offset_from(self, base: Svma) -> u64 {
-        self.0.wrapping_sub(base.0)
+    fn add(self, n: u64) -> Svma {
+        Svma(self.0.wrapping_add(n))
     }
 }
 

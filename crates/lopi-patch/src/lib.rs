@@ -254,7 +254,7 @@ fn entry_instructions(
 ) -> Result<Entry, SkipReason> {
     let bytes = module.bytes_from(function.addr).ok_or(SkipReason::NotInFile)?;
     let skip = if lopi_x86::is_endbr64(bytes) { 4 } else { 0 };
-    let patch_at = function.addr.add(skip as u64);
+    let patch_at = function.addr + skip as u64;
     let limit = end.saturating_sub(patch_at.0).min(bytes.len().saturating_sub(skip) as u64) as usize;
     let code = &bytes[skip..skip + limit.min(64)];
     let mut entry = Entry { patch_at, insns: Vec::new(), len: 0, ends_terminal: false, stopped_at_target: false };
@@ -319,7 +319,7 @@ fn entry_site(
         patch_at: entry.patch_at,
         covered,
         relocated: entry.insns.clone(),
-        resume: (!entry.ends_terminal).then(|| entry.patch_at.add(entry.len as u64)),
+        resume: (!entry.ends_terminal).then(|| entry.patch_at + entry.len as u64),
         tactic,
         bounce: None,
     };
@@ -418,7 +418,7 @@ fn bounce_site(
         patch_at: entry.patch_at,
         covered: entry.len,
         relocated: entry.insns,
-        resume: (!entry.ends_terminal).then(|| entry.patch_at.add(entry.len as u64)),
+        resume: (!entry.ends_terminal).then(|| entry.patch_at + entry.len as u64),
         tactic: Tactic::Jmp8ViaBounce,
         bounce: Some(Svma(bounce)),
     })
@@ -440,7 +440,7 @@ impl Selection {
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
         for site in self.sites {
-            let trampoline = layout.trampolines.add(code.len() as u64);
+            let trampoline = layout.trampolines + code.len() as u64;
             let counter = probed.len() as u32;
             let access = lopi_x86::CounterAccess {
                 shared: layout.counters.0 + 8 * u64::from(counter),
