@@ -286,7 +286,13 @@ pub unsafe extern "C" fn lopi_rt_init(
     // SAFETY: fd is ours; the lock serialises modules and processes sharing the file.
     unsafe { sys::call3(sys::FLOCK, fd, sys::LOCK_EX, 0) };
     let err = register(fd, d, base, counters, meta, pid, exe.as_bytes());
-    if err < 0 {
+    if err == NOT_A_DATA_FILE {
+        let mut msg = Buf::<512>::new();
+        msg.push_bytes(b"lopi: '");
+        msg.push_bytes(path.as_bytes());
+        msg.push_bytes(b"' exists and is not a data file of this lopi version; remove it or set LOPI_OUTPUT elsewhere (counts are not saved)\n");
+        write_stderr(msg.as_bytes());
+    } else if err < 0 {
         report_failure(b"recording to", path.as_bytes(), err);
     }
     // SAFETY: closing our own descriptor; the shared mapping outlives it.
@@ -295,6 +301,9 @@ pub unsafe extern "C" fn lopi_rt_init(
         sys::call3(sys::CLOSE, fd, 0, 0);
     }
 }
+
+/// `register`'s result when the output exists but is not ours (not an errno value).
+const NOT_A_DATA_FILE: isize = -100_000;
 
 /// Appends this module's record to the locked data file and maps the counters onto it.
 fn register(
@@ -324,7 +333,7 @@ fn register(
         // SAFETY: pread64 (17) into an 8-byte buffer.
         let n = unsafe { sys::call6(17, fd, magic.as_mut_ptr() as usize, 8, 0, 0, 0) };
         if n != 8 || magic != abi::DATA_MAGIC || size % PAGE_SIZE != 0 {
-            return -22; // EINVAL: not a lopi data file; never overwrite it
+            return NOT_A_DATA_FILE; // never overwrite someone else's file
         }
     }
     let meta_offset = PAGE_SIZE;
