@@ -73,6 +73,7 @@ pub(crate) fn discover(
                 0 => fde.map_or(0, |f| f.len),
                 n => n,
             };
+            let size = if addr.checked_add(size).is_some() { size } else { 0 };
             if name.contains(".cold") || fde.is_some_and(|f| !f.is_entry) {
                 fragments.insert(addr, size);
                 continue;
@@ -150,7 +151,7 @@ fn read_fdes(
         let gimli::CieOrFde::Fde(partial) = entry else { continue };
         let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
         let start = fde.initial_address();
-        if start == 0 || fde.len() == 0 {
+        if start == 0 || fde.len() == 0 || start.checked_add(fde.len()).is_none() {
             continue;
         }
         let is_entry = match fde.unwind_info_for_address(&eh_frame, &bases, &mut ctx, start) {

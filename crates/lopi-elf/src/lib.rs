@@ -83,6 +83,9 @@ pub struct DynamicEntry {
 }
 
 /// A parsed module. Borrows the file bytes.
+///
+/// Invariant: for every segment, code section, function and fragment, address + size does
+/// not overflow `u64`.
 pub struct ElfModule<'data> {
     data: &'data [u8],
     pub kind: ModuleKind,
@@ -144,6 +147,7 @@ impl<'data> ElfModule<'data> {
             .collect();
         for s in &segments {
             let end = s.offset.0.checked_add(s.filesz).ok_or_else(|| malformed("segment size overflows"))?;
+            s.vaddr.0.checked_add(s.memsz).ok_or_else(|| malformed("segment address range overflows"))?;
             if end > data.len() as u64 || s.filesz > s.memsz {
                 return Err(malformed("a loadable segment lies outside the file"));
             }
@@ -197,7 +201,12 @@ impl<'data> ElfModule<'data> {
             if name.starts_with(".plt") || name == ".init" || name == ".fini" {
                 continue;
             }
-            code_sections.push(CodeSection { name, addr: Svma(section.sh_addr(e)), size: section.sh_size(e) });
+            let (addr, size) = (section.sh_addr(e), section.sh_size(e));
+            // Extents handed out never wrap the address space, so users may add freely.
+            if addr.checked_add(size).is_none() {
+                continue;
+            }
+            code_sections.push(CodeSection { name, addr: Svma(addr), size });
         }
         if code_sections.is_empty() && sections.is_empty() {
             // No section headers at all: every executable segment is code.

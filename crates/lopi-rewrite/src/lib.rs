@@ -69,6 +69,11 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
         return Err(RewriteError::AlreadyRewritten);
     }
     let init_slot = find_init_slot(module)?;
+    // User-space addresses are below 2^47: a module ending beyond 2^46 is malformed, and
+    // refusing it keeps every layout sum below far from overflow.
+    if module.end_of_image().0 > 1 << 46 || input.len() as u64 > 1 << 40 {
+        return Err(RewriteError::TooLarge);
+    }
 
     // Layout: RW counters, then RX code, then R headers; vaddr and file offset advance
     // together from page boundaries, so each segment is congruent modulo the page size.
