@@ -641,6 +641,7 @@ fixture_tests! {
     fixture_tiny_packed => "tiny_packed.c",
     fixture_entry_loop => "entry_loop.c",
     fixture_regs_preserved => "regs_preserved.c",
+    fixture_threads_signals => "threads_signals.c",
     fixture_libfix_main => "libfix_main.c",
     fixture_dlopen_main => "dlopen_main.c",
 }

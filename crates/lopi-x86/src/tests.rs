@@ -127,8 +127,9 @@ fn counting_trampoline_layout() {
     assert_eq!(&t.bytes[sig_at..sig_at + 4], &RSEQ_SIG.to_le_bytes(), "signature right before the abort handler");
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     let at = |ip: u64| insns.iter().find(|i| i.ip() == ip).unwrap();
-    // The section starts by reading cpu_id and ends right after the (unlocked) increment.
-    assert_eq!(at(s.start).memory_segment(), iced_x86::Register::FS);
+    // The section starts by arming rseq_cs and ends right after the (unlocked) increment.
+    assert_eq!(rip_relative_address(at(s.start)), Some(access.cs));
+    assert!(insns.iter().any(|i| i.ip() > s.start && i.memory_segment() == iced_x86::Register::FS));
     let commit = insns.iter().take_while(|i| i.ip() < s.start + s.post_commit_offset).last().unwrap();
     assert_eq!(commit.mnemonic(), iced_x86::Mnemonic::Inc);
     assert!(!commit.has_lock_prefix());

@@ -13,8 +13,8 @@
 //!         mov r11,[rseq_offset]   ; 0 = not ready
 //!         test r11,r11 ; jz locked
 //!         mov [rsp-8],rax
-//!         lea rax,[cs] ; mov fs:[r11+8],rax      ; arm rseq_cs
-//! start:  mov eax,fs:[r11+4]      ; cpu_id
+//! start:  lea rax,[cs] ; mov fs:[r11+8],rax      ; arm rseq_cs
+//!         mov eax,fs:[r11+4]      ; cpu_id
 //!         cmp eax,[cpu_count] ; jae out
 //!         imul eax,eax,stride ; add rax,[percpu_base]
 //!         inc qword [rax+8*index] ; commit
@@ -26,6 +26,10 @@
 //!         .long RSEQ_SIG
 //! abort:  mov rax,[rsp-8] ; mov r11,[rsp-16] ; jmp top
 //! ```
+//! The section starts at the arming instruction: a signal handler whose own probe
+//! disarms on exit can then only interrupt before arming (the sequence re-arms) or inside
+//! the section (the kernel restarts it), never leave it running unprotected.
+//!
 //! Every register is preserved: with interprocedural register allocation (GCC's
 //! `-fipa-ra`, on at -O2) a caller may keep values in call-clobbered registers such as r11
 //! across a call to a function it knows does not touch them. Only the arithmetic flags
@@ -118,9 +122,9 @@ pub fn counting_trampoline(
         Instruction::with2(Code::Test_rm64_r64, Register::R11, Register::R11).map_err(err)?,
         Instruction::with_branch(Code::Je_rel32_64, LOCKED).map_err(err)?,
         save(Register::RAX)?,
-        Instruction::with2(Code::Lea_r64_m, Register::RAX, rip(c.cs)).map_err(err)?,
+        at(Instruction::with2(Code::Lea_r64_m, Register::RAX, rip(c.cs)).map_err(err)?, START),
         Instruction::with2(Code::Mov_rm64_r64, fs(8), Register::RAX).map_err(err)?,
-        at(Instruction::with2(Code::Mov_r32_rm32, Register::EAX, fs(4)).map_err(err)?, START),
+        Instruction::with2(Code::Mov_r32_rm32, Register::EAX, fs(4)).map_err(err)?,
         Instruction::with2(Code::Cmp_r32_rm32, Register::EAX, rip(c.cpu_count_var)).map_err(err)?,
         Instruction::with_branch(Code::Jae_rel32_64, OUT).map_err(err)?,
         Instruction::with3(Code::Imul_r32_rm32_imm32, Register::EAX, Register::EAX, c.stride).map_err(err)?,
