@@ -142,6 +142,20 @@ struct Case {
 }
 
 impl Case {
+    /// Runs the rewritten program `rw` in `cwd` (LOPI_OUTPUT = `data`, or unset) and
+    /// panics with the case's details unless it succeeds.
+    fn run_rewritten_ok(&mut self, rw: &Path, cwd: &Path, data: Option<&Path>) -> Output {
+        let mut cmd = Command::new(rw);
+        cmd.current_dir(cwd);
+        match data {
+            Some(d) => cmd.env("LOPI_OUTPUT", d),
+            None => cmd.env_remove("LOPI_OUTPUT"),
+        };
+        let out = self.run(&mut cmd, "rewritten program").unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "{}", self.fail(format!("rewritten program: {}", out.describe_status())));
+        out
+    }
+
     fn new(label: String) -> Case {
         let dir = fresh_dir(&label);
         Case {
@@ -715,16 +729,8 @@ fn data_file_appends_across_runs() {
     let (mut case, _orig, rw) = build_and_rewrite("recursion.c", O2_PIE, &[]);
     let data = case.dir.join("shared.lopi");
     for _ in 0..2 {
-        let mut cmd = Command::new(&rw);
-        cmd.current_dir(&case.dir).env("LOPI_OUTPUT", &data);
-        let out = case
-            .run(&mut cmd, "rewritten program")
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "{}",
-            case.fail(format!("rewritten program: {}", out.describe_status()))
-        );
+        let dir = case.dir.clone();
+        case.run_rewritten_ok(&rw, &dir, Some(&data));
     }
     let entries = case.report(&data).unwrap_or_else(|e| panic!("{e}"));
     for (name, want) in [("fib", 2 * 21891), ("add", 2 * 10945), ("main", 2)] {
@@ -744,16 +750,7 @@ fn default_data_file_name() {
     let (mut case, _orig, rw) = build_and_rewrite("recursion.c", O2_PIE, &[]);
     let cwd = case.dir.join("cwd");
     std::fs::create_dir_all(&cwd).unwrap();
-    let mut cmd = Command::new(&rw);
-    cmd.current_dir(&cwd).env_remove("LOPI_OUTPUT");
-    let out = case
-        .run(&mut cmd, "rewritten program")
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success(),
-        "{}",
-        case.fail(format!("rewritten program: {}", out.describe_status()))
-    );
+    let out = case.run_rewritten_ok(&rw, &cwd, None);
     let expected = cwd.join(format!("prog.{}.lopi", out.pid));
     let listing: Vec<String> = std::fs::read_dir(&cwd)
         .unwrap()
@@ -793,16 +790,8 @@ fn function_filters() {
         ],
     );
     let data = case.dir.join("data.lopi");
-    let mut cmd = Command::new(&rw);
-    cmd.current_dir(&case.dir).env("LOPI_OUTPUT", &data);
-    let out = case
-        .run(&mut cmd, "rewritten program")
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success(),
-        "{}",
-        case.fail(format!("rewritten program: {}", out.describe_status()))
-    );
+    let dir = case.dir.clone();
+    case.run_rewritten_ok(&rw, &dir, Some(&data));
     let entries = case.report(&data).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         count_of(&entries, "is_even"),
