@@ -445,13 +445,7 @@ fn build_and_run_original(case: &mut Case, fx: &Fixture, cfg: Config) -> Result<
         case.compile(&mut cmd)?;
     }
     let orig = dir.join("orig").join("prog");
-    std::fs::create_dir_all(orig.parent().unwrap()).unwrap();
-    let mut cmd = Command::new(fx.compiler());
-    cmd.args(cfg.prog_flags())
-        .args(&fx.cflags)
-        .arg(&fx.path)
-        .arg("-o")
-        .arg(&orig);
+    let mut cmd = program_compile(fx, cfg, &orig);
     if fx.lib.is_some() && !fx.dlopen {
         cmd.arg(format!("-L{}", lib_orig_dir.display()))
             .arg("-lfix");
@@ -687,20 +681,23 @@ fn every_fixture_has_a_test() {
 // Further behaviour of the rewritten program
 // ---------------------------------------------------------------------------
 
+/// The compiler command that builds fixture program `fx` with `cfg` into `out` (whose
+/// directory it creates); callers add link flags.
+fn program_compile(fx: &Fixture, cfg: Config, out: &Path) -> Command {
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let mut cmd = Command::new(fx.compiler());
+    cmd.args(cfg.prog_flags()).args(&fx.cflags).arg(&fx.path).arg("-o").arg(out);
+    cmd
+}
+
 /// Build one fixture with one configuration and rewrite it; returns
 /// (case, original, rewritten).
 fn build_and_rewrite(file: &str, cfg: Config, extra: &[&str]) -> (Case, PathBuf, PathBuf) {
     let fx = Fixture::load(file);
     let mut case = Case::new(format!("{file} {} {}", cfg.name(), extra.join(" ")));
     let orig = case.dir.join("orig").join("prog");
-    std::fs::create_dir_all(orig.parent().unwrap()).unwrap();
-    let mut cmd = Command::new(fx.compiler());
-    cmd.args(cfg.prog_flags())
-        .args(&fx.cflags)
-        .arg(&fx.path)
-        .arg("-o")
-        .arg(&orig)
-        .args(&fx.ldflags);
+    let mut cmd = program_compile(&fx, cfg, &orig);
+    cmd.args(&fx.ldflags);
     case.compile(&mut cmd).unwrap_or_else(|e| panic!("{e}"));
     let rw = case.dir.join("rw").join("prog");
     case.rewrite(&orig, &rw, extra)
