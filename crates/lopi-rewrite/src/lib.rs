@@ -200,10 +200,10 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
     Ok(Rewritten { image, plan })
 }
 
-/// Names the new segments in the section header table, so that objdump and gdb show them.
-/// (`strip` still cannot handle the moved program-header table; see ARCHITECTURE.md.) The table and a grown copy of
-/// the section-name string table are appended after the image; files without section
-/// headers are left without.
+/// Names the new segments in the section header table, so that objdump and gdb show them
+/// (`strip` still cannot handle the moved program-header table; see ARCHITECTURE.md). The
+/// table and a grown copy of the section-name string table are appended after the image;
+/// files without section headers are left without.
 fn add_section_headers(image: &mut Vec<u8>, new: &[(&str, u64, u64, u64, u64, u64)]) {
     let u16_at = |img: &[u8], at: usize| u16::from_le_bytes([img[at], img[at + 1]]) as usize;
     let u64_at = |img: &[u8], at: usize| u64::from_le_bytes(img[at..at + 8].try_into().unwrap_or([0; 8]));
