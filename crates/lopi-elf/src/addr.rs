@@ -1,6 +1,5 @@
 //! Address kinds, after samply: never pass a bare `u64` where one of these is meant.
 use serde::Serialize;
-use std::fmt;
 
 /// Stated virtual memory address: an address as the ELF file gives it (`p_vaddr`, `st_value`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
@@ -15,11 +14,5 @@ impl std::ops::Add<u64> for Svma {
 
     fn add(self, n: u64) -> Svma {
         Svma(self.0.wrapping_add(n))
-    }
-}
-
-impl fmt::Display for Svma {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}", self.0)
     }
 }

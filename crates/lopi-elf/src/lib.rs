@@ -272,10 +272,6 @@ impl<'data> ElfModule<'data> {
     pub fn end_of_image(&self) -> Svma {
         Svma(self.segments.iter().map(|s| s.vaddr.0 + s.memsz).max().unwrap_or(0))
     }
-
-    pub fn dynamic_value(&self, tag: u32) -> Option<u64> {
-        self.dynamic.iter().find(|d| d.tag == u64::from(tag)).map(|d| d.value)
-    }
 }
 
 fn has_soname(dynamic: &[DynamicEntry]) -> bool {

@@ -184,7 +184,6 @@ pub struct PatchPlan {
     pub outcomes: Vec<Outcome>,
 }
 
-
 /// Chooses a tactic for every selected function.
 pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
     let targets = targets::collect(module);
@@ -210,18 +209,17 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
             n => (function.addr.0 + n).min(next_start),
         };
         match entry_site(module, index, end, &targets, &mut gaps) {
-            Ok(Some(site)) => {
+            Ok(Choice::Direct(site)) => {
                 outcomes[index] = Outcome::Probed(site.tactic);
                 sites.push(site);
             }
-            Ok(None) => need_bounce.push(index),
+            Ok(Choice::NeedsBounce(entry)) => need_bounce.push((index, entry)),
             Err(reason) => outcomes[index] = Outcome::Skipped(reason),
         }
     }
     // Bounces go last, into whatever padding the direct tactics left free.
-    for index in need_bounce {
-        let function = &module.functions[index];
-        match bounce_site(module, index, function.size, &starts, &targets, &mut gaps) {
+    for (index, entry) in need_bounce {
+        match bounce_site(index, entry, &mut gaps) {
             Ok(site) => {
                 outcomes[index] = Outcome::Probed(site.tactic);
                 sites.push(site);
@@ -243,6 +241,29 @@ struct Entry {
     ends_terminal: bool,
     /// Why collection stopped early, if it did before `want` bytes.
     stopped_at_target: bool,
+}
+
+impl Entry {
+    /// A site that moves these instructions and continues after them unless they end in
+    /// ret/jmp (or an emulated call).
+    fn into_site(self, function: usize, tactic: Tactic, covered: usize, bounce: Option<Svma>) -> Site {
+        Site {
+            function,
+            patch_at: self.patch_at,
+            covered,
+            resume: (!self.ends_terminal).then(|| self.patch_at + self.len as u64),
+            relocated: self.insns,
+            tactic,
+            bounce,
+        }
+    }
+}
+
+/// What tactics 1 and 2 decided.
+enum Choice {
+    Direct(Site),
+    /// Only a short jump fits: tactic 3, once direct sites have claimed their padding.
+    NeedsBounce(Entry),
 }
 
 fn entry_instructions(
@@ -299,32 +320,24 @@ fn entry_instructions(
     Ok(entry)
 }
 
-/// Tactics 1 and 2. `Ok(None)` asks for a bounce.
+/// Tactics 1 and 2 (and whole-function relocation for loops at the entry).
 fn entry_site(
     module: &ElfModule<'_>,
     index: usize,
     end: u64,
     targets: &Targets,
     gaps: &mut Gaps,
-) -> Result<Option<Site>, SkipReason> {
+) -> Result<Choice, SkipReason> {
     let function = &module.functions[index];
     let entry = entry_instructions(module, function, end, targets, JMP32_LEN)?;
     if targets.loops.contains(&entry.patch_at.0) || targets.loops.contains(&function.addr.0) {
         // A jump to the entry from the function itself is a loop iteration, not a call:
         // move the whole function so that the loop runs in the copy, past the counter.
-        return whole_function(module, index, entry.patch_at, end, targets).map(Some);
+        return whole_function(module, index, entry.patch_at, end, targets).map(Choice::Direct);
     }
-    let site = |tactic, covered| Site {
-        function: index,
-        patch_at: entry.patch_at,
-        covered,
-        relocated: entry.insns.clone(),
-        resume: (!entry.ends_terminal).then(|| entry.patch_at + entry.len as u64),
-        tactic,
-        bounce: None,
-    };
     if entry.len >= JMP32_LEN {
-        return Ok(Some(site(Tactic::Jmp32, entry.len)));
+        let covered = entry.len;
+        return Ok(Choice::Direct(entry.into_site(index, Tactic::Jmp32, covered, None)));
     }
     let after = entry.patch_at.0 + entry.len as u64;
     let rest = JMP32_LEN - entry.len;
@@ -332,12 +345,12 @@ fn entry_site(
         && !entry.stopped_at_target
         && (dead_padding(module, after, rest, end, targets) || gaps.take_at(after, rest))
     {
-        return Ok(Some(site(Tactic::Jmp32IntoPadding, JMP32_LEN)));
+        return Ok(Choice::Direct(entry.into_site(index, Tactic::Jmp32IntoPadding, JMP32_LEN, None)));
     }
     if entry.len < JMP8_LEN {
         return Err(SkipReason::TooShort);
     }
-    Ok(None)
+    Ok(Choice::NeedsBounce(entry))
 }
 
 /// Nop/int3 bytes inside the function, after a `ret`/`jmp`, that nothing targets: dead.
@@ -397,31 +410,13 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
     })
 }
 
-/// Tactic 3.
-fn bounce_site(
-    module: &ElfModule<'_>,
-    index: usize,
-    size: u64,
-    starts: &[u64],
-    targets: &Targets,
-    gaps: &mut Gaps,
-) -> Result<Site, SkipReason> {
-    let function = &module.functions[index];
-    let next_start = starts.get(starts.partition_point(|&s| s <= function.addr.0)).copied().unwrap_or(u64::MAX);
-    let end = if size == 0 { next_start } else { (function.addr.0 + size).min(next_start) };
-    let entry = entry_instructions(module, function, end, targets, JMP32_LEN)?;
+/// Tactic 3, for an entry that tactics 1 and 2 could not take.
+fn bounce_site(index: usize, entry: Entry, gaps: &mut Gaps) -> Result<Site, SkipReason> {
     // The rel8 displacement counts from the end of the 2-byte jump.
     let from = entry.patch_at.0 + JMP8_LEN as u64;
     let bounce = gaps.take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN).ok_or(SkipReason::NoBounceSpace)?;
-    Ok(Site {
-        function: index,
-        patch_at: entry.patch_at,
-        covered: entry.len,
-        relocated: entry.insns,
-        resume: (!entry.ends_terminal).then(|| entry.patch_at + entry.len as u64),
-        tactic: Tactic::Jmp8ViaBounce,
-        bounce: Some(Svma(bounce)),
-    })
+    let covered = entry.len;
+    Ok(entry.into_site(index, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce))))
 }
 
 impl Selection {

@@ -2,10 +2,7 @@
 //! names, and how to move it elsewhere. Knows nothing about ELF.
 #![forbid(unsafe_code)]
 
-use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock,
-    MemoryOperand, Mnemonic, OpKind, Register,
-};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, MemoryOperand, Mnemonic, OpKind, Register};
 
 pub use iced_x86::Instruction as Insn;
 pub use trampoline::{counting_trampoline, CounterAccess, RseqSection, Trampoline, RSEQ_SIG};
@@ -130,15 +127,6 @@ pub fn is_padding(bytes: &[u8], ip: u64) -> bool {
         done += insn.len();
     }
     done == bytes.len()
-}
-
-/// Encodes `instructions` so that they behave the same when placed at `ip`: RIP-relative
-/// operands and relative branches keep their absolute targets; short branches are widened.
-pub fn encode_block(instructions: &[Instruction], ip: u64) -> Result<Vec<u8>, RelocError> {
-    let block = InstructionBlock::new(instructions, ip);
-    BlockEncoder::encode(64, block, BlockEncoderOptions::NONE)
-        .map(|r| r.code_buffer)
-        .map_err(|e| RelocError::Encode(e.to_string()))
 }
 
 /// Instructions that do what `call` (at its original address) does, from anywhere: push the

@@ -2,6 +2,14 @@
 //! is encoded at one address, moved far away, decoded again and must name the same targets.
 use super::*;
 
+/// Re-encodes `instructions` at `ip` the way trampolines move displaced code.
+fn encode_block(instructions: &[Instruction], ip: u64) -> Result<Vec<u8>, RelocError> {
+    let block = iced_x86::InstructionBlock::new(instructions, ip);
+    iced_x86::BlockEncoder::encode(64, block, iced_x86::BlockEncoderOptions::NONE)
+        .map(|r| r.code_buffer)
+        .map_err(|e| RelocError::Encode(e.to_string()))
+}
+
 const FROM: u64 = 0x40_1000;
 const TO: u64 = 0x4000_0000;
 
