@@ -87,11 +87,12 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
     // together from page boundaries, so each segment is congruent modulo the page size.
     let rw_vaddr = page_align(module.end_of_image().0);
     let rw_offset = page_align(input.len() as u64);
-    let counters_len = page_align(selection.counter_count().max(1) * 8);
+    let counters = selection.counter_count().max(1);
+    let counters_len = page_align(counters * 8);
     let stride = u32::try_from(counters_len).map_err(|_| RewriteError::TooLarge)?;
     let vars_vaddr = rw_vaddr + counters_len;
     let rseq_table = vars_vaddr + PAGE_SIZE;
-    let rw_len = counters_len + PAGE_SIZE + page_align(selection.counter_count().max(1) * RSEQ_CS_SIZE);
+    let rw_len = counters_len + PAGE_SIZE + page_align(counters * RSEQ_CS_SIZE);
     let rx_vaddr = rw_vaddr.checked_add(rw_len).ok_or(RewriteError::TooLarge)?;
     let rx_offset = rw_offset + rw_len;
     let blob = lopi_rt_blob::BLOB;
