@@ -7,9 +7,11 @@
 
 mod data;
 mod report;
+mod timing;
 
 pub use data::{DataError, DataFile, Record};
 pub use report::{FunctionCount, Profile};
+pub use timing::{ContextNode, EventKind, ProbeCost, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};
 
