@@ -36,23 +36,67 @@ fn main() {
     let elf = out.join("lopi_rt.elf");
     run(Command::new("ld")
         .args(["-pie", "--no-dynamic-linker", "-z", "norelro", "-z", "noexecstack", "--gc-sections"])
-        .args(["--undefined=lopi_rt_init", "-e", "lopi_rt_init", "-T"])
+        .args(["--undefined=lopi_rt_init", "--undefined=lopi_enter_stub", "--undefined=lopi_exit_stub"])
+        .args(["--undefined=LOPI_VARS_DELTA", "-e", "lopi_rt_init", "-T"])
         .arg(&script)
         .arg(&lib)
         .arg("-o")
         .arg(&elf));
-    let (blob, entry) = flatten(&elf);
+    reject_vector_registers(&elf);
+    let (blob, symbols) = flatten(&elf);
     std::fs::write(out.join("lopi_rt.bin"), &blob).unwrap();
+    let [init, enter, exit, delta] = symbols;
     std::fs::write(
         out.join("blob.rs"),
-        format!("/// Offset of `lopi_rt_init` in the blob.\npub const INIT_OFFSET: usize = {entry};\n"),
+        format!(
+            "/// Offset of `lopi_rt_init` in the blob.\npub const INIT_OFFSET: usize = {init};\n\
+             /// Offset of the entry probe stub (`push <function address>; call` it).\npub const ENTER_STUB_OFFSET: usize = {enter};\n\
+             /// Offset of the exit probe stub (`call` it right before a `ret` or tail jump).\npub const EXIT_STUB_OFFSET: usize = {exit};\n\
+             /// Offset of the i64 the installer sets to (runtime variables - its own address).\npub const VARS_DELTA_OFFSET: usize = {delta};\n"
+        ),
     )
     .unwrap();
 }
 
-/// Returns the loaded image from address 0 and the entry offset, rejecting anything that
-/// would need relocation or writes.
-fn flatten(path: &Path) -> (Vec<u8>, u64) {
+/// The probe stubs save only general registers: code they reach must not touch vector or
+/// x87 registers, which hold live values (arguments, return values) at probe sites. Init
+/// code may (it is an ordinary call from the loader).
+fn reject_vector_registers(elf: &Path) {
+    let out = Command::new("objdump").args(["-d", "--no-show-raw-insn", "-M", "intel"]).arg(elf).output().expect("running objdump");
+    assert!(out.status.success(), "objdump failed on the runtime blob");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Function name -> its instruction lines.
+    let mut functions: std::collections::HashMap<String, Vec<&str>> = Default::default();
+    let mut current = String::new();
+    for line in text.lines() {
+        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")).map(|(_, n)| n) {
+            current = name.to_string();
+        } else if line.starts_with(' ') {
+            functions.entry(current.clone()).or_default().push(line);
+        }
+    }
+    let mut todo = vec!["lopi_enter_stub".to_string(), "lopi_exit_stub".to_string()];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(name) = todo.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        for line in functions.get(&name).map(Vec::as_slice).unwrap_or_default() {
+            if let Some(bad) = ["xmm", "ymm", "zmm", " st(", "mm0"].iter().find(|r| line.contains(*r)) {
+                panic!("{name}, reached from a probe stub, uses {bad} registers, which the stubs do not save: {line}");
+            }
+            if line.contains("\tcall ") || line.contains("\tjmp ") {
+                if let Some(target) = line.rsplit_once('<').and_then(|(_, t)| t.split(['>', '+']).next()) {
+                    todo.push(target.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// Returns the loaded image from address 0 and the offsets of the exported symbols,
+/// rejecting anything that would need relocation or writes.
+fn flatten(path: &Path) -> (Vec<u8>, [u64; 4]) {
     let data = std::fs::read(path).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let mut image = Vec::new();
@@ -79,10 +123,8 @@ fn flatten(path: &Path) -> (Vec<u8>, u64) {
         let bytes = section.data().unwrap();
         image[section.address() as usize..end].copy_from_slice(bytes);
     }
-    let entry = file
-        .symbols()
-        .find(|s| s.name() == Ok("lopi_rt_init"))
-        .map(|s| s.address())
-        .expect("lopi_rt_init not found in the runtime blob");
-    (image, entry)
+    let symbol = |name: &str| {
+        file.symbols().find(|s| s.name() == Ok(name)).map(|s| s.address()).unwrap_or_else(|| panic!("{name} not found in the runtime blob"))
+    };
+    (image, ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "LOPI_VARS_DELTA"].map(symbol))
 }

@@ -24,7 +24,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
     }
 
     step(&format!("lopi rewrite {} -o {}", prog.display(), rewritten.display()));
-    let summary = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default())?;
+    let summary = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), false, lopi_rewrite::Recording::default())?;
     crate::print(&format!("{summary}\n"))?;
 
     step(&format!("LOPI_OUTPUT={} {}", data.display(), rewritten.display()));

@@ -2,10 +2,12 @@
 #![forbid(unsafe_code)]
 
 mod demo;
+mod exports;
 mod show;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use exports::{ExportFormat, WeightArg};
 use lopi_elf::ElfModule;
 use lopi_patch::Filter;
 use std::path::{Path, PathBuf};
@@ -27,13 +29,17 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Write a copy of PROG whose function entries are counted.
+    /// Write a copy of PROG whose functions are counted (and timed, with exit probes).
     Rewrite {
         prog: PathBuf,
         #[arg(short, long)]
         output: PathBuf,
         #[command(flatten)]
         select: Select,
+        /// Also record every entry and exit with a timestamp (implies --probe entry,exit);
+        /// `lopi export --format chrome` turns it into a timeline.
+        #[arg(long)]
+        trace: bool,
     },
     /// Show the functions recorded in a data file, most called first.
     Report {
@@ -43,6 +49,35 @@ enum Command {
         /// Rows in the text table (0 = all).
         #[arg(long, default_value_t = 30)]
         top: usize,
+        /// Show who calls FUNC (timed data only).
+        #[arg(long, value_name = "FUNC", conflicts_with = "callees")]
+        callers: Option<String>,
+        /// Show whom FUNC calls (timed data only).
+        #[arg(long, value_name = "FUNC")]
+        callees: Option<String>,
+    },
+    /// Draw a flame graph (SVG) of the timed call paths in a data file.
+    Flamegraph {
+        data: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// What a frame's width shows.
+        #[arg(long, value_enum, default_value_t = WeightArg::Time)]
+        weight: WeightArg,
+        /// The graph's title [default: the data file and the weight].
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Write the timed profile of a data file for other tools.
+    Export {
+        data: PathBuf,
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// What a folded stack counts (--format folded only) [default: time].
+        #[arg(long, value_enum)]
+        weight: Option<WeightArg>,
     },
     /// Build a small built-in C program, rewrite it, run it and show its report.
     Demo {
@@ -60,6 +95,16 @@ struct Select {
     /// Do not probe functions whose name matches (glob; repeatable).
     #[arg(long = "exclude", value_name = "GLOB")]
     exclude: Vec<String>,
+    /// Where probes go: `entry` counts calls; `entry,exit` also times them (per thread,
+    /// with calling contexts).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
+    probe: Vec<Probe>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Probe {
+    Entry,
+    Exit,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -74,6 +119,13 @@ impl Select {
             globs.iter().map(|g| glob::Pattern::new(g).with_context(|| format!("bad glob {g:?}"))).collect()
         };
         Ok(Filter { include: compile(&self.include)?, exclude: compile(&self.exclude)? })
+    }
+
+    fn timing(&self) -> Result<bool> {
+        if !self.probe.contains(&Probe::Entry) {
+            bail!("--probe needs `entry`: exits are timed against their entries (use --probe entry,exit)");
+        }
+        Ok(self.probe.contains(&Probe::Exit))
     }
 }
 
@@ -90,27 +142,48 @@ fn run(cli: Cli) -> Result<()> {
         Command::Info { prog, select, format } => {
             let data = read(&prog)?;
             let module = parse(&prog, &data)?;
-            let selection = lopi_patch::select(&module, &select.filter()?);
-            let summary = show::Summary::new(&module, &selection.outcomes);
+            let selection = lopi_patch::select(&module, &select.filter()?, select.timing()?);
+            let summary = show::Summary::new(&module, &selection.outcomes, &selection.timing);
             match format {
-                Format::Json => print_json(&show::info_json(&prog, &module, &selection.outcomes, &summary)),
-                Format::Text => print(&show::info_text(&module, &selection.outcomes, &summary)),
+                Format::Json => print_json(&show::info_json(&prog, &module, &selection, &summary)),
+                Format::Text => print(&show::info_text(&module, &selection, &summary)),
             }
         }
-        Command::Rewrite { prog, output, select } => {
-            let summary = rewrite(&prog, &output, &select.filter()?)?;
+        Command::Rewrite { prog, output, select, trace } => {
+            let timing = trace || select.timing()?;
+            let recording = lopi_rewrite::Recording { trace };
+            let summary = rewrite(&prog, &output, &select.filter()?, timing, recording)?;
             eprintln!("lopi: wrote {}: {summary}", output.display());
             Ok(())
         }
-        Command::Report { data, format, top } => {
+        Command::Report { data, format, top, callers, callees } => {
             let bytes = read(&data)?;
             let file = lopi_trace::DataFile::parse(&bytes).with_context(|| format!("reading {}", data.display()))?;
             let profile = lopi_trace::Profile::from_data(&file);
+            if let Some((name, is_callers)) = callers.map(|c| (c, true)).or(callees.map(|c| (c, false))) {
+                if profile.timing.is_none() {
+                    bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display());
+                }
+                if !profile.functions.iter().any(|f| f.name == name) {
+                    bail!("no function named {name:?} in {}", data.display());
+                }
+                let edges: Vec<_> = profile
+                    .edges
+                    .iter()
+                    .filter(|e| if is_callers { e.callee == name } else { e.caller.as_deref() == Some(name.as_str()) })
+                    .collect();
+                return match format {
+                    Format::Json => print_json(&edges),
+                    Format::Text => print(&show::edges_text(&profile, &name, is_callers)),
+                };
+            }
             match format {
                 Format::Json => print_json(&profile),
                 Format::Text => print(&show::report_text(&profile, top)),
             }
         }
+        Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
+        Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
         Command::Demo { dir } => demo::run(dir),
     }
 }
@@ -138,22 +211,28 @@ fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<ElfModule<'d>> {
 }
 
 /// Rewrites `prog` into `output`; returns the summary line.
-pub(crate) fn rewrite(prog: &Path, output: &Path, filter: &Filter) -> Result<show::Summary> {
+pub(crate) fn rewrite(
+    prog: &Path,
+    output: &Path,
+    filter: &Filter,
+    timing: bool,
+    recording: lopi_rewrite::Recording,
+) -> Result<show::Summary> {
     use std::os::unix::fs::PermissionsExt;
     let data = read(prog)?;
     if same_file(prog, output) {
         bail!("refusing to overwrite the input {}; choose another -o", prog.display());
     }
     let module = parse(prog, &data)?;
-    let selection = lopi_patch::select(&module, filter);
+    let selection = lopi_patch::select(&module, filter, timing);
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
         source: absolute(prog).display().to_string(),
     };
-    let rewritten = lopi_rewrite::rewrite(&module, selection, &names).with_context(|| format!("{}", prog.display()))?;
+    let rewritten = lopi_rewrite::rewrite(&module, selection, &names, recording).with_context(|| format!("{}", prog.display()))?;
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
-    Ok(show::Summary::new(&module, &rewritten.plan.outcomes))
+    Ok(show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -1,6 +1,6 @@
 //! Text and JSON views of plans and profiles.
 use lopi_elf::ElfModule;
-use lopi_patch::Outcome;
+use lopi_patch::{Outcome, Selection, TimingOutcome};
 use lopi_trace::Profile;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -13,11 +13,31 @@ pub struct Summary {
     pub selected: usize,
     pub probed: usize,
     pub skipped_by_reason: BTreeMap<&'static str, usize>,
+    /// With exit probes: functions timed, and probed functions only counted, by reason.
+    pub timed: Option<usize>,
+    pub untimed_by_reason: BTreeMap<&'static str, usize>,
 }
 
 impl Summary {
-    pub fn new(module: &ElfModule<'_>, outcomes: &[Outcome]) -> Summary {
-        let mut s = Summary { found: module.functions.len(), selected: 0, probed: 0, skipped_by_reason: BTreeMap::new() };
+    pub fn new(module: &ElfModule<'_>, outcomes: &[Outcome], timing: &[TimingOutcome]) -> Summary {
+        let mut s = Summary {
+            found: module.functions.len(),
+            selected: 0,
+            probed: 0,
+            skipped_by_reason: BTreeMap::new(),
+            timed: None,
+            untimed_by_reason: BTreeMap::new(),
+        };
+        for t in timing {
+            match t {
+                TimingOutcome::Timed => *s.timed.get_or_insert(0) += 1,
+                TimingOutcome::Untimed(r) => {
+                    s.timed.get_or_insert(0);
+                    *s.untimed_by_reason.entry(r.key()).or_default() += 1;
+                }
+                TimingOutcome::Off => {}
+            }
+        }
         for outcome in outcomes {
             match outcome {
                 Outcome::Probed(_) => s.probed += 1,
@@ -49,9 +69,16 @@ impl fmt::Display for Summary {
             write!(f, ", {} selected", self.selected)?;
         }
         write!(f, ", {} probed ({:.2}%), {} skipped", self.probed, self.coverage(), self.skipped())?;
+        let reasons = |by: &BTreeMap<&str, usize>| by.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(", ");
         if !self.skipped_by_reason.is_empty() {
-            let reasons: Vec<String> = self.skipped_by_reason.iter().map(|(k, n)| format!("{k}: {n}")).collect();
-            write!(f, " ({})", reasons.join(", "))?;
+            write!(f, " ({})", reasons(&self.skipped_by_reason))?;
+        }
+        if let Some(timed) = self.timed {
+            let untimed: usize = self.untimed_by_reason.values().sum();
+            write!(f, "; {timed} timed, {untimed} counted only")?;
+            if untimed > 0 {
+                write!(f, " ({})", reasons(&self.untimed_by_reason))?;
+            }
         }
         Ok(())
     }
@@ -65,12 +92,21 @@ fn outcome_fields(outcome: &Outcome) -> (&'static str, Option<&'static str>, Opt
     }
 }
 
-pub fn info_json(path: &Path, module: &ElfModule<'_>, outcomes: &[Outcome], summary: &Summary) -> Value {
+fn timing_field(t: &TimingOutcome) -> Option<String> {
+    match t {
+        TimingOutcome::Off => None,
+        TimingOutcome::Timed => Some("timed".into()),
+        TimingOutcome::Untimed(r) => Some(format!("counted only, {}: {r}", r.key())),
+    }
+}
+
+pub fn info_json(path: &Path, module: &ElfModule<'_>, selection: &Selection, summary: &Summary) -> Value {
     let functions: Vec<Value> = module
         .functions
         .iter()
-        .zip(outcomes)
-        .map(|(f, o)| {
+        .zip(&selection.outcomes)
+        .zip(&selection.timing)
+        .map(|((f, o), t)| {
             let (status, tactic, reason) = outcome_fields(o);
             let mut v = json!({
                 "name": f.name, "addr": format!("{:#x}", f.addr.0), "size": f.size,
@@ -84,6 +120,9 @@ pub fn info_json(path: &Path, module: &ElfModule<'_>, outcomes: &[Outcome], summ
             }
             if let Some(r) = reason {
                 v["reason"] = json!(r);
+            }
+            if let Some(t) = timing_field(t) {
+                v["timing"] = json!(t);
             }
             v
         })
@@ -100,23 +139,47 @@ pub fn info_json(path: &Path, module: &ElfModule<'_>, outcomes: &[Outcome], summ
             "skipped": summary.skipped(),
             "coverage_percent": (summary.coverage() * 100.0).round() / 100.0,
             "skipped_by_reason": summary.skipped_by_reason,
+            "timed": summary.timed,
+            "untimed_by_reason": summary.untimed_by_reason,
         },
     })
 }
 
-pub fn info_text(module: &ElfModule<'_>, outcomes: &[Outcome], summary: &Summary) -> String {
+pub fn info_text(module: &ElfModule<'_>, selection: &Selection, summary: &Summary) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{:<18} {:>7}  {:<14} NAME", "ADDRESS", "SIZE", "PROBE");
-    for (f, o) in module.functions.iter().zip(outcomes) {
+    for ((f, o), t) in module.functions.iter().zip(&selection.outcomes).zip(&selection.timing) {
         let (status, tactic, reason) = outcome_fields(o);
         let how = tactic.unwrap_or(status);
-        let _ = match reason {
-            Some(r) => writeln!(out, "{:#018x} {:>7}  {:<14} {}  ({r})", f.addr.0, f.size, how, f.name),
-            None => writeln!(out, "{:#018x} {:>7}  {:<14} {}", f.addr.0, f.size, how, f.name),
+        let notes: Vec<String> = reason.into_iter().chain(timing_field(t).filter(|t| t != "timed")).collect();
+        let _ = if notes.is_empty() {
+            writeln!(out, "{:#018x} {:>7}  {:<14} {}", f.addr.0, f.size, how, f.name)
+        } else {
+            writeln!(out, "{:#018x} {:>7}  {:<14} {}  ({})", f.addr.0, f.size, how, f.name, notes.join("; "))
         };
     }
     let _ = writeln!(out, "{summary}");
     out
+}
+
+/// A duration with a unit that keeps three significant digits.
+fn duration(ns: f64) -> String {
+    let (value, unit) = match ns {
+        n if n >= 1e9 => (n / 1e9, "s"),
+        n if n >= 1e6 => (n / 1e6, "ms"),
+        n if n >= 1e3 => (n / 1e3, "us"),
+        n => (n, "ns"),
+    };
+    let digits = if value >= 100.0 { 0 } else if value >= 10.0 { 1 } else { 2 };
+    format!("{value:.digits$} {unit}")
+}
+
+fn module_suffix(profile: &Profile, module: &str) -> String {
+    if profile.modules.len() > 1 {
+        format!("  [{}]", Path::new(module).file_name().map_or(module.to_string(), |n| n.to_string_lossy().into_owned()))
+    } else {
+        String::new()
+    }
 }
 
 pub fn report_text(profile: &Profile, top: usize) -> String {
@@ -128,22 +191,89 @@ pub fn report_text(profile: &Profile, top: usize) -> String {
         let _ = writeln!(out, "warning: a process died while registering a module; that module's counts are missing");
     }
     let called: Vec<_> = profile.functions.iter().filter(|f| f.calls > 0).collect();
-    let _ = writeln!(out, "functions called: {} of {} probed, {} calls in total\n", called.len(), profile.functions.len(), profile.total_calls);
-    let width = called.first().map_or(5, |f| f.calls.to_string().len().max(5));
-    let multi_module = profile.modules.len() > 1;
-    let _ = writeln!(out, "{:>width$}  {:>6}  FUNCTION", "CALLS", "%");
+    let _ = writeln!(out, "functions called: {} of {} probed, {} calls in total", called.len(), profile.functions.len(), profile.total_calls);
+    if let Some(timing) = &profile.timing {
+        timing_notes(&mut out, timing);
+    }
+    out.push('\n');
     let rows = if top == 0 { called.len() } else { top.min(called.len()) };
-    for f in &called[..rows] {
-        let share = 100.0 * f.calls as f64 / profile.total_calls.max(1) as f64;
-        let module = if multi_module {
-            format!("  [{}]", Path::new(&f.module).file_name().map_or(f.module.clone(), |n| n.to_string_lossy().into_owned()))
-        } else {
-            String::new()
-        };
-        let _ = writeln!(out, "{:>width$}  {:>5.1}%  {}{module}", f.calls, share, f.name);
+    let width = called.first().map_or(5, |f| f.calls.to_string().len().max(5));
+    if profile.timing.is_some() {
+        let _ = writeln!(out, "{:>width$}  {:>10}  {:>10}  {:>10}  {:>10}  FUNCTION", "CALLS", "TOTAL", "SELF", "AVG", "MAX");
+        let time = |t: Option<f64>| t.map_or_else(|| "-".to_string(), duration);
+        for f in &called[..rows] {
+            let _ = writeln!(
+                out,
+                "{:>width$}  {:>10}  {:>10}  {:>10}  {:>10}  {}{}",
+                f.calls,
+                time(f.total_ns),
+                time(f.self_ns),
+                time(f.avg_ns),
+                time(f.max_ns),
+                f.name,
+                module_suffix(profile, &f.module)
+            );
+        }
+    } else {
+        let _ = writeln!(out, "{:>width$}  {:>6}  FUNCTION", "CALLS", "%");
+        for f in &called[..rows] {
+            let share = 100.0 * f.calls as f64 / profile.total_calls.max(1) as f64;
+            let _ = writeln!(out, "{:>width$}  {:>5.1}%  {}{}", f.calls, share, f.name, module_suffix(profile, &f.module));
+        }
     }
     if rows < called.len() {
         let _ = writeln!(out, "... {} more (use --top 0 for all)", called.len() - rows);
+    }
+    out
+}
+
+fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
+    let threads = &timing.threads;
+    let pc = &timing.probe_cost;
+    let _ = writeln!(
+        out,
+        "timed threads: {}; probe cost removed from times: {} per call inside the call, {} per call from its caller ({} in all)",
+        threads.len(),
+        duration(pc.inner_ns),
+        duration(pc.pair_ns),
+        duration(pc.removed_ns)
+    );
+    let sum = |f: fn(&lopi_trace::ThreadSummary) -> u64| threads.iter().map(f).sum::<u64>();
+    let notes = [
+        (sum(|t| t.unmatched_exits), "exits matched no timed entry (calls deeper than the shadow stack, or begun before timing started)"),
+        (sum(|t| t.too_deep), "calls not timed: shadow stack full (raise LOPI_DEPTH)"),
+        (sum(|t| t.nested_skipped), "calls not timed: a signal handler interrupted a probe"),
+        (sum(|t| t.lost_context_calls), "calls timed without their calling context: tree full (raise LOPI_NODES)"),
+    ];
+    for (n, what) in notes {
+        if n > 0 {
+            let _ = writeln!(out, "note: {n} {what}");
+        }
+    }
+    for t in threads.iter().filter(|t| t.trace_dropped > 0) {
+        let _ = writeln!(
+            out,
+            "warning: thread {} of pid {}: {} trace events dropped after {} kept (raise LOPI_TRACE_EVENTS); the profile still counts them",
+            t.tid, t.pid, t.trace_dropped, t.trace_events
+        );
+    }
+}
+
+/// `--callers F` / `--callees F`: the edges into or out of the functions named `name`.
+pub fn edges_text(profile: &Profile, name: &str, callers: bool) -> String {
+    let mut out = String::new();
+    let edges: Vec<_> = profile
+        .edges
+        .iter()
+        .filter(|e| if callers { e.callee == name } else { e.caller.as_deref() == Some(name) })
+        .collect();
+    let total: u64 = edges.iter().map(|e| e.calls).sum();
+    let _ = writeln!(out, "{} {name}: {} calls", if callers { "callers of" } else { "callees of" }, total);
+    let _ = writeln!(out, "{:>12}  {:>6}  {:>10}  FUNCTION", "CALLS", "%", "TIME");
+    for e in edges {
+        let other = if callers { e.caller.as_deref().unwrap_or("(no timed caller)") } else { e.callee.as_str() };
+        let share = 100.0 * e.calls as f64 / total.max(1) as f64;
+        let _ = writeln!(out, "{:>12}  {:>5.1}%  {:>10}  {other}", e.calls, share, duration(e.total_ns));
     }
     out
 }

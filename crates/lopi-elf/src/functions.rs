@@ -1,4 +1,5 @@
-//! Function discovery: symbols first, then `.eh_frame` FDEs for what symbols miss.
+//! Function discovery: symbols first, then `.eh_frame` FDEs for what symbols miss; the FDEs'
+//! LSDAs give the exception landing pads.
 //!
 //! An FDE start is a function entry only if the canonical frame address there is `rsp+8`
 //! (the return address was just pushed). That rejects `.cold`/`.part` fragments, which
@@ -35,6 +36,8 @@ pub struct Function {
 struct Fde {
     len: u64,
     is_entry: bool,
+    /// Address of the FDE's LSDA (C++ exception tables), if it has one.
+    lsda: Option<u64>,
 }
 
 pub(crate) fn discover(
@@ -119,6 +122,20 @@ pub(crate) fn discover(
     }
     module.functions = by_addr.into_values().collect();
     module.fragments = fragments.into_iter().map(|(a, l)| (Svma(a), l)).collect();
+    // Pads are not checked against their FDE's range: an explicit LPStart (Clang's basic-block
+    // sections) may put them in another section.
+    let mut pads: Vec<Svma> = fdes
+        .iter()
+        .filter_map(|(&start, fde)| {
+            let lsda = fde.lsda?;
+            Some(crate::lsda::landing_pads(module.bytes_from(Svma(lsda))?, lsda, start))
+        })
+        .flatten()
+        .map(Svma)
+        .collect();
+    pads.sort_unstable();
+    pads.dedup();
+    module.landing_pads = pads;
     Ok(())
 }
 
@@ -158,7 +175,15 @@ fn read_fdes(
             Ok(row) => matches!(row.cfa(), CfaRule::RegisterAndOffset { register, offset: 8 } if *register == gimli::X86_64::RSP),
             Err(_) => false,
         };
-        out.insert(start, Fde { len: fde.len(), is_entry });
+        let lsda = match fde.lsda() {
+            Some(gimli::Pointer::Direct(addr)) => Some(addr),
+            // The FDE holds the address of a pointer to the LSDA; the file has its link-time value.
+            Some(gimli::Pointer::Indirect(addr)) => {
+                module.bytes_from(Svma(addr)).and_then(|b| b.first_chunk()).map(|b| u64::from_le_bytes(*b))
+            }
+            None => None,
+        };
+        out.insert(start, Fde { len: fde.len(), is_entry, lsda });
     }
     Ok(out)
 }

@@ -1,11 +1,12 @@
 //! The parts of an x86-64 ELF file lopi needs: loadable segments, code sections, functions
-//! (from `.symtab`, `.dynsym` and `.eh_frame`), and the dynamic section.
+//! (from `.symtab`, `.dynsym` and `.eh_frame`), exception landing pads, and the dynamic section.
 //!
 //! Parsing never panics on malformed input: every failure is an [`ElfError`].
 #![forbid(unsafe_code)]
 
 mod addr;
 mod functions;
+mod lsda;
 
 pub use addr::{FileOffset, Svma};
 pub use functions::{Function, FunctionSource};
@@ -100,6 +101,8 @@ pub struct ElfModule<'data> {
     /// Start addresses of code that is not a function entry (e.g. `.cold` parts): branch
     /// scanning resynchronises there, but they are not probed.
     pub fragments: Vec<(Svma, u64)>,
+    /// C++ exception landing pads (from `.eh_frame` LSDAs), sorted: the unwinder jumps there.
+    pub landing_pads: Vec<Svma>,
     pub has_symtab: bool,
 }
 
@@ -226,6 +229,7 @@ impl<'data> ElfModule<'data> {
             dynamic_capacity,
             functions: Vec::new(),
             fragments: Vec::new(),
+            landing_pads: Vec::new(),
             has_symtab: false,
         };
         functions::discover(&mut module, &sections)?;

@@ -11,12 +11,16 @@
 //! 4. otherwise the function is skipped, with the reason.
 #![forbid(unsafe_code)]
 
+mod exits;
 mod gaps;
 mod targets;
 
+pub use exits::UntimedReason;
+use exits::{CodeMap, Region};
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
-use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
+use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
+use std::collections::HashMap;
 use targets::Targets;
 
 /// How a probed function's entry is patched.
@@ -31,6 +35,10 @@ pub enum Tactic {
 }
 
 impl Tactic {
+    fn from_site(site: &Site) -> Tactic {
+        site.entry.expect("an entry site")
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Tactic::Jmp32 => "jmp32",
@@ -104,18 +112,36 @@ impl Filter {
     }
 }
 
+/// Whether a probed function's calls are timed (entry and exit probes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimingOutcome {
+    /// Timing was not asked for, or the function has no probe.
+    Off,
+    Timed,
+    /// Counted only.
+    Untimed(UntimedReason),
+}
+
 /// A chosen patch, before addresses in the trampoline area are known.
 #[derive(Clone, Debug)]
 struct Site {
     function: usize,
+    /// `Some` for a function's entry site, `None` for an exit site.
+    entry: Option<Tactic>,
+    /// Functions whose timing needs this site (an exit in a `.cold` part may serve several
+    /// functions of a stripped file).
+    owners: Vec<usize>,
+    /// Entry sites: call the entry probe.
+    timed: bool,
     patch_at: Svma,
     /// Bytes of original code the patch covers (jump plus int3 filler).
     covered: usize,
     relocated: Vec<Insn>,
     /// Where the trampoline continues; `None` when the relocated code ends in ret/jmp.
     resume: Option<Svma>,
-    tactic: Tactic,
     bounce: Option<Svma>,
+    /// Moved instructions that leave the function, to get exit probes (when timed).
+    exits: Vec<(u64, ExitKind)>,
 }
 
 /// Where the installer puts the probe's code and data, in the module's address space.
@@ -130,18 +156,15 @@ pub struct Layout {
     pub rseq_table: Svma,
     /// Bytes between per-CPU counter blocks.
     pub stride: u32,
+    /// The runtime's entry and exit probe stubs; needed when any function is timed.
+    pub stubs: Option<Stubs>,
 }
 
-/// Offsets of the runtime variables the trampolines read, from `Layout::vars`.
-pub struct RuntimeVars;
-
-impl RuntimeVars {
-    /// `i64`: fs-relative offset of the thread's rseq area, 0 until the runtime is ready.
-    pub const RSEQ_OFFSET: u64 = 0;
-    /// `u64`: address of per-CPU counter block 0.
-    pub const PERCPU_BASE: u64 = 8;
-    /// `u32`: number of per-CPU blocks.
-    pub const CPU_COUNT: u64 = 16;
+/// Addresses of the runtime's probe stubs.
+#[derive(Clone, Copy, Debug)]
+pub struct Stubs {
+    pub enter: Svma,
+    pub exit: Svma,
 }
 
 /// Size of one `struct rseq_cs` slot.
@@ -151,6 +174,7 @@ pub const RSEQ_CS_SIZE: u64 = 32;
 pub struct Selection {
     sites: Vec<Site>,
     pub outcomes: Vec<Outcome>,
+    pub timing: Vec<TimingOutcome>,
 }
 
 /// A probed function, in counter order.
@@ -159,6 +183,7 @@ pub struct ProbedFunction {
     pub function: usize,
     pub counter: u32,
     pub tactic: Tactic,
+    pub timed: bool,
     pub patch_at: Svma,
     pub trampoline: Svma,
 }
@@ -182,10 +207,13 @@ pub struct PatchPlan {
     /// Code to place at `layout.trampolines`.
     pub trampoline_code: Vec<u8>,
     pub outcomes: Vec<Outcome>,
+    pub timing: Vec<TimingOutcome>,
+    /// Exit sites patched.
+    pub exit_sites: usize,
 }
 
-/// Chooses a tactic for every selected function.
-pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
+/// Chooses a tactic for every selected function, and with `timing` its exit sites.
+pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selection {
     let targets = targets::collect(module);
     let mut gaps = Gaps::find(module, &targets);
     let starts: Vec<u64> = {
@@ -196,6 +224,7 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
         s
     };
     let mut outcomes = vec![Outcome::NotSelected; module.functions.len()];
+    let mut ends = vec![0u64; module.functions.len()];
     let mut sites = Vec::new();
     let mut need_bounce = Vec::new();
     for (index, function) in module.functions.iter().enumerate() {
@@ -208,9 +237,10 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
             0 => next_start,
             n => (function.addr.0 + n).min(next_start),
         };
+        ends[index] = end;
         match entry_site(module, index, end, &targets, &mut gaps) {
             Ok(Choice::Direct(site)) => {
-                outcomes[index] = Outcome::Probed(site.tactic);
+                outcomes[index] = Outcome::Probed(Tactic::from_site(&site));
                 sites.push(site);
             }
             Ok(Choice::NeedsBounce(entry)) => need_bounce.push((index, entry)),
@@ -221,14 +251,139 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter) -> Selection {
     for (index, entry) in need_bounce {
         match bounce_site(index, entry, &mut gaps) {
             Ok(site) => {
-                outcomes[index] = Outcome::Probed(site.tactic);
+                outcomes[index] = Outcome::Probed(Tactic::from_site(&site));
                 sites.push(site);
             }
             Err(reason) => outcomes[index] = Outcome::Skipped(reason),
         }
     }
+    let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
+    if timing {
+        plan_timing(module, &ends, &targets, &mut gaps, &mut sites, &mut timing_outcomes);
+    }
     sites.sort_by_key(|s| s.patch_at);
-    Selection { sites, outcomes }
+    Selection { sites, outcomes, timing: timing_outcomes }
+}
+
+/// Adds exit sites for every probed function whose exits can all be probed, and marks its
+/// entry site timed; others stay counted only, with the reason.
+fn plan_timing(
+    module: &ElfModule<'_>,
+    ends: &[u64],
+    targets: &Targets,
+    gaps: &mut Gaps,
+    sites: &mut Vec<Site>,
+    outcomes: &mut [TimingOutcome],
+) {
+    let map = CodeMap::new(module);
+    // Exit sites of fragments already planned (a stripped file's fragment may be reached
+    // from several functions): fragment start -> indices in `sites`, or why not.
+    let mut fragments: HashMap<u64, Result<Vec<usize>, UntimedReason>> = HashMap::new();
+    for entry_index in 0..sites.len() {
+        let f = sites[entry_index].function;
+        let result = timed_exits(module, f, ends[f], &sites[entry_index], &map, targets, gaps, &mut fragments, sites.len());
+        match result {
+            Ok(plan) => {
+                let site = &mut sites[entry_index];
+                site.timed = true;
+                site.exits = plan.entry_exits;
+                for &i in &plan.shared {
+                    sites[i].owners.push(f);
+                }
+                // Fragment indices recorded for later functions were counted from
+                // `sites.len()` on, in this order.
+                sites.extend(plan.sites);
+                outcomes[f] = TimingOutcome::Timed;
+            }
+            Err(reason) => outcomes[f] = TimingOutcome::Untimed(reason),
+        }
+    }
+}
+
+/// What timing a function takes, from [`timed_exits`].
+struct TimedPlan {
+    /// Exits among the entry site's moved instructions.
+    entry_exits: Vec<(u64, ExitKind)>,
+    /// New exit sites (the function's own, and of fragments planned for it first).
+    sites: Vec<Site>,
+    /// Indices of existing fragment exit sites it also needs.
+    shared: Vec<usize>,
+}
+
+/// Plans a function's exits; newly planned fragments are recorded in `fragments`.
+#[allow(clippy::too_many_arguments)]
+fn timed_exits(
+    module: &ElfModule<'_>,
+    f: usize,
+    end: u64,
+    entry: &Site,
+    map: &CodeMap,
+    targets: &Targets,
+    gaps: &mut Gaps,
+    fragments: &mut HashMap<u64, Result<Vec<usize>, UntimedReason>>,
+    next_index: usize,
+) -> Result<TimedPlan, UntimedReason> {
+    let function = &module.functions[f];
+    if function.addr.0 > i32::MAX as u64 {
+        return Err(UntimedReason::AddressTooHigh);
+    }
+    if function.size == 0 {
+        return Err(UntimedReason::UnknownSize);
+    }
+    let own = Region { start: function.addr.0, end };
+    let found = exits::find(module, own, map, targets)?;
+    let entry_exits = exits::kinds_among(&entry.relocated, &found);
+    let whole = entry.entry == Some(Tactic::WholeFunction);
+    let entry_end = entry.patch_at.0 + entry.covered as u64;
+    let mut new_sites: Vec<Site> = Vec::new();
+    let mut shared = Vec::new();
+    let mut planned_fragments = Vec::new();
+    for (&start, (region, insns)) in &found.code {
+        let in_own = start == own.start;
+        if !in_own {
+            if let Some(done) = fragments.get(&start) {
+                shared.extend(done.clone()?);
+                continue;
+            }
+        }
+        let mut floor = region.start;
+        let mut region_sites = Vec::new();
+        let mut failure = None;
+        for exit in found.exits.iter().filter(|e| e.region.start == start) {
+            let ip = insns[exit.index].ip();
+            if in_own && (whole || (ip >= entry.patch_at.0 && ip < entry_end)) {
+                continue; // the entry trampoline probes it
+            }
+            if in_own && ip >= entry.patch_at.0 {
+                floor = floor.max(entry_end);
+            }
+            match exits::site(module, f, exit, insns, floor, targets, gaps) {
+                Ok(site) => {
+                    floor = site.patch_at.0 + site.covered as u64;
+                    region_sites.push(site);
+                }
+                Err(reason) => {
+                    failure = Some(reason);
+                    break;
+                }
+            }
+        }
+        if !in_own {
+            let indices = (0..region_sites.len()).map(|k| next_index + new_sites.len() + k).collect();
+            planned_fragments.push((start, failure.map_or(Ok(indices), Err)));
+        }
+        if let Some(reason) = failure {
+            for (start, result) in planned_fragments {
+                fragments.insert(start, result.and(Err(reason)));
+            }
+            return Err(reason);
+        }
+        new_sites.extend(region_sites);
+    }
+    for (start, result) in planned_fragments {
+        fragments.insert(start, result);
+    }
+    Ok(TimedPlan { entry_exits, sites: new_sites, shared })
 }
 
 /// The instructions at a patch point that may be moved: stops before a branch target, after
@@ -249,12 +404,15 @@ impl Entry {
     fn into_site(self, function: usize, tactic: Tactic, covered: usize, bounce: Option<Svma>) -> Site {
         Site {
             function,
+            entry: Some(tactic),
+            owners: vec![function],
+            timed: false,
             patch_at: self.patch_at,
             covered,
             resume: (!self.ends_terminal).then(|| self.patch_at + self.len as u64),
             relocated: self.insns,
-            tactic,
             bounce,
+            exits: Vec::new(),
         }
     }
 }
@@ -355,7 +513,7 @@ fn entry_site(
 
 /// Nop/int3 bytes inside the function, after a `ret`/`jmp`, that nothing targets: dead.
 /// Whole padding instructions are checked, since a jump may end inside a long nop.
-fn dead_padding(module: &ElfModule<'_>, at: u64, len: usize, end: u64, targets: &Targets) -> bool {
+pub(crate) fn dead_padding(module: &ElfModule<'_>, at: u64, len: usize, end: u64, targets: &Targets) -> bool {
     let Some(bytes) = module.bytes_from(Svma(at)).and_then(|b| b.get(..end.saturating_sub(at).min(16) as usize)) else {
         return false;
     };
@@ -401,12 +559,15 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
     }
     Ok(Site {
         function: index,
+        entry: Some(Tactic::WholeFunction),
+        owners: vec![index],
+        timed: false,
         patch_at,
         covered: JMP32_LEN,
         relocated: insns,
         resume: None,
-        tactic: Tactic::WholeFunction,
         bounce: None,
+        exits: Vec::new(),
     })
 }
 
@@ -423,47 +584,112 @@ impl Selection {
     /// Number of counters the layout must provide (an upper bound: a site that cannot be
     /// encoded is dropped).
     pub fn counter_count(&self) -> u64 {
-        self.sites.len() as u64
+        self.sites.iter().filter(|s| s.entry.is_some()).count() as u64
+    }
+
+    /// True when some function is timed: the layout must then provide the stubs.
+    pub fn has_timing(&self) -> bool {
+        self.timing.contains(&TimingOutcome::Timed)
     }
 
     /// Encodes trampolines at `layout` and the jumps into them. A site whose instructions
-    /// cannot be re-encoded there is dropped with a reason, never patched half-way.
-    pub fn lay_out(self, module: &ElfModule<'_>, layout: Layout) -> PatchPlan {
-        let mut outcomes = self.outcomes;
+    /// cannot be re-encoded there is dropped with a reason, never patched half-way; if it
+    /// was an exit site, its functions are counted but not timed.
+    pub fn lay_out(mut self, module: &ElfModule<'_>, layout: Layout) -> PatchPlan {
+        loop {
+            match self.try_lay_out(module, layout) {
+                Ok(plan) => return plan,
+                Err(failed) => self.demote(failed),
+            }
+        }
+    }
+
+    /// Takes a failed exit site's functions off timing: their entry sites stop calling the
+    /// entry probe and their other exit sites go.
+    fn demote(&mut self, failed: usize) {
+        let owners = self.sites[failed].owners.clone();
+        for &f in &owners {
+            self.timing[f] = TimingOutcome::Untimed(UntimedReason::RelocationFailed);
+        }
+        self.sites.retain(|s| s.entry.is_some() || !s.owners.iter().any(|o| owners.contains(o)));
+        for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.entry.is_some()) {
+            site.timed = false;
+            site.exits.clear();
+        }
+    }
+
+    /// Lays out every site, or returns the index of an exit site that failed.
+    fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, usize> {
+        let mut outcomes = self.outcomes.clone();
         let mut probed = Vec::new();
         let mut rseq_sections = Vec::new();
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
-        for site in self.sites {
+        let mut exit_sites = 0;
+        let mut failed_entries = Vec::new();
+        for (index, site) in self.sites.iter().enumerate() {
             let trampoline = layout.trampolines + code.len() as u64;
-            let counter = probed.len() as u32;
-            let access = lopi_x86::CounterAccess {
-                shared: layout.counters.0 + 8 * u64::from(counter),
-                rseq_offset_var: layout.vars.0 + RuntimeVars::RSEQ_OFFSET,
-                cpu_count_var: layout.vars.0 + RuntimeVars::CPU_COUNT,
-                percpu_base_var: layout.vars.0 + RuntimeVars::PERCPU_BASE,
-                stride: layout.stride,
-                index: counter,
-                cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
+            let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0) };
+            let encoded = match (site.entry, layout.stubs) {
+                (Some(_), stubs) => {
+                    let counter = probed.len() as u32;
+                    let access = lopi_x86::CounterAccess {
+                        shared: layout.counters.0 + 8 * u64::from(counter),
+                        rseq_offset_var: layout.vars.0 + lopi_rt_abi::vars::RSEQ_OFFSET,
+                        cpu_count_var: layout.vars.0 + lopi_rt_abi::vars::CPU_COUNT,
+                        percpu_base_var: layout.vars.0 + lopi_rt_abi::vars::PERCPU_BASE,
+                        stride: layout.stride,
+                        index: counter,
+                        cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
+                    };
+                    let timed = stubs.filter(|_| site.timed).map(|s| lopi_x86::TimedEntry {
+                        enter_stub: s.enter.0,
+                        exit_stub: s.exit.0,
+                        function: module.functions[site.function].addr.0 as u32,
+                    });
+                    lopi_x86::counting_trampoline(&access, timed, &body, trampoline.0).map(|t| (t.bytes, Some(t.section)))
+                }
+                (None, Some(stubs)) => lopi_x86::exit_trampoline(&body, stubs.exit.0, trampoline.0).map(|b| (b, None)),
+                (None, None) => return Err(index),
             };
-            let resume = site.resume.map(|r| r.0);
-            let Ok(t) = lopi_x86::counting_trampoline(&access, &site.relocated, resume, trampoline.0) else {
-                outcomes[site.function] = Outcome::Skipped(SkipReason::RelocationFailed);
-                continue;
-            };
-            let bytes = t.bytes;
-            let Some(patches) = site_patches(module, &site, trampoline) else {
-                outcomes[site.function] = Outcome::Skipped(SkipReason::OutOfRange);
+            let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));
+            let Some(((bytes, section), patches)) = placed else {
+                if site.entry.is_none() {
+                    return Err(index);
+                }
+                let reason = if site_patches(module, site, trampoline).is_none() { SkipReason::OutOfRange } else { SkipReason::RelocationFailed };
+                outcomes[site.function] = Outcome::Skipped(reason);
+                failed_entries.push(site.function);
                 continue;
             };
             code.extend_from_slice(&bytes);
             // Keep trampolines 16-byte aligned, padded with int3.
             code.resize(code.len().next_multiple_of(16), 0xcc);
             code_patches.extend(patches);
-            probed.push(ProbedFunction { function: site.function, counter, tactic: site.tactic, patch_at: site.patch_at, trampoline });
-            rseq_sections.push(t.section);
+            match (site.entry, section) {
+                (Some(tactic), Some(section)) => {
+                    probed.push(ProbedFunction {
+                        function: site.function,
+                        counter: probed.len() as u32,
+                        tactic,
+                        timed: site.timed,
+                        patch_at: site.patch_at,
+                        trampoline,
+                    });
+                    rseq_sections.push(section);
+                }
+                _ => exit_sites += 1,
+            }
         }
-        PatchPlan { layout, probed, rseq_sections, code_patches, trampoline_code: code, outcomes }
+        // An entry that could not be placed takes its exit sites with it.
+        if let Some(i) = self.sites.iter().position(|s| s.entry.is_none() && s.owners.iter().any(|o| failed_entries.contains(o))) {
+            return Err(i);
+        }
+        let mut timing = self.timing.clone();
+        for &f in &failed_entries {
+            timing[f] = TimingOutcome::Off;
+        }
+        Ok(PatchPlan { layout, probed, rseq_sections, code_patches, trampoline_code: code, outcomes, timing, exit_sites })
     }
 }
 

@@ -1,6 +1,7 @@
 //! Every address control flow may reach other than by falling through: direct branch and
-//! call targets, code addresses taken by `lea` (computed goto, function pointers) and jump
-//! table entries. A patch must not cover any of them except at its first byte.
+//! call targets, code addresses taken by `lea` (computed goto, function pointers), jump
+//! table entries and C++ exception landing pads. A patch must not cover any of them except at
+//! its first byte.
 use lopi_elf::{ElfModule, Svma};
 use std::collections::BTreeSet;
 
@@ -27,6 +28,8 @@ pub struct Targets {
     pub all: BTreeSet<u64>,
     /// Targets of direct branches (not calls) from the same function: loop heads.
     pub loops: BTreeSet<u64>,
+    /// Targets reached by indirect jumps: jump-table entries and `lea`-taken labels.
+    pub indirect: BTreeSet<u64>,
 }
 
 impl Targets {
@@ -39,9 +42,11 @@ impl Targets {
     }
 }
 
-/// Linear sweep of every code section, resynchronised at known function starts.
+/// Linear sweep of every code section, resynchronised at known function starts, plus the
+/// landing pads the unwinder jumps to.
 pub fn collect(module: &ElfModule<'_>) -> Targets {
     let mut targets = Targets::default();
+    targets.all.extend(module.landing_pads.iter().map(|p| p.0));
     for section in &module.code_sections {
         let Some(bytes) = module.bytes_from(section.addr) else { continue };
         let (start, end) = (section.addr.0, section.addr.0 + section.size.min(bytes.len() as u64));
@@ -73,12 +78,13 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
         if let Some(addr) = lopi_x86::rip_relative_address(&insn) {
             if lopi_x86::is_lea(&insn) && module.code_section_of(Svma(addr)).is_some() {
                 targets.all.insert(addr);
+                targets.indirect.insert(addr);
             } else if module.is_readonly_data(Svma(addr)) {
-                relative_jump_table(module, addr, from, to, &mut targets.all);
+                relative_jump_table(module, addr, from, to, targets);
             }
         }
         if let Some(table) = lopi_x86::absolute_table_base(&insn) {
-            absolute_jump_table(module, table, from, to, &mut targets.all);
+            absolute_jump_table(module, table, from, to, targets);
         }
         ip += insn.len() as u64;
     }
@@ -87,7 +93,7 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
 /// GCC's PIC jump table: 32-bit offsets from the table's own address. Entries are read
 /// while they land inside the current function; over-reading only adds targets, which only
 /// makes the planner more careful.
-fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut BTreeSet<u64>) {
+fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
     for entry in bytes.chunks_exact(4).take(4096) {
         let rel = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
@@ -95,18 +101,20 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
         if target < lo || target >= hi {
             break;
         }
-        targets.insert(target);
+        targets.all.insert(target);
+        targets.indirect.insert(target);
     }
 }
 
 /// Non-PIC jump table: absolute 64-bit addresses.
-fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut BTreeSet<u64>) {
+fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
     for entry in bytes.chunks_exact(8).take(4096) {
         let target = u64::from_le_bytes(entry.try_into().unwrap_or([0; 8]));
         if target < lo || target >= hi {
             break;
         }
-        targets.insert(target);
+        targets.all.insert(target);
+        targets.indirect.insert(target);
     }
 }

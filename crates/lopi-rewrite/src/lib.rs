@@ -15,8 +15,8 @@
 #![forbid(unsafe_code)]
 
 use lopi_elf::{ElfModule, Svma};
-use lopi_patch::{Layout, PatchPlan, Selection, RSEQ_CS_SIZE};
-use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC, PAGE_SIZE};
+use lopi_patch::{Layout, PatchPlan, Selection, Stubs, RSEQ_CS_SIZE};
+use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC, DESCRIPTOR_MAGIC_PREFIX, PAGE_SIZE};
 use lopi_trace::{MetaFunction, ModuleMeta, META_VERSION};
 use std::path::Path;
 
@@ -60,6 +60,13 @@ pub struct ModuleNames {
     pub source: String,
 }
 
+/// What the probes record besides counts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Recording {
+    /// Record every entry and exit of timed functions, with timestamps.
+    pub trace: bool,
+}
+
 /// A finished rewrite.
 pub struct Rewritten {
     pub image: Vec<u8>,
@@ -71,9 +78,14 @@ pub struct Rewritten {
 const STUB_LEN: usize = 4 + 3 + 9 + 7 + 5 + 3 + 5;
 
 /// Builds the new image. `selection` comes from [`lopi_patch::select`] on the same module.
-pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames) -> Result<Rewritten, RewriteError> {
+pub fn rewrite(
+    module: &ElfModule<'_>,
+    selection: Selection,
+    names: &ModuleNames,
+    recording: Recording,
+) -> Result<Rewritten, RewriteError> {
     let input = module.data();
-    if contains(input, &DESCRIPTOR_MAGIC) {
+    if contains(input, &DESCRIPTOR_MAGIC_PREFIX) {
         return Err(RewriteError::AlreadyRewritten);
     }
     let init_slot = find_init_slot(module)?;
@@ -91,13 +103,18 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
     let counters_len = page_align(counters * 8);
     let stride = u32::try_from(counters_len).map_err(|_| RewriteError::TooLarge)?;
     let vars_vaddr = rw_vaddr + counters_len;
-    let rseq_table = vars_vaddr + PAGE_SIZE;
-    let rw_len = counters_len + PAGE_SIZE + page_align(counters * RSEQ_CS_SIZE);
+    let rseq_table = vars_vaddr + lopi_rt_abi::vars::REGION_LEN;
+    let rw_len = counters_len + lopi_rt_abi::vars::REGION_LEN + page_align(counters * RSEQ_CS_SIZE);
     let rx_vaddr = rw_vaddr.checked_add(rw_len).ok_or(RewriteError::TooLarge)?;
     let rx_offset = rw_offset + rw_len;
     let blob = lopi_rt_blob::BLOB;
     let stub_at = rx_vaddr + blob.len().next_multiple_of(16) as u64;
     let trampolines = stub_at + STUB_LEN.next_multiple_of(16) as u64;
+    let timed = selection.has_timing();
+    let stubs = timed.then(|| Stubs {
+        enter: Svma(rx_vaddr + lopi_rt_blob::ENTER_STUB_OFFSET as u64),
+        exit: Svma(rx_vaddr + lopi_rt_blob::EXIT_STUB_OFFSET as u64),
+    });
 
     let layout = Layout {
         trampolines: Svma(trampolines),
@@ -105,6 +122,7 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
         vars: Svma(vars_vaddr),
         rseq_table: Svma(rseq_table),
         stride,
+        stubs,
     };
     let plan = selection.lay_out(module, layout);
 
@@ -117,7 +135,7 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
             .iter()
             .map(|p| {
                 let f = &module.functions[p.function];
-                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size }
+                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.timed }
             })
             .collect(),
     };
@@ -153,6 +171,10 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
     let rx = &mut image[rx_offset as usize..rx_offset as usize + rx_len];
     rx.fill(0xcc);
     rx[..blob.len()].copy_from_slice(blob);
+    // The runtime finds its variables through this word, relative to the word itself.
+    let delta_at = lopi_rt_blob::VARS_DELTA_OFFSET;
+    let delta = vars_vaddr as i64 - (rx_vaddr + delta_at as u64) as i64;
+    rx[delta_at..delta_at + 8].copy_from_slice(&delta.to_le_bytes());
     let init_entry = rx_vaddr + lopi_rt_blob::INIT_OFFSET as u64;
     let stub = init_stub(stub_at, desc_vaddr, init_entry, init_slot.chain);
     let s = (stub_at - rx_vaddr) as usize;
@@ -180,6 +202,11 @@ pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames
         vars_offset: vars_vaddr as i64 - desc_vaddr as i64,
         rseq_table_offset: rseq_table as i64 - desc_vaddr as i64,
         stride: u64::from(stride),
+        probes: if plan.probed.iter().any(|p| p.timed) {
+            lopi_rt_abi::PROBE_TIMING | if recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 }
+        } else {
+            0
+        },
     };
     let d = r + (desc_vaddr - r_vaddr) as usize;
     let m = d + DESCRIPTOR_LEN;

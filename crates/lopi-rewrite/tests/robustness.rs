@@ -41,9 +41,9 @@ fn build_sample() -> Vec<u8> {
 
 fn pipeline(bytes: &[u8]) {
     let Ok(module) = ElfModule::parse(bytes) else { return };
-    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default());
+    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
-    let _ = lopi_rewrite::rewrite(&module, selection, &names);
+    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true });
 }
 
 #[test]

@@ -10,14 +10,17 @@
 pub const PAGE_SIZE: u64 = 4096;
 
 /// First bytes of a data file; the rest of the first page is reserved.
-pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT2";
+pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT3";
 
 /// First bytes of a module record inside a data file. A record whose magic is still zero
 /// was being written when its process died and is ignored by readers.
 pub const RECORD_MAGIC: [u8; 8] = *b"LOPIREC2";
 
 /// First bytes of the module descriptor the rewriter places in the image.
-pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD2";
+pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD3";
+
+/// What every descriptor magic starts with, of any version: a file holding it was rewritten.
+pub const DESCRIPTOR_MAGIC_PREFIX: [u8; 7] = *b"LOPIMOD";
 
 /// Environment variable naming the data file; `%p` in it is replaced by the pid.
 pub const OUTPUT_ENV: &str = "LOPI_OUTPUT";
@@ -51,10 +54,17 @@ pub struct ModuleDescriptor {
     pub rseq_table_offset: i64,
     /// Bytes between per-CPU counter blocks, a multiple of `PAGE_SIZE`.
     pub stride: u64,
+    /// `PROBE_*` bits: what the trampolines record besides counts.
+    pub probes: u64,
 }
 
 /// Size of `ModuleDescriptor` in bytes.
-pub const DESCRIPTOR_LEN: usize = 80;
+pub const DESCRIPTOR_LEN: usize = 88;
+
+/// [`ModuleDescriptor::probes`]: exit probes and timing (calling-context trees per thread).
+pub const PROBE_TIMING: u64 = 1;
+/// [`ModuleDescriptor::probes`]: also an entry/exit event trace per thread.
+pub const PROBE_TRACE: u64 = 2;
 
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
@@ -157,6 +167,7 @@ impl ModuleDescriptor {
         out[56..64].copy_from_slice(&self.vars_offset.to_le_bytes());
         out[64..72].copy_from_slice(&self.rseq_table_offset.to_le_bytes());
         out[72..80].copy_from_slice(&self.stride.to_le_bytes());
+        out[80..88].copy_from_slice(&self.probes.to_le_bytes());
         out
     }
 }
@@ -164,4 +175,248 @@ impl ModuleDescriptor {
 /// Rounds `n` up to a whole number of pages.
 pub const fn page_align(n: u64) -> u64 {
     (n + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// The runtime variables of one module: a page in the module's RW segment that the
+/// trampolines read and the runtime fills in at init. Zero until then, which every reader
+/// takes as "not ready". The data file's path (NUL-terminated) fills the following page.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RuntimeVars {
+    /// fs-relative offset of the thread's rseq area; 0 until per-CPU counting is ready.
+    pub rseq_offset: i64,
+    /// Address of per-CPU counter block 0.
+    pub percpu_base: u64,
+    /// Number of per-CPU blocks.
+    pub cpu_count: u32,
+    pub _pad: u32,
+    /// Runtime address minus file address of the module.
+    pub load_bias: u64,
+    /// Address of a wipe-on-fork page holding the current pid; 0 while timing is off.
+    pub pid_page: u64,
+    /// TSC ticks per second, measured at init.
+    pub tsc_hz: u64,
+    /// Probe ticks inside a timed call's own interval, measured at init.
+    pub probe_inner_ticks: u64,
+    /// Ticks a timed call's probes add to its caller, measured at init.
+    pub probe_pair_ticks: u64,
+    /// Pid of the process whose records describe this address space.
+    pub space_pid: u32,
+    /// `PROBE_*` bits.
+    pub probes: u32,
+    /// Calling-context tree capacity per thread (a power of two).
+    pub node_cap: u32,
+    /// Shadow stack capacity per thread.
+    pub stack_cap: u32,
+    /// Trace events per thread (0 without `PROBE_TRACE`).
+    pub trace_cap: u64,
+}
+
+/// Offsets into [`RuntimeVars`] that generated code uses.
+pub mod vars {
+    pub const RSEQ_OFFSET: u64 = 0;
+    pub const PERCPU_BASE: u64 = 8;
+    pub const CPU_COUNT: u64 = 16;
+    /// Bytes the variables and the data file path take (two pages).
+    pub const REGION_LEN: u64 = 2 * super::PAGE_SIZE;
+    /// Offset of the NUL-terminated data file path.
+    pub const PATH: u64 = super::PAGE_SIZE;
+}
+
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 88);
+
+/// First bytes of a thread chunk in a data file: one thread's calling-context tree,
+/// shadow stack and trace, appended when the thread first runs a timed probe.
+pub const THREAD_MAGIC: [u8; 8] = *b"LOPITHR1";
+
+/// Header of a thread chunk (first page of the chunk). The first 128 bytes are written once
+/// when the chunk is created; the rest is the thread's own hot state, on its own cache lines.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadHeader {
+    pub magic: [u8; 8],
+    /// Whole chunk length, a multiple of `PAGE_SIZE`.
+    pub chunk_len: u64,
+    pub pid: u32,
+    pub tid: u32,
+    /// Pid whose module records describe the addresses in this chunk (the parent, after fork).
+    pub space_pid: u32,
+    pub node_cap: u32,
+    pub tsc_hz: u64,
+    pub probe_inner_ticks: u64,
+    pub probe_pair_ticks: u64,
+    pub stack_cap: u32,
+    pub _pad: u32,
+    pub trace_cap: u64,
+    /// Offsets from the chunk start of the node array, hash table, shadow stack and trace.
+    pub nodes_offset: u64,
+    pub hash_offset: u64,
+    pub stack_offset: u64,
+    pub trace_offset: u64,
+    /// TSC when the chunk was created.
+    pub start_tsc: u64,
+    pub _reserved: [u64; 2],
+    // --- written by the thread's probes ---
+    /// Non-zero while a probe of this thread runs (a signal handler's probes then skip).
+    pub busy: u32,
+    /// Frames on the shadow stack.
+    pub depth: u32,
+    /// Nodes in use (node 0 is the root, node 1 collects calls once the tree is full).
+    pub node_count: u32,
+    pub _pad2: u32,
+    pub trace_len: u64,
+    pub unmatched_exits: u64,
+    pub too_deep: u64,
+    pub nested_skipped: u64,
+    pub trace_dropped: u64,
+    pub first_drop_tsc: u64,
+    /// TSC of the thread's latest probe: where frames still open at the end are closed.
+    pub last_tsc: u64,
+}
+
+pub const THREAD_HEADER_LEN: usize = 200;
+const _: () = assert!(core::mem::size_of::<ThreadHeader>() == THREAD_HEADER_LEN);
+
+/// Node of a thread's calling-context tree.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ContextNode {
+    pub parent: u32,
+    pub _pad: u32,
+    /// Runtime address of the function's entry; 0 for the root and the lost-context node.
+    pub func: u64,
+    /// Completed (or abandoned) calls.
+    pub calls: u64,
+    pub ticks: u64,
+    pub max_ticks: u64,
+}
+
+pub const CONTEXT_NODE_LEN: usize = 40;
+const _: () = assert!(core::mem::size_of::<ContextNode>() == CONTEXT_NODE_LEN);
+
+/// Node index collecting calls made once a thread's tree is full.
+pub const LOST_CONTEXT_NODE: u32 = 1;
+
+/// A shadow stack frame: one timed call in progress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Frame {
+    /// Stack pointer at the call's entry (pointing at its return address): the exit with
+    /// the same stack pointer ends it, and any probe above it proves it gone.
+    pub rsp: u64,
+    pub node: u32,
+    pub _pad: u32,
+    pub start_tsc: u64,
+}
+
+pub const FRAME_LEN: usize = 24;
+const _: () = assert!(core::mem::size_of::<Frame>() == FRAME_LEN);
+
+/// One trace event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Event {
+    pub tsc: u64,
+    pub node: u32,
+    /// `EVENT_*`.
+    pub kind: u32,
+}
+
+pub const EVENT_LEN: usize = 16;
+const _: () = assert!(core::mem::size_of::<Event>() == EVENT_LEN);
+
+pub const EVENT_ENTER: u32 = 0;
+pub const EVENT_EXIT: u32 = 1;
+pub const EVENT_UNWIND: u32 = 2;
+
+/// Byte layout of a thread chunk with the given capacities: (nodes, hash, stack, trace,
+/// total) offsets from the chunk start, each region page aligned. `None` on overflow.
+pub const fn thread_chunk_layout(node_cap: u32, stack_cap: u32, trace_cap: u64) -> Option<[u64; 5]> {
+    let nodes = PAGE_SIZE;
+    let hash = nodes + page_align(node_cap as u64 * CONTEXT_NODE_LEN as u64);
+    let stack = hash + page_align(node_cap as u64 * 2 * 4);
+    let trace = stack + page_align(stack_cap as u64 * FRAME_LEN as u64);
+    let Some(trace_bytes) = trace_cap.checked_mul(EVENT_LEN as u64) else { return None };
+    if trace_bytes > 1 << 40 {
+        return None;
+    }
+    Some([nodes, hash, stack, trace, trace + page_align(trace_bytes)])
+}
+
+/// Little-endian field reader for the host side's decoders.
+struct Fields<'a>(&'a [u8]);
+
+impl Fields<'_> {
+    fn u32(&self, at: usize) -> u32 {
+        let mut v = [0u8; 4];
+        v.copy_from_slice(&self.0[at..at + 4]);
+        u32::from_le_bytes(v)
+    }
+
+    fn u64(&self, at: usize) -> u64 {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&self.0[at..at + 8]);
+        u64::from_le_bytes(v)
+    }
+}
+
+impl ThreadHeader {
+    /// Decodes a header; `None` when `bytes` is too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..THREAD_HEADER_LEN)?);
+        let mut magic = [0u8; 8];
+        magic.copy_from_slice(&f.0[0..8]);
+        Some(Self {
+            magic,
+            chunk_len: f.u64(8),
+            pid: f.u32(16),
+            tid: f.u32(20),
+            space_pid: f.u32(24),
+            node_cap: f.u32(28),
+            tsc_hz: f.u64(32),
+            probe_inner_ticks: f.u64(40),
+            probe_pair_ticks: f.u64(48),
+            stack_cap: f.u32(56),
+            _pad: 0,
+            trace_cap: f.u64(64),
+            nodes_offset: f.u64(72),
+            hash_offset: f.u64(80),
+            stack_offset: f.u64(88),
+            trace_offset: f.u64(96),
+            start_tsc: f.u64(104),
+            _reserved: [0; 2],
+            busy: f.u32(128),
+            depth: f.u32(132),
+            node_count: f.u32(136),
+            _pad2: 0,
+            trace_len: f.u64(144),
+            unmatched_exits: f.u64(152),
+            too_deep: f.u64(160),
+            nested_skipped: f.u64(168),
+            trace_dropped: f.u64(176),
+            first_drop_tsc: f.u64(184),
+            last_tsc: f.u64(192),
+        })
+    }
+}
+
+impl ContextNode {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..CONTEXT_NODE_LEN)?);
+        Some(Self { parent: f.u32(0), _pad: 0, func: f.u64(8), calls: f.u64(16), ticks: f.u64(24), max_ticks: f.u64(32) })
+    }
+}
+
+impl Frame {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..FRAME_LEN)?);
+        Some(Self { rsp: f.u64(0), node: f.u32(8), _pad: 0, start_tsc: f.u64(16) })
+    }
+}
+
+impl Event {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..EVENT_LEN)?);
+        Some(Self { tsc: f.u64(0), node: f.u32(8), kind: f.u32(12) })
+    }
 }

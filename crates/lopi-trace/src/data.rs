@@ -1,7 +1,11 @@
-//! Data files: a header page, then one page-aligned record per module per process. See
+//! Data files: a header page, then page-aligned module records (one per module per process)
+//! and thread chunks (one per timed thread), in the order processes appended them. See
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
-use lopi_rt_abi::{RecordHeader, DATA_MAGIC, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC};
+use lopi_rt_abi::{
+    ContextNode, Event, Frame, RecordHeader, ThreadHeader, CONTEXT_NODE_LEN, DATA_MAGIC, EVENT_LEN, FRAME_LEN, PAGE_SIZE,
+    RECORD_HEADER_LEN, RECORD_MAGIC, THREAD_MAGIC,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -21,10 +25,22 @@ pub struct Record {
     pub counts: Vec<u64>,
 }
 
+/// One thread's timing state as its process left it.
+#[derive(Clone, Debug)]
+pub struct ThreadChunk {
+    pub header: ThreadHeader,
+    /// `nodes[0]` is the root, `nodes[1]` collects calls made once the tree was full.
+    pub nodes: Vec<ContextNode>,
+    /// Frames still open when the process stopped (main's, at least, after `exit`).
+    pub open_frames: Vec<Frame>,
+    pub events: Vec<Event>,
+}
+
 /// A whole data file.
 #[derive(Clone, Debug, Default)]
 pub struct DataFile {
     pub records: Vec<Record>,
+    pub threads: Vec<ThreadChunk>,
     /// True when a record was cut short (its process died while registering).
     pub truncated: bool,
 }
@@ -38,6 +54,12 @@ impl DataFile {
         let mut offset = PAGE_SIZE;
         while offset < bytes.len() as u64 {
             let rest = &bytes[offset as usize..];
+            if rest.starts_with(&THREAD_MAGIC) {
+                let (chunk, len) = thread_chunk(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
+                out.threads.extend(chunk);
+                offset += len;
+                continue;
+            }
             let Some(header) = RecordHeader::from_bytes(rest) else {
                 out.truncated = true;
                 break;
@@ -92,4 +114,46 @@ impl DataFile {
 
 fn read_counts(bytes: &[u8]) -> Vec<u64> {
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
+}
+
+/// Decodes the thread chunk at the start of `rest`: the chunk (`None` while its process was
+/// still setting it up) and its length.
+fn thread_chunk(rest: &[u8]) -> Result<(Option<ThreadChunk>, u64), &'static str> {
+    let len_field = rest.get(8..16).ok_or("thread chunk header")?;
+    let len = u64::from_le_bytes(len_field.try_into().map_err(|_| "thread chunk header")?);
+    if len < PAGE_SIZE || len % PAGE_SIZE != 0 || len > rest.len() as u64 {
+        return Err("thread chunk length");
+    }
+    let chunk = &rest[..len as usize];
+    let header = ThreadHeader::from_bytes(chunk).ok_or("thread chunk header")?;
+    if header.node_count == 0 {
+        return Ok((None, len));
+    }
+    let region = |offset: u64, count: u64, size: usize| {
+        let bytes = count.checked_mul(size as u64).ok_or("thread chunk region")?;
+        let end = offset.checked_add(bytes).ok_or("thread chunk region")?;
+        chunk.get(offset as usize..usize::try_from(end).map_err(|_| "thread chunk region")?).ok_or("thread chunk region")
+    };
+    if header.node_count > header.node_cap || header.depth > header.stack_cap || header.trace_len > header.trace_cap {
+        return Err("thread chunk counts exceed capacities");
+    }
+    let nodes: Vec<ContextNode> = region(header.nodes_offset, u64::from(header.node_count), CONTEXT_NODE_LEN)?
+        .chunks_exact(CONTEXT_NODE_LEN)
+        .filter_map(ContextNode::from_bytes)
+        .collect();
+    // Nodes are created below a parent already on the stack, so parents come first.
+    if nodes.iter().enumerate().skip(1).any(|(i, n)| n.parent as usize >= i) {
+        return Err("calling-context tree parent order");
+    }
+    let node_ok = |n: u32| (n as usize) < nodes.len();
+    let open_frames: Vec<Frame> = region(header.stack_offset, u64::from(header.depth), FRAME_LEN)?
+        .chunks_exact(FRAME_LEN)
+        .filter_map(Frame::from_bytes)
+        .collect();
+    let events: Vec<Event> =
+        region(header.trace_offset, header.trace_len, EVENT_LEN)?.chunks_exact(EVENT_LEN).filter_map(Event::from_bytes).collect();
+    if !open_frames.iter().all(|f| node_ok(f.node)) || !events.iter().all(|e| node_ok(e.node)) {
+        return Err("node index out of range");
+    }
+    Ok((Some(ThreadChunk { header, nodes, open_frames, events }), len))
 }

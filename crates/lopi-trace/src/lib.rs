@@ -6,17 +6,19 @@
 #![forbid(unsafe_code)]
 
 mod data;
+mod export;
 mod report;
 mod timing;
 
-pub use data::{DataError, DataFile, Record};
-pub use report::{FunctionCount, Profile};
+pub use data::{DataError, DataFile, Record, ThreadChunk};
+pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ExportError, Weight};
+pub use report::{Edge, FunctionCount, Profile, ThreadSummary, TimingSummary};
 pub use timing::{ContextNode, EventKind, ProbeCost, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};
 
 /// Version of [`ModuleMeta`]'s JSON layout.
-pub const META_VERSION: u32 = 1;
+pub const META_VERSION: u32 = 2;
 
 /// Written by the rewriter into the module, copied by the runtime into each record.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -35,4 +37,7 @@ pub struct MetaFunction {
     pub name: String,
     pub addr: u64,
     pub size: u64,
+    /// Entry and exit probed: its calls are timed.
+    #[serde(default)]
+    pub timed: bool,
 }

@@ -1,20 +1,66 @@
-//! Aggregation of records into per-function totals.
-use crate::DataFile;
+//! Aggregation of records into per-function totals, and of calling-context trees into
+//! per-function times and caller -> callee edges.
+use crate::{DataFile, Timing};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-/// Calls of one function, summed over processes.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+/// Calls (and, when timed, time) of one function, summed over processes and threads.
+#[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct FunctionCount {
     pub name: String,
     pub module: String,
     #[serde(serialize_with = "hex")]
     pub addr: u64,
+    /// Exact count from the entry probes.
     pub calls: u64,
+    /// Whether the function was timed (entry and exit probes).
+    pub timed: bool,
+    /// Inclusive time; recursive calls inside an outer call of the same function are
+    /// counted once. `None` when not timed.
+    pub total_ns: Option<f64>,
+    /// Time in the function itself, not in timed callees.
+    pub self_ns: Option<f64>,
+    /// Longest single call.
+    pub max_ns: Option<f64>,
+    /// `total_ns` over the timed calls.
+    pub avg_ns: Option<f64>,
 }
 
 fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
+}
+
+/// Calls from one function to another (or from outside any timed function: `caller` None).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Edge {
+    pub caller: Option<String>,
+    pub callee: String,
+    pub calls: u64,
+    /// Inclusive time of the callee on these calls.
+    pub total_ns: f64,
+}
+
+/// Per-thread totals.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ThreadSummary {
+    pub pid: u32,
+    pub tid: u32,
+    pub calls: u64,
+    /// Inclusive time of the thread's outermost timed calls.
+    pub total_ns: f64,
+    pub unmatched_exits: u64,
+    pub too_deep: u64,
+    pub nested_skipped: u64,
+    pub lost_context_calls: u64,
+    pub trace_events: usize,
+    pub trace_dropped: u64,
+}
+
+/// What the timing part of a report says about itself.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TimingSummary {
+    pub probe_cost: crate::ProbeCost,
+    pub threads: Vec<ThreadSummary>,
 }
 
 /// What `lopi report` shows.
@@ -23,11 +69,23 @@ pub struct Profile {
     pub program: String,
     pub pids: Vec<u32>,
     pub modules: Vec<String>,
-    /// Sorted by calls, most first; then by module and address.
+    /// Sorted by total time when timed, else by calls, most first; then by module and address.
     pub functions: Vec<FunctionCount>,
     pub total_calls: u64,
     /// A process died while registering a module; its counts are missing.
     pub incomplete: bool,
+    /// Present when some function was timed.
+    pub timing: Option<TimingSummary>,
+    /// Caller -> callee edges of timed functions, most calls first.
+    pub edges: Vec<Edge>,
+}
+
+#[derive(Default)]
+struct Times {
+    calls: u64,
+    total: f64,
+    self_ns: f64,
+    max: f64,
 }
 
 impl Profile {
@@ -48,12 +106,47 @@ impl Profile {
                     module: record.meta.module.clone(),
                     addr: f.addr,
                     calls: 0,
+                    timed: f.timed,
+                    total_ns: None,
+                    self_ns: None,
+                    max_ns: None,
+                    avg_ns: None,
                 });
                 entry.calls = entry.calls.saturating_add(calls);
             }
         }
+        let timing = Timing::from_data(data);
+        let mut edges = Vec::new();
+        let mut summary = None;
+        if let Some(timing) = &timing {
+            let (times, edge_map, threads) = aggregate(timing);
+            for (id, t) in times.iter().enumerate() {
+                let f = &timing.functions[id];
+                if let Some(entry) = totals.get_mut(&(f.module.clone(), f.addr)) {
+                    if entry.timed {
+                        entry.total_ns = Some(t.total);
+                        entry.self_ns = Some(t.self_ns);
+                        entry.max_ns = Some(t.max);
+                        entry.avg_ns = Some(if t.calls > 0 { t.total / t.calls as f64 } else { 0.0 });
+                    }
+                }
+            }
+            for entry in totals.values_mut().filter(|e| e.timed && e.total_ns.is_none()) {
+                (entry.total_ns, entry.self_ns, entry.max_ns, entry.avg_ns) = (Some(0.0), Some(0.0), Some(0.0), Some(0.0));
+            }
+            let name = |id: u32| timing.functions[id as usize].name.clone();
+            edges = edge_map
+                .into_iter()
+                .map(|((caller, callee), (calls, total_ns))| Edge { caller: caller.map(name), callee: name(callee), calls, total_ns })
+                .collect();
+            edges.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| (&a.caller, &a.callee).cmp(&(&b.caller, &b.callee))));
+            summary = Some(TimingSummary { probe_cost: timing.probe_cost, threads });
+        }
         let mut functions: Vec<FunctionCount> = totals.into_values().collect();
-        functions.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| (&a.module, a.addr).cmp(&(&b.module, b.addr))));
+        functions.sort_by(|a, b| {
+            let time = |f: &FunctionCount| f.total_ns.unwrap_or(-1.0);
+            time(b).total_cmp(&time(a)).then(b.calls.cmp(&a.calls)).then_with(|| (&a.module, a.addr).cmp(&(&b.module, b.addr)))
+        });
         Profile {
             program: data.records.first().map(|r| r.exe.clone()).unwrap_or_default(),
             pids,
@@ -61,6 +154,70 @@ impl Profile {
             total_calls: functions.iter().map(|f| f.calls).fold(0u64, u64::saturating_add),
             functions,
             incomplete: data.truncated,
+            timing: summary,
+            edges,
         }
     }
+}
+
+type EdgeMap = HashMap<(Option<u32>, u32), (u64, f64)>;
+
+/// Per-function times over every thread's tree, edges, and per-thread totals. A function's
+/// total counts only its outermost calls on each path, so recursion is not counted twice.
+fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
+    let mut times: Vec<Times> = (0..timing.functions.len()).map(|_| Times::default()).collect();
+    let mut edges: EdgeMap = HashMap::new();
+    let mut threads = Vec::new();
+    for thread in &timing.threads {
+        let nodes = &thread.nodes;
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        for (i, n) in nodes.iter().enumerate().skip(1) {
+            children[n.parent as usize].push(i);
+        }
+        let mut active = vec![0u32; timing.functions.len()];
+        // Depth-first, with an explicit stack: (node, leaving?).
+        let mut stack = vec![(0usize, false)];
+        while let Some((i, leaving)) = stack.pop() {
+            let node = &nodes[i];
+            let Some(f) = node.function else {
+                if !leaving {
+                    stack.extend(children[i].iter().map(|&c| (c, false)));
+                }
+                continue;
+            };
+            let f = f as usize;
+            if leaving {
+                active[f] -= 1;
+                continue;
+            }
+            let t = &mut times[f];
+            t.calls += node.calls;
+            t.self_ns += node.self_ns;
+            t.max = t.max.max(node.max_ns);
+            if active[f] == 0 {
+                t.total += node.total_ns;
+            }
+            let caller = nodes[node.parent as usize].function;
+            let e = edges.entry((caller, f as u32)).or_default();
+            e.0 += node.calls;
+            e.1 += node.total_ns;
+            active[f] += 1;
+            stack.push((i, true));
+            stack.extend(children[i].iter().map(|&c| (c, false)));
+        }
+        let top = children[0].iter().map(|&c| &nodes[c]);
+        threads.push(ThreadSummary {
+            pid: thread.pid,
+            tid: thread.tid,
+            calls: nodes.iter().map(|n| n.calls).sum(),
+            total_ns: top.map(|n| n.total_ns).sum(),
+            unmatched_exits: thread.unmatched_exits,
+            too_deep: thread.too_deep,
+            nested_skipped: thread.nested_skipped,
+            lost_context_calls: thread.lost_context_calls,
+            trace_events: thread.events.len(),
+            trace_dropped: thread.trace_dropped,
+        });
+    }
+    (times, edges, threads)
 }

@@ -2,6 +2,7 @@
 //! call path) and, with `--trace`, the entry/exit events. Times are nanoseconds with the
 //! probes' own measured cost already removed.
 use serde::Serialize;
+use std::collections::HashMap;
 
 /// A probed function that appears in some thread's calling-context tree.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -91,10 +92,122 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The timed profile of a data file; `None` when no module recorded time (rewritten
-    /// without exit probes).
+    /// The timed profile of a data file; `None` when no thread recorded time (the modules
+    /// were rewritten without exit probes, or no timed function ran).
     pub fn from_data(data: &crate::DataFile) -> Option<Timing> {
-        let _ = data;
-        None
+        if data.threads.is_empty() {
+            return None;
+        }
+        // Runtime address -> function, per address space (the pid that registered modules).
+        let mut by_address: HashMap<(u32, u64), u32> = HashMap::new();
+        let mut functions: Vec<TimedFunction> = Vec::new();
+        let mut index_of: HashMap<(String, u64), u32> = HashMap::new();
+        for record in &data.records {
+            for f in &record.meta.functions {
+                let key = (record.meta.module.clone(), f.addr);
+                let index = *index_of.entry(key).or_insert_with(|| {
+                    functions.push(TimedFunction { name: f.name.clone(), module: record.meta.module.clone(), addr: f.addr });
+                    functions.len() as u32 - 1
+                });
+                by_address.insert((record.pid, f.addr.wrapping_add(record.load_bias)), index);
+            }
+        }
+        let origin = data.threads.iter().map(|t| t.header.start_tsc).min().unwrap_or(0);
+        let mut probe_cost = ProbeCost::default();
+        let mut threads = Vec::new();
+        for chunk in &data.threads {
+            let h = &chunk.header;
+            if h.tsc_hz == 0 {
+                continue;
+            }
+            let ns = |ticks: u64| ticks as f64 * 1e9 / h.tsc_hz as f64;
+            let mut raw: Vec<(u64, u64, u64)> = chunk.nodes.iter().map(|n| (n.calls, n.ticks, n.max_ticks)).collect();
+            // Calls still running when the process stopped end at its last probe.
+            for frame in &chunk.open_frames {
+                let dt = h.last_tsc.saturating_sub(frame.start_tsc);
+                let n = &mut raw[frame.node as usize];
+                n.0 += 1;
+                n.1 = n.1.wrapping_add(dt);
+                n.2 = n.2.max(dt);
+            }
+            let mut function = |i: usize, func: u64| -> Option<u32> {
+                if i <= lopi_rt_abi::LOST_CONTEXT_NODE as usize {
+                    return None;
+                }
+                Some(*by_address.get(&(h.space_pid, func)).unwrap_or_else(|| {
+                    // Not in any record (a module registered by another process image):
+                    // keep the address as its name rather than drop the time.
+                    let name = format!("{func:#x}");
+                    index_of.entry((String::new(), func)).or_insert_with(|| {
+                        functions.push(TimedFunction { name, module: String::new(), addr: func });
+                        functions.len() as u32 - 1
+                    })
+                }))
+            };
+            let ids: Vec<Option<u32>> = chunk.nodes.iter().enumerate().map(|(i, n)| function(i, n.func)).collect();
+            // Probe cost: each call carries `inner` inside its own interval, and each call
+            // below it (descendants) adds `pair` to it.
+            let inner = h.probe_inner_ticks as f64;
+            let pair = h.probe_pair_ticks as f64;
+            let mut below = vec![0u64; raw.len()];
+            for i in (1..raw.len()).rev() {
+                let parent = chunk.nodes[i].parent as usize;
+                if parent != i {
+                    below[parent] += below[i] + raw[i].0;
+                }
+            }
+            let corrected: Vec<f64> = raw
+                .iter()
+                .zip(&below)
+                .map(|(&(calls, ticks, _), &b)| (ticks as f64 - calls as f64 * inner - b as f64 * pair).max(0.0))
+                .collect();
+            let mut children_total = vec![0.0; raw.len()];
+            for i in 1..raw.len() {
+                children_total[chunk.nodes[i].parent as usize] += corrected[i];
+            }
+            let nodes: Vec<ContextNode> = (0..raw.len())
+                .map(|i| ContextNode {
+                    parent: if i == 0 { 0 } else { chunk.nodes[i].parent },
+                    function: ids[i],
+                    calls: raw[i].0,
+                    total_ns: ns(corrected[i] as u64),
+                    self_ns: ns((corrected[i] - children_total[i]).max(0.0) as u64),
+                    max_ns: ns(raw[i].2),
+                })
+                .collect();
+            for i in 1..raw.len() {
+                if chunk.nodes[i].parent == 0 {
+                    probe_cost.removed_ns += ns(raw[i].1) - ns(corrected[i] as u64);
+                }
+            }
+            probe_cost.inner_ns = ns(h.probe_inner_ticks);
+            probe_cost.pair_ns = ns(h.probe_pair_ticks);
+            let events = chunk
+                .events
+                .iter()
+                .map(|e| TraceEvent {
+                    ns: ns(e.tsc.saturating_sub(origin)),
+                    node: e.node,
+                    kind: match e.kind {
+                        lopi_rt_abi::EVENT_ENTER => EventKind::Enter,
+                        lopi_rt_abi::EVENT_EXIT => EventKind::Exit,
+                        _ => EventKind::Unwind,
+                    },
+                })
+                .collect();
+            threads.push(ThreadProfile {
+                pid: h.pid,
+                tid: h.tid,
+                lost_context_calls: raw.get(lopi_rt_abi::LOST_CONTEXT_NODE as usize).map_or(0, |n| n.0),
+                nodes,
+                events,
+                trace_dropped: h.trace_dropped,
+                first_drop_ns: (h.trace_dropped > 0).then(|| ns(h.first_drop_tsc.saturating_sub(origin))),
+                unmatched_exits: h.unmatched_exits,
+                too_deep: h.too_deep,
+                nested_skipped: h.nested_skipped,
+            });
+        }
+        Some(Timing { functions, threads, probe_cost })
     }
 }

@@ -129,7 +129,7 @@ fn counting_trampoline_layout() {
     };
     // push rbp; mov rbp,rsp (moved body), resume at FROM+4
     let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
-    let t = counting_trampoline(&access, &body, Some(FROM + 4), TO).unwrap();
+    let t = counting_trampoline(&access, None, &Body { insns: &body, exits: &[], resume: Some(FROM + 4) }, TO).unwrap();
     let s = t.section;
     let sig_at = (s.abort - TO - 4) as usize;
     assert_eq!(&t.bytes[sig_at..sig_at + 4], &RSEQ_SIG.to_le_bytes(), "signature right before the abort handler");
@@ -145,4 +145,49 @@ fn counting_trampoline_layout() {
     // The locked fallback counts into the shared counter; the body jumps back.
     assert!(insns.iter().any(|i| i.has_lock_prefix() && rip_relative_address(i) == Some(access.shared)));
     assert!(insns.iter().any(|i| branch_target(i) == Some(FROM + 4)));
+}
+
+#[test]
+fn exit_probes_run_before_each_exit() {
+    const STUB: u64 = TO + 0x40_0000;
+    // pop rbx; ret
+    let ret: Vec<_> = decode(&[0x5b, 0xc3], FROM).collect();
+    let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None }, STUB, TO).unwrap();
+    let insns: Vec<_> = decode(&bytes, TO).collect();
+    let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
+    use iced_x86::Mnemonic::*;
+    assert_eq!(names, [Pop, Call, Ret]);
+    assert_eq!(insns[1].near_branch_target(), STUB);
+
+    // test edi,edi; jne <elsewhere> (a conditional tail call), resume after it
+    let target = FROM + 0x1000;
+    let code = [0x85, 0xff, 0x0f, 0x85, 0xf8, 0x0f, 0x00, 0x00];
+    let jcc: Vec<_> = decode(&code, FROM).collect();
+    assert_eq!(jcc[1].near_branch_target(), target);
+    let body = Body { insns: &jcc, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8) };
+    let bytes = exit_trampoline(&body, STUB, TO).unwrap();
+    let insns: Vec<_> = decode(&bytes, TO).collect();
+    let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
+    assert_eq!(names, [Test, Jne, Jmp, Call, Jmp]);
+    assert_eq!(insns[1].near_branch_target(), insns[3].ip(), "taken path goes through the probe");
+    assert_eq!(insns[2].near_branch_target(), FROM + 8);
+    assert_eq!(insns[3].near_branch_target(), STUB);
+    assert_eq!(insns[4].near_branch_target(), target);
+}
+
+#[test]
+fn timed_entry_pushes_the_function_and_calls_the_stub() {
+    let access = CounterAccess { shared: TO + 0x10_0000, rseq_offset_var: TO + 0x20_0000, cpu_count_var: TO + 0x20_0010, percpu_base_var: TO + 0x20_0008, stride: 0x1000, index: 0, cs: TO + 0x30_0000 };
+    // xor eax,eax; ret: the whole function moves, its ret gets the exit probe
+    let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, function: 0x1234 };
+    let t = counting_trampoline(&access, Some(timed), &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, TO).unwrap();
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
+    let push = insns.iter().position(|i| i.mnemonic() == iced_x86::Mnemonic::Push && i.immediate32() == 0x1234).expect("push of the function");
+    assert_eq!(insns[push + 1].near_branch_target(), timed.enter_stub);
+    assert_eq!(insns[push + 2].mnemonic(), iced_x86::Mnemonic::Xor);
+    assert_eq!(insns[push + 3].near_branch_target(), timed.exit_stub);
+    assert_eq!(insns[push + 4].mnemonic(), iced_x86::Mnemonic::Ret);
+    // The rseq path jumps over the locked path straight to the push.
+    assert!(insns.iter().any(|i| i.mnemonic() == iced_x86::Mnemonic::Jmp && i.near_branch_target() == insns[push].ip()));
 }

@@ -68,6 +68,36 @@ pub struct RseqSection {
     pub abort: u64,
 }
 
+/// How a moved instruction leaves its function: where an exit probe goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitKind {
+    /// `ret`: the probe runs right before it.
+    Return,
+    /// An unconditional jump to another function (a tail call): the probe runs before it.
+    TailJump,
+    /// A conditional jump to another function: the probe runs on the taken path only.
+    ConditionalTailJump,
+}
+
+/// Instructions moved into a trampoline, keeping their original IPs so that branches
+/// among them follow the copy.
+pub struct Body<'a> {
+    pub insns: &'a [Instruction],
+    /// Original IPs of the instructions that leave the function.
+    pub exits: &'a [(u64, ExitKind)],
+    /// Where execution continues if the last instruction falls through.
+    pub resume: Option<u64>,
+}
+
+/// The timing probes of a module: stub addresses and the function's id.
+#[derive(Clone, Copy, Debug)]
+pub struct TimedEntry {
+    pub enter_stub: u64,
+    pub exit_stub: u64,
+    /// The function's file address, pushed for the entry stub (sign-extended imm32).
+    pub function: u32,
+}
+
 /// Encoded trampoline.
 pub struct Trampoline {
     pub bytes: Vec<u8>,
@@ -81,6 +111,10 @@ const END: u64 = 3;
 const OUT: u64 = 4;
 const LOCKED: u64 = 5;
 const ABORT: u64 = 6;
+/// The first instruction after the counting code.
+const BODY: u64 = 7;
+/// Labels for the exit paths of conditional tail jumps, upwards from here.
+const FIRST_EXIT_PATH: u64 = 16;
 
 fn at(mut insn: Instruction, label: u64) -> Instruction {
     insn.set_ip(label);
@@ -100,17 +134,64 @@ fn spill(reg: Register) -> MemoryOperand {
     MemoryOperand::with_base_displ(Register::RSP, if reg == Register::RAX { -8 } else { -16 })
 }
 
-/// Builds the trampoline at `ip`: the counting code, then `body` (moved instructions,
-/// keeping their original IPs so branches among them follow the copy), then a jump to
-/// `resume` if the body can fall through.
+/// The body's instructions with exit probes inserted, then a jump to `resume` if the body
+/// can fall through. A `call` to the exit stub takes over the exit instruction's IP, so that
+/// branches to the exit run the probe too.
+fn body_with_exits(body: &Body<'_>, exit_stub: Option<u64>) -> Result<Vec<Instruction>, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let mut out = Vec::with_capacity(body.insns.len() + 4);
+    let mut exit_paths = Vec::new();
+    for insn in body.insns {
+        let kind = body.exits.iter().find(|(ip, _)| *ip == insn.ip() && *ip != 0).map(|&(_, k)| k);
+        match (kind, exit_stub) {
+            (Some(ExitKind::Return | ExitKind::TailJump), Some(stub)) => {
+                out.push(at(Instruction::with_branch(Code::Call_rel32_64, stub).map_err(err)?, insn.ip()));
+                // The exit itself no longer needs its label; it names no IP-relative data.
+                out.push(at(*insn, 0));
+            }
+            (Some(ExitKind::ConditionalTailJump), Some(_)) => {
+                let label = FIRST_EXIT_PATH + exit_paths.len() as u64;
+                let mut taken = *insn;
+                taken.set_near_branch64(label);
+                out.push(taken);
+                exit_paths.push((label, insn.near_branch_target()));
+            }
+            _ => out.push(*insn),
+        }
+    }
+    if let Some(resume) = body.resume {
+        out.push(Instruction::with_branch(Code::Jmp_rel32_64, resume).map_err(err)?);
+    }
+    if let Some(stub) = exit_stub {
+        for (label, target) in exit_paths {
+            out.push(at(Instruction::with_branch(Code::Call_rel32_64, stub).map_err(err)?, label));
+            out.push(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Builds an exit-site trampoline at `ip`: the moved instructions with exit probes.
+pub fn exit_trampoline(body: &Body<'_>, exit_stub: u64, ip: u64) -> Result<Vec<u8>, RelocError> {
+    let insns = body_with_exits(body, Some(exit_stub))?;
+    let block = InstructionBlock::new(&insns, ip);
+    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
+    Ok(result.code_buffer)
+}
+
+/// Builds the trampoline at `ip`: the counting code, the entry probe if timed, then the
+/// body with exit probes if timed.
 pub fn counting_trampoline(
     c: &CounterAccess,
-    body: &[Instruction],
-    resume: Option<u64>,
+    timed: Option<TimedEntry>,
+    body: &Body<'_>,
     ip: u64,
 ) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
-    let body_ip = body.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))?;
+    let body_ip = match timed {
+        Some(_) => BODY,
+        None => body.insns.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))?,
+    };
     let mut inc_locked = Instruction::with1(Code::Inc_rm64, rip(c.shared)).map_err(err)?;
     inc_locked.set_has_lock_prefix(true);
     let disarm = Instruction::with2(Code::Mov_rm64_imm32, fs(8), 0u32).map_err(err)?;
@@ -139,10 +220,11 @@ pub fn counting_trampoline(
         at(inc_locked, LOCKED),
         restore(Register::R11)?,
     ];
-    insns.extend_from_slice(body);
-    if let Some(resume) = resume {
-        insns.push(Instruction::with_branch(Code::Jmp_rel32_64, resume).map_err(err)?);
+    if let Some(t) = timed {
+        insns.push(at(Instruction::with1(Code::Pushq_imm32, t.function as i32).map_err(err)?, BODY));
+        insns.push(Instruction::with_branch(Code::Call_rel32_64, t.enter_stub).map_err(err)?);
     }
+    insns.extend(body_with_exits(body, timed.map(|t| t.exit_stub))?);
     insns.push(Instruction::with_declare_dword(&[RSEQ_SIG]).map_err(err)?);
     insns.push(at(restore(Register::RAX)?, ABORT));
     insns.push(restore(Register::R11)?);

@@ -14,6 +14,7 @@
 
 #[path = "../../../crates/lopi-rt-abi/src/lib.rs"]
 mod abi;
+mod timing;
 
 use abi::{ModuleDescriptor, RecordHeader, PAGE_SIZE};
 use core::arch::asm;
@@ -33,6 +34,11 @@ mod sys {
     pub const FLOCK: usize = 73;
     pub const FTRUNCATE: usize = 77;
     pub const READLINK: usize = 89;
+    pub const GETCWD: usize = 79;
+    pub const MUNMAP: usize = 11;
+    pub const MADVISE: usize = 28;
+    pub const GETTID: usize = 186;
+    pub const CLOCK_GETTIME: usize = 228;
 
     pub const O_RDONLY: usize = 0;
     pub const O_RDWR: usize = 2;
@@ -44,6 +50,8 @@ mod sys {
     pub const PROT_READ_WRITE: usize = 3;
     pub const MAP_SHARED: usize = 0x01;
     pub const MAP_SHARED_FIXED: usize = 0x01 | 0x10;
+    pub const MAP_PRIVATE_ANONYMOUS: usize = 0x02 | 0x20;
+    pub const MADV_WIPEONFORK: usize = 18;
 
     /// Returns the raw result: negative values are `-errno`.
     #[inline(always)]
@@ -171,6 +179,27 @@ unsafe fn env_value(entry: *const u8, name: &[u8]) -> Option<*const u8> {
     }
 }
 
+/// The value of environment variable `name`, if set.
+///
+/// # Safety
+/// `envp` must be null or a NULL-terminated array of NUL-terminated strings.
+unsafe fn getenv(envp: *const *const u8, name: &[u8]) -> Option<*const u8> {
+    if envp.is_null() {
+        return None;
+    }
+    let mut e = envp;
+    // SAFETY: the caller's contract.
+    unsafe {
+        while !(*e).is_null() {
+            if let Some(v) = env_value(*e, name) {
+                return Some(v);
+            }
+            e = e.add(1);
+        }
+    }
+    None
+}
+
 fn write_stderr(msg: &[u8]) {
     // SAFETY: writing a valid buffer to fd 2; a failure is deliberately ignored.
     unsafe { sys::call3(sys::WRITE, 2, msg.as_ptr() as usize, msg.len()) };
@@ -236,28 +265,19 @@ pub unsafe extern "C" fn lopi_rt_init(
 
     let mut path = Buf::<4096>::new();
     let mut from_env = false;
-    if !envp.is_null() {
-        let mut e = envp;
-        // SAFETY: envp is NULL-terminated (caller).
+    // SAFETY: envp is the process environment (caller).
+    if let Some(mut p) = unsafe { getenv(envp, abi::OUTPUT_ENV.as_bytes()) } {
+        // SAFETY: the value is NUL-terminated.
         unsafe {
-            while !(*e).is_null() {
-                if let Some(v) = env_value(*e, abi::OUTPUT_ENV.as_bytes()) {
-                    if *v != 0 {
-                        let mut p = v;
-                        while *p != 0 {
-                            if *p == b'%' && *p.add(1) == b'p' {
-                                path.push_decimal(pid);
-                                p = p.add(2);
-                            } else {
-                                path.push(*p);
-                                p = p.add(1);
-                            }
-                        }
-                        from_env = true;
-                    }
-                    break;
+            while *p != 0 {
+                if *p == b'%' && *p.add(1) == b'p' {
+                    path.push_decimal(pid);
+                    p = p.add(2);
+                } else {
+                    path.push(*p);
+                    p = p.add(1);
                 }
-                e = e.add(1);
+                from_env = true;
             }
         }
     }
@@ -299,6 +319,30 @@ pub unsafe extern "C" fn lopi_rt_init(
     unsafe {
         sys::call3(sys::FLOCK, fd, sys::LOCK_UN, 0);
         sys::call3(sys::CLOSE, fd, 0, 0);
+    }
+    if err >= 0 && d.probes & abi::PROBE_TIMING != 0 {
+        let vars = base.wrapping_add(d.vars_offset as usize) as *mut abi::RuntimeVars;
+        // SAFETY: the variables page and the path page after it belong to this module's RW
+        // segment; threads find chunks through the path later, so it must be absolute.
+        unsafe {
+            (*vars).load_bias = (base as u64).wrapping_sub(d.svma);
+            let dst = (vars as usize + abi::vars::PATH as usize) as *mut u8;
+            let mut n = 0;
+            let mut put = |c: u8| {
+                if n + 1 < PAGE_SIZE as usize {
+                    *dst.add(n) = c;
+                    n += 1;
+                }
+            };
+            if path.as_bytes().first() != Some(&b'/') {
+                let mut cwd = Buf::<4096>::new();
+                cwd.fill_with(|buf, cap| sys::call3(sys::GETCWD, buf as usize, cap, 0) - 1);
+                cwd.as_bytes().iter().chain(b"/").for_each(|&c| put(c));
+            }
+            path.as_bytes().iter().for_each(|&c| put(c));
+            *dst.add(n) = 0;
+            timing::enable(vars, d.probes, pid as u32, envp);
+        }
     }
 }
 

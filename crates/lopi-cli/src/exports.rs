@@ -1,0 +1,162 @@
+//! `lopi flamegraph` and `lopi export`: a data file's timed profile in other tools' formats.
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use lopi_trace::{DataFile, Timing, Weight};
+use std::path::Path;
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum WeightArg {
+    /// Self time.
+    Time,
+    /// Calls.
+    Calls,
+}
+
+impl From<WeightArg> for Weight {
+    fn from(w: WeightArg) -> Weight {
+        match w {
+            WeightArg::Time => Weight::SelfTime,
+            WeightArg::Calls => Weight::Calls,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum ExportFormat {
+    /// pprof's profile.proto (go tool pprof, Speedscope, Grafana Pyroscope).
+    Pprof,
+    /// Chrome's trace-event JSON (Perfetto, chrome://tracing); needs a module rewritten with --trace.
+    Chrome,
+    /// Folded stacks, one call path a line (flamegraph.pl, inferno, Speedscope).
+    Folded,
+}
+
+pub(crate) fn flamegraph(data: &Path, output: &Path, weight: WeightArg, title: Option<String>) -> Result<()> {
+    let timing = load(data, output)?;
+    let title = title.unwrap_or_else(|| {
+        let what = match weight {
+            WeightArg::Time => "self time",
+            WeightArg::Calls => "calls",
+        };
+        format!("{} ({what})", data.display())
+    });
+    let svg = lopi_trace::flamegraph_svg(&timing, weight.into(), &title)?;
+    let stacks = lopi_trace::folded(&timing, weight.into()).lines().count();
+    write(output, &svg, &format!("{stacks} stacks"))
+}
+
+pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: Option<WeightArg>) -> Result<()> {
+    if weight.is_some() && format != ExportFormat::Folded {
+        bail!("--weight applies to --format folded only");
+    }
+    let timing = load(data, output)?;
+    let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time))?;
+    write(output, &bytes, &summary)
+}
+
+/// The file's bytes and what they hold, for the summary line.
+fn render(timing: &Timing, format: ExportFormat, weight: WeightArg) -> Result<(Vec<u8>, String)> {
+    Ok(match format {
+        ExportFormat::Pprof => {
+            let summary = format!("{} functions, {} threads", timing.functions.len(), timing.threads.len());
+            (lopi_trace::pprof(timing), summary)
+        }
+        ExportFormat::Chrome => {
+            let trace = lopi_trace::chrome_trace(timing)?;
+            let events = trace["traceEvents"].as_array().map_or(0, Vec::len);
+            (serde_json::to_vec(&trace)?, format!("{events} events"))
+        }
+        ExportFormat::Folded => {
+            let text = lopi_trace::folded(timing, weight.into());
+            let stacks = text.lines().count();
+            (text.into_bytes(), format!("{stacks} stacks"))
+        }
+    })
+}
+
+fn load(data: &Path, output: &Path) -> Result<Timing> {
+    // Checked before any work: the output replaces whatever file it names.
+    if crate::same_file(data, output) {
+        bail!("refusing to overwrite the input {}; choose another -o", data.display());
+    }
+    let bytes = crate::read(data)?;
+    let file = DataFile::parse(&bytes).with_context(|| format!("reading {}", data.display()))?;
+    timing_of(data, &file)
+}
+
+fn timing_of(data: &Path, file: &DataFile) -> Result<Timing> {
+    match Timing::from_data(file) {
+        Some(timing) => Ok(timing),
+        None => bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display()),
+    }
+}
+
+fn write(output: &Path, bytes: &[u8], summary: &str) -> Result<()> {
+    lopi_rewrite::write_atomically(output, bytes, 0o644).with_context(|| format!("writing {}", output.display()))?;
+    eprintln!("lopi: wrote {} ({summary})", output.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lopi_trace::{ContextNode, EventKind, ThreadProfile, TimedFunction, TraceEvent};
+
+    /// One thread that calls `main` once, for 1 µs, traced.
+    fn timing() -> Timing {
+        let node = |parent, function, calls, ns| ContextNode {
+            parent,
+            function,
+            calls,
+            total_ns: ns,
+            self_ns: ns,
+            max_ns: ns,
+        };
+        let event = |ns, kind| TraceEvent { ns, node: 1, kind };
+        Timing {
+            functions: vec![TimedFunction { name: "main".into(), module: "/bin/prog".into(), addr: 0x1000 }],
+            threads: vec![ThreadProfile {
+                pid: 7,
+                tid: 7,
+                nodes: vec![node(0, None, 0, 0.0), node(0, Some(0), 1, 1000.0)],
+                events: vec![event(0.0, EventKind::Enter), event(1000.0, EventKind::Exit)],
+                trace_dropped: 0,
+                first_drop_ns: None,
+                unmatched_exits: 0,
+                too_deep: 0,
+                nested_skipped: 0,
+                lost_context_calls: 0,
+            }],
+            probe_cost: Default::default(),
+        }
+    }
+
+    #[test]
+    fn renders_each_format() {
+        let t = timing();
+        let (bytes, summary) = render(&t, ExportFormat::Folded, WeightArg::Time).expect("folded");
+        assert_eq!((bytes.as_slice(), summary.as_str()), (&b"main 1000\n"[..], "1 stacks"));
+        let (bytes, summary) = render(&t, ExportFormat::Folded, WeightArg::Calls).expect("folded");
+        assert_eq!((bytes.as_slice(), summary.as_str()), (&b"main 1\n"[..], "1 stacks"));
+        let (bytes, summary) = render(&t, ExportFormat::Chrome, WeightArg::Time).expect("chrome");
+        let trace: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(trace["traceEvents"].as_array().map(Vec::len), Some(4));
+        assert_eq!(summary, "4 events");
+        let (bytes, summary) = render(&t, ExportFormat::Pprof, WeightArg::Time).expect("pprof");
+        assert!(!bytes.is_empty());
+        assert_eq!(summary, "1 functions, 1 threads");
+    }
+
+    #[test]
+    fn data_without_timing_is_an_error() {
+        let err = timing_of(Path::new("run.lopi"), &DataFile::default()).err().expect("no timing");
+        assert_eq!(err.to_string(), "run.lopi has no timing data: rewrite the program with --probe entry,exit");
+    }
+
+    #[test]
+    fn weight_is_for_folded_only() {
+        let err = export(Path::new("run.lopi"), Path::new("out.pb"), ExportFormat::Pprof, Some(WeightArg::Calls))
+            .expect_err("weight with pprof");
+        assert_eq!(err.to_string(), "--weight applies to --format folded only");
+    }
+}

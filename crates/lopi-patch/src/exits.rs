@@ -1,0 +1,236 @@
+//! Exit probes for timed functions: every `ret` and tail jump of a function (and of the
+//! `.cold` parts it jumps into) gets a probe right before it, in place, as XRay does with
+//! its sleds: the return address on the stack is never touched, so the return predictor,
+//! unwinders (C++ exceptions, `backtrace()`, gdb) and CET shadow stacks see the real
+//! callers.
+//!
+//! An exit is patched by moving it with the instructions just before it in its basic block
+//! (none of which, but the first, may be a branch target) into a trampoline, so that at
+//! least five bytes are covered; or by letting the jump run on into padding after a final
+//! `ret`; or with a `jmp rel8` to a bounce in nearby padding. A function is timed only if
+//! all its exits can be probed: a missed exit would leave its frame open.
+use crate::gaps::Gaps;
+use crate::targets::Targets;
+use crate::{dead_padding, Site};
+use lopi_elf::{ElfModule, Svma};
+use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
+use std::collections::{BTreeMap, HashSet};
+
+/// Why a probed function's calls are counted but not timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, thiserror::Error)]
+#[serde(rename_all = "kebab-case")]
+pub enum UntimedReason {
+    #[error("an exit (ret or tail jump) has fewer than 2 movable bytes before it and no padding after it")]
+    ExitTooShort,
+    #[error("an exit needs a bounce and there is no free padding within 127 bytes")]
+    NoBounceSpace,
+    #[error("the function jumps into code outside any known function or fragment, so its exits are unknown")]
+    JumpsIntoOtherCode,
+    #[error("the function's code does not decode to its end")]
+    Undecodable,
+    #[error("the function's size is unknown")]
+    UnknownSize,
+    #[error("the function's address does not fit the entry probe's 31-bit immediate")]
+    AddressTooHigh,
+    #[error("an exit's instructions cannot be re-encoded in the trampoline area")]
+    RelocationFailed,
+}
+
+impl UntimedReason {
+    pub fn key(self) -> &'static str {
+        match self {
+            UntimedReason::ExitTooShort => "exit-too-short",
+            UntimedReason::NoBounceSpace => "exit-no-bounce-space",
+            UntimedReason::JumpsIntoOtherCode => "jumps-into-other-code",
+            UntimedReason::Undecodable => "undecodable",
+            UntimedReason::UnknownSize => "unknown-size",
+            UntimedReason::AddressTooHigh => "address-too-high",
+            UntimedReason::RelocationFailed => "relocation-failed",
+        }
+    }
+}
+
+/// A stretch of code with a known extent: a function or a fragment of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Region {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What the planner knows about code layout, for classifying jumps.
+pub(crate) struct CodeMap {
+    entries: HashSet<u64>,
+    /// Fragment start -> end.
+    fragments: BTreeMap<u64, u64>,
+}
+
+impl CodeMap {
+    pub fn new(module: &ElfModule<'_>) -> Self {
+        CodeMap {
+            entries: module.functions.iter().map(|f| f.addr.0).collect(),
+            fragments: module.fragments.iter().filter(|f| f.1 > 0).map(|&(a, n)| (a.0, a.0 + n)).collect(),
+        }
+    }
+
+    fn fragment_of(&self, addr: u64) -> Option<Region> {
+        let (&start, &end) = self.fragments.range(..=addr).next_back()?;
+        (addr < end).then_some(Region { start, end })
+    }
+}
+
+/// Where control goes when an instruction leaves the straight line.
+enum Class {
+    Inside,
+    Exit(ExitKind),
+    Fragment(Region),
+    Foreign,
+}
+
+/// `function` is the region the timed function itself covers: jumps back into it from its
+/// fragments are internal.
+fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_indirect_targets: bool) -> Class {
+    let inside = |t: u64| (region.start..region.end).contains(&t) || (function.start..function.end).contains(&t);
+    let direct = |t: u64, kind| {
+        if inside(t) {
+            Class::Inside
+        } else if map.entries.contains(&t) {
+            Class::Exit(kind)
+        } else if let Some(f) = map.fragment_of(t) {
+            Class::Fragment(f)
+        } else {
+            Class::Foreign
+        }
+    };
+    match lopi_x86::flow(insn) {
+        Flow::Return => Class::Exit(ExitKind::Return),
+        Flow::Jump => lopi_x86::branch_target(insn).map_or(Class::Foreign, |t| direct(t, ExitKind::TailJump)),
+        Flow::ConditionalJump => {
+            lopi_x86::branch_target(insn).map_or(Class::Foreign, |t| direct(t, ExitKind::ConditionalTailJump))
+        }
+        // Through the GOT or a function pointer in memory: a tail call. Through a register
+        // or a table: a switch when the function has jump-table or computed-goto targets.
+        Flow::IndirectJump if lopi_x86::rip_relative_address(insn).is_some() || !has_indirect_targets => {
+            Class::Exit(ExitKind::TailJump)
+        }
+        _ => Class::Inside,
+    }
+}
+
+/// One exit, located in its region's decoded instructions.
+pub(crate) struct ExitAt {
+    pub region: Region,
+    pub index: usize,
+    pub kind: ExitKind,
+}
+
+/// Decoded code of the regions a timed function runs in, and its exits.
+pub(crate) struct FunctionExits {
+    pub code: BTreeMap<u64, (Region, Vec<Insn>)>,
+    pub exits: Vec<ExitAt>,
+}
+
+/// Finds every exit of the function in `function` and of the fragments it jumps into.
+pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targets: &Targets) -> Result<FunctionExits, UntimedReason> {
+    let mut out = FunctionExits { code: BTreeMap::new(), exits: Vec::new() };
+    let mut todo = vec![function];
+    while let Some(region) = todo.pop() {
+        if out.code.contains_key(&region.start) {
+            continue;
+        }
+        let bytes = module
+            .bytes_from(Svma(region.start))
+            .and_then(|b| b.get(..(region.end - region.start) as usize))
+            .ok_or(UntimedReason::Undecodable)?;
+        let insns: Vec<Insn> = lopi_x86::decode(bytes, region.start).collect();
+        if insns.iter().map(|i| i.len() as u64).sum::<u64>() != region.end - region.start {
+            return Err(UntimedReason::Undecodable);
+        }
+        let has_indirect = targets.indirect.range(region.start..region.end).next().is_some()
+            || targets.indirect.range(function.start..function.end).next().is_some();
+        for (index, insn) in insns.iter().enumerate() {
+            match classify(insn, region, function, map, has_indirect) {
+                Class::Inside => {}
+                Class::Exit(kind) => out.exits.push(ExitAt { region, index, kind }),
+                Class::Fragment(f) => todo.push(f),
+                Class::Foreign => return Err(UntimedReason::JumpsIntoOtherCode),
+            }
+        }
+        out.code.insert(region.start, (region, insns));
+    }
+    Ok(out)
+}
+
+/// Exit kinds of instructions in `insns` (moved by an entry site, say).
+pub(crate) fn kinds_among(insns: &[Insn], exits: &FunctionExits) -> Vec<(u64, ExitKind)> {
+    let ips: Vec<u64> = insns.iter().map(Insn::ip).filter(|&ip| ip != 0).collect();
+    exits
+        .exits
+        .iter()
+        .filter_map(|e| {
+            let ip = exits.code[&e.region.start].1[e.index].ip();
+            ips.contains(&ip).then_some((ip, e.kind))
+        })
+        .collect()
+}
+
+/// Plans the site of one exit. `floor` is the lowest address it may cover (the end of the
+/// entry patch or of the previous exit site in the same region).
+pub(crate) fn site(
+    module: &ElfModule<'_>,
+    function: usize,
+    exit: &ExitAt,
+    insns: &[Insn],
+    floor: u64,
+    targets: &Targets,
+    gaps: &mut Gaps,
+) -> Result<Site, UntimedReason> {
+    let last = &insns[exit.index];
+    let mut first = exit.index;
+    let mut len = last.len();
+    while len < JMP32_LEN && first > 0 {
+        let prev = &insns[first - 1];
+        let at = module.bytes_from(Svma(prev.ip())).and_then(|b| b.get(..prev.len()));
+        if targets.contains(&insns[first].ip())
+            || lopi_x86::flow(prev) != Flow::Next
+            || prev.ip() < floor
+            || at.is_none_or(|b| lopi_x86::is_padding(b, prev.ip()))
+        {
+            break;
+        }
+        first -= 1;
+        len += prev.len();
+    }
+    let patch_at = Svma(insns[first].ip());
+    let terminal = exit.kind != ExitKind::ConditionalTailJump;
+    let site = |covered: usize, bounce: Option<Svma>| Site {
+        function,
+        entry: None,
+        owners: vec![function],
+        timed: true,
+        patch_at,
+        covered,
+        relocated: insns[first..=exit.index].to_vec(),
+        resume: (!terminal).then(|| Svma(last.next_ip())),
+        bounce,
+        exits: vec![(last.ip(), exit.kind)],
+    };
+    if len >= JMP32_LEN {
+        return Ok(site(len, None));
+    }
+    let after = last.next_ip();
+    let rest = JMP32_LEN - len;
+    if terminal
+        && !targets.contains(&after)
+        && (dead_padding(module, after, rest, exit.region.end, targets) || gaps.take_at(after, rest))
+    {
+        return Ok(site(JMP32_LEN, None));
+    }
+    if len < JMP8_LEN {
+        return Err(UntimedReason::ExitTooShort);
+    }
+    let from = patch_at.0 + JMP8_LEN as u64;
+    let bounce = gaps
+        .take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN)
+        .ok_or(UntimedReason::NoBounceSpace)?;
+    Ok(site(len, Some(Svma(bounce))))
+}

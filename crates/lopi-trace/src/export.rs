@@ -1,0 +1,724 @@
+//! A [`Timing`] in other tools' formats: folded stacks and the flame graphs drawn from them,
+//! pprof profiles, and Chrome trace-event JSON (Perfetto, `chrome://tracing`).
+use crate::timing::{ContextNode, EventKind, ThreadProfile, Timing};
+use prost::Message;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Frame name of the node that collects the calls made once a thread's tree was full.
+const LOST_CONTEXT: &str = "[lost context]";
+/// Frame name for a function index outside [`Timing::functions`].
+const UNKNOWN_FUNCTION: &str = "[unknown function]";
+
+/// What a stack counts in folded stacks and flame graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weight {
+    /// Self time, in whole nanoseconds.
+    SelfTime,
+    /// Calls.
+    Calls,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("no trace events: rewrite with --trace")]
+    NoTraceEvents,
+    #[error("nothing to draw: every call path weighs zero")]
+    NoStacks,
+    #[error("drawing the flame graph: {0}")]
+    Flamegraph(#[from] std::io::Error),
+}
+
+/// Folded stacks (Brendan Gregg's format, as read by inferno, flamegraph.pl and speedscope):
+/// one line `main;parse;lex 12345` per call path with a non-zero weight, frames root first,
+/// the same path in several threads merged into one line. Lines are sorted.
+pub fn folded(t: &Timing, weight: Weight) -> String {
+    // Self time is summed before rounding so that merging threads does not add rounding errors.
+    let mut stacks: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    for thread in &t.threads {
+        // Node 0 is the root: it has no frame.
+        for (index, node) in thread.nodes.iter().enumerate().skip(1) {
+            let frames: Vec<String> = path(thread, index)
+                .iter()
+                .rev()
+                .map(|&i| folded_frame(frame_name(t, &thread.nodes[i])))
+                .collect();
+            let entry = stacks.entry(frames.join(";")).or_default();
+            entry.0 = entry.0.saturating_add(node.calls);
+            entry.1 += node.self_ns;
+        }
+    }
+    let mut out = String::new();
+    for (stack, (calls, self_ns)) in stacks {
+        let value = match weight {
+            Weight::SelfTime => whole_ns(self_ns) as u64,
+            Weight::Calls => calls,
+        };
+        if value > 0 {
+            out += &format!("{stack} {value}\n");
+        }
+    }
+    out
+}
+
+/// A flame graph of [`folded`] stacks as an SVG document.
+pub fn flamegraph_svg(t: &Timing, weight: Weight, title: &str) -> Result<Vec<u8>, ExportError> {
+    let stacks = folded(t, weight);
+    if stacks.is_empty() {
+        // inferno would draw an error message into the SVG; the caller should hear it instead.
+        return Err(ExportError::NoStacks);
+    }
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title.to_string();
+    options.count_name = match weight {
+        Weight::SelfTime => "ns",
+        Weight::Calls => "calls",
+    }
+    .to_string();
+    // Colours from a hash of the name instead of at random: the same profile gives the same SVG.
+    options.hash = true;
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut options, stacks.lines(), &mut svg)?;
+    Ok(svg)
+}
+
+/// A pprof profile (`profile.proto`, not gzipped: pprof reads raw protobuf too): one sample
+/// per call path per thread, valued `[calls, self time in ns]` and labelled with its pid and
+/// tid, and one location per function at its file address. The profile has no duration:
+/// [`Timing`] does not know how long the program ran.
+pub fn pprof(t: &Timing) -> Vec<u8> {
+    let mut builder = PprofBuilder::new(t);
+    let calls = builder.value_type("calls", "count");
+    let time = builder.value_type("time", "nanoseconds");
+    let (pid_key, tid_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"));
+    let mut samples = Vec::new();
+    for thread in &t.threads {
+        for (index, node) in thread.nodes.iter().enumerate().skip(1) {
+            let self_ns = whole_ns(node.self_ns);
+            if node.calls == 0 && self_ns == 0 {
+                continue;
+            }
+            // pprof wants the leaf first.
+            let location_id = path(thread, index).iter().map(|&i| builder.location(&thread.nodes[i])).collect();
+            let label = |key, num| proto::Label { key, num: i64::from(num) };
+            samples.push(proto::Sample {
+                location_id,
+                value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns],
+                label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)],
+            });
+        }
+    }
+    proto::Profile {
+        sample_type: vec![calls, time],
+        sample: samples,
+        location: builder.locations,
+        function: builder.functions,
+        string_table: builder.strings.strings,
+        // Every call is measured, none sampled.
+        period_type: Some(time),
+        period: 1,
+        default_sample_type: time.r#type,
+    }
+    .encode_to_vec()
+}
+
+/// Chrome's Trace Event Format (JSON object form) from the threads' entry/exit events: a
+/// `B`/`E` pair per call, properly nested per thread, names for processes and threads, and an
+/// instant event where a thread's trace buffer overflowed.
+pub fn chrome_trace(t: &Timing) -> Result<Value, ExportError> {
+    if t.threads.iter().all(|thread| thread.events.is_empty()) {
+        return Err(ExportError::NoTraceEvents);
+    }
+    let mut events = Vec::new();
+    let mut named_pids = BTreeSet::new();
+    for thread in &t.threads {
+        let (pid, tid) = (thread.pid, thread.tid);
+        // `ts` is not needed on metadata events, but keeps every event the same shape.
+        let metadata = |name: &str, value: String| {
+            json!({"name": name, "ph": "M", "ts": 0.0, "pid": pid, "tid": tid, "args": {"name": value}})
+        };
+        if named_pids.insert(pid) {
+            events.push(metadata("process_name", format!("pid {pid}")));
+        }
+        events.push(metadata("thread_name", format!("tid {tid}")));
+        thread_trace(t, thread, &mut events);
+    }
+    Ok(json!({"traceEvents": events, "displayTimeUnit": "ns"}))
+}
+
+/// One thread's events. Chrome pairs an `E` with the innermost open `B` of its thread, so a
+/// frame left without its own exit event (unwound past) is closed when an outer frame exits,
+/// and frames still open when the trace ends are closed at its last event.
+fn thread_trace(t: &Timing, thread: &ThreadProfile, out: &mut Vec<Value>) {
+    let (pid, tid) = (thread.pid, thread.tid);
+    let name = |node: u32| thread.nodes.get(node as usize).map_or(UNKNOWN_FUNCTION, |n| frame_name(t, n));
+    let event = |node: u32, ph: &str, ns: f64| {
+        json!({"name": name(node), "cat": "function", "ph": ph, "ts": ns / 1000.0, "pid": pid, "tid": tid})
+    };
+    let end = |node: u32, ns: f64, why: Option<&str>| {
+        let mut e = event(node, "E", ns);
+        if let Some(why) = why {
+            e["args"] = json!({ why: true });
+        }
+        e
+    };
+    let last_ns = thread.events.last().map_or(0.0, |e| e.ns);
+    // Without a time for the first drop, the mark goes after everything that was recorded.
+    let mut drop_mark = (thread.trace_dropped > 0).then(|| thread.first_drop_ns.unwrap_or(last_ns));
+    let dropped = |ns: f64| {
+        let name = format!("lopi: {} events dropped", thread.trace_dropped);
+        json!({"name": name, "ph": "i", "s": "t", "ts": ns / 1000.0, "pid": pid, "tid": tid})
+    };
+    // Entered frames not yet left, innermost last.
+    let mut open: Vec<u32> = Vec::new();
+    for e in &thread.events {
+        if let Some(at) = drop_mark.filter(|&at| at < e.ns) {
+            out.push(dropped(at));
+            drop_mark = None;
+        }
+        match e.kind {
+            EventKind::Enter => {
+                open.push(e.node);
+                out.push(event(e.node, "B", e.ns));
+            }
+            EventKind::Exit | EventKind::Unwind => {
+                // An exit whose entry is not in the trace (it came before the thread's record,
+                // or was dropped) has nothing to close.
+                let Some(depth) = open.iter().rposition(|&n| n == e.node) else { continue };
+                for inner in open.drain(depth + 1..).rev() {
+                    out.push(end(inner, e.ns, Some("unwound")));
+                }
+                open.pop();
+                out.push(end(e.node, e.ns, (e.kind == EventKind::Unwind).then_some("unwound")));
+            }
+        }
+    }
+    for node in open.into_iter().rev() {
+        out.push(end(node, last_ns, Some("unfinished")));
+    }
+    if let Some(at) = drop_mark {
+        out.push(dropped(at));
+    }
+}
+
+/// The nodes from `node` up to the root's child, leaf first. A parent outside the tree ends
+/// the path, and so does a path as long as the tree, so that a cycle cannot hang an export.
+fn path(thread: &ThreadProfile, node: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut at = node;
+    while at != 0 && out.len() < thread.nodes.len() {
+        let Some(n) = thread.nodes.get(at) else { break };
+        out.push(at);
+        at = n.parent as usize;
+    }
+    out
+}
+
+fn frame_name<'t>(t: &'t Timing, node: &ContextNode) -> &'t str {
+    match node.function {
+        None => LOST_CONTEXT,
+        Some(f) => t.functions.get(f as usize).map_or(UNKNOWN_FUNCTION, |f| f.name.as_str()),
+    }
+}
+
+/// A name as one folded frame: `;` separates frames and a line break ends the stack. Spaces
+/// may stay: readers take the count after the line's last space.
+fn folded_frame(name: &str) -> String {
+    name.chars().map(|c| if c == ';' { ':' } else if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// Nanoseconds rounded to a whole number; a negative self time (the probe-cost correction
+/// overshooting on a very short call) counts as zero.
+fn whole_ns(ns: f64) -> i64 {
+    ns.round().max(0.0) as i64
+}
+
+/// The tables of a pprof profile: strings, and a function and location per frame.
+struct PprofBuilder<'t> {
+    timing: &'t Timing,
+    strings: StringTable,
+    functions: Vec<proto::Function>,
+    locations: Vec<proto::Location>,
+    /// Locations of frames that are not in [`Timing::functions`], by frame name.
+    other_frames: HashMap<&'static str, u64>,
+}
+
+impl<'t> PprofBuilder<'t> {
+    /// Function and location `i + 1` are `t.functions[i]`.
+    fn new(t: &'t Timing) -> Self {
+        let mut builder = PprofBuilder {
+            timing: t,
+            strings: StringTable::default(),
+            functions: Vec::new(),
+            locations: Vec::new(),
+            other_frames: HashMap::new(),
+        };
+        for f in &t.functions {
+            let filename = builder.strings.intern(&f.module);
+            builder.add_frame(&f.name, filename, f.addr);
+        }
+        builder
+    }
+
+    fn value_type(&mut self, kind: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType { r#type: self.strings.intern(kind), unit: self.strings.intern(unit) }
+    }
+
+    fn add_frame(&mut self, name: &str, filename: i64, address: u64) -> u64 {
+        let id = self.functions.len() as u64 + 1;
+        let name = self.strings.intern(name);
+        self.functions.push(proto::Function { id, name, system_name: name, filename });
+        self.locations.push(proto::Location { id, address, line: vec![proto::Line { function_id: id }] });
+        id
+    }
+
+    fn location(&mut self, node: &ContextNode) -> u64 {
+        match node.function {
+            Some(f) if (f as usize) < self.timing.functions.len() => u64::from(f) + 1,
+            _ => {
+                let name = if node.function.is_none() { LOST_CONTEXT } else { UNKNOWN_FUNCTION };
+                match self.other_frames.get(name) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.add_frame(name, 0, 0);
+                        self.other_frames.insert(name, id);
+                        id
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// pprof's string table: index 0 is always "".
+struct StringTable {
+    strings: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Default for StringTable {
+    fn default() -> Self {
+        StringTable { strings: vec![String::new()], index: HashMap::from([(String::new(), 0)]) }
+    }
+}
+
+impl StringTable {
+    fn intern(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.strings.len() as i64;
+        self.strings.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}
+
+/// The parts of pprof's `profile.proto` (package `perftools.profiles`) that lopi fills in,
+/// with the same field numbers; fields left out stay at their defaults.
+mod proto {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+    }
+
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub struct ValueType {
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub struct Label {
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+    }
+
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub struct Line {
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+    }
+
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub struct Function {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::{TimedFunction, TraceEvent};
+
+    fn node(parent: u32, function: Option<u32>, calls: u64, total_ns: f64, self_ns: f64) -> ContextNode {
+        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns }
+    }
+
+    fn thread(tid: u32, nodes: Vec<ContextNode>, events: &[(f64, u32, EventKind)]) -> ThreadProfile {
+        ThreadProfile {
+            pid: 100,
+            tid,
+            nodes,
+            events: events.iter().map(|&(ns, node, kind)| TraceEvent { ns, node, kind }).collect(),
+            trace_dropped: 0,
+            first_drop_ns: None,
+            unmatched_exits: 0,
+            too_deep: 0,
+            nested_skipped: 0,
+            lost_context_calls: 0,
+        }
+    }
+
+    /// Two threads of one process. Thread 100 recurses (main;parse;lex;parse), has a
+    /// lost-context node, an exit without an entry, and an unwind past an open frame; thread 101
+    /// shares main and main;emit with it, has a node that weighs nothing, and overflowed its
+    /// trace buffer with frames still open.
+    fn sample() -> Timing {
+        let function = |name: &str, module: &str, addr| TimedFunction { name: name.into(), module: module.into(), addr };
+        let functions = vec![
+            function("main", "/usr/bin/prog", 0x1100),
+            function("parse", "/usr/bin/prog", 0x1200),
+            function("lex", "/usr/bin/prog", 0x1300),
+            function("emit", "/usr/lib/libemit.so", 0x2400),
+        ];
+        use EventKind::{Enter, Exit, Unwind};
+        let mut first = thread(
+            100,
+            vec![
+                node(0, None, 0, 0.0, 0.0),
+                node(0, Some(0), 1, 1000.0, 100.0),
+                node(1, Some(1), 2, 700.0, 300.0),
+                node(2, Some(2), 3, 400.0, 250.0),
+                node(3, Some(1), 1, 150.0, 150.0),
+                node(0, None, 5, 200.0, 200.0),
+                node(1, Some(3), 4, 200.0, 199.6),
+            ],
+            &[
+                (0.0, 1, Enter),
+                (5.0, 6, Exit),
+                (10.0, 2, Enter),
+                (20.0, 3, Enter),
+                (30.0, 4, Enter),
+                (40.0, 3, Unwind),
+                (50.0, 2, Exit),
+                (60.0, 6, Enter),
+                (70.0, 6, Exit),
+                (100.0, 1, Exit),
+            ],
+        );
+        first.lost_context_calls = 5;
+        let mut second = thread(
+            101,
+            vec![
+                node(0, None, 0, 0.0, 0.0),
+                node(0, Some(0), 1, 60.0, 10.0),
+                node(1, Some(3), 1, 50.0, 50.4),
+                node(1, Some(2), 0, 0.0, 0.0),
+            ],
+            &[(0.0, 1, Enter), (15.0, 2, Enter)],
+        );
+        second.trace_dropped = 3;
+        second.first_drop_ns = Some(25.0);
+        Timing { functions, threads: vec![first, second], probe_cost: Default::default() }
+    }
+
+    #[test]
+    fn folded_merges_threads_and_sorts() {
+        let t = sample();
+        assert_eq!(
+            folded(&t, Weight::SelfTime),
+            "[lost context] 200\nmain 110\nmain;emit 250\nmain;parse 300\nmain;parse;lex 250\nmain;parse;lex;parse 150\n"
+        );
+        assert_eq!(
+            folded(&t, Weight::Calls),
+            "[lost context] 5\nmain 2\nmain;emit 5\nmain;parse 2\nmain;parse;lex 3\nmain;parse;lex;parse 1\n"
+        );
+    }
+
+    #[test]
+    fn folded_frames_keep_the_format() {
+        let mut t = sample();
+        t.functions[3].name = "emit;v2 (fast)\n".into();
+        t.threads[0].nodes[4].function = Some(99);
+        let text = folded(&t, Weight::Calls);
+        assert!(text.contains("\nmain;emit:v2 (fast)  5\n"), "{text}");
+        assert!(text.contains("\nmain;parse;lex;[unknown function] 1\n"), "{text}");
+    }
+
+    #[test]
+    fn flamegraph_is_svg_with_every_function() {
+        let svg = flamegraph_svg(&sample(), Weight::SelfTime, "prog: self time").expect("svg");
+        let text = String::from_utf8(svg.clone()).expect("utf-8");
+        assert!(text.contains("<svg"));
+        assert!(text.contains("prog: self time"));
+        for name in ["main", "parse", "lex", "emit", "[lost context]"] {
+            assert!(text.contains(&format!("<title>{name} (")), "{name} missing");
+        }
+        assert!(text.contains(" ns, "), "count name");
+        let mut reader = quick_xml::Reader::from_reader(svg.as_slice());
+        let mut buf = Vec::new();
+        let mut depth = 0i32;
+        loop {
+            match reader.read_event_into(&mut buf).expect("well-formed XML") {
+                quick_xml::events::Event::Start(_) => depth += 1,
+                quick_xml::events::Event::End(_) => depth -= 1,
+                quick_xml::events::Event::Eof => break,
+                _ => {}
+            }
+            buf.clear();
+        }
+        assert_eq!(depth, 0, "unbalanced elements");
+        // Colours come from names, not chance.
+        assert_eq!(svg, flamegraph_svg(&sample(), Weight::SelfTime, "prog: self time").expect("svg"));
+    }
+
+    #[test]
+    fn flamegraph_of_nothing_is_an_error() {
+        let err = flamegraph_svg(&Timing::default(), Weight::Calls, "t").expect_err("no stacks");
+        assert!(matches!(err, ExportError::NoStacks));
+    }
+
+    fn decode(bytes: &[u8]) -> proto::Profile {
+        proto::Profile::decode(bytes).expect("valid profile.proto")
+    }
+
+    #[test]
+    fn pprof_round_trips() {
+        let p = decode(&pprof(&sample()));
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        assert_eq!(s(0), "");
+        let types: Vec<(&str, &str)> = p.sample_type.iter().map(|v| (s(v.r#type), s(v.unit))).collect();
+        assert_eq!(types, [("calls", "count"), ("time", "nanoseconds")]);
+        assert_eq!(s(p.default_sample_type), "time");
+        assert_eq!(p.period_type.map(|v| (s(v.r#type), s(v.unit))), Some(("time", "nanoseconds")));
+        assert_eq!(p.period, 1);
+
+        // Functions and locations 1..=4 are Timing::functions; 5 is the lost-context frame.
+        let functions: Vec<(u64, &str, &str, &str)> =
+            p.function.iter().map(|f| (f.id, s(f.name), s(f.system_name), s(f.filename))).collect();
+        assert_eq!(
+            functions,
+            [
+                (1, "main", "main", "/usr/bin/prog"),
+                (2, "parse", "parse", "/usr/bin/prog"),
+                (3, "lex", "lex", "/usr/bin/prog"),
+                (4, "emit", "emit", "/usr/lib/libemit.so"),
+                (5, "[lost context]", "[lost context]", ""),
+            ]
+        );
+        let locations: Vec<(u64, u64, Vec<u64>)> =
+            p.location.iter().map(|l| (l.id, l.address, l.line.iter().map(|l| l.function_id).collect())).collect();
+        assert_eq!(
+            locations,
+            [
+                (1, 0x1100, vec![1]),
+                (2, 0x1200, vec![2]),
+                (3, 0x1300, vec![3]),
+                (4, 0x2400, vec![4]),
+                (5, 0, vec![5]),
+            ]
+        );
+
+        // One sample per weighed node, leaf first; thread 101's node 3 weighs nothing.
+        let samples: Vec<(Vec<u64>, Vec<i64>, Vec<(&str, i64)>)> = p
+            .sample
+            .iter()
+            .map(|x| (x.location_id.clone(), x.value.clone(), x.label.iter().map(|l| (s(l.key), l.num)).collect()))
+            .collect();
+        let labels = |tid| vec![("pid", 100), ("tid", tid)];
+        assert_eq!(
+            samples,
+            [
+                (vec![1], vec![1, 100], labels(100)),
+                (vec![2, 1], vec![2, 300], labels(100)),
+                (vec![3, 2, 1], vec![3, 250], labels(100)),
+                (vec![2, 3, 2, 1], vec![1, 150], labels(100)),
+                (vec![5], vec![5, 200], labels(100)),
+                (vec![4, 1], vec![4, 200], labels(100)),
+                (vec![1], vec![1, 10], labels(101)),
+                (vec![4, 1], vec![1, 50], labels(101)),
+            ]
+        );
+    }
+
+    /// `go tool pprof` reads the profile and shows each function's flat values.
+    #[test]
+    fn pprof_is_read_by_go_tool_pprof() {
+        use std::process::Command;
+        if Command::new("go").arg("version").output().map_or(true, |o| !o.status.success()) {
+            eprintln!("skipped: no `go` on PATH");
+            return;
+        }
+        let file = std::env::temp_dir().join(format!("lopi-export-test-{}.pb", std::process::id()));
+        std::fs::write(&file, pprof(&sample())).expect("write profile");
+        let top = |options: &[&str]| {
+            let out = Command::new("go")
+                .args(["tool", "pprof", "-top"])
+                .args(options)
+                .arg(&file)
+                .output()
+                .expect("run go tool pprof");
+            assert!(out.status.success(), "pprof failed: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        // The default sample type is time, in units pprof picks; `-unit=ns` pins them.
+        let (time, calls) = (top(&["-unit=ns"]), top(&["-sample_index=calls"]));
+        let _ = std::fs::remove_file(&file);
+        // Flat value of each function, summed over its paths and threads.
+        let flat = |text: &str, name: &str| -> Option<String> {
+            let line = text.lines().find(|l| l.split_whitespace().last() == Some(name))?;
+            line.split_whitespace().next().map(str::to_string)
+        };
+        for (name, ns, n) in
+            [("main", "110ns", "2"), ("parse", "450ns", "3"), ("lex", "250ns", "3"), ("emit", "250ns", "5")]
+        {
+            assert_eq!(flat(&time, name).as_deref(), Some(ns), "time of {name} in\n{time}");
+            assert_eq!(flat(&calls, name).as_deref(), Some(n), "calls of {name} in\n{calls}");
+        }
+        assert_eq!(flat(&time, "context]").as_deref(), Some("200ns"), "lost context in\n{time}");
+    }
+
+    /// Checks the Trace Event Format rules Chrome and Perfetto rely on.
+    fn validate_chrome(trace: &Value) {
+        assert_eq!(trace["displayTimeUnit"], "ns");
+        let events = trace["traceEvents"].as_array().expect("traceEvents array");
+        let mut open: HashMap<(u64, u64), Vec<String>> = HashMap::new();
+        let mut last_ts: HashMap<(u64, u64), f64> = HashMap::new();
+        for e in events {
+            let name = e["name"].as_str().expect("name is a string");
+            let ph = e["ph"].as_str().expect("ph is a string");
+            let ts = e["ts"].as_f64().expect("ts is a number");
+            let pid = e["pid"].as_u64().expect("pid is an integer");
+            let tid = e["tid"].as_u64().expect("tid is an integer");
+            assert!(["B", "E", "i", "M"].contains(&ph), "ph {ph}");
+            if let Some(args) = e.get("args") {
+                assert!(args.is_object(), "args is an object");
+            }
+            if ph == "M" {
+                assert!(e["args"]["name"].is_string(), "metadata names something");
+                continue;
+            }
+            let key = (pid, tid);
+            let previous = last_ts.insert(key, ts).unwrap_or(f64::NEG_INFINITY);
+            assert!(ts >= previous, "ts goes back on {key:?}: {previous} then {ts}");
+            match ph {
+                "B" => {
+                    assert_eq!(e["cat"], "function");
+                    open.entry(key).or_default().push(name.to_string());
+                }
+                "E" => {
+                    let innermost = open.entry(key).or_default().pop().expect("E without B");
+                    assert_eq!(innermost, name, "E closes the innermost B");
+                }
+                _ => assert_eq!(e["s"], "t", "instant events are thread-scoped"),
+            }
+        }
+        assert!(open.values().all(Vec::is_empty), "unclosed B: {open:?}");
+    }
+
+    #[test]
+    fn chrome_trace_is_valid_and_nested() {
+        let trace = chrome_trace(&sample()).expect("events");
+        validate_chrome(&trace);
+        let events: Vec<String> = trace["traceEvents"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|e| {
+                let args = e.get("args").map_or(String::new(), |a| format!(" {a}"));
+                format!("{} {} {} {}{args}", e["tid"], e["ph"].as_str().unwrap(), e["name"].as_str().unwrap(), e["ts"])
+            })
+            .collect();
+        let expected = [
+            r#"100 M process_name 0.0 {"name":"pid 100"}"#,
+            r#"100 M thread_name 0.0 {"name":"tid 100"}"#,
+            "100 B main 0.0",
+            "100 B parse 0.01",
+            "100 B lex 0.02",
+            "100 B parse 0.03",
+            r#"100 E parse 0.04 {"unwound":true}"#,
+            r#"100 E lex 0.04 {"unwound":true}"#,
+            "100 E parse 0.05",
+            "100 B emit 0.06",
+            "100 E emit 0.07",
+            "100 E main 0.1",
+            r#"101 M thread_name 0.0 {"name":"tid 101"}"#,
+            "101 B main 0.0",
+            "101 B emit 0.015",
+            r#"101 E emit 0.015 {"unfinished":true}"#,
+            r#"101 E main 0.015 {"unfinished":true}"#,
+            "101 i lopi: 3 events dropped 0.025",
+        ];
+        assert_eq!(events, expected);
+    }
+
+    #[test]
+    fn chrome_trace_places_the_drop_mark_in_time() {
+        let mut t = sample();
+        t.threads[0].trace_dropped = 7;
+        t.threads[0].first_drop_ns = Some(55.0);
+        let trace = chrome_trace(&t).expect("events");
+        validate_chrome(&trace);
+        let names: Vec<&str> =
+            trace["traceEvents"].as_array().expect("array").iter().filter_map(|e| e["name"].as_str()).collect();
+        let mark = names.iter().position(|&n| n == "lopi: 7 events dropped").expect("drop mark");
+        assert_eq!(names[mark - 1..=mark + 1], ["parse", "lopi: 7 events dropped", "emit"]);
+    }
+
+    #[test]
+    fn chrome_trace_needs_events() {
+        let mut t = sample();
+        for thread in &mut t.threads {
+            thread.events.clear();
+        }
+        let err = chrome_trace(&t).expect_err("no events");
+        assert_eq!(err.to_string(), "no trace events: rewrite with --trace");
+    }
+}
