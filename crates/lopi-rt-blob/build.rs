@@ -18,7 +18,9 @@ fn main() {
     let src = root.join("runtime/lopi-rt/src/lib.rs");
     let abi = root.join("crates/lopi-rt-abi/src/lib.rs");
     let script = manifest.join("blob.ld");
-    for p in [&src, &abi, &script] {
+    // The directory, so that every runtime module (not only lib.rs) triggers a rebuild.
+    let src_dir = root.join("runtime/lopi-rt/src");
+    for p in [&src_dir, &abi, &script] {
         println!("cargo:rerun-if-changed={}", p.display());
     }
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());

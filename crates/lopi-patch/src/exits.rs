@@ -11,7 +11,7 @@
 //! all its exits can be probed: a missed exit would leave its frame open.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{dead_padding, Site};
+use crate::Site;
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeMap, HashSet};
@@ -62,6 +62,9 @@ pub(crate) struct CodeMap {
     entries: HashSet<u64>,
     /// Fragment start -> end.
     fragments: BTreeMap<u64, u64>,
+    /// Executable ranges outside the code sections: PLT stubs, whose jumps are calls.
+    stubs: Vec<(u64, u64)>,
+    code: Vec<(u64, u64)>,
 }
 
 impl CodeMap {
@@ -69,7 +72,16 @@ impl CodeMap {
         CodeMap {
             entries: module.functions.iter().map(|f| f.addr.0).collect(),
             fragments: module.fragments.iter().filter(|f| f.1 > 0).map(|&(a, n)| (a.0, a.0 + n)).collect(),
+            stubs: module.segments.iter().filter(|s| s.flags & 1 != 0).map(|s| (s.vaddr.0, s.vaddr.0 + s.memsz)).collect(),
+            code: module.code_sections.iter().map(|s| (s.addr.0, s.addr.0 + s.size)).collect(),
         }
+    }
+
+    /// A jump there leaves for another function: an entry, or a PLT stub (a tail call into
+    /// another module).
+    fn is_call_target(&self, addr: u64) -> bool {
+        let within = |ranges: &[(u64, u64)]| ranges.iter().any(|&(a, b)| (a..b).contains(&addr));
+        self.entries.contains(&addr) || (within(&self.stubs) && !within(&self.code))
     }
 
     fn fragment_of(&self, addr: u64) -> Option<Region> {
@@ -93,7 +105,7 @@ fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_in
     let direct = |t: u64, kind| {
         if inside(t) {
             Class::Inside
-        } else if map.entries.contains(&t) {
+        } else if map.is_call_target(t) {
             Class::Exit(kind)
         } else if let Some(f) = map.fragment_of(t) {
             Class::Fragment(f)
@@ -217,20 +229,21 @@ pub(crate) fn site(
     if len >= JMP32_LEN {
         return Ok(site(len, None));
     }
+    // After a final exit, dead padding may complete the jump.
     let after = last.next_ip();
-    let rest = JMP32_LEN - len;
-    if terminal
-        && !targets.contains(&after)
-        && (dead_padding(module, after, rest, exit.region.end, targets) || gaps.take_at(after, rest))
-    {
+    let mut covered = len;
+    if terminal && gaps.take_at(after, JMP32_LEN - len) {
         return Ok(site(JMP32_LEN, None));
     }
-    if len < JMP8_LEN {
+    if terminal && len < JMP8_LEN && gaps.take_at(after, JMP8_LEN - len) {
+        covered = JMP8_LEN;
+    }
+    if covered < JMP8_LEN {
         return Err(UntimedReason::ExitTooShort);
     }
     let from = patch_at.0 + JMP8_LEN as u64;
     let bounce = gaps
         .take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN)
         .ok_or(UntimedReason::NoBounceSpace)?;
-    Ok(site(len, Some(Svma(bounce))))
+    Ok(site(covered, Some(Svma(bounce))))
 }

@@ -41,6 +41,9 @@ impl Gaps {
                 }
             }
         }
+        for &(start, size) in extents.iter().filter(|e| e.1 > 0) {
+            dead_code_padding(module, start, start + size, targets, &mut free);
+        }
         Gaps { free }
     }
 
@@ -74,6 +77,31 @@ impl Gaps {
         })?;
         self.remove(found, len);
         Some(found)
+    }
+}
+
+/// Padding inside a function after a `ret`/`jmp` that nothing targets (GCC aligns loop
+/// heads and labels with multi-byte nops): dead, so as free as padding between functions.
+fn dead_code_padding(module: &ElfModule<'_>, start: u64, end: u64, targets: &Targets, free: &mut BTreeMap<u64, u64>) {
+    let Some(bytes) = module.bytes_from(Svma(start)).and_then(|b| b.get(..(end - start) as usize)) else { return };
+    let mut after_terminal = false;
+    let mut run: Option<u64> = None;
+    for insn in lopi_x86::decode(bytes, start) {
+        let at = insn.ip();
+        let raw = &bytes[(at - start) as usize..(at - start) as usize + insn.len()];
+        let dead = (after_terminal || run.is_some()) && !targets.contains(&at) && lopi_x86::is_padding(raw, at);
+        match (dead, run) {
+            (true, None) => run = Some(at),
+            (false, Some(from)) => {
+                free.insert(from, at);
+                run = None;
+            }
+            _ => {}
+        }
+        after_terminal = lopi_x86::flow(&insn).is_terminal();
+    }
+    if let Some(from) = run {
+        free.insert(from, end);
     }
 }
 

@@ -501,7 +501,7 @@ fn entry_site(
     let rest = JMP32_LEN - entry.len;
     if entry.ends_terminal
         && !entry.stopped_at_target
-        && (dead_padding(module, after, rest, end, targets) || gaps.take_at(after, rest))
+        && gaps.take_at(after, rest)
     {
         return Ok(Choice::Direct(entry.into_site(index, Tactic::Jmp32IntoPadding, JMP32_LEN, None)));
     }
@@ -509,25 +509,6 @@ fn entry_site(
         return Err(SkipReason::TooShort);
     }
     Ok(Choice::NeedsBounce(entry))
-}
-
-/// Nop/int3 bytes inside the function, after a `ret`/`jmp`, that nothing targets: dead.
-/// Whole padding instructions are checked, since a jump may end inside a long nop.
-pub(crate) fn dead_padding(module: &ElfModule<'_>, at: u64, len: usize, end: u64, targets: &Targets) -> bool {
-    let Some(bytes) = module.bytes_from(Svma(at)).and_then(|b| b.get(..end.saturating_sub(at).min(16) as usize)) else {
-        return false;
-    };
-    let mut covered = 0;
-    for insn in lopi_x86::decode(bytes, at) {
-        if covered >= len {
-            break;
-        }
-        if !lopi_x86::is_padding(&bytes[covered..covered + insn.len()], at + covered as u64) {
-            return false;
-        }
-        covered += insn.len();
-    }
-    covered >= len && targets.range(at..at + covered as u64).next().is_none()
 }
 
 /// Largest function moved whole; bigger loops at entries are skipped.

@@ -242,22 +242,26 @@ unsafe extern "C" fn probe_enter(svma: u64, rsp: u64) {
             return;
         }
         write_volatile(&mut (*h).busy, 1);
-        let now = rdtsc();
-        t.unwind_to(rsp, now, true);
+        if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= rsp {
+            // Frames left without their exit (longjmp, exceptions): rare, so the clock is
+            // read here only when needed.
+            t.unwind_to(rsp, rdtsc(), true);
+        }
         let depth = (*h).depth;
         if depth >= (*h).stack_cap {
             (*h).too_deep += 1;
         } else {
             let parent = if depth > 0 { (*t.frame(depth - 1)).node } else { 0 };
             let node = t.child(parent, svma.wrapping_add((*v).load_bias));
-            t.record(now, node, abi::EVENT_ENTER);
             let f = t.frame(depth);
             (*f).rsp = rsp;
             (*f).node = node;
             (*h).depth = depth + 1;
-            (*h).last_tsc = now;
-            // Taken last, so that the probe's own work falls outside the call's time.
-            (*f).start_tsc = rdtsc();
+            // Read last, so that the probe's own work falls outside the call's time.
+            let start = rdtsc();
+            (*f).start_tsc = start;
+            (*h).last_tsc = start;
+            t.record(start, node, abi::EVENT_ENTER);
         }
         write_volatile(&mut (*h).busy, 0);
     }
