@@ -1,5 +1,5 @@
 //! The `lopi` command: argument parsing, files, and output. The libraries do the work.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod demo;
 mod exports;
@@ -157,8 +157,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Report { data, format, top, callers, callees } => {
-            let bytes = read(&data)?;
-            let file = lopi_trace::DataFile::parse(&bytes).with_context(|| format!("reading {}", data.display()))?;
+            let file = read_data(&data)?;
             let profile = lopi_trace::Profile::from_data(&file);
             if let Some((name, is_callers)) = callers.map(|c| (c, true)).or(callees.map(|c| (c, false))) {
                 if profile.timing.is_none() {
@@ -200,6 +199,21 @@ pub(crate) fn print(text: &str) -> Result<()> {
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {
     print(&(serde_json::to_string_pretty(value)? + "\n"))
+}
+
+/// Reads a data file through a mapping: thread chunks reserve room for their trees and
+/// traces that mostly stays sparse, and only the used parts are ever touched.
+#[allow(unsafe_code)]
+pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    if file.metadata()?.len() == 0 {
+        bail!("{} is empty, not a lopi data file", path.display());
+    }
+    // SAFETY: the mapping is read-only and private to this process. A program still running
+    // may write counters into the file meanwhile; the parser treats every byte as untrusted
+    // and copies what it keeps, so changing bytes can only change the numbers read.
+    let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", path.display()))?;
+    lopi_trace::DataFile::parse(&map).with_context(|| format!("reading {}", path.display()))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

@@ -242,7 +242,8 @@ fn info(tag: &str, bin: &Path) -> Value {
     v
 }
 
-/// `lopi rewrite BIN -o OUT` (every function).
+/// `lopi rewrite BIN -o OUT --probe entry,exit` (every function counted, and timed where
+/// all its exits can be probed).
 fn rewrite(tag: &str, bin: &Path, out: &Path) {
     let t = Instant::now();
     let o = Command::new(lopi())
@@ -251,6 +252,8 @@ fn rewrite(tag: &str, bin: &Path, out: &Path) {
             bin.to_str().unwrap(),
             "-o",
             out.to_str().unwrap(),
+            "--probe",
+            "entry,exit",
         ])
         .output()
         .expect("run lopi rewrite");
@@ -424,7 +427,38 @@ impl Report {
             size,
             secs(t.elapsed())
         );
+        let timing = &json["timing"];
+        let threads = timing["threads"].as_array().map_or(0, Vec::len);
+        assert!(threads > 0, "[{tag}] the entry+exit rewrite recorded no timed thread");
+        println!(
+            "[{tag}] timed threads {threads}, probe cost {:.1} ns inside / {:.1} ns from caller",
+            timing["probe_cost"]["inner_ns"].as_f64().unwrap_or(0.0),
+            timing["probe_cost"]["pair_ns"].as_f64().unwrap_or(0.0)
+        );
         Report { json }
+    }
+
+    /// Timed functions by inclusive time, most first.
+    fn top_by_time(&self, n: usize) -> Vec<(String, f64)> {
+        let mut f: Vec<(String, f64)> = self.json["functions"]
+            .as_array()
+            .expect("report.functions")
+            .iter()
+            .filter_map(|f| Some((f["name"].as_str()?.to_string(), f["total_ns"].as_f64()?)))
+            .collect();
+        f.sort_by(|a, b| b.1.total_cmp(&a.1));
+        f.truncate(n);
+        f
+    }
+
+    /// NAME is timed and among the N functions with the most inclusive time.
+    fn expect_hot(&self, tag: &str, name: &str, n: usize) {
+        let top = self.top_by_time(n);
+        println!("[{tag}] top {n} by inclusive time: {top:?}");
+        assert!(
+            top.iter().any(|(f, t)| f == name && *t > 0.0),
+            "[{tag}] {name} is not among the {n} functions with the most time: {top:?}"
+        );
     }
 
     fn functions(&self) -> Vec<(String, String, u64)> {
@@ -556,6 +590,8 @@ fn real_sqlite3_source_built() {
     r.expect(tag, "sqlite3_open_v2", None);
     r.expect(tag, "do_meta_command", None);
     r.print_top(tag, "source-built sqlite3 shell (battery)", None);
+    r.expect_hot(tag, "sqlite3VdbeExec", 15);
+    r.expect_hot(tag, "sqlite3_step", 15);
     println!("[{tag}] total {}", secs(t.elapsed()));
 }
 

@@ -189,7 +189,9 @@ pub struct RuntimeVars {
     pub percpu_base: u64,
     /// Number of per-CPU blocks.
     pub cpu_count: u32,
-    pub _pad: u32,
+    /// Offset of glibc's kernel thread id from the thread pointer (0 = unknown): a thread
+    /// whose id differs from its chunk's is a new thread on a reused descriptor, or a child.
+    pub tid_offset: u32,
     /// Runtime address minus file address of the module.
     pub load_bias: u64,
     /// Address of a wipe-on-fork page holding the current pid; 0 while timing is off.

@@ -538,27 +538,74 @@ fn possible_cpus() -> u32 {
 /// (`__rseq_size` non-zero). Both are exported by ld.so (GLIBC_2.35), which we find through
 /// `AT_BASE` and read through its dynamic symbol table, already mapped.
 fn glibc_rseq_offset() -> Option<i64> {
-    let ldso = auxv_value(7)?; // AT_BASE
-    // SAFETY: AT_BASE is the load address of the mapped dynamic loader; every read below
-    // stays within its mapped ELF header, program headers, dynamic section and tables.
+    let ldso = auxv_value(7)? as usize; // AT_BASE
+    // SAFETY: AT_BASE is the load address of the mapped dynamic loader.
+    let [offset, size] = unsafe { dynamic_symbols(ldso, elf_dynamic(ldso)?, [b"__rseq_offset\0", b"__rseq_size\0"]) };
+    // SAFETY: the symbols are ld.so's variables, mapped and initialised before any init runs.
+    let (offset, size) = unsafe { (*(offset? as *const i64), *(size? as *const u32)) };
+    // __rseq_size is 0 when glibc did not register rseq; 2.35-2.39 report 20 (the
+    // original ABI's fields). We use cpu_id (offset 4) and rseq_cs (offset 8).
+    (size >= 16 && offset != 0).then_some(offset)
+}
+
+/// Offset of the kernel thread id in glibc's thread descriptor, from the thread pointer:
+/// libc exports it for libthread_db as `_thread_db_pthread_tid` = {bits, count, offset}.
+/// libc is found through ld.so's `_r_debug` link map.
+pub(crate) fn glibc_tid_offset() -> Option<u32> {
+    let ldso = auxv_value(7)? as usize; // AT_BASE
+    // SAFETY: ld.so is mapped at AT_BASE; `_r_debug` is its `struct r_debug`
+    // {int version; struct link_map *r_map; ...}, whose link maps
+    // {l_addr, l_name, l_ld, l_next, ...} describe every loaded object.
     unsafe {
-        let base = ldso as usize;
+        let [r_debug] = dynamic_symbols(ldso, elf_dynamic(ldso)?, [b"_r_debug\0"]);
+        let mut map = *((r_debug? + 8) as *const usize);
+        let mut hops = 0;
+        while map != 0 && hops < 4096 {
+            let base = *(map as *const usize);
+            let name = *((map + 8) as *const *const u8);
+            let dynamic = *((map + 16) as *const usize);
+            if !name.is_null() && contains(name, b"/libc.so.6") && dynamic != 0 {
+                let [desc] = dynamic_symbols(base, dynamic, [b"_thread_db_pthread_tid\0"]);
+                let desc = desc? as *const u32;
+                let (bits, count, offset) = (*desc, *desc.add(1), *desc.add(2));
+                return (bits == 32 && count == 1 && offset != 0 && offset < 4096 * 4).then_some(offset);
+            }
+            map = *((map + 24) as *const usize);
+            hops += 1;
+        }
+        None
+    }
+}
+
+/// Address of the `PT_DYNAMIC` table of the ELF object mapped at `base`.
+fn elf_dynamic(base: usize) -> Option<usize> {
+    // SAFETY: `base` is a mapped ELF object (the caller's claim); reads stay in its headers.
+    unsafe {
         let header = base as *const u8;
         if *(header as *const u32) != 0x464c_457f {
             return None;
         }
         let phoff = *(header.add(0x20) as *const u64) as usize;
         let phnum = *(header.add(0x38) as *const u16) as usize;
-        let mut dynamic = 0usize;
         for i in 0..phnum {
             let ph = header.add(phoff + i * 56);
             if *(ph as *const u32) == 2 {
-                dynamic = base + *(ph.add(16) as *const u64) as usize;
+                return Some(base + *(ph.add(16) as *const u64) as usize);
             }
         }
-        if dynamic == 0 {
-            return None;
-        }
+        None
+    }
+}
+
+/// Addresses of dynamic symbols of the object loaded at `base` with dynamic table `dynamic`.
+///
+/// # Safety
+/// `base` and `dynamic` must describe a mapped, loaded ELF object.
+unsafe fn dynamic_symbols<const N: usize>(base: usize, dynamic: usize, names: [&[u8]; N]) -> [Option<usize>; N] {
+    let mut found = [None; N];
+    // SAFETY: the caller's contract; every read stays within the object's dynamic section,
+    // symbol table and string table.
+    unsafe {
         let (mut symtab, mut strtab, mut strsz) = (0usize, 0usize, 0usize);
         let mut entry = dynamic as *const u64;
         while *entry != 0 {
@@ -574,10 +621,9 @@ fn glibc_rseq_offset() -> Option<i64> {
             entry = entry.add(2);
         }
         if symtab == 0 || strtab <= symtab {
-            return None;
+            return found;
         }
-        let count = ((strtab - symtab) / 24).min(8192);
-        let (mut offset, mut size) = (None, None);
+        let count = ((strtab - symtab) / 24).min(65536);
         for i in 1..count {
             let sym = (symtab + i * 24) as *const u8;
             let name = *(sym as *const u32) as usize;
@@ -586,19 +632,32 @@ fn glibc_rseq_offset() -> Option<i64> {
                 continue;
             }
             let s = (strtab + name) as *const u8;
-            if cstr_eq(s, b"__rseq_offset\0") {
-                offset = Some(*((base + value) as *const i64));
-            } else if cstr_eq(s, b"__rseq_size\0") {
-                size = Some(*((base + value) as *const u32));
+            for (slot, want) in found.iter_mut().zip(names) {
+                if cstr_eq(s, want) {
+                    *slot = Some(base + value);
+                }
             }
         }
-        // __rseq_size is 0 when glibc did not register rseq; 2.35-2.39 report 20 (the
-        // original ABI's fields). We use cpu_id (offset 4) and rseq_cs (offset 8).
-        match (offset, size) {
-            (Some(o), Some(n)) if n >= 16 && o != 0 => Some(o),
-            _ => None,
+    }
+    found
+}
+
+/// True when the NUL-terminated `s` contains `needle`.
+///
+/// # Safety
+/// `s` must be NUL-terminated.
+unsafe fn contains(s: *const u8, needle: &[u8]) -> bool {
+    let mut i = 0;
+    // SAFETY: stops at the terminator; `cstr_eq` stops at the first difference.
+    unsafe {
+        while *s.add(i) != 0 {
+            if cstr_eq(s.add(i), needle) {
+                return true;
+            }
+            i += 1;
         }
     }
+    false
 }
 
 /// # Safety

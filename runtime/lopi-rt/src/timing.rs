@@ -53,6 +53,15 @@ fn thread_slot() -> usize {
     t
 }
 
+/// The u32 at `offset` from the thread pointer.
+#[inline(always)]
+fn thread_word(offset: u32) -> u32 {
+    let w: u32;
+    // SAFETY: `offset` is within glibc's thread descriptor (checked when it was found).
+    unsafe { asm!("mov {:e}, fs:[{}]", out(reg) w, in(reg) offset as usize, options(nostack, readonly, preserves_flags)) };
+    w
+}
+
 #[inline(always)]
 fn set_thread_slot(t: usize) {
     // SAFETY: writes the TCB word lopi owns (see the module comment).
@@ -122,8 +131,15 @@ impl Thread {
                 return None;
             }
             let t = thread_slot();
-            if t >= PAGE_SIZE as usize && (*(t as *const ThreadHeader)).pid == read_volatile(pid_page) {
-                return Some(Thread { h: t as *mut ThreadHeader, base: t });
+            if t >= PAGE_SIZE as usize {
+                let h = t as *const ThreadHeader;
+                let tid_offset = (*v).tid_offset;
+                // glibc reuses a finished thread's descriptor (and our slot in it) for a new
+                // thread, and a forked child inherits it: the thread id tells them apart.
+                let same = if tid_offset != 0 { thread_word(tid_offset) == (*h).tid } else { (*h).pid == read_volatile(pid_page) };
+                if same {
+                    return Some(Thread { h: t as *mut ThreadHeader, base: t });
+                }
             }
             if t == 1 {
                 return None;
@@ -379,6 +395,7 @@ pub unsafe fn enable(v: *mut RuntimeVars, probes: u64, pid: u32, envp: *const *c
         (*v).trace_cap =
             if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
         (*v).tsc_hz = tsc_hz();
+        (*v).tid_offset = crate::glibc_tid_offset().unwrap_or(0);
         let page = sys::call6(sys::MMAP, 0, PAGE_SIZE as usize, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
         if page <= 0 || (*v).tsc_hz == 0 {
             return;
@@ -455,6 +472,7 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
         }
         let h = m as *mut ThreadHeader;
         (*h).pid = *(pid_page as *const u32);
+        (*h).tid = sys::call3(sys::GETTID, 0, 0, 0) as u32;
         (*h).node_cap = CAP;
         (*h).stack_cap = CAP;
         (*h).nodes_offset = nodes;
