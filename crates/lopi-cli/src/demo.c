@@ -1,6 +1,6 @@
 /* lopi's built-in example: a little word-frequency program with recursion, a sort
  * callback, and a helper called in a loop. `lopi demo` builds it, rewrites it, runs it
- * and shows how often each function ran. */
+ * and shows how often each function ran and how long it took. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

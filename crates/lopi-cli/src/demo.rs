@@ -1,4 +1,5 @@
-//! `lopi demo`: the whole static workflow on a built-in program, end to end.
+//! `lopi demo`: the whole static workflow on a built-in program, end to end: every function
+//! counted and timed (entry and exit probes), then the report and one function's callers.
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
@@ -23,8 +24,8 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         bail!("cc failed with {status}");
     }
 
-    step(&format!("lopi rewrite {} -o {}", prog.display(), rewritten.display()));
-    let summary = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), false, lopi_rewrite::Recording::default())?;
+    step(&format!("lopi rewrite {} -o {} --probe entry,exit", prog.display(), rewritten.display()));
+    let summary = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), true, lopi_rewrite::Recording::default())?;
     crate::print(&format!("{summary}\n"))?;
 
     step(&format!("LOPI_OUTPUT={} {}", data.display(), rewritten.display()));
@@ -34,9 +35,10 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
     }
 
     step(&format!("lopi report {}", data.display()));
-    let bytes = std::fs::read(&data).with_context(|| format!("reading {}", data.display()))?;
-    let profile = lopi_trace::Profile::from_data(&lopi_trace::DataFile::parse(&bytes)?);
+    let profile = lopi_trace::Profile::from_data(&crate::read_data(&data)?);
     crate::print(&crate::show::report_text(&profile, 10))?;
+    step(&format!("lopi report {} --callers find", data.display()));
+    crate::print(&crate::show::edges_text(&profile, "find", true))?;
     crate::print(&format!("\n(files kept in {})\n", dir.display()))
 }
 

@@ -16,7 +16,8 @@ pub struct FunctionCount {
     /// Whether the function was timed (entry and exit probes).
     pub timed: bool,
     /// Inclusive time; recursive calls inside an outer call of the same function are
-    /// counted once. `None` when not timed.
+    /// counted once. `None` when not timed, or when no call was timed (calls before the
+    /// runtime started, such as `_start`'s).
     pub total_ns: Option<f64>,
     /// Time in the function itself, not in timed callees.
     pub self_ns: Option<f64>,
@@ -130,9 +131,6 @@ impl Profile {
                         entry.avg_ns = Some(if t.calls > 0 { t.total / t.calls as f64 } else { 0.0 });
                     }
                 }
-            }
-            for entry in totals.values_mut().filter(|e| e.timed && e.total_ns.is_none()) {
-                (entry.total_ns, entry.self_ns, entry.max_ns, entry.avg_ns) = (Some(0.0), Some(0.0), Some(0.0), Some(0.0));
             }
             let name = |id: u32| timing.functions[id as usize].name.clone();
             edges = edge_map
