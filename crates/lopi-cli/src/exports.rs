@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn data_without_timing_is_an_error() {
-        let err = timing_of(Path::new("run.lopi"), &DataFile::default()).err().expect("no timing");
+        let err = timing_of(Path::new("run.lopi"), &DataFile::default()).expect_err("no timing");
         assert_eq!(err.to_string(), "run.lopi has no timing data: rewrite the program with --probe entry,exit");
     }
 

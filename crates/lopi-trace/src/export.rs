@@ -31,7 +31,8 @@ pub enum ExportError {
 
 /// Folded stacks (Brendan Gregg's format, as read by inferno, flamegraph.pl and speedscope):
 /// one line `main;parse;lex 12345` per call path with a non-zero weight, frames root first,
-/// the same path in several threads merged into one line. Lines are sorted.
+/// the same path in several threads merged into one line. Calls made once a thread's tree was
+/// full are under `[lost context]`. Lines are sorted.
 pub fn folded(t: &Timing, weight: Weight) -> String {
     // Self time is summed before rounding so that merging threads does not add rounding errors.
     let mut stacks: BTreeMap<String, (u64, f64)> = BTreeMap::new();
@@ -45,7 +46,8 @@ pub fn folded(t: &Timing, weight: Weight) -> String {
                 .collect();
             let entry = stacks.entry(frames.join(";")).or_default();
             entry.0 = entry.0.saturating_add(node.calls);
-            entry.1 += node.self_ns;
+            // A negative self time must not cancel another thread's time on the same path.
+            entry.1 += node.self_ns.max(0.0);
         }
     }
     let mut out = String::new();
@@ -91,6 +93,7 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
     let calls = builder.value_type("calls", "count");
     let time = builder.value_type("time", "nanoseconds");
     let (pid_key, tid_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"));
+    let label = |key, num| proto::Label { key, num: i64::from(num) };
     let mut samples = Vec::new();
     for thread in &t.threads {
         for (index, node) in thread.nodes.iter().enumerate().skip(1) {
@@ -100,7 +103,6 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
             }
             // pprof wants the leaf first.
             let location_id = path(thread, index).iter().map(|&i| builder.location(&thread.nodes[i])).collect();
-            let label = |key, num| proto::Label { key, num: i64::from(num) };
             samples.push(proto::Sample {
                 location_id,
                 value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns],
@@ -111,6 +113,7 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
     proto::Profile {
         sample_type: vec![calls, time],
         sample: samples,
+        mapping: builder.mappings,
         location: builder.locations,
         function: builder.functions,
         string_table: builder.strings.strings,
@@ -233,10 +236,12 @@ fn whole_ns(ns: f64) -> i64 {
     ns.round().max(0.0) as i64
 }
 
-/// The tables of a pprof profile: strings, and a function and location per frame.
+/// The tables of a pprof profile: strings, a mapping per module, and a function and location
+/// per frame.
 struct PprofBuilder<'t> {
     timing: &'t Timing,
     strings: StringTable,
+    mappings: Vec<proto::Mapping>,
     functions: Vec<proto::Function>,
     locations: Vec<proto::Location>,
     /// Locations of frames that are not in [`Timing::functions`], by frame name.
@@ -249,26 +254,45 @@ impl<'t> PprofBuilder<'t> {
         let mut builder = PprofBuilder {
             timing: t,
             strings: StringTable::default(),
+            mappings: Vec::new(),
             functions: Vec::new(),
             locations: Vec::new(),
             other_frames: HashMap::new(),
         };
         for f in &t.functions {
             let filename = builder.strings.intern(&f.module);
-            builder.add_frame(&f.name, filename, f.addr);
+            let mapping = builder.mapping(filename, f.addr);
+            builder.add_frame(&f.name, filename, f.addr, mapping);
         }
         builder
+    }
+
+    /// The id of the module named `filename`, its address span widened to `address`. Without
+    /// mappings pprof complains that it has no binary; `has_functions` keeps it from
+    /// symbolizing the file addresses again.
+    fn mapping(&mut self, filename: i64, address: u64) -> u64 {
+        let end = address.saturating_add(1);
+        if let Some(m) = self.mappings.iter_mut().find(|m| m.filename == filename) {
+            m.memory_start = m.memory_start.min(address);
+            m.memory_limit = m.memory_limit.max(end);
+            return m.id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        let mapping = proto::Mapping { id, memory_start: address, memory_limit: end, filename, has_functions: true };
+        self.mappings.push(mapping);
+        id
     }
 
     fn value_type(&mut self, kind: &str, unit: &str) -> proto::ValueType {
         proto::ValueType { r#type: self.strings.intern(kind), unit: self.strings.intern(unit) }
     }
 
-    fn add_frame(&mut self, name: &str, filename: i64, address: u64) -> u64 {
+    fn add_frame(&mut self, name: &str, filename: i64, address: u64, mapping_id: u64) -> u64 {
         let id = self.functions.len() as u64 + 1;
         let name = self.strings.intern(name);
         self.functions.push(proto::Function { id, name, system_name: name, filename });
-        self.locations.push(proto::Location { id, address, line: vec![proto::Line { function_id: id }] });
+        let line = vec![proto::Line { function_id: id }];
+        self.locations.push(proto::Location { id, mapping_id, address, line });
         id
     }
 
@@ -280,7 +304,7 @@ impl<'t> PprofBuilder<'t> {
                 match self.other_frames.get(name) {
                     Some(&id) => id,
                     None => {
-                        let id = self.add_frame(name, 0, 0);
+                        let id = self.add_frame(name, 0, 0, 0);
                         self.other_frames.insert(name, id);
                         id
                     }
@@ -323,6 +347,8 @@ mod proto {
         pub sample_type: Vec<ValueType>,
         #[prost(message, repeated, tag = "2")]
         pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
         #[prost(message, repeated, tag = "4")]
         pub location: Vec<Location>,
         #[prost(message, repeated, tag = "5")]
@@ -363,10 +389,26 @@ mod proto {
         pub num: i64,
     }
 
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+    }
+
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Location {
         #[prost(uint64, tag = "1")]
         pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
         #[prost(uint64, tag = "3")]
         pub address: u64,
         #[prost(message, repeated, tag = "4")]
@@ -553,24 +595,36 @@ mod tests {
                 (5, "[lost context]", "[lost context]", ""),
             ]
         );
-        let locations: Vec<(u64, u64, Vec<u64>)> =
-            p.location.iter().map(|l| (l.id, l.address, l.line.iter().map(|l| l.function_id).collect())).collect();
+        let locations: Vec<(u64, u64, u64, Vec<u64>)> = p
+            .location
+            .iter()
+            .map(|l| (l.id, l.mapping_id, l.address, l.line.iter().map(|l| l.function_id).collect()))
+            .collect();
         assert_eq!(
             locations,
             [
-                (1, 0x1100, vec![1]),
-                (2, 0x1200, vec![2]),
-                (3, 0x1300, vec![3]),
-                (4, 0x2400, vec![4]),
-                (5, 0, vec![5]),
+                (1, 1, 0x1100, vec![1]),
+                (2, 1, 0x1200, vec![2]),
+                (3, 1, 0x1300, vec![3]),
+                (4, 2, 0x2400, vec![4]),
+                (5, 0, 0, vec![5]),
             ]
+        );
+        let mappings: Vec<(u64, u64, u64, &str, bool)> =
+            p.mapping.iter().map(|m| (m.id, m.memory_start, m.memory_limit, s(m.filename), m.has_functions)).collect();
+        assert_eq!(
+            mappings,
+            [(1, 0x1100, 0x1301, "/usr/bin/prog", true), (2, 0x2400, 0x2401, "/usr/lib/libemit.so", true)]
         );
 
         // One sample per weighed node, leaf first; thread 101's node 3 weighs nothing.
-        let samples: Vec<(Vec<u64>, Vec<i64>, Vec<(&str, i64)>)> = p
+        let samples: Vec<_> = p
             .sample
             .iter()
-            .map(|x| (x.location_id.clone(), x.value.clone(), x.label.iter().map(|l| (s(l.key), l.num)).collect()))
+            .map(|x| {
+                let labels: Vec<_> = x.label.iter().map(|l| (s(l.key), l.num)).collect();
+                (x.location_id.clone(), x.value.clone(), labels)
+            })
             .collect();
         let labels = |tid| vec![("pid", 100), ("tid", tid)];
         assert_eq!(
@@ -673,7 +727,8 @@ mod tests {
             .iter()
             .map(|e| {
                 let args = e.get("args").map_or(String::new(), |a| format!(" {a}"));
-                format!("{} {} {} {}{args}", e["tid"], e["ph"].as_str().unwrap(), e["name"].as_str().unwrap(), e["ts"])
+                let text = |key: &str| e[key].as_str().expect("a string").to_string();
+                format!("{} {} {} {}{args}", e["tid"], text("ph"), text("name"), e["ts"])
             })
             .collect();
         let expected = [
