@@ -229,7 +229,7 @@ const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 88);
 
 /// First bytes of a thread chunk in a data file: one thread's calling-context tree,
 /// shadow stack and trace, appended when the thread first runs a timed probe.
-pub const THREAD_MAGIC: [u8; 8] = *b"LOPITHR1";
+pub const THREAD_MAGIC: [u8; 8] = *b"LOPITHR2";
 
 /// Header of a thread chunk (first page of the chunk). The first 128 bytes are written once
 /// when the chunk is created; the rest is the thread's own hot state, on its own cache lines.
@@ -284,16 +284,19 @@ const _: () = assert!(core::mem::size_of::<ThreadHeader>() == THREAD_HEADER_LEN)
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ContextNode {
     pub parent: u32,
-    pub _pad: u32,
+    /// With `cache_func`: the child this node's last call of a function went to, so that
+    /// repeated calls skip the hash table.
+    pub cache_child: u32,
     /// Runtime address of the function's entry; 0 for the root and the lost-context node.
     pub func: u64,
     /// Completed (or abandoned) calls.
     pub calls: u64,
     pub ticks: u64,
     pub max_ticks: u64,
+    pub cache_func: u64,
 }
 
-pub const CONTEXT_NODE_LEN: usize = 40;
+pub const CONTEXT_NODE_LEN: usize = 48;
 const _: () = assert!(core::mem::size_of::<ContextNode>() == CONTEXT_NODE_LEN);
 
 /// Node index collecting calls made once a thread's tree is full.
@@ -405,7 +408,15 @@ impl ThreadHeader {
 impl ContextNode {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..CONTEXT_NODE_LEN)?);
-        Some(Self { parent: f.u32(0), _pad: 0, func: f.u64(8), calls: f.u64(16), ticks: f.u64(24), max_ticks: f.u64(32) })
+        Some(Self {
+            parent: f.u32(0),
+            cache_child: f.u32(4),
+            func: f.u64(8),
+            calls: f.u64(16),
+            ticks: f.u64(24),
+            max_ticks: f.u64(32),
+            cache_func: f.u64(40),
+        })
     }
 }
 

@@ -124,7 +124,7 @@ impl Profile {
             for (id, t) in times.iter().enumerate() {
                 let f = &timing.functions[id];
                 if let Some(entry) = totals.get_mut(&(f.module.clone(), f.addr)) {
-                    if entry.timed {
+                    if entry.timed && t.calls > 0 {
                         entry.total_ns = Some(t.total);
                         entry.self_ns = Some(t.self_ns);
                         entry.max_ns = Some(t.max);

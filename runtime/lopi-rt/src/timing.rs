@@ -19,6 +19,7 @@
 use crate::abi::{self, ContextNode, Event, Frame, RuntimeVars, ThreadHeader, PAGE_SIZE};
 use crate::sys;
 use core::arch::{asm, global_asm};
+use core::mem::offset_of;
 use core::ptr::{read_volatile, write_volatile};
 
 /// `fs:` offset of the thread's chunk pointer: 0 = none yet, 1 = being set up or failed.
@@ -68,33 +69,146 @@ fn set_thread_slot(t: usize) {
     unsafe { asm!("mov fs:[0x38], {}", in(reg) t, options(nostack, preserves_flags)) };
 }
 
+// The stubs' fast paths handle the common cases in a few instructions with six registers
+// saved: a call whose context-tree node is the one its parent's last call of this function
+// used, and an exit that ends the top frame. Everything else (a new thread, a new calling
+// context, frames to close, trace events, a probe interrupting a probe) takes the Rust
+// slow path with every call-clobbered register saved.
 global_asm!(
-    // Called from a timed trampoline as `push <function's file address>; call`.
+    // Called from a timed trampoline as `push <function's file address>; call`. After the
+    // six pushes: [rsp+56] = function, rsp+64 = the function's entry stack pointer.
     ".globl lopi_enter_stub",
     "lopi_enter_stub:",
-    "push rax", "push rcx", "push rdx", "push rsi", "push rdi",
-    "push r8", "push r9", "push r10", "push r11", "push rbp",
+    "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",
+    "lea rsi, [rip + LOPI_VARS_DELTA]",
+    "add rsi, [rsi]",
+    "mov rdi, qword ptr fs:[0x38]",
+    "cmp rdi, 4095",
+    "jbe 9f",
+    "mov ecx, dword ptr [rsi + {v_tid}]",
+    "test ecx, ecx",
+    "jz 9f",
+    "mov eax, dword ptr fs:[rcx]",
+    "cmp eax, dword ptr [rdi + {t_tid}]",
+    "jne 9f",
+    "cmp dword ptr [rdi + {t_busy}], 0",
+    "jne 9f",
+    "cmp qword ptr [rdi + {t_trace_cap}], 0",
+    "jne 9f",
+    "mov ecx, dword ptr [rdi + {t_depth}]",
+    "cmp ecx, dword ptr [rdi + {t_stack_cap}]",
+    "jae 9f",
+    "mov rax, [rsp + 56]",
+    "add rax, [rsi + {v_bias}]",
+    "mov rsi, rdi",
+    "add rsi, [rdi + {t_stack}]",
+    "xor edx, edx",
+    "test ecx, ecx",
+    "jz 2f",
+    "lea rdx, [rcx + rcx*2]",
+    "lea rdx, [rsi + rdx*8 - 24]",
+    "lea r8, [rsp + 64]",
+    // A frame at or below this entry's stack pointer was left: the slow path closes it.
+    "cmp [rdx], r8",
+    "jbe 9f",
+    "mov edx, dword ptr [rdx + 8]",
+    "2:",
+    "imul rdx, rdx, {n_len}",
+    "add rdx, [rdi + {t_nodes}]",
+    "add rdx, rdi",
+    "cmp [rdx + {n_cache_func}], rax",
+    "jne 9f",
+    "mov dword ptr [rdi + {t_busy}], 1",
+    "mov r8d, dword ptr [rdx + {n_cache_child}]",
+    "lea rdx, [rcx + rcx*2]",
+    "lea rsi, [rsi + rdx*8]",
+    "lea rax, [rsp + 64]",
+    "mov [rsi], rax",
+    "mov dword ptr [rsi + 8], r8d",
+    "inc ecx",
+    "mov dword ptr [rdi + {t_depth}], ecx",
+    // Read last, so that the probe's own work falls outside the call's time.
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "mov [rsi + 16], rax",
+    "mov [rdi + {t_last}], rax",
+    "mov dword ptr [rdi + {t_busy}], 0",
+    "jmp 3f",
+    "9:",
+    "push r9", "push r10", "push r11", "push rbp",
     "mov rbp, rsp",
     "mov rdi, [rbp + 88]",
     "lea rsi, [rbp + 96]",
     "and rsp, -16",
     "call {enter}",
     "mov rsp, rbp",
-    "pop rbp", "pop r11", "pop r10", "pop r9", "pop r8",
-    "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
+    "pop rbp", "pop r11", "pop r10", "pop r9",
+    "3:",
+    "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret 8",
-    // Called right before a `ret` or tail jump.
+    // Called right before a `ret` or tail jump. After the six pushes, rsp+56 = the stack
+    // pointer at the exit.
     ".globl lopi_exit_stub",
     "lopi_exit_stub:",
-    "push rax", "push rcx", "push rdx", "push rsi", "push rdi",
-    "push r8", "push r9", "push r10", "push r11", "push rbp",
+    "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",
+    // Read first, for the same reason.
+    "rdtsc",
+    "shl rdx, 32",
+    "or rax, rdx",
+    "lea rsi, [rip + LOPI_VARS_DELTA]",
+    "add rsi, [rsi]",
+    "mov rdi, qword ptr fs:[0x38]",
+    "cmp rdi, 4095",
+    "jbe 9f",
+    "mov ecx, dword ptr [rsi + {v_tid}]",
+    "test ecx, ecx",
+    "jz 9f",
+    "mov edx, dword ptr fs:[rcx]",
+    "cmp edx, dword ptr [rdi + {t_tid}]",
+    "jne 9f",
+    "cmp dword ptr [rdi + {t_busy}], 0",
+    "jne 9f",
+    "cmp qword ptr [rdi + {t_trace_cap}], 0",
+    "jne 9f",
+    "mov ecx, dword ptr [rdi + {t_depth}]",
+    "test ecx, ecx",
+    "jz 9f",
+    "mov rsi, rdi",
+    "add rsi, [rdi + {t_stack}]",
+    "lea rdx, [rcx + rcx*2]",
+    "lea rsi, [rsi + rdx*8 - 24]",
+    "lea rdx, [rsp + 56]",
+    "cmp [rsi], rdx",
+    "jne 9f",
+    "mov dword ptr [rdi + {t_busy}], 1",
+    "dec ecx",
+    "mov dword ptr [rdi + {t_depth}], ecx",
+    "mov [rdi + {t_last}], rax",
+    "sub rax, [rsi + 16]",
+    "mov edx, dword ptr [rsi + 8]",
+    "imul rdx, rdx, {n_len}",
+    "add rdx, [rdi + {t_nodes}]",
+    "add rdx, rdi",
+    "inc qword ptr [rdx + {n_calls}]",
+    "add [rdx + {n_ticks}], rax",
+    "cmp rax, [rdx + {n_max}]",
+    "jbe 2f",
+    "mov [rdx + {n_max}], rax",
+    "2:",
+    "mov dword ptr [rdi + {t_busy}], 0",
+    "jmp 3f",
+    "9:",
+    "push r9", "push r10", "push r11", "push rbp",
     "mov rbp, rsp",
     "lea rdi, [rbp + 88]",
+    "mov rsi, rax",
     "and rsp, -16",
     "call {exit}",
     "mov rsp, rbp",
-    "pop rbp", "pop r11", "pop r10", "pop r9", "pop r8",
-    "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
+    "pop rbp", "pop r11", "pop r10", "pop r9",
+    "3:",
+    "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret",
     // An empty timed function as a trampoline makes it, for calibration.
     "lopi_calibration_probed:",
@@ -106,6 +220,22 @@ global_asm!(
     "ret",
     enter = sym probe_enter,
     exit = sym probe_exit,
+    v_tid = const offset_of!(RuntimeVars, tid_offset),
+    v_bias = const offset_of!(RuntimeVars, load_bias),
+    t_tid = const offset_of!(ThreadHeader, tid),
+    t_busy = const offset_of!(ThreadHeader, busy),
+    t_depth = const offset_of!(ThreadHeader, depth),
+    t_stack_cap = const offset_of!(ThreadHeader, stack_cap),
+    t_trace_cap = const offset_of!(ThreadHeader, trace_cap),
+    t_stack = const offset_of!(ThreadHeader, stack_offset),
+    t_nodes = const offset_of!(ThreadHeader, nodes_offset),
+    t_last = const offset_of!(ThreadHeader, last_tsc),
+    n_len = const abi::CONTEXT_NODE_LEN,
+    n_cache_func = const offset_of!(ContextNode, cache_func),
+    n_cache_child = const offset_of!(ContextNode, cache_child),
+    n_calls = const offset_of!(ContextNode, calls),
+    n_ticks = const offset_of!(ContextNode, ticks),
+    n_max = const offset_of!(ContextNode, max_ticks),
 );
 
 extern "C" {
@@ -174,6 +304,7 @@ impl Thread {
                 }
                 let n = self.node(e - 1);
                 if (*n).func == func && (*n).parent == parent {
+                    self.remember(parent, func, e - 1);
                     return e - 1;
                 }
                 i = (i + 1) & mask;
@@ -187,7 +318,18 @@ impl Thread {
             (*n).parent = parent;
             (*n).func = func;
             *table.add(i) = index + 1;
+            self.remember(parent, func, index);
             index
+        }
+    }
+
+    /// The parent's one-entry cache, which the entry stub's fast path reads.
+    unsafe fn remember(&self, parent: u32, func: u64, child: u32) {
+        // SAFETY: parent < node_count.
+        unsafe {
+            let p = self.node(parent);
+            (*p).cache_child = child;
+            (*p).cache_func = func;
         }
     }
 
@@ -283,10 +425,9 @@ unsafe extern "C" fn probe_enter(svma: u64, rsp: u64) {
     }
 }
 
-/// Exit probe: `rsp` is the stack pointer at the `ret` (or tail jump).
-unsafe extern "C" fn probe_exit(rsp: u64) {
-    // Taken first, for the same reason.
-    let now = rdtsc();
+/// Exit probe: `rsp` is the stack pointer at the `ret` (or tail jump), `now` the TSC the
+/// stub read first.
+unsafe extern "C" fn probe_exit(rsp: u64, now: u64) {
     let v = vars();
     // SAFETY: as in `probe_enter`.
     unsafe {
@@ -390,7 +531,7 @@ pub unsafe fn enable(v: *mut RuntimeVars, probes: u64, pid: u32, envp: *const *c
     unsafe {
         (*v).space_pid = pid;
         (*v).probes = probes as u32;
-        (*v).node_cap = env_number(envp, b"LOPI_NODES", 1 << 16, 1 << 24).next_power_of_two() as u32;
+        (*v).node_cap = env_number(envp, b"LOPI_NODES", 1 << 14, 1 << 24).next_power_of_two() as u32;
         (*v).stack_cap = env_number(envp, b"LOPI_DEPTH", 4096, 1 << 20) as u32;
         (*v).trace_cap =
             if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
