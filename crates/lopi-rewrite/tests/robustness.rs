@@ -123,3 +123,67 @@ fn mutated_data_files_never_panic() {
         assert!(result.is_ok(), "case {case} panicked");
     }
 }
+
+/// A real data file with timing and a trace (small capacities), from the sample rewritten
+/// with every probe, mutated in its thread chunks: reader, report and exports never panic.
+#[test]
+fn mutated_timed_data_files_never_panic() {
+    use std::os::unix::fs::PermissionsExt;
+    let original = build_sample();
+    let module = ElfModule::parse(&original).unwrap();
+    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
+    let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
+    let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true }).unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
+    let exe = dir.join("sample.timed");
+    let data = dir.join("sample.timed.lopi");
+    let _ = std::fs::remove_file(&data);
+    std::fs::write(&exe, &rewritten.image).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ok = Command::new(&exe)
+        .env("LOPI_OUTPUT", &data)
+        .env("LOPI_NODES", "16")
+        .env("LOPI_DEPTH", "8")
+        .env("LOPI_TRACE_EVENTS", "64")
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "the rewritten sample failed");
+    let file = std::fs::read(&data).unwrap();
+    let parsed = lopi_trace::DataFile::parse(&file).unwrap();
+    assert_eq!(parsed.threads.len(), 1, "one timed thread");
+    // The thread chunk is appended after the module record, at the end of the file.
+    let chunk_at = file.len() - parsed.threads[0].header.chunk_len as usize;
+    let exercise = |bytes: &[u8]| {
+        if let Ok(d) = lopi_trace::DataFile::parse(bytes) {
+            let _ = lopi_trace::Profile::from_data(&d);
+            if let Some(t) = lopi_trace::Timing::from_data(&d) {
+                let _ = lopi_trace::folded(&t, lopi_trace::Weight::SelfTime);
+                let _ = lopi_trace::pprof(&t);
+                let _ = lopi_trace::chrome_trace(&t);
+            }
+        }
+    };
+    exercise(&file);
+    let mut rng = Rng(0x0bad_cafe_f00d_d00d);
+    // The header page, then the start of the node, hash, stack and trace regions.
+    let hot: Vec<usize> = std::iter::once(chunk_at)
+        .chain(parsed.threads[0].header_offsets().into_iter().map(|o| chunk_at + o as usize))
+        .collect();
+    for case in 0..3000 {
+        let mut bytes = file.clone();
+        if case % 5 == 4 {
+            bytes.truncate(chunk_at + rng.below(file.len() - chunk_at));
+        } else {
+            for _ in 0..1 + rng.below(6) {
+                let at = hot[rng.below(hot.len())] + rng.below(256);
+                if at < bytes.len() {
+                    bytes[at] = rng.next() as u8;
+                }
+            }
+        }
+        let result = std::panic::catch_unwind(|| exercise(&bytes));
+        assert!(result.is_ok(), "case {case} panicked");
+    }
+}

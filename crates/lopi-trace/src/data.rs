@@ -36,6 +36,14 @@ pub struct ThreadChunk {
     pub events: Vec<Event>,
 }
 
+impl ThreadChunk {
+    /// Offsets of the node, hash, stack and trace regions from the chunk start.
+    pub fn header_offsets(&self) -> [u64; 4] {
+        let h = &self.header;
+        [h.nodes_offset, h.hash_offset, h.stack_offset, h.trace_offset]
+    }
+}
+
 /// A whole data file.
 #[derive(Clone, Debug, Default)]
 pub struct DataFile {
