@@ -323,6 +323,32 @@ impl Thread {
         }
     }
 
+    /// Copies `parent`'s open frames (paths rebuilt in this tree). The parent process may
+    /// be changing its chunk meanwhile: indices are checked, and a torn frame only costs time.
+    unsafe fn inherit(&self, parent: &Thread) {
+        // SAFETY: both chunks are mapped; every index read from the parent is bounds-checked
+        // against its own capacities before use.
+        unsafe {
+            let depth = read_volatile(&(*parent.h).depth).min((*parent.h).stack_cap).min((*self.h).stack_cap);
+            let nodes = read_volatile(&(*parent.h).node_count).min((*parent.h).node_cap);
+            let mut under = 0;
+            for i in 0..depth {
+                let f = parent.frame(i);
+                let node = (*f).node;
+                if node >= nodes {
+                    break;
+                }
+                let child = self.child(under, (*parent.node(node)).func);
+                let mine = self.frame(i);
+                (*mine).rsp = (*f).rsp;
+                (*mine).node = child;
+                (*mine).start_tsc = (*f).start_tsc;
+                (*self.h).depth = i + 1;
+                under = child;
+            }
+        }
+    }
+
     /// The parent's one-entry cache, which the entry stub's fast path reads.
     unsafe fn remember(&self, parent: u32, func: u64, child: u32) {
         // SAFETY: parent < node_count.
@@ -453,6 +479,7 @@ unsafe extern "C" fn probe_exit(rsp: u64, now: u64) {
 /// Maps a new chunk for the calling thread.
 #[cold]
 unsafe fn new_thread(v: *const RuntimeVars, pid_page: *mut u32) -> Option<Thread> {
+    let old = thread_slot();
     set_thread_slot(1);
     // SAFETY: the variables page is followed by the path page (see `vars::PATH`).
     unsafe {
@@ -464,8 +491,15 @@ unsafe fn new_thread(v: *const RuntimeVars, pid_page: *mut u32) -> Option<Thread
         }
         let path = (v as usize + abi::vars::PATH as usize) as *const u8;
         let chunk = map_chunk(&*v, path, pid)?;
+        let t = Thread { h: chunk, base: chunk as usize };
+        if old >= PAGE_SIZE as usize && (*(old as *const ThreadHeader)).pid != pid {
+            // A forked child: it is still inside the calls its parent had begun, so it goes
+            // on with copies of them and their exits match. (A new thread on a reused
+            // descriptor, same pid, starts empty.)
+            t.inherit(&Thread { h: old as *mut ThreadHeader, base: old });
+        }
         set_thread_slot(chunk as usize);
-        Some(Thread { h: chunk, base: chunk as usize })
+        Some(t)
     }
 }
 
