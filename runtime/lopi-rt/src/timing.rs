@@ -210,10 +210,21 @@ global_asm!(
     "3:",
     "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret",
-    // An empty timed function as a trampoline makes it, for calibration.
+    // An empty timed function as the planner makes it, for calibration: the jump into the
+    // entry trampoline, the counting code's spills and increment (a stack slot stands in
+    // for the per-CPU counter), the entry probe, the jump into the exit site, the exit probe.
     "lopi_calibration_probed:",
+    "jmp 4f",
+    "4:",
+    "mov [rsp - 16], r11",
+    "mov r11, [rsp - 16]",
+    "mov [rsp - 8], rax",
+    "inc qword ptr [rsp - 24]",
+    "mov rax, [rsp - 8]",
     "push 0",
     "call lopi_enter_stub",
+    "jmp 5f",
+    "5:",
     "call lopi_exit_stub",
     "ret",
     "lopi_calibration_empty:",
