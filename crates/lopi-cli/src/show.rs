@@ -242,7 +242,7 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
     let notes = [
         (sum(|t| t.unmatched_exits), "exits matched no timed entry (calls deeper than the shadow stack, or begun before timing started)"),
         (sum(|t| t.too_deep), "calls not timed: shadow stack full (raise LOPI_DEPTH)"),
-        (sum(|t| t.nested_skipped), "calls not timed: a signal handler interrupted a probe"),
+        (sum(|t| t.nested_skipped), "calls not timed: they began while a probe of the same thread was running (a signal handler interrupted it)"),
         (sum(|t| t.lost_context_calls), "calls timed without their calling context: tree full (raise LOPI_NODES)"),
     ];
     for (n, what) in notes {

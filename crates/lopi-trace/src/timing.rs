@@ -66,8 +66,8 @@ pub struct ThreadProfile {
     pub unmatched_exits: u64,
     /// Calls not timed because the shadow stack was full.
     pub too_deep: u64,
-    /// Probes that fired while the same thread was inside a probe (a signal handler): counted,
-    /// not timed.
+    /// Calls that began while the same thread was inside a probe (a signal handler
+    /// interrupted it): counted, not timed.
     pub nested_skipped: u64,
     /// Calls made once the calling-context tree was full, collected in one node.
     pub lost_context_calls: u64,
@@ -89,6 +89,16 @@ pub struct Timing {
     pub functions: Vec<TimedFunction>,
     pub threads: Vec<ThreadProfile>,
     pub probe_cost: ProbeCost,
+}
+
+/// The longest call on a path, with the probe cost of an average call on that path removed,
+/// and never more than the path's total (exactly the total for a single call).
+fn longest((calls, _, max_ticks): (u64, u64, u64), below: u64, corrected_total: f64, inner: f64, pair: f64) -> f64 {
+    if calls <= 1 {
+        return corrected_total;
+    }
+    let per_call_cost = inner + below as f64 / calls as f64 * pair;
+    (max_ticks as f64 - per_call_cost).clamp(0.0, corrected_total)
 }
 
 impl Timing {
@@ -156,13 +166,17 @@ impl Timing {
                     below[parent] += below[i] + raw[i].0;
                 }
             }
-            let corrected: Vec<f64> = raw
+            let mut corrected: Vec<f64> = raw
                 .iter()
                 .zip(&below)
                 .map(|(&(calls, ticks, _), &b)| (ticks as f64 - calls as f64 * inner - b as f64 * pair).max(0.0))
                 .collect();
+            // The estimate can take more than a path's real probe cost (calls left by longjmp
+            // had no exit probe): never let a path's time fall below its children's, so
+            // self times stay >= 0 and totals nest. Children come after their parents.
             let mut children_total = vec![0.0; raw.len()];
-            for i in 1..raw.len() {
+            for i in (1..raw.len()).rev() {
+                corrected[i] = corrected[i].max(children_total[i]);
                 children_total[chunk.nodes[i].parent as usize] += corrected[i];
             }
             let nodes: Vec<ContextNode> = (0..raw.len())
@@ -172,7 +186,7 @@ impl Timing {
                     calls: raw[i].0,
                     total_ns: ns(corrected[i] as u64),
                     self_ns: ns((corrected[i] - children_total[i]).max(0.0) as u64),
-                    max_ns: ns(raw[i].2),
+                    max_ns: ns(longest(raw[i], below[i], corrected[i], inner, pair) as u64),
                 })
                 .collect();
             for i in 1..raw.len() {

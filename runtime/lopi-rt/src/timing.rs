@@ -93,11 +93,14 @@ global_asm!(
     "jne 9f",
     "cmp dword ptr [rdi + {t_busy}], 0",
     "jne 9f",
+    // Busy from here on: a signal handler's probes now skip instead of changing the state
+    // this probe reads (a handler that ran before this store has finished its changes).
+    "mov dword ptr [rdi + {t_busy}], 1",
     "cmp qword ptr [rdi + {t_trace_cap}], 0",
-    "jne 9f",
+    "jne 8f",
     "mov ecx, dword ptr [rdi + {t_depth}]",
     "cmp ecx, dword ptr [rdi + {t_stack_cap}]",
-    "jae 9f",
+    "jae 8f",
     "mov rax, [rsp + 56]",
     "add rax, [rsi + {v_bias}]",
     "mov rsi, rdi",
@@ -110,15 +113,14 @@ global_asm!(
     "lea r8, [rsp + 64]",
     // A frame at or below this entry's stack pointer was left: the slow path closes it.
     "cmp [rdx], r8",
-    "jbe 9f",
+    "jbe 8f",
     "mov edx, dword ptr [rdx + 8]",
     "2:",
     "imul rdx, rdx, {n_len}",
     "add rdx, [rdi + {t_nodes}]",
     "add rdx, rdi",
     "cmp [rdx + {n_cache_func}], rax",
-    "jne 9f",
-    "mov dword ptr [rdi + {t_busy}], 1",
+    "jne 8f",
     "mov r8d, dword ptr [rdx + {n_cache_child}]",
     "lea rdx, [rcx + rcx*2]",
     "lea rsi, [rsi + rdx*8]",
@@ -135,6 +137,8 @@ global_asm!(
     "mov [rdi + {t_last}], rax",
     "mov dword ptr [rdi + {t_busy}], 0",
     "jmp 3f",
+    "8:",
+    "mov dword ptr [rdi + {t_busy}], 0",
     "9:",
     "push r9", "push r10", "push r11", "push rbp",
     "mov rbp, rsp",
@@ -169,19 +173,19 @@ global_asm!(
     "jne 9f",
     "cmp dword ptr [rdi + {t_busy}], 0",
     "jne 9f",
+    "mov dword ptr [rdi + {t_busy}], 1",
     "cmp qword ptr [rdi + {t_trace_cap}], 0",
-    "jne 9f",
+    "jne 8f",
     "mov ecx, dword ptr [rdi + {t_depth}]",
     "test ecx, ecx",
-    "jz 9f",
+    "jz 8f",
     "mov rsi, rdi",
     "add rsi, [rdi + {t_stack}]",
     "lea rdx, [rcx + rcx*2]",
     "lea rsi, [rsi + rdx*8 - 24]",
     "lea rdx, [rsp + 56]",
     "cmp [rsi], rdx",
-    "jne 9f",
-    "mov dword ptr [rdi + {t_busy}], 1",
+    "jne 8f",
     "dec ecx",
     "mov dword ptr [rdi + {t_depth}], ecx",
     "mov [rdi + {t_last}], rax",
@@ -198,6 +202,8 @@ global_asm!(
     "2:",
     "mov dword ptr [rdi + {t_busy}], 0",
     "jmp 3f",
+    "8:",
+    "mov dword ptr [rdi + {t_busy}], 0",
     "9:",
     "push r9", "push r10", "push r11", "push rbp",
     "mov rbp, rsp",
@@ -471,7 +477,7 @@ unsafe extern "C" fn probe_exit(rsp: u64, now: u64) {
         let Some(t) = Thread::current(v) else { return };
         let h = t.h;
         if read_volatile(&(*h).busy) != 0 {
-            (*h).nested_skipped += 1;
+            // Its entry was skipped too (and counted there), or ends unmatched later.
             return;
         }
         write_volatile(&mut (*h).busy, 1);
@@ -623,21 +629,35 @@ fn monotonic_ns() -> u64 {
     ts[0].wrapping_mul(1_000_000_000).wrapping_add(ts[1])
 }
 
-/// TSC rate against CLOCK_MONOTONIC over 2 ms (0.05% with a microsecond of syscall jitter).
+/// A (TSC, CLOCK_MONOTONIC) pair: the clock read between two TSC reads, from the tightest
+/// of several tries, so that a preemption inside one try cannot skew it.
+fn clock_pair() -> (u64, u64) {
+    let mut best = (0, 0, u64::MAX);
+    for _ in 0..9 {
+        let before = rdtsc();
+        let ns = monotonic_ns();
+        let after = rdtsc();
+        let width = after.wrapping_sub(before);
+        if width < best.2 {
+            best = (before + width / 2, ns, width);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// TSC rate against CLOCK_MONOTONIC over 1 ms windows (bracketed pairs make that precise to
+/// ~0.01%); the median of three, so that one window spoiled by preemption does not count.
 fn tsc_hz() -> u64 {
-    let (m0, t0) = (monotonic_ns(), rdtsc());
-    let mut m1 = m0;
-    let mut t1 = t0;
-    while m1.wrapping_sub(m0) < 2_000_000 {
-        m1 = monotonic_ns();
-        t1 = rdtsc();
+    let mut rates = [0u64; 3];
+    for rate in rates.iter_mut() {
+        let (t0, m0) = clock_pair();
+        while monotonic_ns().wrapping_sub(m0) < 1_000_000 {}
+        let (t1, m1) = clock_pair();
+        let dm = m1.wrapping_sub(m0);
+        // Ticks over a few ms times 1e9 stays far below 2^64 (u128 would need a libgcc helper).
+        *rate = if dm == 0 || t1 <= t0 { 0 } else { (t1 - t0).checked_mul(1_000_000_000).map_or(0, |n| n / dm) };
     }
-    let dm = m1.wrapping_sub(m0);
-    if dm == 0 || t1 <= t0 {
-        return 0;
-    }
-    // Ticks over ~2 ms times 1e9 stays far below 2^64 (u128 would need a libgcc helper).
-    (t1 - t0).checked_mul(1_000_000_000).map_or(0, |n| n / dm)
+    median(&mut rates)
 }
 
 /// Measures the probes on an empty timed function, on a scratch chunk: the ticks they put
