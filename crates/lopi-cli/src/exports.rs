@@ -79,9 +79,7 @@ fn load(data: &Path, output: &Path) -> Result<Timing> {
     if crate::same_file(data, output) {
         bail!("refusing to overwrite the input {}; choose another -o", data.display());
     }
-    let bytes = crate::read(data)?;
-    let file = DataFile::parse(&bytes).with_context(|| format!("reading {}", data.display()))?;
-    timing_of(data, &file)
+    timing_of(data, &crate::read_data(data)?)
 }
 
 fn timing_of(data: &Path, file: &DataFile) -> Result<Timing> {

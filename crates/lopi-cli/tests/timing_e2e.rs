@@ -1098,7 +1098,8 @@ fn longjmp_caller_total_covers_callees() {
             .filter(|((c, _), _)| c.as_deref() == Some("main"))
             .map(|(_, (_, t))| t)
             .sum();
-        b.check(main_total >= callees, || {
+        // Sums of f64 in another order may differ in the last bits.
+        b.check(main_total >= callees * (1.0 - 1e-12), || {
             format!(
                 "main total_ns {main_total} < sum of its callees' totals {callees} (main -> slow_round {:?}, main -> one_round {:?})",
                 r.edge(Some("main"), "slow_round"),

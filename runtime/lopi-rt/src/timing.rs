@@ -216,9 +216,11 @@ global_asm!(
     "3:",
     "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret",
-    // An empty timed function as the planner makes it, for calibration: the jump into the
-    // entry trampoline, the counting code's spills and increment (a stack slot stands in
-    // for the per-CPU counter), the entry probe, the jump into the exit site, the exit probe.
+    // A timed function as the planner makes it, for calibration: the jump into the entry
+    // trampoline, the counting code's spills and increment (a stack slot stands in for the
+    // per-CPU counter), the entry probe, then a call of itself while `edi` > 0 (probes on a
+    // call chain, as in real programs, not only side by side), the jump into the exit
+    // site and the exit probe.
     "lopi_calibration_probed:",
     "jmp 4f",
     "4:",
@@ -229,11 +231,23 @@ global_asm!(
     "mov rax, [rsp - 8]",
     "push 0",
     "call lopi_enter_stub",
+    "test edi, edi",
+    "jz 5f",
+    "dec edi",
+    "call lopi_calibration_probed",
+    "inc edi",
     "jmp 5f",
     "5:",
     "call lopi_exit_stub",
     "ret",
+    // The same chain without probes.
     "lopi_calibration_empty:",
+    "test edi, edi",
+    "jz 6f",
+    "dec edi",
+    "call lopi_calibration_empty",
+    "inc edi",
+    "6:",
     "ret",
     enter = sym probe_enter,
     exit = sym probe_exit,
@@ -256,8 +270,8 @@ global_asm!(
 );
 
 extern "C" {
-    fn lopi_calibration_probed();
-    fn lopi_calibration_empty();
+    fn lopi_calibration_probed(depth: u32);
+    fn lopi_calibration_empty(depth: u32);
 }
 
 struct Thread {
@@ -660,13 +674,16 @@ fn tsc_hz() -> u64 {
     median(&mut rates)
 }
 
-/// Measures the probes on an empty timed function, on a scratch chunk: the ticks they put
-/// inside the call's own interval and the ticks a call's probes cost its caller. Medians of
-/// rounds, so that an interrupt in one round does not count.
+/// Measures the probes on chains of timed calls, on a scratch chunk: the ticks they put inside
+/// a call's own interval (from the innermost call, which has no callees) and the ticks each
+/// call's probes add to its callers. Medians of rounds, so that an interrupt in one round
+/// does not count.
 unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
     const ROUNDS: usize = 15;
-    const CALLS: u64 = 200;
-    const CAP: u32 = 4;
+    const CHAINS: u64 = 25;
+    const DEPTH: u32 = 7; // calls per chain: DEPTH + 1
+    const CAP: u32 = 16;
+    let calls = CHAINS * u64::from(DEPTH + 1);
     let Some([nodes, hash, stack, trace, len]) = abi::thread_chunk_layout(CAP, CAP, 0) else { return };
     // SAFETY: a private scratch mapping laid out like a chunk; the thread slot and
     // `pid_page` are restored before returning, and no other probe of this module runs
@@ -690,22 +707,24 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
         write_volatile(&mut (*v).pid_page, pid_page);
         set_thread_slot(m as usize);
         let t = Thread { h, base: m as usize };
-        let probed_ticks = || if (*h).node_count > 2 { (*t.node(2)).ticks } else { 0 };
+        // The innermost call's node: root (0), lost (1), then one node per level.
+        let innermost = 2 + DEPTH;
+        let innermost_ticks = || if (*h).node_count > innermost { (*t.node(innermost)).ticks } else { 0 };
         let mut inner = [0u64; ROUNDS];
         let mut pair = [0u64; ROUNDS];
         for r in 0..ROUNDS {
-            let before = probed_ticks();
+            let before = innermost_ticks();
             let t0 = rdtsc();
-            for _ in 0..CALLS {
-                lopi_calibration_probed();
+            for _ in 0..CHAINS {
+                lopi_calibration_probed(DEPTH);
             }
             let t1 = rdtsc();
-            for _ in 0..CALLS {
-                lopi_calibration_empty();
+            for _ in 0..CHAINS {
+                lopi_calibration_empty(DEPTH);
             }
             let t2 = rdtsc();
-            inner[r] = probed_ticks().wrapping_sub(before) / CALLS;
-            pair[r] = (t1 - t0).saturating_sub(t2 - t1) / CALLS;
+            inner[r] = innermost_ticks().wrapping_sub(before) / CHAINS;
+            pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
         }
         set_thread_slot(saved_slot);
         write_volatile(&mut (*v).pid_page, 0);
