@@ -251,9 +251,10 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
         }
     }
     for t in threads.iter().filter(|t| t.trace_dropped > 0) {
+        let when = t.first_drop_ns.map_or_else(String::new, |ns| format!(", from {} into the run", duration(ns)));
         let _ = writeln!(
             out,
-            "warning: thread {} of pid {}: {} trace events dropped after {} kept (raise LOPI_TRACE_EVENTS); the profile still counts them",
+            "warning: thread {} of pid {}: {} trace events dropped after {} kept{when} (raise LOPI_TRACE_EVENTS); the profile still counts them",
             t.tid, t.pid, t.trace_dropped, t.trace_events
         );
     }

@@ -55,6 +55,8 @@ pub struct ThreadSummary {
     pub lost_context_calls: u64,
     pub trace_events: usize,
     pub trace_dropped: u64,
+    /// When the first event was dropped (ns since the earliest timestamp in the file).
+    pub first_drop_ns: Option<f64>,
 }
 
 /// What the timing part of a report says about itself.
@@ -215,6 +217,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             lost_context_calls: thread.lost_context_calls,
             trace_events: thread.events.len(),
             trace_dropped: thread.trace_dropped,
+            first_drop_ns: thread.first_drop_ns,
         });
     }
     (times, edges, threads)
