@@ -39,7 +39,7 @@ fn main() {
     run(Command::new("ld")
         .args(["-pie", "--no-dynamic-linker", "-z", "norelro", "-z", "noexecstack", "--gc-sections"])
         .args(["--undefined=lopi_rt_init", "--undefined=lopi_enter_stub", "--undefined=lopi_exit_stub"])
-        .args(["--undefined=LOPI_VARS_DELTA", "-e", "lopi_rt_init", "-T"])
+        .args(["--undefined=LOPI_DELTAS", "-e", "lopi_rt_init", "-T"])
         .arg(&script)
         .arg(&lib)
         .arg("-o")
@@ -54,7 +54,8 @@ fn main() {
             "/// Offset of `lopi_rt_init` in the blob.\npub const INIT_OFFSET: usize = {init};\n\
              /// Offset of the entry probe stub (`push <function address>; call` it).\npub const ENTER_STUB_OFFSET: usize = {enter};\n\
              /// Offset of the exit probe stub (`call` it right before a `ret` or tail jump).\npub const EXIT_STUB_OFFSET: usize = {exit};\n\
-             /// Offset of the i64 the installer sets to (runtime variables - its own address).\npub const VARS_DELTA_OFFSET: usize = {delta};\n"
+             /// Offset of two i64 the installer sets to (runtime variables - their address) and\n\
+             /// (counter array - the second one's address).\npub const DELTAS_OFFSET: usize = {delta};\n"
         ),
     )
     .unwrap();
@@ -128,5 +129,5 @@ fn flatten(path: &Path) -> (Vec<u8>, [u64; 4]) {
     let symbol = |name: &str| {
         file.symbols().find(|s| s.name() == Ok(name)).map(|s| s.address()).unwrap_or_else(|| panic!("{name} not found in the runtime blob"))
     };
-    (image, ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "LOPI_VARS_DELTA"].map(symbol))
+    (image, ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "LOPI_DELTAS"].map(symbol))
 }

@@ -201,8 +201,9 @@ pub struct CodePatch {
 pub struct PatchPlan {
     pub layout: Layout,
     pub probed: Vec<ProbedFunction>,
-    /// Critical section of each probed function's trampoline, in counter order.
-    pub rseq_sections: Vec<lopi_x86::RseqSection>,
+    /// Critical section of each probed function's trampoline, in counter order; `None` for
+    /// timed functions, whose entry stub counts them.
+    pub rseq_sections: Vec<Option<lopi_x86::RseqSection>>,
     pub code_patches: Vec<CodePatch>,
     /// Code to place at `layout.trampolines`.
     pub trampoline_code: Vec<u8>,
@@ -612,7 +613,12 @@ impl Selection {
             let trampoline = layout.trampolines + code.len() as u64;
             let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0) };
             let encoded = match (site.entry, layout.stubs) {
-                (Some(_), stubs) => {
+                (Some(_), Some(stubs)) if site.timed => {
+                    let counter = probed.len() as u32;
+                    let timed = lopi_x86::TimedEntry { enter_stub: stubs.enter.0, exit_stub: stubs.exit.0, counter };
+                    lopi_x86::timed_trampoline(&timed, &body, trampoline.0).map(|b| (b, None))
+                }
+                (Some(_), _) => {
                     let counter = probed.len() as u32;
                     let access = lopi_x86::CounterAccess {
                         shared: layout.counters.0 + 8 * u64::from(counter),
@@ -623,12 +629,7 @@ impl Selection {
                         index: counter,
                         cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
                     };
-                    let timed = stubs.filter(|_| site.timed).map(|s| lopi_x86::TimedEntry {
-                        enter_stub: s.enter.0,
-                        exit_stub: s.exit.0,
-                        function: module.functions[site.function].addr.0 as u32,
-                    });
-                    lopi_x86::counting_trampoline(&access, timed, &body, trampoline.0).map(|t| (t.bytes, Some(t.section)))
+                    lopi_x86::counting_trampoline(&access, &body, trampoline.0).map(|t| (t.bytes, Some(t.section)))
                 }
                 (None, Some(stubs)) => lopi_x86::exit_trampoline(&body, stubs.exit.0, trampoline.0).map(|b| (b, None)),
                 (None, None) => return Err(index),
@@ -647,19 +648,19 @@ impl Selection {
             // Keep trampolines 16-byte aligned, padded with int3.
             code.resize(code.len().next_multiple_of(16), 0xcc);
             code_patches.extend(patches);
-            match (site.entry, section) {
-                (Some(tactic), Some(section)) => {
+            match site.entry {
+                Some(tactic) => {
                     probed.push(ProbedFunction {
                         function: site.function,
                         counter: probed.len() as u32,
                         tactic,
-                        timed: site.timed,
+                        timed: site.timed && layout.stubs.is_some(),
                         patch_at: site.patch_at,
                         trampoline,
                     });
                     rseq_sections.push(section);
                 }
-                _ => exit_sites += 1,
+                None => exit_sites += 1,
             }
         }
         // An entry that could not be placed takes its exit sites with it.

@@ -130,6 +130,7 @@ pub fn rewrite(
         version: META_VERSION,
         module: names.module.clone(),
         source: names.source.clone(),
+        counters: rw_vaddr,
         functions: plan
             .probed
             .iter()
@@ -160,7 +161,9 @@ pub fn rewrite(
 
     // RW: counters and variables start at zero; each rseq_cs is {version 0, flags 0,
     // start_ip, post_commit_offset, abort_ip}, with file addresses the runtime rebases.
-    for (i, section) in plan.rseq_sections.iter().enumerate() {
+    // Timed functions have no critical section: their entry is all zeros, which the runtime
+    // leaves alone.
+    for (i, section) in plan.rseq_sections.iter().enumerate().filter_map(|(i, s)| Some((i, (*s)?))) {
         let at = (rw_offset + (rseq_table - rw_vaddr) + i as u64 * RSEQ_CS_SIZE) as usize;
         image[at + 8..at + 16].copy_from_slice(&section.start.to_le_bytes());
         image[at + 16..at + 24].copy_from_slice(&section.post_commit_offset.to_le_bytes());
@@ -171,10 +174,14 @@ pub fn rewrite(
     let rx = &mut image[rx_offset as usize..rx_offset as usize + rx_len];
     rx.fill(0xcc);
     rx[..blob.len()].copy_from_slice(blob);
-    // The runtime finds its variables through this word, relative to the word itself.
-    let delta_at = lopi_rt_blob::VARS_DELTA_OFFSET;
-    let delta = vars_vaddr as i64 - (rx_vaddr + delta_at as u64) as i64;
-    rx[delta_at..delta_at + 8].copy_from_slice(&delta.to_le_bytes());
+    // The runtime finds its variables and counters through these words, relative to
+    // themselves.
+    let deltas_at = lopi_rt_blob::DELTAS_OFFSET;
+    for (i, target) in [vars_vaddr, rw_vaddr].into_iter().enumerate() {
+        let at = deltas_at + 8 * i;
+        let delta = target as i64 - (rx_vaddr + at as u64) as i64;
+        rx[at..at + 8].copy_from_slice(&delta.to_le_bytes());
+    }
     let init_entry = rx_vaddr + lopi_rt_blob::INIT_OFFSET as u64;
     let stub = init_stub(stub_at, desc_vaddr, init_entry, init_slot.chain);
     let s = (stub_at - rx_vaddr) as usize;

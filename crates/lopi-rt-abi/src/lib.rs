@@ -192,8 +192,6 @@ pub struct RuntimeVars {
     /// Offset of glibc's kernel thread id from the thread pointer (0 = unknown): a thread
     /// whose id differs from its chunk's is a new thread on a reused descriptor, or a child.
     pub tid_offset: u32,
-    /// Runtime address minus file address of the module.
-    pub load_bias: u64,
     /// Address of a wipe-on-fork page holding the current pid; 0 while timing is off.
     pub pid_page: u64,
     /// TSC ticks per second, measured at init.
@@ -225,7 +223,7 @@ pub mod vars {
     pub const PATH: u64 = super::PAGE_SIZE;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 88);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 80);
 
 /// First bytes of a thread chunk in a data file: one thread's calling-context tree,
 /// shadow stack and trace, appended when the thread first runs a timed probe.
@@ -287,9 +285,10 @@ pub struct ContextNode {
     /// With `cache_func`: the child this node's last call of a function went to, so that
     /// repeated calls skip the hash table.
     pub cache_child: u32,
-    /// Runtime address of the function's entry; 0 for the root and the lost-context node.
+    /// Runtime address of the function's counter (the function's name in the tree); 0 for
+    /// the root and the lost-context node.
     pub func: u64,
-    /// Completed (or abandoned) calls.
+    /// Calls in this context that ended (returned, or were left by longjmp or an exception).
     pub calls: u64,
     pub ticks: u64,
     pub max_ticks: u64,
@@ -310,7 +309,9 @@ pub struct Frame {
     /// the same stack pointer ends it, and any probe above it proves it gone.
     pub rsp: u64,
     pub node: u32,
-    pub _pad: u32,
+    /// Non-zero for a call a forked child copied from its parent: counted there, so its
+    /// end adds time but no call.
+    pub inherited: u32,
     pub start_tsc: u64,
 }
 
@@ -423,7 +424,7 @@ impl ContextNode {
 impl Frame {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..FRAME_LEN)?);
-        Some(Self { rsp: f.u64(0), node: f.u32(8), _pad: 0, start_tsc: f.u64(16) })
+        Some(Self { rsp: f.u64(0), node: f.u32(8), inherited: f.u32(12), start_tsc: f.u64(16) })
     }
 }
 

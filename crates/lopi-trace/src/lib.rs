@@ -30,6 +30,10 @@ pub struct ModuleMeta {
     pub source: String,
     /// Probed functions; index = counter index.
     pub functions: Vec<MetaFunction>,
+    /// File address of the counter array (8 bytes per function): timed calls name their
+    /// function by its counter's runtime address.
+    #[serde(default)]
+    pub counters: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -11,7 +11,7 @@ pub struct FunctionCount {
     pub module: String,
     #[serde(serialize_with = "hex")]
     pub addr: u64,
-    /// Exact count from the entry probes.
+    /// Exact count from the entry probes (counters, plus context-tree nodes when timed).
     pub calls: u64,
     /// Whether the function was timed (entry and exit probes).
     pub timed: bool,
@@ -126,6 +126,9 @@ impl Profile {
             for (id, t) in times.iter().enumerate() {
                 let f = &timing.functions[id];
                 if let Some(entry) = totals.get_mut(&(f.module.clone(), f.addr)) {
+                    // A timed call is counted in its context's node; its counter only has
+                    // the calls that could not be timed.
+                    entry.calls = entry.calls.saturating_add(t.calls);
                     if entry.timed && t.calls > 0 {
                         entry.total_ns = Some(t.total);
                         entry.self_ns = Some(t.self_ns);

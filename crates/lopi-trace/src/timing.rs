@@ -113,13 +113,15 @@ impl Timing {
         let mut functions: Vec<TimedFunction> = Vec::new();
         let mut index_of: HashMap<(String, u64), u32> = HashMap::new();
         for record in &data.records {
-            for f in &record.meta.functions {
+            for (i, f) in record.meta.functions.iter().enumerate() {
                 let key = (record.meta.module.clone(), f.addr);
                 let index = *index_of.entry(key).or_insert_with(|| {
                     functions.push(TimedFunction { name: f.name.clone(), module: record.meta.module.clone(), addr: f.addr });
                     functions.len() as u32 - 1
                 });
-                by_address.insert((record.pid, f.addr.wrapping_add(record.load_bias)), index);
+                // Timed calls name their function by its counter's runtime address.
+                let counter = record.meta.counters.wrapping_add(8 * i as u64).wrapping_add(record.load_bias);
+                by_address.insert((record.pid, counter), index);
             }
         }
         let origin = data.threads.iter().map(|t| t.header.start_tsc).min().unwrap_or(0);
@@ -132,11 +134,12 @@ impl Timing {
             }
             let ns = |ticks: u64| ticks as f64 * 1e9 / h.tsc_hz as f64;
             let mut raw: Vec<(u64, u64, u64)> = chunk.nodes.iter().map(|n| (n.calls, n.ticks, n.max_ticks)).collect();
-            // Calls still running when the process stopped end at its last probe.
+            // Calls still running when the process stopped end at its last probe (a forked
+            // child's copies of its parent's calls add time, not calls).
             for frame in &chunk.open_frames {
                 let dt = h.last_tsc.saturating_sub(frame.start_tsc);
                 let n = &mut raw[frame.node as usize];
-                n.0 += 1;
+                n.0 += u64::from(frame.inherited == 0);
                 n.1 = n.1.wrapping_add(dt);
                 n.2 = n.2.max(dt);
             }
@@ -147,7 +150,7 @@ impl Timing {
                 Some(*by_address.get(&(h.space_pid, func)).unwrap_or_else(|| {
                     // Not in any record (a module registered by another process image):
                     // keep the address as its name rather than drop the time.
-                    let name = format!("{func:#x}");
+                    let name = format!("[unknown function, counter at {func:#x}]");
                     index_of.entry((String::new(), func)).or_insert_with(|| {
                         functions.push(TimedFunction { name, module: String::new(), addr: func });
                         functions.len() as u32 - 1

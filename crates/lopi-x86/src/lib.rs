@@ -5,7 +5,10 @@
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, MemoryOperand, Mnemonic, OpKind, Register};
 
 pub use iced_x86::Instruction as Insn;
-pub use trampoline::{counting_trampoline, exit_trampoline, Body, CounterAccess, ExitKind, RseqSection, TimedEntry, Trampoline, RSEQ_SIG};
+pub use trampoline::{
+    counting_trampoline, exit_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, RseqSection, TimedEntry, Trampoline,
+    RSEQ_SIG,
+};
 
 mod trampoline;
 

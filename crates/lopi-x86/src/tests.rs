@@ -129,7 +129,7 @@ fn counting_trampoline_layout() {
     };
     // push rbp; mov rbp,rsp (moved body), resume at FROM+4
     let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
-    let t = counting_trampoline(&access, None, &Body { insns: &body, exits: &[], resume: Some(FROM + 4) }, TO).unwrap();
+    let t = counting_trampoline(&access, &Body { insns: &body, exits: &[], resume: Some(FROM + 4) }, TO).unwrap();
     let s = t.section;
     let sig_at = (s.abort - TO - 4) as usize;
     assert_eq!(&t.bytes[sig_at..sig_at + 4], &RSEQ_SIG.to_le_bytes(), "signature right before the abort handler");
@@ -176,18 +176,16 @@ fn exit_probes_run_before_each_exit() {
 }
 
 #[test]
-fn timed_entry_pushes_the_function_and_calls_the_stub() {
-    let access = CounterAccess { shared: TO + 0x10_0000, rseq_offset_var: TO + 0x20_0000, cpu_count_var: TO + 0x20_0010, percpu_base_var: TO + 0x20_0008, stride: 0x1000, index: 0, cs: TO + 0x30_0000 };
+fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     // xor eax,eax; ret: the whole function moves, its ret gets the exit probe
     let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
-    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, function: 0x1234 };
-    let t = counting_trampoline(&access, Some(timed), &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, TO).unwrap();
-    let insns: Vec<_> = decode(&t.bytes, TO).collect();
-    let push = insns.iter().position(|i| i.mnemonic() == iced_x86::Mnemonic::Push && i.immediate32() == 0x1234).expect("push of the function");
-    assert_eq!(insns[push + 1].near_branch_target(), timed.enter_stub);
-    assert_eq!(insns[push + 2].mnemonic(), iced_x86::Mnemonic::Xor);
-    assert_eq!(insns[push + 3].near_branch_target(), timed.exit_stub);
-    assert_eq!(insns[push + 4].mnemonic(), iced_x86::Mnemonic::Ret);
-    // The rseq path jumps over the locked path straight to the push.
-    assert!(insns.iter().any(|i| i.mnemonic() == iced_x86::Mnemonic::Jmp && i.near_branch_target() == insns[push].ip()));
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: 7 };
+    let bytes = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, TO).unwrap();
+    let insns: Vec<_> = decode(&bytes, TO).collect();
+    use iced_x86::Mnemonic::*;
+    let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
+    assert_eq!(names, [Push, Call, Xor, Call, Ret]);
+    assert_eq!(insns[0].immediate32(), 7);
+    assert_eq!(insns[1].near_branch_target(), timed.enter_stub);
+    assert_eq!(insns[3].near_branch_target(), timed.exit_stub);
 }

@@ -89,13 +89,14 @@ pub struct Body<'a> {
     pub resume: Option<u64>,
 }
 
-/// The timing probes of a module: stub addresses and the function's id.
+/// The timing probes of a module and one timed function.
 #[derive(Clone, Copy, Debug)]
 pub struct TimedEntry {
     pub enter_stub: u64,
     pub exit_stub: u64,
-    /// The function's file address, pushed for the entry stub (sign-extended imm32).
-    pub function: u32,
+    /// The function's counter index: the entry stub's name for the function, and where it
+    /// counts a call it cannot time.
+    pub counter: u32,
 }
 
 /// Encoded trampoline.
@@ -111,8 +112,6 @@ const END: u64 = 3;
 const OUT: u64 = 4;
 const LOCKED: u64 = 5;
 const ABORT: u64 = 6;
-/// The first instruction after the counting code.
-const BODY: u64 = 7;
 /// Labels for the exit paths of conditional tail jumps, upwards from here.
 const FIRST_EXIT_PATH: u64 = 16;
 
@@ -179,19 +178,31 @@ pub fn exit_trampoline(body: &Body<'_>, exit_stub: u64, ip: u64) -> Result<Vec<u
     Ok(result.code_buffer)
 }
 
-/// Builds the trampoline at `ip`: the counting code, the entry probe if timed, then the
-/// body with exit probes if timed.
-pub fn counting_trampoline(
-    c: &CounterAccess,
-    timed: Option<TimedEntry>,
-    body: &Body<'_>,
-    ip: u64,
-) -> Result<Trampoline, RelocError> {
+/// Builds a timed function's trampoline at `ip`: the entry probe (which also counts the
+/// call), then the body with exit probes.
+///
+/// ```text
+///         push <counter index>     ; the stub returns with `ret 8`
+///         call enter_stub
+///         <moved instructions, `call exit_stub` before each exit> ; jmp resume
+/// ```
+pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, ip: u64) -> Result<Vec<u8>, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
-    let body_ip = match timed {
-        Some(_) => BODY,
-        None => body.insns.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))?,
-    };
+    let index = i32::try_from(t.counter).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
+    let mut insns = vec![
+        Instruction::with1(Code::Pushq_imm32, index).map_err(err)?,
+        Instruction::with_branch(Code::Call_rel32_64, t.enter_stub).map_err(err)?,
+    ];
+    insns.extend(body_with_exits(body, Some(t.exit_stub))?);
+    let block = InstructionBlock::new(&insns, ip);
+    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(err)?;
+    Ok(result.code_buffer)
+}
+
+/// Builds the trampoline at `ip`: the counting code, then the body.
+pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let body_ip = body.insns.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))?;
     let mut inc_locked = Instruction::with1(Code::Inc_rm64, rip(c.shared)).map_err(err)?;
     inc_locked.set_has_lock_prefix(true);
     let disarm = Instruction::with2(Code::Mov_rm64_imm32, fs(8), 0u32).map_err(err)?;
@@ -220,11 +231,7 @@ pub fn counting_trampoline(
         at(inc_locked, LOCKED),
         restore(Register::R11)?,
     ];
-    if let Some(t) = timed {
-        insns.push(at(Instruction::with1(Code::Pushq_imm32, t.function as i32).map_err(err)?, BODY));
-        insns.push(Instruction::with_branch(Code::Call_rel32_64, t.enter_stub).map_err(err)?);
-    }
-    insns.extend(body_with_exits(body, timed.map(|t| t.exit_stub))?);
+    insns.extend(body_with_exits(body, None)?);
     insns.push(Instruction::with_declare_dword(&[RSEQ_SIG]).map_err(err)?);
     insns.push(at(restore(Register::RAX)?, ABORT));
     insns.push(restore(Register::R11)?);

@@ -325,7 +325,6 @@ pub unsafe extern "C" fn lopi_rt_init(
         // SAFETY: the variables page and the path page after it belong to this module's RW
         // segment; threads find chunks through the path later, so it must be absolute.
         unsafe {
-            (*vars).load_bias = (base as u64).wrapping_sub(d.svma);
             let dst = (vars as usize + abi::vars::PATH as usize) as *mut u8;
             let mut n = 0;
             let mut put = |c: u8| {
@@ -496,6 +495,9 @@ unsafe fn enable_percpu(d: &ModuleDescriptor, base: usize, percpu_base: u64, cpu
     unsafe {
         for i in 0..d.counter_count as usize {
             let entry = table.add(i * 4);
+            if *entry.add(1) == 0 {
+                continue; // a timed function: its entry stub counts, no critical section
+            }
             *entry.add(1) = (*entry.add(1)).wrapping_add(bias);
             *entry.add(3) = (*entry.add(3)).wrapping_add(bias);
         }

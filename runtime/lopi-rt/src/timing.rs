@@ -25,17 +25,27 @@ use core::ptr::{read_volatile, write_volatile};
 /// `fs:` offset of the thread's chunk pointer: 0 = none yet, 1 = being set up or failed.
 const THREAD_SLOT: usize = 0x38;
 
-/// Where the rewriter stores the distance from this word to the module's runtime variables.
+/// Where the rewriter stores the distances from this word to the module's runtime variables
+/// and (from the second word) to its counter array: valid from the first instruction, before
+/// any init or relocation.
 #[no_mangle]
 #[used]
-pub static LOPI_VARS_DELTA: i64 = 0;
+pub static LOPI_DELTAS: [i64; 2] = [0, 0];
 
-fn vars() -> *mut RuntimeVars {
-    let slot = &LOPI_VARS_DELTA as *const i64;
+fn from_delta(slot: *const i64) -> usize {
     // SAFETY: the slot is in the blob's read-only data; volatile so that the compiler does
     // not fold the build-time zero that the rewriter overwrites.
     let delta = unsafe { read_volatile(slot) };
-    (slot as isize).wrapping_add(delta as isize) as *mut RuntimeVars
+    (slot as isize).wrapping_add(delta as isize) as usize
+}
+
+fn vars() -> *mut RuntimeVars {
+    from_delta(&LOPI_DELTAS[0]) as *mut RuntimeVars
+}
+
+/// Address of counter `index` of this module.
+fn counter(index: u64) -> u64 {
+    (from_delta(&LOPI_DELTAS[1]) as u64).wrapping_add(8 * index)
 }
 
 #[inline(always)]
@@ -75,13 +85,15 @@ fn set_thread_slot(t: usize) {
 // context, frames to close, trace events, a probe interrupting a probe) takes the Rust
 // slow path with every call-clobbered register saved.
 global_asm!(
-    // Called from a timed trampoline as `push <function's file address>; call`. After the
-    // six pushes: [rsp+56] = function, rsp+64 = the function's entry stack pointer.
+    // Called from a timed trampoline as `push <counter index>; call`. After the six pushes:
+    // [rsp+56] = counter index, rsp+64 = the function's entry stack pointer.
     ".globl lopi_enter_stub",
     "lopi_enter_stub:",
     "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",
-    "lea rsi, [rip + LOPI_VARS_DELTA]",
+    "lea rsi, [rip + LOPI_DELTAS]",
+    "lea r8, [rsi + 8]",
     "add rsi, [rsi]",
+    "add r8, [r8]",
     "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
     "jbe 9f",
@@ -101,8 +113,9 @@ global_asm!(
     "mov ecx, dword ptr [rdi + {t_depth}]",
     "cmp ecx, dword ptr [rdi + {t_stack_cap}]",
     "jae 8f",
+    // The function's name in the tree: its counter's address.
     "mov rax, [rsp + 56]",
-    "add rax, [rsi + {v_bias}]",
+    "lea rax, [r8 + rax*8]",
     "mov rsi, rdi",
     "add rsi, [rdi + {t_stack}]",
     "xor edx, edx",
@@ -160,7 +173,7 @@ global_asm!(
     "rdtsc",
     "shl rdx, 32",
     "or rax, rdx",
-    "lea rsi, [rip + LOPI_VARS_DELTA]",
+    "lea rsi, [rip + LOPI_DELTAS]",
     "add rsi, [rsi]",
     "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
@@ -185,6 +198,9 @@ global_asm!(
     "lea rsi, [rsi + rdx*8 - 24]",
     "lea rdx, [rsp + 56]",
     "cmp [rsi], rdx",
+    "jne 8f",
+    // A call a forked child inherited was counted in its parent.
+    "cmp dword ptr [rsi + 12], 0",
     "jne 8f",
     "dec ecx",
     "mov dword ptr [rdi + {t_depth}], ecx",
@@ -217,19 +233,13 @@ global_asm!(
     "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret",
     // A timed function as the planner makes it, for calibration: the jump into the entry
-    // trampoline, the counting code's spills and increment (a stack slot stands in for the
-    // per-CPU counter), the entry probe, then a call of itself while `edi` > 0 (probes on a
-    // call chain, as in real programs, not only side by side), the jump into the exit
-    // site and the exit probe.
+    // trampoline, the push of its counter index (`rsi`), the entry probe, then a call of
+    // itself while `edi` > 0 (probes on a call chain, as in real programs, not only side by
+    // side), the jump into the exit site and the exit probe.
     "lopi_calibration_probed:",
     "jmp 4f",
     "4:",
-    "mov [rsp - 16], r11",
-    "mov r11, [rsp - 16]",
-    "mov [rsp - 8], rax",
-    "inc qword ptr [rsp - 24]",
-    "mov rax, [rsp - 8]",
-    "push 0",
+    "push rsi",
     "call lopi_enter_stub",
     "test edi, edi",
     "jz 5f",
@@ -252,7 +262,6 @@ global_asm!(
     enter = sym probe_enter,
     exit = sym probe_exit,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
-    v_bias = const offset_of!(RuntimeVars, load_bias),
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),
@@ -270,7 +279,7 @@ global_asm!(
 );
 
 extern "C" {
-    fn lopi_calibration_probed(depth: u32);
+    fn lopi_calibration_probed(depth: u32, counter: u64);
     fn lopi_calibration_empty(depth: u32);
 }
 
@@ -373,6 +382,7 @@ impl Thread {
                 let mine = self.frame(i);
                 (*mine).rsp = (*f).rsp;
                 (*mine).node = child;
+                (*mine).inherited = 1;
                 (*mine).start_tsc = (*f).start_tsc;
                 (*self.h).depth = i + 1;
                 under = child;
@@ -420,7 +430,9 @@ impl Thread {
             let node = (*f).node;
             let n = self.node(node);
             let dt = now.wrapping_sub((*f).start_tsc);
-            (*n).calls += 1;
+            if (*f).inherited == 0 {
+                (*n).calls += 1;
+            }
             (*n).ticks = (*n).ticks.wrapping_add(dt);
             if dt > (*n).max_ticks {
                 (*n).max_ticks = dt;
@@ -444,16 +456,30 @@ impl Thread {
     }
 }
 
-/// Entry probe: `svma` is the function's file address, `rsp` the stack pointer at its entry.
-unsafe extern "C" fn probe_enter(svma: u64, rsp: u64) {
+/// Counts a call that gets no node of its own (no timing yet, a nested probe, a full stack
+/// or tree) in the function's shared counter, so that counts stay exact.
+#[inline(always)]
+unsafe fn count_untimed(counter: u64) {
+    // SAFETY: `counter` is the function's counter slot in its module's RW segment.
+    unsafe { asm!("lock inc qword ptr [{}]", in(reg) counter, options(nostack)) };
+}
+
+/// Entry probe: `index` is the function's counter index (the counter's address is its name
+/// in context trees), `rsp` the stack pointer at its entry.
+unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
     let v = vars();
+    let counter = counter(index);
     // SAFETY: see `Thread::current`; `busy` keeps a signal handler's probes off the state
     // this probe is changing. The header is only accessed through the raw pointer.
     unsafe {
-        let Some(t) = Thread::current(v) else { return };
+        let Some(t) = Thread::current(v) else {
+            count_untimed(counter);
+            return;
+        };
         let h = t.h;
         if read_volatile(&(*h).busy) != 0 {
             (*h).nested_skipped += 1;
+            count_untimed(counter);
             return;
         }
         write_volatile(&mut (*h).busy, 1);
@@ -465,12 +491,17 @@ unsafe extern "C" fn probe_enter(svma: u64, rsp: u64) {
         let depth = (*h).depth;
         if depth >= (*h).stack_cap {
             (*h).too_deep += 1;
+            count_untimed(counter);
         } else {
             let parent = if depth > 0 { (*t.frame(depth - 1)).node } else { 0 };
-            let node = t.child(parent, svma.wrapping_add((*v).load_bias));
+            let node = t.child(parent, counter);
+            if node == abi::LOST_CONTEXT_NODE {
+                count_untimed(counter);
+            }
             let f = t.frame(depth);
             (*f).rsp = rsp;
             (*f).node = node;
+            (*f).inherited = 0;
             (*h).depth = depth + 1;
             // Read last, so that the probe's own work falls outside the call's time.
             let start = rdtsc();
@@ -716,7 +747,7 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
             let before = innermost_ticks();
             let t0 = rdtsc();
             for _ in 0..CHAINS {
-                lopi_calibration_probed(DEPTH);
+                lopi_calibration_probed(DEPTH, 0);
             }
             let t1 = rdtsc();
             for _ in 0..CHAINS {
