@@ -63,7 +63,7 @@ fn render(timing: &Timing, format: ExportFormat, weight: WeightArg) -> Result<(V
         }
         ExportFormat::Chrome => {
             let trace = lopi_trace::chrome_trace(timing)?;
-            let events = trace["traceEvents"].as_array().map_or(0, Vec::len);
+            let events = trace.trace_events.len();
             (serde_json::to_vec(&trace)?, format!("{events} events"))
         }
         ExportFormat::Folded => {

@@ -125,10 +125,38 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// Chrome's Trace Event Format (JSON object form) from the threads' entry/exit events: a
-/// `B`/`E` pair per call, properly nested per thread, names for processes and threads, and an
-/// instant event where a thread's trace buffer overflowed.
-pub fn chrome_trace(t: &Timing) -> Result<Value, ExportError> {
+/// One Chrome trace event. Typed (not `serde_json::Value`) so that a million-event trace
+/// costs about its JSON size in memory, not gigabytes.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ChromeEvent<'t> {
+    pub name: std::borrow::Cow<'t, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cat: Option<&'static str>,
+    pub ph: &'static str,
+    /// Microseconds.
+    pub ts: f64,
+    pub pid: u32,
+    pub tid: u32,
+    /// Scope of an instant event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+}
+
+/// A Chrome Trace Event Format document (JSON object form).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ChromeTrace<'t> {
+    #[serde(rename = "traceEvents")]
+    pub trace_events: Vec<ChromeEvent<'t>>,
+    #[serde(rename = "displayTimeUnit")]
+    pub display_time_unit: &'static str,
+}
+
+/// Every thread's entry/exit events as a Chrome trace (Perfetto, chrome://tracing): `B`/`E`
+/// pairs per call, metadata naming processes and threads, and an instant event where a
+/// thread started dropping events.
+pub fn chrome_trace(t: &Timing) -> Result<ChromeTrace<'_>, ExportError> {
     if t.threads.iter().all(|thread| thread.events.is_empty()) {
         return Err(ExportError::NoTraceEvents);
     }
@@ -137,8 +165,15 @@ pub fn chrome_trace(t: &Timing) -> Result<Value, ExportError> {
     for thread in &t.threads {
         let (pid, tid) = (thread.pid, thread.tid);
         // `ts` is not needed on metadata events, but keeps every event the same shape.
-        let metadata = |name: &str, value: String| {
-            json!({"name": name, "ph": "M", "ts": 0.0, "pid": pid, "tid": tid, "args": {"name": value}})
+        let metadata = |name: &'static str, value: String| ChromeEvent {
+            name: name.into(),
+            cat: None,
+            ph: "M",
+            ts: 0.0,
+            pid,
+            tid,
+            s: None,
+            args: Some(json!({ "name": value })),
         };
         if named_pids.insert(pid) {
             events.push(metadata("process_name", format!("pid {pid}")));
@@ -146,31 +181,38 @@ pub fn chrome_trace(t: &Timing) -> Result<Value, ExportError> {
         events.push(metadata("thread_name", format!("tid {tid}")));
         thread_trace(t, thread, &mut events);
     }
-    Ok(json!({"traceEvents": events, "displayTimeUnit": "ns"}))
+    Ok(ChromeTrace { trace_events: events, display_time_unit: "ns" })
 }
 
 /// One thread's events. Chrome pairs an `E` with the innermost open `B` of its thread, so a
 /// frame left without its own exit event (unwound past) is closed when an outer frame exits,
 /// and frames still open when the trace ends are closed at its last event.
-fn thread_trace(t: &Timing, thread: &ThreadProfile, out: &mut Vec<Value>) {
+fn thread_trace<'t>(t: &'t Timing, thread: &'t ThreadProfile, out: &mut Vec<ChromeEvent<'t>>) {
     let (pid, tid) = (thread.pid, thread.tid);
     let name = |node: u32| thread.nodes.get(node as usize).map_or(UNKNOWN_FUNCTION, |n| frame_name(t, n));
-    let event = |node: u32, ph: &str, ns: f64| {
-        json!({"name": name(node), "cat": "function", "ph": ph, "ts": ns / 1000.0, "pid": pid, "tid": tid})
+    let event = |node: u32, ph: &'static str, ns: f64| ChromeEvent {
+        name: name(node).into(),
+        cat: Some("function"),
+        ph,
+        ts: ns / 1000.0,
+        pid,
+        tid,
+        s: None,
+        args: None,
     };
-    let end = |node: u32, ns: f64, why: Option<&str>| {
-        let mut e = event(node, "E", ns);
-        if let Some(why) = why {
-            e["args"] = json!({ why: true });
-        }
-        e
-    };
+    let end = |node: u32, ns: f64, why: Option<&str>| ChromeEvent { args: why.map(|why| json!({ why: true })), ..event(node, "E", ns) };
     let last_ns = thread.events.last().map_or(0.0, |e| e.ns);
     // Without a time for the first drop, the mark goes after everything that was recorded.
     let mut drop_mark = (thread.trace_dropped > 0).then(|| thread.first_drop_ns.unwrap_or(last_ns));
-    let dropped = |ns: f64| {
-        let name = format!("lopi: {} events dropped", thread.trace_dropped);
-        json!({"name": name, "ph": "i", "s": "t", "ts": ns / 1000.0, "pid": pid, "tid": tid})
+    let dropped = |ns: f64| ChromeEvent {
+        name: format!("lopi: {} events dropped", thread.trace_dropped).into(),
+        cat: None,
+        ph: "i",
+        ts: ns / 1000.0,
+        pid,
+        tid,
+        s: Some("t"),
+        args: None,
     };
     // Entered frames not yet left, innermost last.
     let mut open: Vec<u32> = Vec::new();
@@ -719,7 +761,7 @@ mod tests {
 
     #[test]
     fn chrome_trace_is_valid_and_nested() {
-        let trace = chrome_trace(&sample()).expect("events");
+        let trace = serde_json::to_value(chrome_trace(&sample()).expect("events")).expect("serialises");
         validate_chrome(&trace);
         let events: Vec<String> = trace["traceEvents"]
             .as_array()
@@ -759,7 +801,7 @@ mod tests {
         let mut t = sample();
         t.threads[0].trace_dropped = 7;
         t.threads[0].first_drop_ns = Some(55.0);
-        let trace = chrome_trace(&t).expect("events");
+        let trace = serde_json::to_value(chrome_trace(&t).expect("events")).expect("serialises");
         validate_chrome(&trace);
         let names: Vec<&str> =
             trace["traceEvents"].as_array().expect("array").iter().filter_map(|e| e["name"].as_str()).collect();

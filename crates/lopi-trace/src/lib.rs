@@ -11,7 +11,7 @@ mod report;
 mod timing;
 
 pub use data::{DataError, DataFile, Record, ThreadChunk};
-pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ExportError, Weight};
+pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use report::{Edge, FunctionCount, Profile, ThreadSummary, TimingSummary};
 pub use timing::{ContextNode, EventKind, ProbeCost, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
