@@ -210,7 +210,9 @@ pub fn rewrite(
         rseq_table_offset: rseq_table as i64 - desc_vaddr as i64,
         stride: u64::from(stride),
         probes: if plan.probed.iter().any(|p| p.timed) {
-            lopi_rt_abi::PROBE_TIMING | if recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 }
+            let trace = if recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
+            let executable = if module.kind == lopi_elf::ModuleKind::SharedLibrary { 0 } else { lopi_rt_abi::MODULE_EXECUTABLE };
+            lopi_rt_abi::PROBE_TIMING | trace | executable
         } else {
             0
         },

@@ -65,6 +65,9 @@ pub const DESCRIPTOR_LEN: usize = 88;
 pub const PROBE_TIMING: u64 = 1;
 /// [`ModuleDescriptor::probes`]: also an entry/exit event trace per thread.
 pub const PROBE_TRACE: u64 = 2;
+/// [`ModuleDescriptor::probes`]: the module is an executable, never unloaded, so its runtime
+/// may register process-lifetime hooks (fork handlers).
+pub const MODULE_EXECUTABLE: u64 = 4;
 
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
@@ -210,6 +213,8 @@ pub struct RuntimeVars {
     pub stack_cap: u32,
     /// Trace events per thread (0 without `PROBE_TRACE`).
     pub trace_cap: u64,
+    /// Private buffer where the fork handler copies the forking thread's open calls.
+    pub fork_snapshot: u64,
 }
 
 /// Offsets into [`RuntimeVars`] that generated code uses.
@@ -223,7 +228,7 @@ pub mod vars {
     pub const PATH: u64 = super::PAGE_SIZE;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 80);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 88);
 
 /// First bytes of a thread chunk in a data file: one thread's calling-context tree,
 /// shadow stack and trace, appended when the thread first runs a timed probe.

@@ -552,8 +552,17 @@ fn glibc_rseq_offset() -> Option<i64> {
 
 /// Offset of the kernel thread id in glibc's thread descriptor, from the thread pointer:
 /// libc exports it for libthread_db as `_thread_db_pthread_tid` = {bits, count, offset}.
-/// libc is found through ld.so's `_r_debug` link map.
 pub(crate) fn glibc_tid_offset() -> Option<u32> {
+    let [desc] = libc_symbols([b"_thread_db_pthread_tid\0"])?;
+    let desc = desc? as *const u32;
+    // SAFETY: the symbol is libc's read-only descriptor of three u32.
+    let (bits, count, offset) = unsafe { (*desc, *desc.add(1), *desc.add(2)) };
+    (bits == 32 && count == 1 && offset != 0 && offset < 4096 * 4).then_some(offset)
+}
+
+/// Addresses of libc's dynamic symbols `names`; libc is found through ld.so's `_r_debug`
+/// link map. `None` when libc is not loaded.
+pub(crate) fn libc_symbols<const N: usize>(names: [&[u8]; N]) -> Option<[Option<usize>; N]> {
     let ldso = auxv_value(7)? as usize; // AT_BASE
     // SAFETY: ld.so is mapped at AT_BASE; `_r_debug` is its `struct r_debug`
     // {int version; struct link_map *r_map; ...}, whose link maps
@@ -567,10 +576,7 @@ pub(crate) fn glibc_tid_offset() -> Option<u32> {
             let name = *((map + 8) as *const *const u8);
             let dynamic = *((map + 16) as *const usize);
             if !name.is_null() && contains(name, b"/libc.so.6") && dynamic != 0 {
-                let [desc] = dynamic_symbols(base, dynamic, [b"_thread_db_pthread_tid\0"]);
-                let desc = desc? as *const u32;
-                let (bits, count, offset) = (*desc, *desc.add(1), *desc.add(2));
-                return (bits == 32 && count == 1 && offset != 0 && offset < 4096 * 4).then_some(offset);
+                return Some(dynamic_symbols(base, dynamic, names));
             }
             map = *((map + 24) as *const usize);
             hops += 1;

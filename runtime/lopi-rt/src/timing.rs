@@ -79,6 +79,20 @@ fn set_thread_slot(t: usize) {
     unsafe { asm!("mov fs:[0x38], {}", in(reg) t, options(nostack, preserves_flags)) };
 }
 
+/// `fs:0x40` (`unused_vgetcpu_cache[1]`): between a fork handler and the child's first
+/// probe, the snapshot of the forking thread's open calls; 0 otherwise.
+fn fork_slot() -> usize {
+    let s: usize;
+    // SAFETY: reads the second TCB word lopi owns.
+    unsafe { asm!("mov {}, fs:[0x40]", out(reg) s, options(nostack, readonly, preserves_flags)) };
+    s
+}
+
+fn set_fork_slot(s: usize) {
+    // SAFETY: writes the second TCB word lopi owns.
+    unsafe { asm!("mov fs:[0x40], {}", in(reg) s, options(nostack, preserves_flags)) };
+}
+
 // The stubs' fast paths handle the common cases in a few instructions with six registers
 // saved: a call whose context-tree node is the one its parent's last call of this function
 // used, and an exit that ends the top frame. Everything else (a new thread, a new calling
@@ -293,28 +307,36 @@ impl Thread {
     /// not ready, or the thread is setting up its chunk (a signal handler during that).
     #[inline(always)]
     unsafe fn current(v: *const RuntimeVars) -> Option<Thread> {
+        // SAFETY: as in `existing`.
+        unsafe {
+            if let Some(t) = Self::existing(v) {
+                return Some(t);
+            }
+            let pid_page = read_volatile(&(*v).pid_page) as *mut u32;
+            if pid_page.is_null() || thread_slot() == 1 {
+                return None;
+            }
+            new_thread(v, pid_page)
+        }
+    }
+
+    /// The current thread's chunk if it has one of its own already.
+    #[inline(always)]
+    unsafe fn existing(v: *const RuntimeVars) -> Option<Thread> {
         // SAFETY: `v` is this module's variables page; the pid page, once published, is a
         // mapped page; a slot value above the first page is a chunk this runtime mapped.
         unsafe {
             let pid_page = read_volatile(&(*v).pid_page) as *mut u32;
-            if pid_page.is_null() {
-                return None;
-            }
             let t = thread_slot();
-            if t >= PAGE_SIZE as usize {
-                let h = t as *const ThreadHeader;
-                let tid_offset = (*v).tid_offset;
-                // glibc reuses a finished thread's descriptor (and our slot in it) for a new
-                // thread, and a forked child inherits it: the thread id tells them apart.
-                let same = if tid_offset != 0 { thread_word(tid_offset) == (*h).tid } else { (*h).pid == read_volatile(pid_page) };
-                if same {
-                    return Some(Thread { h: t as *mut ThreadHeader, base: t });
-                }
-            }
-            if t == 1 {
+            if pid_page.is_null() || t < PAGE_SIZE as usize {
                 return None;
             }
-            new_thread(v, pid_page)
+            let h = t as *const ThreadHeader;
+            let tid_offset = (*v).tid_offset;
+            // glibc reuses a finished thread's descriptor (and our slot in it) for a new
+            // thread, and a forked child inherits it: the thread id tells them apart.
+            let same = if tid_offset != 0 { thread_word(tid_offset) == (*h).tid } else { (*h).pid == read_volatile(pid_page) };
+            same.then_some(Thread { h: t as *mut ThreadHeader, base: t })
         }
     }
 
@@ -363,30 +385,37 @@ impl Thread {
         }
     }
 
-    /// Copies `parent`'s open frames (paths rebuilt in this tree). The parent process may
-    /// be changing its chunk meanwhile: indices are checked, and a torn frame only costs time.
-    unsafe fn inherit(&self, parent: &Thread) {
-        // SAFETY: both chunks are mapped; every index read from the parent is bounds-checked
-        // against its own capacities before use.
+    /// Continues a parent's open calls, given outermost first as (rsp, function, start):
+    /// paths are rebuilt in this tree and the frames marked inherited (counted in the parent).
+    unsafe fn inherit(&self, calls: impl Iterator<Item = (u64, u64, u64)>) {
+        // SAFETY: depth stays below this chunk's stack capacity.
         unsafe {
-            let depth = read_volatile(&(*parent.h).depth).min((*parent.h).stack_cap).min((*self.h).stack_cap);
-            let nodes = read_volatile(&(*parent.h).node_count).min((*parent.h).node_cap);
             let mut under = 0;
-            for i in 0..depth {
-                let f = parent.frame(i);
-                let node = (*f).node;
-                if node >= nodes {
-                    break;
-                }
-                let child = self.child(under, (*parent.node(node)).func);
-                let mine = self.frame(i);
-                (*mine).rsp = (*f).rsp;
+            for (i, (rsp, func, start)) in calls.take((*self.h).stack_cap as usize).enumerate() {
+                let child = self.child(under, func);
+                let mine = self.frame(i as u32);
+                (*mine).rsp = rsp;
                 (*mine).node = child;
                 (*mine).inherited = 1;
-                (*mine).start_tsc = (*f).start_tsc;
-                (*self.h).depth = i + 1;
+                (*mine).start_tsc = start;
+                (*self.h).depth = i as u32 + 1;
                 under = child;
             }
+        }
+    }
+
+    /// This chunk's open calls as (rsp, function, start), outermost first. The chunk may be
+    /// another process's, changing meanwhile: indices are bounds-checked, and a torn frame
+    /// only costs time.
+    unsafe fn open_calls(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        // SAFETY: the chunk is mapped; node indices are checked against its capacity.
+        unsafe {
+            let depth = read_volatile(&(*self.h).depth).min((*self.h).stack_cap);
+            let nodes = read_volatile(&(*self.h).node_count).min((*self.h).node_cap);
+            (0..depth).map_while(move |i| {
+                let f = self.frame(i);
+                ((*f).node < nodes).then(|| ((*f).rsp, (*self.node((*f).node)).func, (*f).start_tsc))
+            })
         }
     }
 
@@ -556,9 +585,21 @@ unsafe fn new_thread(v: *const RuntimeVars, pid_page: *mut u32) -> Option<Thread
         let t = Thread { h: chunk, base: chunk as usize };
         if old >= PAGE_SIZE as usize && (*(old as *const ThreadHeader)).pid != pid {
             // A forked child: it is still inside the calls its parent had begun, so it goes
-            // on with copies of them and their exits match. (A new thread on a reused
+            // on with copies of them and their exits match. The fork handler's snapshot
+            // has them as they were at the fork; without it (a forking module that is a
+            // library) the parent's live chunk is the best guess. (A new thread on a reused
             // descriptor, same pid, starts empty.)
-            t.inherit(&Thread { h: old as *mut ThreadHeader, base: old });
+            let parent_pid = (*(old as *const ThreadHeader)).pid;
+            let snapshot = fork_slot() as *const u32;
+            if !snapshot.is_null() && *snapshot == parent_pid {
+                let depth = *snapshot.add(1) as usize;
+                let frames = snapshot.add(2) as *const u64;
+                t.inherit((0..depth).map(|i| (*frames.add(3 * i), *frames.add(3 * i + 1), *frames.add(3 * i + 2))));
+            } else {
+                let parent = Thread { h: old as *mut ThreadHeader, base: old };
+                t.inherit(parent.open_calls());
+            }
+            set_fork_slot(0);
         }
         set_thread_slot(chunk as usize);
         Some(t)
@@ -643,10 +684,65 @@ pub unsafe fn enable(v: *mut RuntimeVars, probes: u64, pid: u32, envp: *const *c
             return;
         }
         write_volatile(page as *mut u32, pid);
+        if probes & abi::MODULE_EXECUTABLE != 0 {
+            register_fork_handlers(v);
+        }
         calibrate(v, page as u64);
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
         write_volatile(&mut (*v).pid_page, page as u64);
     }
+}
+
+/// Registers `before_fork`/`after_fork_in_parent` with glibc (`__register_atfork`, what
+/// `pthread_atfork` calls), with a private snapshot buffer. Only executables do: they are
+/// never unloaded, so the handlers never outlive their code.
+unsafe fn register_fork_handlers(v: *mut RuntimeVars) {
+    type Handler = unsafe extern "C" fn();
+    type RegisterAtfork = unsafe extern "C" fn(Option<Handler>, Option<Handler>, Option<Handler>, *mut u8) -> i32;
+    let Some([Some(register)]) = crate::libc_symbols([b"__register_atfork\0"]) else { return };
+    // SAFETY: a fresh private mapping for the snapshot; `register` is glibc's
+    // `__register_atfork`, called with handlers that live as long as the process.
+    unsafe {
+        let len = abi::page_align(8 + 24 * u64::from((*v).stack_cap)) as usize;
+        let buffer = sys::call6(sys::MMAP, 0, len, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
+        if buffer <= 0 {
+            return;
+        }
+        (*v).fork_snapshot = buffer as u64;
+        let register: RegisterAtfork = core::mem::transmute(register);
+        register(Some(before_fork), Some(after_fork_in_parent), None, core::ptr::null_mut());
+    }
+}
+
+/// In the forking thread, right before `fork`: copies its open calls into the snapshot and
+/// names the snapshot in the thread's TCB, which the child inherits.
+unsafe extern "C" fn before_fork() {
+    let v = vars();
+    // SAFETY: the snapshot buffer holds 8 + 24 * stack_cap bytes; the thread's chunk is its
+    // own (tid checked by `Thread::current`).
+    unsafe {
+        let snapshot = (*v).fork_snapshot as *mut u32;
+        let Some(t) = Thread::existing(v) else { return };
+        if snapshot.is_null() {
+            return;
+        }
+        let frames = snapshot.add(2) as *mut u64;
+        let mut depth = 0;
+        for (i, (rsp, func, start)) in t.open_calls().take((*v).stack_cap as usize).enumerate() {
+            *frames.add(3 * i) = rsp;
+            *frames.add(3 * i + 1) = func;
+            *frames.add(3 * i + 2) = start;
+            depth = i + 1;
+        }
+        *snapshot = (*t.h).pid;
+        *snapshot.add(1) = depth as u32;
+        set_fork_slot(snapshot as usize);
+    }
+}
+
+/// In the parent, right after `fork`: the snapshot was for the child only.
+unsafe extern "C" fn after_fork_in_parent() {
+    set_fork_slot(0);
 }
 
 /// A decimal environment value, clamped to `1..=max`; `default` when unset or invalid.
