@@ -950,8 +950,8 @@ fn check_exports(b: &mut Built, data: &Path) {
 // 3. Tail calls
 // ---------------------------------------------------------------------------
 
-/// Sibling calls (jmp), a chain of them, a tail jump through the PLT, an indirect tail jump
-/// and a conditional tail jump (jne into another function). Output identical, calls exact,
+/// Sibling calls (jmp), a chain of them, a tail jump through the PLT, an indirect tail jump,
+/// a conditional tail jump (jne into another function) and a `ret; ret` pair. Output identical, calls exact,
 /// every call in the trees, sane times. At -O2/-O3 each function entered by a tail jump is
 /// attributed to the caller of the function that jumped (the jumping frame is gone).
 #[test]
@@ -966,7 +966,7 @@ fn tail_calls() {
         let must: Vec<&str> = if cfg.optimized() {
             all.clone()
         } else {
-            vec!["main", "tail_c", "tail_d", "inc", "dbl", "cond_target"]
+            vec!["main", "tail_c", "tail_d", "inc", "dbl", "cond_target", "ret_pair"]
         };
         let p = b.run_pair(&[]);
         let r = &p.report;
@@ -998,6 +998,7 @@ fn tail_calls() {
                     (Some("main"), "dbl", 100),
                     (Some("main"), "cond_tail", 400),
                     (Some("main"), "cond_target", 200),
+                    (Some("main"), "ret_pair", 800),
                 ],
             );
             // The jumping function's time ends at its jump.

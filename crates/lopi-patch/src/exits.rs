@@ -225,6 +225,7 @@ pub(crate) fn site(
         resume: (!terminal).then(|| Svma(last.next_ip())),
         bounce,
         exits: vec![(last.ip(), exit.kind)],
+        nops: Vec::new(),
     };
     if len >= JMP32_LEN {
         return Ok(site(len, None));
@@ -246,4 +247,13 @@ pub(crate) fn site(
         .take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN)
         .ok_or(UntimedReason::NoBounceSpace)?;
     Ok(site(covered, Some(Svma(bounce))))
+}
+
+/// A one-byte `ret` followed directly by another exit of the same region that is a `ret`
+/// too: as a `nop` it falls into that exit, with the same effect.
+pub(crate) fn falls_into_next_exit(exit: &ExitAt, insns: &[Insn], found: &FunctionExits) -> bool {
+    let next = exit.index + 1;
+    exit.kind == ExitKind::Return
+        && insns[exit.index].len() == 1
+        && found.exits.iter().any(|e| e.region == exit.region && e.index == next && e.kind == ExitKind::Return)
 }

@@ -68,12 +68,13 @@ impl Gaps {
         fits
     }
 
-    /// Claims `len` free bytes starting somewhere in `[lo, hi]`.
+    /// Claims `len` free bytes starting somewhere in `[lo, hi]`, at the end of a free
+    /// interval: its start, right after some code, is where a jump may need to run on.
     pub fn take_near(&mut self, lo: u64, hi: u64, len: usize) -> Option<u64> {
         let first = self.free.range(..=lo).next_back().map_or(lo, |(&s, _)| s);
         let found = self.free.range(first..=hi).find_map(|(&start, &end)| {
-            let at = start.max(lo);
-            (at <= hi && at + len as u64 <= end).then_some(at)
+            let at = end.checked_sub(len as u64)?.min(hi);
+            (at >= start.max(lo)).then_some(at)
         })?;
         self.remove(found, len);
         Some(found)
@@ -114,10 +115,10 @@ mod tests {
         let mut g = Gaps { free: BTreeMap::from([(100, 116)]) };
         assert!(g.take_at(100, 3));
         assert!(!g.take_at(101, 1));
-        assert_eq!(g.take_near(0, 200, 5), Some(103));
-        assert_eq!(g.take_near(0, 200, 5), Some(108));
+        assert_eq!(g.take_near(0, 200, 5), Some(111), "from the end");
+        assert_eq!(g.take_near(0, 107, 5), Some(106), "the last start within the window");
         assert_eq!(g.take_near(0, 200, 5), None);
-        assert!(g.take_at(113, 3));
+        assert!(g.take_at(103, 3));
         assert!(g.free.is_empty());
     }
 }

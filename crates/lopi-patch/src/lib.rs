@@ -142,6 +142,8 @@ struct Site {
     bounce: Option<Svma>,
     /// Moved instructions that leave the function, to get exit probes (when timed).
     exits: Vec<(u64, ExitKind)>,
+    /// One-byte `ret`s right before this exit site that become `nop`s and fall into it.
+    nops: Vec<Svma>,
 }
 
 /// Where the installer puts the probe's code and data, in the module's address space.
@@ -350,24 +352,38 @@ fn timed_exits(
         let mut floor = region.start;
         let mut region_sites = Vec::new();
         let mut failure = None;
+        // `ret`s too short to patch that fall through into the next exit (`ret; ret`, GCC's
+        // tail duplication): they become `nop`s and share that exit's site.
+        let mut into_next: Vec<Svma> = Vec::new();
         for exit in found.exits.iter().filter(|e| e.region.start == start) {
             let ip = insns[exit.index].ip();
             if in_own && (whole || (ip >= entry.patch_at.0 && ip < entry_end)) {
+                if !into_next.is_empty() {
+                    failure = Some(UntimedReason::ExitTooShort);
+                    break;
+                }
                 continue; // the entry trampoline probes it
             }
             if in_own && ip >= entry.patch_at.0 {
                 floor = floor.max(entry_end);
             }
             match exits::site(module, f, exit, insns, floor, targets, gaps) {
-                Ok(site) => {
+                Ok(mut site) => {
                     floor = site.patch_at.0 + site.covered as u64;
+                    site.nops = std::mem::take(&mut into_next);
                     region_sites.push(site);
+                }
+                Err(UntimedReason::ExitTooShort) if exits::falls_into_next_exit(exit, insns, &found) => {
+                    into_next.push(Svma(ip));
                 }
                 Err(reason) => {
                     failure = Some(reason);
                     break;
                 }
             }
+        }
+        if failure.is_none() && !into_next.is_empty() {
+            failure = Some(UntimedReason::ExitTooShort);
         }
         if !in_own {
             let indices = (0..region_sites.len()).map(|k| next_index + new_sites.len() + k).collect();
@@ -414,6 +430,7 @@ impl Entry {
             relocated: self.insns,
             bounce,
             exits: Vec::new(),
+            nops: Vec::new(),
         }
     }
 }
@@ -550,6 +567,7 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
         resume: None,
         bounce: None,
         exits: Vec::new(),
+        nops: Vec::new(),
     })
 }
 
@@ -690,5 +708,8 @@ fn site_patches(module: &ElfModule<'_>, site: &Site, trampoline: Svma) -> Option
     // Whatever the jump leaves of the moved instructions is unreachable: fill with int3.
     head.resize(site.covered.max(head.len()), 0xcc);
     out.push(CodePatch { at: site.patch_at, original: original(site.patch_at, head.len())?, bytes: head });
+    for &at in &site.nops {
+        out.push(CodePatch { at, bytes: vec![0x90], original: original(at, 1)? });
+    }
     Some(out)
 }
