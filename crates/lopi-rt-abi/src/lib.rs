@@ -205,12 +205,11 @@ pub struct RuntimeVars {
     pub probe_pair_ticks: u64,
     /// Pid of the process whose records describe this address space.
     pub space_pid: u32,
-    /// `PROBE_*` bits.
-    pub probes: u32,
     /// Calling-context tree capacity per thread (a power of two).
     pub node_cap: u32,
     /// Shadow stack capacity per thread.
     pub stack_cap: u32,
+    pub _pad2: u32,
     /// Trace events per thread (0 without `PROBE_TRACE`).
     pub trace_cap: u64,
     /// Private buffer where the fork handler copies the forking thread's open calls.

@@ -667,7 +667,6 @@ pub unsafe fn enable(v: *mut RuntimeVars, probes: u64, pid: u32, envp: *const *c
     // SAFETY: the caller's contract; mmap/madvise of a fresh anonymous page.
     unsafe {
         (*v).space_pid = pid;
-        (*v).probes = probes as u32;
         (*v).node_cap = env_number(envp, b"LOPI_NODES", 1 << 14, 1 << 24).next_power_of_two() as u32;
         (*v).stack_cap = env_number(envp, b"LOPI_DEPTH", 4096, 1 << 20) as u32;
         (*v).trace_cap =
