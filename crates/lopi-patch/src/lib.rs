@@ -35,10 +35,6 @@ pub enum Tactic {
 }
 
 impl Tactic {
-    fn from_site(site: &Site) -> Tactic {
-        site.entry.expect("an entry site")
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Tactic::Jmp32 => "jmp32",
@@ -243,7 +239,9 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
         ends[index] = end;
         match entry_site(module, index, end, &targets, &mut gaps) {
             Ok(Choice::Direct(site)) => {
-                outcomes[index] = Outcome::Probed(Tactic::from_site(&site));
+                if let Some(tactic) = site.entry {
+                    outcomes[index] = Outcome::Probed(tactic);
+                }
                 sites.push(site);
             }
             Ok(Choice::NeedsBounce(entry)) => need_bounce.push((index, entry)),
@@ -254,7 +252,9 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
     for (index, entry) in need_bounce {
         match bounce_site(index, entry, &mut gaps) {
             Ok(site) => {
-                outcomes[index] = Outcome::Probed(Tactic::from_site(&site));
+                if let Some(tactic) = site.entry {
+                    outcomes[index] = Outcome::Probed(tactic);
+                }
                 sites.push(site);
             }
             Err(reason) => outcomes[index] = Outcome::Skipped(reason),
