@@ -13,9 +13,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-for tool in gcc python3 flock; do
-    command -v "$tool" >/dev/null || { echo "run.sh: $tool not found" >&2; exit 1; }
-done
+. "$repo/bench/lib/install.sh"
+bench_require gcc python3 flock
 
 sqlite_dir=$("$repo/bench/lib/fetch_sqlite.sh")
 exec python3 "$here/entry_count.py" --sqlite-dir "$sqlite_dir" "$@"

@@ -8,6 +8,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 top="$repo/work-real/bench-sqlite"
+. "$repo/bench/lib/install.sh"
 out="$top/amalg"
 log() { echo "fetch_sqlite: $*" >&2; }
 
@@ -20,15 +21,7 @@ if [[ -s "$out/sqlite3.c" && -s "$out/speedtest1.c" && -s "$out/SOURCE.txt" ]]; 
     exit 0
 fi
 
-need_pkgs=()
-command -v dpkg-source >/dev/null || need_pkgs+=(dpkg-dev)
-command -v tclsh >/dev/null || need_pkgs+=(tcl)
-command -v make >/dev/null || need_pkgs+=(make)
-if ((${#need_pkgs[@]})); then
-    log "installing ${need_pkgs[*]}"
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >&2
-fi
+bench_apt_tool dpkg-source dpkg-dev && bench_apt_tool tclsh tcl && bench_apt_tool make make || exit 1
 
 # An unpacked source tree already in work-real/ (ours or the one tests/real fetched) is reused.
 src=""
@@ -40,25 +33,7 @@ for cand in "$top"/sqlite3-*/ "$repo"/work-real/*/sqlite3-*/ "$repo"/work-real/s
 done
 
 if [[ -z "$src" ]]; then
-    has_deb_src() {
-        grep -rqsE '^[[:space:]]*(deb-src[[:space:]]|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/
-    }
-    if ! has_deb_src; then
-        log "enabling deb-src (/etc/apt/sources.list.d/lopi-deb-src.sources)"
-        if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
-            sed -E 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-                > /etc/apt/sources.list.d/lopi-deb-src.sources
-        else
-            grep -hE '^deb[[:space:]]' /etc/apt/sources.list | sed 's/^deb /deb-src /' \
-                > /etc/apt/sources.list.d/lopi-deb-src.list
-        fi
-        apt-get update -qq >&2
-    fi
-    log "apt-get source sqlite3 -> $top"
-    if ! (cd "$top" && apt-get source sqlite3 >&2); then
-        apt-get update -qq >&2
-        (cd "$top" && apt-get source sqlite3 >&2)
-    fi
+    bench_apt_source sqlite3 "$top" || { log "apt-get source sqlite3 failed"; exit 1; }
     for cand in "$top"/sqlite3-*/; do
         [[ -f "$cand/test/speedtest1.c" ]] && src=${cand%/}
     done

@@ -55,7 +55,8 @@ class Variant:
 
     name: str
     argv: list[str]
-    metric: Callable[[str, str], Optional[float]]  # (stdout, stderr) -> seconds or None
+    # (stdout, stderr) -> seconds or None; WALL (None): the whole process's wall-clock time
+    metric: Optional[Callable[[str, str], Optional[float]]]
     env: dict = dataclasses.field(default_factory=dict)
     # Called before each run with the run's index; returns extra env (e.g. a fresh data path).
     before: Optional[Callable[[int], dict]] = None
@@ -65,6 +66,9 @@ class Variant:
     check: Optional[Callable[[str], Optional[str]]] = None
     timeout_s: float = 600.0
     skip_reason: str = ""  # non-empty: not run, shown as skipped
+
+
+WALL = None  # Variant.metric for programs without their own timer (zstd): the process's wall time
 
 
 def regex_seconds(pattern: str, scale: float = 1.0) -> Callable[[str, str], Optional[float]]:
@@ -95,7 +99,7 @@ def _run_once(v: Variant, idx: int, rnd: int, log) -> RunResult:
     if p.returncode != 0:
         res.error = f"exit code {p.returncode}" + (f" (signal {-p.returncode})" if p.returncode < 0 else "")
         return res
-    res.metric_s = v.metric(p.stdout, p.stderr)
+    res.metric_s = v.metric(p.stdout, p.stderr) if v.metric else wall
     if res.metric_s is None:
         res.error = "metric not found in output"
         return res
@@ -182,6 +186,15 @@ def fmt_range(st: Stats) -> str:
     return f"{med} [{num(st.lo)}–{num(st.hi)}]"
 
 
+def fmt_bytes(n: Optional[int]) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
 def fmt_int(n: Optional[int]) -> str:
     return "-" if n is None else f"{n:,}"
 
@@ -226,15 +239,25 @@ def git_commit(repo: Path) -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def machine_lines(repo: Path, extra: list[tuple[str, str]]) -> list[str]:
+def machine_info(repo: Path, extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(what, value) pairs: CPU, kernel, gcc, lopi's commit, then `extra`."""
     gcc = _cmd(["gcc", "--version"]).splitlines()
-    lines = [
+    return [
         ("CPU", f"{cpu_model()} ({os.cpu_count()} CPUs online)"),
         ("kernel", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("gcc", gcc[0] if gcc else "not found"),
         ("lopi git commit", git_commit(repo)),
     ] + extra
-    return [f"- {k}: {v}" for k, v in lines]
+
+
+def machine_lines(repo: Path, extra: list[tuple[str, str]]) -> list[str]:
+    return [f"- {k}: {v}" for k, v in machine_info(repo, extra)]
+
+
+def tool_version(argv: list[str]) -> str:
+    """First line of `argv` (e.g. `valgrind --version`), or "not installed"."""
+    out = _cmd(argv)
+    return out.splitlines()[0] if out else "not installed"
 
 
 def which(name: str) -> Optional[str]:
@@ -280,27 +303,44 @@ def gcc_version() -> str:
     return subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
 
 
-def build(name: str, argv_tail: list[str], inputs: list[Path], out_suffix: str = "",
-          build_dir: Path = BUILD_CACHE) -> Path:
-    """`gcc argv_tail -o OUT`, cached under build_dir by a hash of gcc's version, flags and inputs."""
+def cached_output(name: str, key_parts: list, produce: Callable[[Path], None], what: str,
+                  out_suffix: str = "", build_dir: Path = BUILD_CACHE) -> Path:
+    """build_dir/NAME-HASH[suffix], HASH of key_parts (str or bytes, in order); made once by
+    produce(tmp path), renamed into place when it returns."""
     key = hashlib.sha256()
-    key.update(gcc_version().encode())
-    key.update("\0".join(argv_tail).encode())
-    for p in inputs:
-        key.update(p.read_bytes())
+    for part in key_parts:
+        key.update(part if isinstance(part, bytes) else str(part).encode())
     build_dir.mkdir(parents=True, exist_ok=True)
     out = build_dir / f"{name}-{key.hexdigest()[:12]}{out_suffix}"
     if out.exists():
         return out
     tmp = out.with_name(out.name + ".part")
     t0 = time.time()
-    log(f"build: {name} (gcc {' '.join(argv_tail)})")
-    p = subprocess.run(["gcc", *argv_tail, "-o", str(tmp)], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"build of {name} failed:\n{p.stderr[-3000:]}")
+    log(f"build: {name} ({what})")
+    produce(tmp)
     tmp.rename(out)
     log(f"build: {name} done in {time.time() - t0:.0f} s")
     return out
+
+
+def build(name: str, argv_tail: list[str], inputs: list[Path], out_suffix: str = "",
+          build_dir: Path = BUILD_CACHE) -> Path:
+    """`gcc argv_tail -o OUT`, cached under build_dir by a hash of gcc's version, flags and inputs."""
+
+    def gcc(tmp: Path) -> None:
+        p = subprocess.run(["gcc", *argv_tail, "-o", str(tmp)], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"build of {name} failed:\n{p.stderr[-3000:]}")
+
+    return cached_output(name, [gcc_version(), "\0".join(argv_tail), *(p.read_bytes() for p in inputs)], gcc,
+                         f"gcc {' '.join(argv_tail)}", out_suffix, build_dir)
+
+
+def w2_job(name: str, sqlite_dir: Path, flags: tuple = (), objects: tuple = ()) -> tuple:
+    """build() arguments of speedtest1 + the amalgamation with W2_FLAGS, `flags` and `objects`."""
+    st_c, sq_c = sqlite_sources(sqlite_dir)
+    return (name, [*W2_FLAGS, *flags, f"-I{sqlite_dir}", str(st_c), str(sq_c), *map(str, objects), "-lm"],
+            [st_c, sq_c, *objects])
 
 
 def build_parallel(jobs: dict[str, tuple], workers: int = 2) -> dict[str, Path]:
@@ -330,6 +370,11 @@ def w1_check(stdout: str) -> Optional[str]:
     """What every W1 variant must print identically: the call count and the checksum."""
     m = re.search(r"calls_expected=(\d+) result=(-?\d+)", stdout)
     return m.group(0) if m else None
+
+
+def w2_check(stdout: str) -> str:
+    """speedtest1's output without its timings (test names, TOTAL line, verification hash)."""
+    return "\n".join(re.sub(r"\s+[0-9.]+s$", "", line) for line in stdout.splitlines())
 
 
 def w1_expected(base_runs: list[RunResult], fn: str) -> dict:
@@ -369,8 +414,10 @@ def failure_note(runs: list[RunResult]) -> Optional[str]:
 
 
 def median_calls(runs: list[RunResult]) -> tuple[Optional[int], str]:
-    """(median of the runs' extra["calls"], its text with the range when runs differ)."""
-    counts = [r.extra["calls"] for r in runs if "calls" in r.extra]
+    """(median of the runs' extra["calls"], its text with the range when runs differ); the recorded
+    rounds' counts, the warm-up's when no recorded round has one."""
+    counts = ([r.extra["calls"] for r in runs if "calls" in r.extra and r.round >= 0]
+              or [r.extra["calls"] for r in runs if "calls" in r.extra])
     if not counts:
         return None, "-"
     calls = int(statistics.median(counts))
@@ -414,8 +461,8 @@ def find_lopi(path: Path, snapshot_dir: Optional[Path] = None) -> tuple[Optional
         return path, info
     snapshot_dir.mkdir(parents=True, exist_ok=True)
     copy = snapshot_dir / f"lopi-{sha}"
-    for old in snapshot_dir.glob("lopi-*"):  # copies of earlier builds
-        if old != copy:
+    for old in snapshot_dir.glob("lopi-*"):  # copies of earlier builds (not lopi-data/)
+        if old != copy and re.fullmatch(r"lopi-[0-9a-f]{12}", old.name) and old.is_file():
             old.unlink(missing_ok=True)
     if not copy.exists():
         tmp = copy.with_name(copy.name + ".part")
@@ -449,6 +496,54 @@ def rewrite_note(msg: str, dt: float) -> str:
     """`rewrite 0.01 s, 11/11 functions probed` from lopi rewrite's summary line."""
     m = re.search(r"(\d+) functions found, (\d+) probed \(([0-9.]+%)\)", msg)
     return f"rewrite {dt:.2f} s" + (f", {m.group(2)}/{m.group(1)} functions probed" if m else "")
+
+
+def rewrite_or_skip(lopi: Path, prog: Path, out: Path, args: Optional[list[str]] = None
+                    ) -> tuple[Optional[Path], str, list[str]]:
+    """Rewrite PROG for a lopi configuration: (OUT, "", [rewrite note]) or (None, why not, [])."""
+    err, dt, msg = lopi_rewrite(lopi, prog, out, args)
+    if err:
+        log(f"lopi: {prog.name}: {err}")
+        return None, err, []
+    log(f"lopi: rewrote {prog.name}{' with ' + ' '.join(args) if args else ''} in {dt:.2f} s")
+    return out, "", [rewrite_note(msg, dt)]
+
+
+def rewrite_configs(lopi: Optional[Path], lopi_path: Path, bins: dict[str, dict], configs: dict[str, list[str]],
+                    outdir: Path) -> tuple[dict[str, dict], dict[str, dict]]:
+    """For every group's program bins[group]["baseline"] and every lopi configuration {name: rewrite
+    args}: the rewritten program goes into bins[group][name]; returns ({group: {name: why not}},
+    {group: {name: [rewrite note]}})."""
+    skip: dict[str, dict] = {g: {} for g in bins}
+    notes: dict[str, dict] = {g: {} for g in bins}
+    for group, progs in bins.items():
+        for cfg, args in configs.items():
+            if not lopi:
+                skip[group][cfg] = f"lopi binary not found ({lopi_path})"
+                continue
+            prog = progs["baseline"]
+            out, why, rnotes = rewrite_or_skip(lopi, prog, outdir / f"{group}-{prog.name}.{cfg}", args)
+            if out:
+                progs[cfg], notes[group][cfg] = out, rnotes
+            else:
+                skip[group][cfg] = why
+    return skip, notes
+
+
+def write_results(out: Path, md: list[str], bench: str, raw_meta: dict, all_res: dict,
+                  machine: list[tuple[str, str]], entries: list[dict], quick: bool, **summary_extra) -> str:
+    """A benchmark's outputs: OUT (the Markdown), OUT.runs.json (every run), OUT.summary.json (for
+    bench/run.sh's summary); prints the Markdown on stdout. Returns it."""
+    text = "\n".join(md)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    raw = out.with_suffix(".runs.json")
+    dump_raw(raw, raw_meta, all_res)
+    write_summary(out, bench, machine, entries, quick, **summary_extra)
+    print(text)
+    shown = out.relative_to(REPO) if out.is_relative_to(REPO) else out
+    log(f"wrote {shown}, {raw.name} and {out.with_suffix('.summary.json').name}")
+    return text
 
 
 def lopi_report(lopi: Path, data: Path) -> dict:
@@ -505,6 +600,244 @@ def lopi_report_notes(runs: list[RunResult], expected: dict) -> list[str]:
             ok = "=" if got == expected["calls"] else "≠"
             notes.append(f"{expected['fn']}: {fmt_int(got)} {ok} expected {expected['calls']:,}")
     return notes
+
+
+# ---------------------------------------------------------------- uftrace
+
+
+# `  946.080 ms  755.631 ms     8077611  fib` (seconds are printed `1.773  s`)
+UFT_ROW = re.compile(r"^\s*[0-9.]+\s+[a-z]+\s+[0-9.]+\s+[a-z]+\s+(\d+)\s+(\S.*?)\s*$", re.M)
+
+
+def uftrace_report(data: Path) -> dict:
+    """Calls per function from `uftrace report` (kernel events such as linux:schedule left out)."""
+    p = subprocess.run(["uftrace", "report", "-d", str(data)], capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(f"uftrace report exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    per_fn: dict[str, int] = {}
+    for m in UFT_ROW.finditer(p.stdout):
+        name = m.group(2)
+        if not name.startswith("linux:"):
+            per_fn[name] = per_fn.get(name, 0) + int(m.group(1))
+    if not per_fn:
+        raise RuntimeError("uftrace report listed no function")
+    return {"calls": sum(per_fn.values()), "per_fn": per_fn, "functions": len(per_fn)}
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def uftrace_hooks(datadir: Path, counted: dict):
+    """(before, after) hooks for an uftrace variant recording into `datadir`: a fresh directory per
+    run; after it, the data size, and the call counts of `uftrace report` on the first run (the
+    workloads are deterministic: the later runs reuse them, `counted` caches them)."""
+
+    def before(idx: int) -> dict:
+        for d in (datadir, datadir.with_name(datadir.name + ".old")):
+            shutil.rmtree(d, ignore_errors=True)
+        return {}
+
+    def after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
+        if not datadir.is_dir():
+            return {"after_error": f"no uftrace data in {datadir}"}
+        extra = {"data_bytes": dir_bytes(datadir)}
+        if not counted:
+            counted.update(uftrace_report(datadir), counted_run=idx)
+        extra.update(counted)
+        shutil.rmtree(datadir, ignore_errors=True)
+        return extra
+
+    return before, after
+
+
+def uftrace_variant(name: str, prog: Path, argv_tail: list[str], datadir: Path, counted: dict, metric,
+                    patch_all: bool, check=None, skip_reason: str = "", count: bool = True) -> Variant:
+    """`uftrace record [-P .] -d DATADIR/uftrace.data PROG ARGS` (its defaults otherwise); with
+    count, the calls of `uftrace report` on the first run (see uftrace_hooks)."""
+    d = datadir / "uftrace.data"
+    d.parent.mkdir(parents=True, exist_ok=True)
+    ub, ua = uftrace_hooks(d, counted)
+    patch = ["-P", "."] if patch_all else []
+    return Variant(name, ["uftrace", "record", *patch, "-d", str(d), str(prog), *argv_tail], metric,
+                   before=ub, after=ua if count else None, check=check, timeout_s=1800, skip_reason=skip_reason)
+
+
+# ---------------------------------------------------------------- gcc -finstrument-functions hooks
+
+TIMING_HOOK_RX = re.compile(r"^timing_hooks: calls=(\d+) functions=(\d+) threads=\d+ top=(\d+) too_deep=(\d+) "
+                     r"mismatched=(\d+)", re.M)
+
+
+def timing_hook_before(out: Path) -> Callable[[int], dict]:
+    """Variant.before of a timing_hooks.c build: its per-function table goes to `out`."""
+    return lambda idx: {"TIMING_HOOKS_OUTPUT": str(out)}
+
+
+def timing_hook_after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
+    """Variant.after of a timing_hooks.c build: its `timing_hooks: calls=...` line."""
+    m = TIMING_HOOK_RX.search(stderr)
+    if not m:
+        return {"after_error": "no `timing_hooks: calls=` line"}
+    out = Path(env["TIMING_HOOKS_OUTPUT"])
+    return {"calls": int(m.group(1)), "functions": int(m.group(2)), "top": int(m.group(3)),
+            "too_deep": int(m.group(4)), "mismatched": int(m.group(5)),
+            "data_bytes": out.stat().st_size if out.exists() else None}
+
+
+
+COUNT_HOOK_RX = re.compile(r"^count_hooks: calls=(\d+)", re.M)
+
+
+def count_hook_after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
+    """Variant.after of a count_hooks.c build: its `count_hooks: calls=N` line."""
+    m = COUNT_HOOK_RX.search(stderr)
+    return {"calls": int(m.group(1))} if m else {"after_error": "no `count_hooks: calls=` line"}
+
+
+# ---------------------------------------------------------------- summary (bench/run.sh)
+
+# Chart groups of the workloads (bench/lib/summary.py draws one group of bars per kind).
+KIND = {"w1-fib": "W1 fib", "w1-loop": "W1 loop", "w2": "W2 speedtest1",
+        "zstd-src-c": "zstd -3 (source build)", "zstd-src-d": "zstd -d (source build)",
+        "zstd-deb-c": "zstd -3 (Debian binary)", "zstd-deb-d": "zstd -d (Debian binary)"}
+# Tool names shared by the benchmarks: one colour per tool in overhead.png.
+TOOL = {
+    "base": "uninstrumented",
+    "lopi-entry": "lopi entry count",
+    "lopi-timing": "lopi entry+exit timing",
+    "gcc-count": "gcc -finstrument-functions + count hook",
+    "gcc-timing": "gcc -finstrument-functions + timing hook",
+    "uftrace-pg": "uftrace, -pg build",
+    "uftrace-pfe": "uftrace -P ., patchable build",
+    "uftrace-dyn": "uftrace -P ., unmodified binary",
+    "gprof": "gprof (gcc -pg, mcount)",
+    "callgrind": "valgrind callgrind",
+    "bpftrace": "bpftrace uprobes",
+    "frida-js": "frida Interceptor, JS onEnter",
+    "frida-cmodule": "frida Interceptor, CModule onEnter",
+}
+
+
+def summary_entry(bench: str, key: str, workload: str, v: Variant, res: dict, label: str, tool: str,
+                  expected: Optional[dict] = None, output: Optional[str] = None, base: str = "baseline") -> dict:
+    """One row of bench/results/summary.md: configuration `v` on one workload, next to the baseline
+    `base` run in the same rounds. expected: {"fn", "calls"} of W1 (ns/call is left out when the tool
+    did not record that function); output: the verdict on its output, else from `v.check`."""
+    e = {"bench": bench, "key": key, "kind": KIND.get(key, key), "workload": workload, "config": v.name,
+         "label": label, "tool": tool, "is_baseline": v.name == base}
+    runs = res.get(v.name, [])
+    if v.skip_reason:
+        return dict(e, status="skipped", reason=v.skip_reason)
+    failed = failure_note(runs)
+    if failed or stats(runs) is None:
+        return dict(e, status="failed", reason=failed or "no recorded run")
+    st, b = stats(runs), stats(res.get(base, []))
+    calls, calls_text = median_calls(runs)
+    if output is None and v.name != base and v.check is not None:
+        output = "DIFFERS" if output_mismatch(v.check, res.get(base, []), runs) else "identical"
+    e.update(status="ok", n=st.n, median_s=st.median, lo_s=st.lo, hi_s=st.hi, wall_median_s=st.wall_median,
+             calls=calls, calls_text=calls_text, output=output or "-")
+    per_fn = next((r.extra["per_fn"] for r in runs if "per_fn" in r.extra), None)
+    if v.name != base and b:
+        e["ratio"] = st.median / b.median
+        e["within_spread"] = st.lo <= b.hi  # its fastest run is not slower than the baseline's slowest
+        if expected and per_fn is not None and not per_fn.get(expected["fn"]):
+            e["ns_note"] = f"{expected['fn']} not instrumented: ns/call not comparable"
+        elif calls:
+            e["ns_per_call"] = (st.median - b.median) / calls * 1e9
+    return e
+
+
+def summary_entries(bench: str, key: str, workload: str, variants: list[Variant], res: dict, labels: dict,
+                    tools: dict, expected: Optional[dict] = None, outputs: Optional[dict] = None,
+                    notes: Optional[dict] = None) -> list[dict]:
+    """summary_entry of every variant (labels/tools: by variant name; outputs: verdicts by name;
+    notes: extra notes by name)."""
+    out = []
+    for v in variants:
+        e = summary_entry(bench, key, workload, v, res, labels[v.name], tools[v.name], expected,
+                          (outputs or {}).get(v.name))
+        e["notes"] = list((notes or {}).get(v.name, []))
+        out.append(e)
+    return out
+
+
+def fmt_ns(ns: float) -> str:
+    """ns per call with 3 significant digits: 1.26, 28.1, 850, 12,300."""
+    a = abs(ns)
+    if a >= 1000:
+        return f"{ns:,.0f}"
+    return f"{ns:.3g}" if a >= 1 else f"{ns:.2f}"
+
+
+def entry_cells(e: dict, brief: bool = False) -> list[str]:
+    """[time median [min–max], x baseline, calls, ns/call, output, notes] of a summary entry
+    (brief: notes only on why a figure is missing or not significant)."""
+    if e["status"] != "ok":
+        return [e["status"], "-", "-", "-", "-", e.get("reason", "")]
+    st = Stats(e["n"], e["median_s"], e["lo_s"], e["hi_s"], e["wall_median_s"])
+    notes = [] if brief else list(e.get("notes", []))
+    ratio = "x1.00" if e["is_baseline"] else (f"x{e['ratio']:.2f}" if "ratio" in e else "-")
+    ns = "-"
+    if "ns_per_call" in e:
+        ns = fmt_ns(e["ns_per_call"])
+    if e.get("ns_note"):
+        notes.insert(0, e["ns_note"])
+    if e.get("within_spread"):
+        notes.insert(0, "within the baseline's run-to-run spread (fastest run ≤ the baseline's slowest)")
+    if not brief:
+        notes.append(f"n={e['n']}")
+    return [fmt_range(st), ratio, e.get("calls_text", fmt_int(e.get("calls"))), ns, e.get("output", "-"),
+            "; ".join(notes)]
+
+
+def compose_hooks(*pairs: tuple) -> tuple:
+    """One (before, after) pair from several: the befores' environments merged, the afters' extras
+    merged (None members are left out)."""
+    befores = [b for b, _ in pairs if b]
+    afters = [a for _, a in pairs if a]
+
+    def before(idx: int) -> dict:
+        env: dict = {}
+        for b in befores:
+            env.update(b(idx))
+        return env
+
+    def after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
+        extra: dict = {}
+        for a in afters:
+            extra.update(a(idx, stdout, stderr, env))
+        return extra
+
+    return before, after
+
+
+def load_and_time(load_start: str, t_start: float) -> list[tuple[str, str]]:
+    """The machine_info lines on the run itself: load average at start and end, run time."""
+    return [("load average", f"{load_start} at start, {loadavg()} at end (2 CPUs: other jobs on the machine add noise)"),
+            ("run time", f"{time.time() - t_start:.0f} s")]
+
+
+def results_head(title: str, script: str, quick: bool, machine: list[tuple[str, str]]) -> list[str]:
+    """The first lines of a benchmark's Markdown: title, which command made it and when, machine."""
+    q = " --quick" if quick else ""
+    return [f"# {title}" + (" (quick)" if quick else ""), "",
+            f"Generated by `{script}{q}` on {datetime.datetime.now():%Y-%m-%d %H:%M}; every figure below comes "
+            "from that run.", "", *(f"- {k}: {v}" for k, v in machine)]
+
+
+def write_summary(md_path: Path, bench: str, machine: list[tuple[str, str]], entries: list[dict],
+                  quick: bool, **extra) -> Path:
+    """MD.summary.json next to a benchmark's table: what bench/lib/summary.py merges. It carries
+    the run id bench/run.sh sets ($LOPI_BENCH_RUN_ID), so that the summary only takes figures from
+    the run that made it."""
+    out = md_path.with_suffix(".summary.json")
+    data = {"bench": bench, "run_id": os.environ.get("LOPI_BENCH_RUN_ID", ""), "quick": quick,
+            "generated": datetime.datetime.now().isoformat(timespec="seconds"), "results": md_path.name,
+            "machine": machine, "entries": entries, **extra}
+    out.write_text(json.dumps(data, indent=1))
+    return out
 
 
 # ---------------------------------------------------------------- floor

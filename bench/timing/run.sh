@@ -15,15 +15,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-for tool in gcc python3 flock; do
-    command -v "$tool" >/dev/null || { echo "run.sh: $tool not found" >&2; exit 1; }
-done
-if ! command -v uftrace >/dev/null; then
-    echo "run.sh: installing uftrace (apt-get)" >&2
-    if ! { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq uftrace >&2; }; then
-        echo "run.sh: could not install uftrace: its rows will say so" >&2
-    fi
-fi
+. "$repo/bench/lib/install.sh"
+bench_require gcc python3 flock
+bench_apt_tool uftrace uftrace || true
 
 sqlite_dir=$("$repo/bench/lib/fetch_sqlite.sh")
 exec python3 "$here/timing.py" --sqlite-dir "$sqlite_dir" "$@"

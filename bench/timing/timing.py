@@ -19,7 +19,6 @@ Run through run.sh; `timing.py --help` lists the knobs.
 from __future__ import annotations
 
 import argparse
-import datetime
 import re
 import shutil
 import statistics
@@ -55,6 +54,8 @@ LABEL = {
     UFT_DYN: "uftrace record -P ., unmodified binary",
     GCC: "gcc -finstrument-functions + timing_hooks.c",
 }
+TOOLS = {BASE: h.TOOL["base"], LOPI: h.TOOL["lopi-timing"], UFT_PG: h.TOOL["uftrace-pg"],
+         UFT_PFE: h.TOOL["uftrace-pfe"], UFT_DYN: h.TOOL["uftrace-dyn"], GCC: h.TOOL["gcc-timing"]}
 UFTRACE = (UFT_PG, UFT_PFE, UFT_DYN)
 # build flags per configuration that needs its own binary
 BUILD_FLAGS = {UFT_PG: PG, UFT_PFE: PFE, GCC: FINSTR}
@@ -77,14 +78,13 @@ def build_all(sqlite_dir: Path, uftrace_modes: list[str]) -> dict:
     inc = f"-I{sqlite_dir}"
     w2f = h.W2_FLAGS
     jobs = {
-        BASE: ("speedtest1", [*w2f, inc, str(st_c), str(sq_c), "-lm"], [st_c, sq_c]),
+        BASE: h.w2_job("speedtest1", sqlite_dir),
         # sqlite3.c with the hook calls, linked with timing_hooks.o below (a hook change relinks only)
         "sqlite3-finstr.o": ("sqlite3-finstr", [*w2f, *FINSTR, inc, "-c", str(sq_c)], [sq_c], ".o"),
     }
     for mode in (UFT_PG, UFT_PFE):
         if mode in uftrace_modes:
-            jobs[mode] = (f"speedtest1-{mode}", [*w2f, *BUILD_FLAGS[mode], inc, str(st_c), str(sq_c), "-lm"],
-                          [st_c, sq_c])
+            jobs[mode] = h.w2_job(f"speedtest1-{mode}", sqlite_dir, BUILD_FLAGS[mode])
     w2 = h.build_parallel(jobs)
     sq_o = w2.pop("sqlite3-finstr.o")
     w2[GCC] = build("speedtest1-finstr-timing", [*w2f, *FINSTR, inc, str(st_c), str(sq_o), str(hooks), "-lm"],
@@ -114,84 +114,7 @@ def lopi_keep(rep: dict) -> dict:
     return kept
 
 
-# ---------------------------------------------------------------- uftrace
-
-
-# `  946.080 ms  755.631 ms     8077611  fib` (seconds are printed `1.773  s`)
-UFT_ROW = re.compile(r"^\s*[0-9.]+\s+[a-z]+\s+[0-9.]+\s+[a-z]+\s+(\d+)\s+(\S.*?)\s*$", re.M)
-
-
-def uftrace_report(data: Path) -> dict:
-    """Calls per function from `uftrace report` (kernel events such as linux:schedule left out)."""
-    p = subprocess.run(["uftrace", "report", "-d", str(data)], capture_output=True, text=True, timeout=1800)
-    if p.returncode != 0:
-        raise RuntimeError(f"uftrace report exit {p.returncode}: {p.stderr.strip()[-300:]}")
-    per_fn: dict[str, int] = {}
-    for m in UFT_ROW.finditer(p.stdout):
-        name = m.group(2)
-        if not name.startswith("linux:"):
-            per_fn[name] = per_fn.get(name, 0) + int(m.group(1))
-    if not per_fn:
-        raise RuntimeError("uftrace report listed no function")
-    return {"calls": sum(per_fn.values()), "per_fn": per_fn, "functions": len(per_fn)}
-
-
-def dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def uftrace_hooks(datadir: Path, counted: dict):
-    """(before, after) hooks for an uftrace variant recording into `datadir`: a fresh directory per
-    run; after it, the data size, and the call counts of `uftrace report` on the first run (the
-    workloads are deterministic: the later runs reuse them, `counted` caches them)."""
-
-    def before(idx: int) -> dict:
-        for d in (datadir, datadir.with_name(datadir.name + ".old")):
-            shutil.rmtree(d, ignore_errors=True)
-        return {}
-
-    def after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
-        if not datadir.is_dir():
-            return {"after_error": f"no uftrace data in {datadir}"}
-        extra = {"data_bytes": dir_bytes(datadir)}
-        if not counted:
-            counted.update(uftrace_report(datadir), counted_run=idx)
-        extra.update(counted)
-        shutil.rmtree(datadir, ignore_errors=True)
-        return extra
-
-    return before, after
-
-
-def uftrace_version() -> str:
-    try:
-        return subprocess.run(["uftrace", "--version"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "not installed"
-
-
-# ---------------------------------------------------------------- gcc hook
-
-HOOK_RX = re.compile(r"^timing_hooks: calls=(\d+) functions=(\d+) threads=\d+ top=(\d+) too_deep=(\d+) "
-                     r"mismatched=(\d+)", re.M)
-
-
-def hook_after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
-    m = HOOK_RX.search(stderr)
-    if not m:
-        return {"after_error": "no `timing_hooks: calls=` line"}
-    out = Path(env["TIMING_HOOKS_OUTPUT"])
-    return {"calls": int(m.group(1)), "functions": int(m.group(2)), "top": int(m.group(3)),
-            "too_deep": int(m.group(4)), "mismatched": int(m.group(5)),
-            "data_bytes": out.stat().st_size if out.exists() else None}
-
-
 # ---------------------------------------------------------------- variants
-
-
-def w2_check(stdout: str) -> str:
-    """speedtest1's output without its timings (test names, TOTAL line, verification hash)."""
-    return "\n".join(re.sub(r"\s+[0-9.]+s$", "", line) for line in stdout.splitlines())
 
 
 def make_variants(key: str, argv_tail: list[str], bins: dict, skip: dict, lopi: Optional[Path], metric, check,
@@ -204,31 +127,17 @@ def make_variants(key: str, argv_tail: list[str], bins: dict, skip: dict, lopi: 
     vs.append(h.Variant(LOPI, [str(bins.get(LOPI, "lopi-missing")), *argv_tail], metric, before=lb,
                         after=la if count else None, check=check, skip_reason=skip.get(LOPI, "")))
     for mode in UFTRACE:
-        d = data / mode / "uftrace.data"
-        d.parent.mkdir(parents=True, exist_ok=True)
-        ub, ua = uftrace_hooks(d, counted.setdefault(mode, {}))
-        patch = [] if mode == UFT_PG else ["-P", "."]
         prog = bins.get(BASE if mode == UFT_DYN else mode, f"{mode}-missing")
-        vs.append(h.Variant(mode, ["uftrace", "record", *patch, "-d", str(d), str(prog), *argv_tail], metric,
-                            before=ub, after=ua if count else None, check=check, timeout_s=1800,
-                            skip_reason=skip.get(mode, "")))
-    hook_out = data / "timing_hooks.txt"
+        vs.append(h.uftrace_variant(mode, prog, argv_tail, data / mode, counted.setdefault(mode, {}), metric,
+                                    patch_all=mode != UFT_PG, check=check, skip_reason=skip.get(mode, ""),
+                                    count=count))
     vs.append(h.Variant(GCC, [str(bins[GCC]), *argv_tail], metric,
-                        before=lambda idx: {"TIMING_HOOKS_OUTPUT": str(hook_out)},
-                        after=hook_after if count else None, check=check))
+                        before=h.timing_hook_before(data / "timing_hooks.txt"),
+                        after=h.timing_hook_after if count else None, check=check))
     return vs
 
 
 # ---------------------------------------------------------------- tables
-
-
-def fmt_bytes(n: Optional[int]) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} B"
 
 
 def per_fn_of(runs: list[h.RunResult]) -> dict:
@@ -270,7 +179,7 @@ def summarise(title: str, variants: list[h.Variant], res: dict, notes_extra: dic
                 xfloor = f"x{ns / floor_ns:.2f}" if floor_ns else "-"
         sizes = [r.extra["data_bytes"] for r in runs if r.extra.get("data_bytes")]
         if sizes:
-            notes.append(f"data {fmt_bytes(int(statistics.median(sizes)))}")
+            notes.append(f"data {h.fmt_bytes(int(statistics.median(sizes)))}")
         if v.name == LOPI:
             notes += h.lopi_report_notes(runs, expected)
             if not any(r.extra.get("has_times") for r in runs):
@@ -381,7 +290,7 @@ def main() -> int:
 
     # which configurations run
     skip: dict[str, dict] = {"w1": {}, "w2": {}}
-    uft_ver = uftrace_version()
+    uft_ver = h.tool_version(["uftrace", "--version"])
     for mode in UFTRACE:
         why = ("not selected (--uftrace)" if mode not in modes
                else "" if h.which("uftrace") else "uftrace not installed")
@@ -398,15 +307,11 @@ def main() -> int:
             skip[wl][LOPI] = lopi_why
             continue
         prog = bins[wl][BASE]
-        out = BUILD / (prog.name + ".lopi-timing")
-        err, dt, msg = h.lopi_rewrite(lopi, prog, out, lopi_args)
-        if err:
-            log(f"lopi: {wl}: {err}")
-            skip[wl][LOPI] = err
+        out, why, notes = h.rewrite_or_skip(lopi, prog, BUILD / (prog.name + ".lopi-timing"), lopi_args)
+        if out:
+            bins[wl][LOPI], notes_extra[wl][LOPI] = out, notes
         else:
-            log(f"lopi: rewrote {prog.name} with {' '.join(lopi_args)} in {dt:.2f} s")
-            bins[wl][LOPI] = out
-            notes_extra[wl][LOPI] = [h.rewrite_note(msg, dt)]
+            skip[wl][LOPI] = why
     if lopi_why:
         log(lopi_why)
 
@@ -418,7 +323,7 @@ def main() -> int:
     w2_title = f"W2 speedtest1 --memdb --size {size}"
     groups = [(key, title, "w1", argv, h.HOT_NS, h.w1_check, fn)
               for key, title, argv, fn in h.w1_groups((fib_n, fib_r), loop_n)]
-    groups.append(("w2", w2_title, "w2", ["--memdb", "--size", str(size)], h.TOTAL, w2_check, None))
+    groups.append(("w2", w2_title, "w2", ["--memdb", "--size", str(size)], h.TOTAL, h.w2_check, None))
     all_res: dict[str, dict] = {}
     rows: list[list[str]] = []
     ratios: dict[str, dict] = {}
@@ -430,7 +335,7 @@ def main() -> int:
         vs = make_variants(key, argv, bins[wl], skip[wl], lopi, metric, check, counted.setdefault(key, {}))
         res = h.run_interleaved([*vs, floor_v], n, warmup=1, log=log)
         all_res[title] = res
-        measured.append((title, wl, vs, res, h.w1_expected(res[BASE], fn) if fn else {}))
+        measured.append((key, title, wl, vs, res, h.w1_expected(res[BASE], fn) if fn else {}))
         checked.append((title, vs, res, "`calls_expected=` and `result=` of every run" if fn
                         else "test names and TOTAL line of every timed run (times removed)"))
         if wl == "w2":
@@ -446,33 +351,27 @@ def main() -> int:
     for d in (BUILD / "data").glob("*/uftrace-*/uftrace.data*"):  # the --verify runs' data
         shutil.rmtree(d, ignore_errors=True)
 
-    floor_runs = [r for _, _, _, res, _ in measured for r in res[FLOOR] if r.ok and r.round >= 0]
+    floor_runs = [r for *_, res, _ in measured for r in res[FLOOR] if r.ok and r.round >= 0]
     floor_rows, floor_med, floor_ns = floor_table([r.extra["floor"] for r in floor_runs if r.extra.get("floor")])
     floor_failed = [f"| floor: {h.failure_note(res[FLOOR])} | | |"
                     for *_, res, _ in measured if h.failure_note(res[FLOOR])]
-    for title, wl, vs, res, expected in measured:
+    entries: list[dict] = []
+    for key, title, wl, vs, res, expected in measured:
         r, ratios[title] = summarise(title, vs, res, notes_extra[wl], expected, floor_ns)
         rows += r
+        entries += h.summary_entries("timing", key, title, vs, res, LABEL, TOOLS, expected)
 
     header = ["workload", "config", "time median [min–max]", "x uninstr.", "process wall", "wall x",
               "calls", "overhead ns/call", "x floor", "notes"]
     table = h.markdown_table(header, rows)
-    elapsed = time.time() - t_start
-    quick = " --quick" if a.quick else ""
+    machine = h.machine_info(REPO, [
+        ("lopi binary", lopi_info + (f"; {lopi_why}" if lopi_why else "")),
+        ("uftrace", uft_ver),
+        ("sqlite", h.sqlite_source_line(a.sqlite_dir)),
+        *h.load_and_time(load_start, t_start),
+    ])
     md = [
-        "# Cost of timing every call" + (" (quick)" if a.quick else ""),
-        "",
-        f"Generated by `bench/timing/run.sh{quick}` on {datetime.datetime.now():%Y-%m-%d %H:%M}; "
-        "every figure below comes from that run.",
-        "",
-        *h.machine_lines(REPO, [
-            ("lopi binary", lopi_info + (f"; {lopi_why}" if lopi_why else "")),
-            ("uftrace", uft_ver),
-            ("sqlite", h.sqlite_source_line(a.sqlite_dir)),
-            ("load average", f"{load_start} at start, {h.loadavg()} at end (2 CPUs: other jobs on the machine "
-                             "add noise)"),
-            ("run time", f"{elapsed:.0f} s"),
-        ]),
+        *h.results_head("Cost of timing every call", "bench/timing/run.sh", a.quick, machine),
         "",
         "## Method",
         "",
@@ -522,14 +421,9 @@ def main() -> int:
         *correctness(checked),
         "",
     ]
-    text = "\n".join(md)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(text)
-    raw = a.out.with_suffix(".runs.json")
-    h.dump_raw(raw, {"n": n, "quick": a.quick, "floor_median_ns": floor_med, "floor_ns": floor_ns,
-                     "lopi": lopi_info, "lopi_args": lopi_args, "lopi_skip": lopi_why, "uftrace": uft_ver},
-               all_res)
-    print(text)
+    h.write_results(a.out, md, "timing", {"n": n, "quick": a.quick, "floor_median_ns": floor_med, "floor_ns": floor_ns,
+                                          "lopi": lopi_info, "lopi_args": lopi_args, "lopi_skip": lopi_why,
+                                          "uftrace": uft_ver}, all_res, machine, entries, a.quick, floor_ns=floor_ns)
     print("\nRatios (x uninstrumented / overhead ns per call / x floor"
           + (f" = {floor_ns:.2f} ns" if floor_ns else "") + "):")
     for title, per in ratios.items():
@@ -539,8 +433,6 @@ def main() -> int:
                 continue
             shown = val if isinstance(val, str) else f"{val[0]:>8}  {val[1]:>20} ns/call  {val[2]:>7}"
             print(f"    {LABEL[name]:<58} {shown}")
-    shown_out = a.out.relative_to(REPO) if a.out.is_relative_to(REPO) else a.out
-    log(f"wrote {shown_out} and {raw.name} ({elapsed:.0f} s)")
     return 0
 
 

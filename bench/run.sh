@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# All of lopi's benchmarks, one command:
+#
+#   bench/run.sh [--quick]
+#
+# 1. installs the anchors it can: uftrace, valgrind, bpftrace (apt-get), frida and matplotlib (pip);
+#    what cannot be installed is shown as skipped, with the reason, in the tables;
+# 2. runs bench/entry-count, bench/timing, bench/zstd and bench/anchors (each fetches and builds its
+#    workloads once: sqlite and zstd from Debian's sources, Debian's stripped zstd; cached in work-real/);
+# 3. writes bench/results/summary.md (one table: workload x tool, median [min-max], x baseline, calls,
+#    ns/call, output check; machine and versions) and bench/results/overhead.png (ns/call by tool, log).
+#
+# Full: ~15-25 min on 2 CPUs; --quick: ~5 min (first run: + ~5-10 min of builds).
+# A benchmark that fails does not stop the others; the summary says which one has no results, and
+# bench/run.sh exits non-zero. Each benchmark's stdout (its table) is kept in
+# work-real/bench-build/logs/<name>.out; progress goes to stderr.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+quick=()
+for arg in "$@"; do
+    case $arg in
+        --quick) quick=(--quick) ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "usage: bench/run.sh [--quick]" >&2; exit 2 ;;
+    esac
+done
+
+. "$repo/bench/lib/install.sh"
+bench_require gcc make python3 flock
+bench_apt_tool uftrace uftrace || true
+bench_apt_tool valgrind valgrind || true
+bench_apt_tool bpftrace bpftrace || true
+bench_pip_module frida frida || true
+bench_pip_module matplotlib matplotlib || true
+
+export LOPI_BENCH_RUN_ID="$(date +%Y%m%d-%H%M%S)-$$"
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+logs="$repo/work-real/bench-build/logs"
+mkdir -p "$logs"
+t0=$(date +%s)
+failed=()
+for b in entry-count timing zstd anchors; do
+    bench_log "=== $b ${quick[*]} ($(( $(date +%s) - t0 )) s so far, load $(cut -d' ' -f1-3 /proc/loadavg))"
+    if ! "$here/$b/run.sh" "${quick[@]}" > "$logs/$b.out"; then
+        bench_log "$b FAILED (its table is not in the summary; output in $logs/$b.out)"
+        failed+=("$b")
+    fi
+done
+elapsed=$(( $(date +%s) - t0 ))
+python3 "$here/lib/summary.py" --run-id "$LOPI_BENCH_RUN_ID" "${quick[@]}" --elapsed "$elapsed" --load "$load" \
+    || failed+=(summary)
+bench_log "done in ${elapsed} s${failed:+; failed: ${failed[*]}}"
+((${#failed[@]} == 0))
