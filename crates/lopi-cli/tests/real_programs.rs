@@ -8,6 +8,13 @@
 //! same output and exit code with the rewritten binary as with the original;
 //! `lopi report` must show well-known functions called.
 //!
+//! Modes (`Mode`): every binary is rewritten with `--probe entry,exit` (the
+//! tests without a suffix: batteries, sqlite's testfixture, zstd's
+//! playTests); the batteries also run with plain entry counting (`_entry`)
+//! and with `--trace` (`_trace`, small LOPI_TRACE_EVENTS, plus `lopi export
+//! --format chrome` and `lopi flamegraph`).  The full matrix, with the long
+//! suites in every mode, is bench/suites/run.sh.
+//!
 //! Everything is fetched and built by tests/real/prepare.sh (idempotent,
 //! cached in <repo>/work-real, or $LOPI_REAL_WORK).  It needs Debian's apt
 //! repositories and root for apt-get.  When it cannot run, these tests FAIL:
@@ -27,10 +34,57 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const MIN_COVERAGE: f64 = 99.0;
+
+/// How a test rewrites its binaries: the modes of `lopi rewrite`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// `--probe entry` (the default): call counts only.
+    Entry,
+    /// `--probe entry,exit`: counts, times and calling contexts.
+    Timing,
+    /// `--trace`: timing plus a per-thread event trace.
+    Trace,
+}
+
+/// Per-thread trace capacity in `Mode::Trace`: the zstd battery starts ~800
+/// threads, so lopi's default (1M events, 16 MiB a thread) would write GBs.
+const CI_TRACE_EVENTS: &str = "2048";
+
+impl Mode {
+    fn rewrite_args(self) -> &'static [&'static str] {
+        match self {
+            Mode::Entry => &["--probe", "entry"],
+            Mode::Timing => &["--probe", "entry,exit"],
+            Mode::Trace => &["--trace"],
+        }
+    }
+
+    fn timed(self) -> bool {
+        self != Mode::Entry
+    }
+
+    /// The tag of a test in this mode: `base` for timing (the original tests), else suffixed.
+    fn tag(self, base: &str) -> String {
+        match self {
+            Mode::Entry => format!("{base}-entry"),
+            Mode::Timing => base.to_string(),
+            Mode::Trace => format!("{base}-trace"),
+        }
+    }
+
+    /// A rewritten binary's run: records into DATA (and traces into a small buffer).
+    fn record<'a>(self, cmd: &'a mut Command, data: &Path) -> &'a mut Command {
+        cmd.env("LOPI_OUTPUT", data);
+        if self == Mode::Trace {
+            cmd.env("LOPI_TRACE_EVENTS", CI_TRACE_EVENTS);
+        }
+        cmd
+    }
+}
 
 fn lopi() -> &'static str {
     env!("CARGO_BIN_EXE_lopi")
@@ -242,9 +296,9 @@ fn info(tag: &str, bin: &Path) -> Value {
     v
 }
 
-/// `lopi rewrite BIN -o OUT --probe entry,exit` (every function counted, and timed where
-/// all its exits can be probed).
-fn rewrite(tag: &str, bin: &Path, out: &Path) {
+/// `lopi rewrite BIN -o OUT` in MODE (every function counted, and with exit probes timed
+/// where all its exits can be probed).
+fn rewrite(tag: &str, bin: &Path, out: &Path, mode: Mode) {
     let t = Instant::now();
     let o = Command::new(lopi())
         .args([
@@ -252,9 +306,8 @@ fn rewrite(tag: &str, bin: &Path, out: &Path) {
             bin.to_str().unwrap(),
             "-o",
             out.to_str().unwrap(),
-            "--probe",
-            "entry,exit",
         ])
+        .args(mode.rewrite_args())
         .output()
         .expect("run lopi rewrite");
     assert!(
@@ -355,6 +408,22 @@ fn run(cmd: &mut Command) -> RunResult {
     }
 }
 
+/// The ORIGINAL program's run of a battery, once per test process: the tests that rewrite
+/// one binary in several modes compare against the same run.  KEY names the battery and the
+/// binaries; the batteries' outputs do not depend on their scratch directory.
+fn original(key: &str, cmd: impl FnOnce() -> Command) -> Arc<RunResult> {
+    type Cell = Arc<OnceLock<Arc<RunResult>>>;
+    static RUNS: OnceLock<Mutex<HashMap<String, Cell>>> = OnceLock::new();
+    let cell = RUNS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(key.to_string())
+        .or_default()
+        .clone();
+    cell.get_or_init(|| Arc::new(run(&mut cmd()))).clone()
+}
+
 /// Same stdout and exit code, else fail with a diff.  The original must pass.
 fn assert_same(tag: &str, what: &str, dir: &Path, orig: &RunResult, rewritten: &RunResult) {
     let safe: String = what
@@ -412,7 +481,9 @@ struct Report {
 }
 
 impl Report {
-    fn load(tag: &str, data: &Path) -> Report {
+    /// `lopi report DATA --format json`; what MODE records must be there (timing, trace
+    /// events), and for a trace `lopi export --format chrome` and `lopi flamegraph` must work.
+    fn load(tag: &str, data: &Path, mode: Mode) -> Report {
         assert!(
             data.exists(),
             "[{tag}] no data file {} was written (LOPI_OUTPUT)",
@@ -428,13 +499,38 @@ impl Report {
             secs(t.elapsed())
         );
         let timing = &json["timing"];
-        let threads = timing["threads"].as_array().map_or(0, Vec::len);
-        assert!(threads > 0, "[{tag}] the entry+exit rewrite recorded no timed thread");
+        if !mode.timed() {
+            assert!(
+                timing.is_null(),
+                "[{tag}] the entry-only rewrite recorded timing data"
+            );
+            return Report { json };
+        }
+        let threads = timing["threads"].as_array().map_or(&[][..], Vec::as_slice);
+        assert!(
+            !threads.is_empty(),
+            "[{tag}] the {mode:?} rewrite recorded no timed thread"
+        );
+        let events: u64 = threads
+            .iter()
+            .map(|t| t["trace_events"].as_u64().unwrap_or(0))
+            .sum();
+        let dropped: u64 = threads
+            .iter()
+            .map(|t| t["trace_dropped"].as_u64().unwrap_or(0))
+            .sum();
         println!(
-            "[{tag}] timed threads {threads}, probe cost {:.1} ns inside / {:.1} ns from caller",
+            "[{tag}] timed threads {}, probe cost {:.1} ns inside / {:.1} ns from caller, trace events {events} (dropped {dropped})",
+            threads.len(),
             timing["probe_cost"]["inner_ns"].as_f64().unwrap_or(0.0),
             timing["probe_cost"]["pair_ns"].as_f64().unwrap_or(0.0)
         );
+        if mode == Mode::Trace {
+            assert!(events > 0, "[{tag}] --trace recorded no trace event");
+            exports(tag, data);
+        } else {
+            assert_eq!(events, 0, "[{tag}] trace events without --trace");
+        }
         Report { json }
     }
 
@@ -539,6 +635,36 @@ impl Report {
     }
 }
 
+/// `lopi export DATA --format chrome` and `lopi flamegraph DATA` succeed on a trace.
+fn exports(tag: &str, data: &Path) {
+    let dir = data.parent().unwrap();
+    let chrome = dir.join("trace.chrome.json");
+    let svg = dir.join("flamegraph.svg");
+    for (args, out) in [
+        (vec!["export", "--format", "chrome", "-o"], &chrome),
+        (vec!["flamegraph", "-o"], &svg),
+    ] {
+        let t = Instant::now();
+        let o = Command::new(lopi())
+            .args(&args[..1])
+            .arg(data)
+            .args(&args[1..])
+            .arg(out)
+            .output()
+            .expect("run lopi");
+        let msg = String::from_utf8_lossy(&o.stderr).trim().to_string();
+        assert!(
+            o.status.success() && out.exists(),
+            "[{tag}] lopi {args:?} {} failed ({}): {msg}",
+            data.display(),
+            o.status
+        );
+        let len = fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+        println!("[{tag}] {msg} ({len} bytes, {})", secs(t.elapsed()));
+        let _ = fs::remove_file(out);
+    }
+}
+
 fn in_module(module_path: &str, want: Option<&str>) -> bool {
     match want {
         None => true,
@@ -556,43 +682,61 @@ fn bash(script: &str) -> Command {
     let mut c = Command::new("bash");
     c.arg(real_dir().join(script));
     c.env_remove("LOPI_OUTPUT");
+    c.env_remove("LOPI_TRACE_EVENTS");
     c
 }
 
 // ------------------------------------------------------------------ sqlite
 
 /// Source-built sqlite3 shell (engine compiled in, full symbols).
-#[test]
-fn real_sqlite3_source_built() {
+fn sqlite3_source_built(mode: Mode) {
     let p = prepared();
-    let tag = "sqlite3-src";
+    let tag = &mode.tag("sqlite3-src");
     let t = Instant::now();
     let dir = run_dir(tag);
     let _cleanup = Cleanup(dir.clone());
     let orig = p.path("SQLITE3_SRC_BIN");
     info(tag, &orig);
     let rw = dir.join("sqlite3");
-    rewrite(tag, &orig, &rw);
+    rewrite(tag, &orig, &rw, mode);
 
     let scratch = dir.join("scratch");
-    let a = run(bash("sqlite-battery.sh").arg(&orig).arg(&scratch));
+    let a = original(&format!("sqlite-battery.sh {}", orig.display()), || {
+        let mut c = bash("sqlite-battery.sh");
+        c.arg(&orig).arg(&scratch);
+        c
+    });
     let data = fresh_data(&dir, "battery.lopi");
-    let b = run(bash("sqlite-battery.sh")
-        .arg(&rw)
-        .arg(&scratch)
-        .env("LOPI_OUTPUT", &data));
+    let b = run(mode.record(bash("sqlite-battery.sh").arg(&rw).arg(&scratch), &data));
     assert_same(tag, "sqlite-battery.sh", &dir, &a, &b);
 
-    let r = Report::load(tag, &data);
+    let r = Report::load(tag, &data, mode);
     r.expect(tag, "sqlite3_prepare_v2", None);
     r.expect(tag, "sqlite3_step", None);
     r.expect(tag, "sqlite3VdbeExec", None);
     r.expect(tag, "sqlite3_open_v2", None);
     r.expect(tag, "do_meta_command", None);
     r.print_top(tag, "source-built sqlite3 shell (battery)", None);
-    r.expect_hot(tag, "sqlite3VdbeExec", 15);
-    r.expect_hot(tag, "sqlite3_step", 15);
+    if mode.timed() {
+        r.expect_hot(tag, "sqlite3VdbeExec", 15);
+        r.expect_hot(tag, "sqlite3_step", 15);
+    }
     println!("[{tag}] total {}", secs(t.elapsed()));
+}
+
+#[test]
+fn real_sqlite3_source_built() {
+    sqlite3_source_built(Mode::Timing);
+}
+
+#[test]
+fn real_sqlite3_source_built_entry() {
+    sqlite3_source_built(Mode::Entry);
+}
+
+#[test]
+fn real_sqlite3_source_built_trace() {
+    sqlite3_source_built(Mode::Trace);
 }
 
 /// testfixture (sqlite's TCL test harness) running sqlite's own test files.
@@ -606,15 +750,24 @@ fn real_sqlite3_testfixture() {
     let orig = p.path("TESTFIXTURE");
     let src = p.path("SQLITE_SRC");
     info(tag, &orig);
-    let rw = dir.join("testfixture");
-    rewrite(tag, &orig, &rw);
+    // The original and the rewritten testfixture run from paths of the same length and with
+    // the same environment (LOPI_OUTPUT too: the original ignores it): how many cases sqlite's
+    // test/withM.test counts (1095, 1096 or 1097) depends on the size of argv + environment.
+    let copy = dir.join("o/testfixture");
+    let rw = dir.join("r/testfixture");
+    fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    fs::create_dir_all(rw.parent().unwrap()).unwrap();
+    fs::copy(&orig, &copy).unwrap();
+    rewrite(tag, &orig, &rw, Mode::Timing);
 
-    let a = run(bash("sqlite-testfixture.sh").arg(&orig).arg(&src));
     let data = fresh_data(&dir, "suite.lopi");
-    let b = run(bash("sqlite-testfixture.sh")
-        .arg(&rw)
-        .arg(&src)
-        .env("LOPI_OUTPUT", &data));
+    let a = run(Mode::Timing.record(bash("sqlite-testfixture.sh").arg(&copy).arg(&src), &data));
+    assert!(
+        !data.exists(),
+        "[{tag}] the original testfixture wrote {}",
+        data.display()
+    );
+    let b = run(Mode::Timing.record(bash("sqlite-testfixture.sh").arg(&rw).arg(&src), &data));
     if let Some(last) = a.stdout.lines().last() {
         println!("[{tag}] original: {last}");
     }
@@ -623,7 +776,7 @@ fn real_sqlite3_testfixture() {
     }
     assert_same(tag, "sqlite test/*.test via testfixture", &dir, &a, &b);
 
-    let r = Report::load(tag, &data);
+    let r = Report::load(tag, &data, Mode::Timing);
     r.expect(tag, "sqlite3_prepare_v2", None);
     r.expect(tag, "sqlite3VdbeExec", None);
     r.expect(tag, "sqlite3BtreeInsert", None);
@@ -634,10 +787,9 @@ fn real_sqlite3_testfixture() {
 
 /// Debian's stripped sqlite3 + libsqlite3.so.0, and the source-built
 /// libsqlite3.so.0 under Debian's shell; top-10 of both libraries.
-#[test]
-fn real_sqlite3_debian_and_libraries() {
+fn sqlite3_debian_and_libraries(mode: Mode) {
     let p = prepared();
-    let tag = "sqlite3-deb";
+    let tag = &mode.tag("sqlite3-deb");
     let t = Instant::now();
     let dir = run_dir(tag);
     let _cleanup = Cleanup(dir.clone());
@@ -654,24 +806,36 @@ fn real_sqlite3_debian_and_libraries() {
     fs::create_dir_all(&rw_deb_dir).unwrap();
     fs::create_dir_all(&rw_src_dir).unwrap();
     let rw_shell = dir.join("sqlite3");
-    rewrite(tag, &deb_shell, &rw_shell);
-    rewrite(tag, &deb_lib, &rw_deb_dir.join("libsqlite3.so.0"));
-    rewrite(tag, &src_lib, &rw_src_dir.join("libsqlite3.so.0"));
+    rewrite(tag, &deb_shell, &rw_shell, mode);
+    rewrite(tag, &deb_lib, &rw_deb_dir.join("libsqlite3.so.0"), mode);
+    rewrite(tag, &src_lib, &rw_src_dir.join("libsqlite3.so.0"), mode);
 
     let scratch = dir.join("scratch");
     // baseline: Debian's shell and library, untouched
-    let base = run(bash("sqlite-battery.sh")
-        .arg(&deb_shell)
-        .arg(&scratch)
-        .env("LD_LIBRARY_PATH", &deb_lib_dir));
+    let base = original(
+        &format!(
+            "sqlite-battery.sh {} {}",
+            deb_shell.display(),
+            deb_lib.display()
+        ),
+        || {
+            let mut c = bash("sqlite-battery.sh");
+            c.arg(&deb_shell)
+                .arg(&scratch)
+                .env("LD_LIBRARY_PATH", &deb_lib_dir);
+            c
+        },
+    );
 
     // Debian's shell and library, both rewritten
     let data_deb = fresh_data(&dir, "debian.lopi");
-    let b = run(bash("sqlite-battery.sh")
-        .arg(&rw_shell)
-        .arg(&scratch)
-        .env("LD_LIBRARY_PATH", &rw_deb_dir)
-        .env("LOPI_OUTPUT", &data_deb));
+    let b = run(mode.record(
+        bash("sqlite-battery.sh")
+            .arg(&rw_shell)
+            .arg(&scratch)
+            .env("LD_LIBRARY_PATH", &rw_deb_dir),
+        &data_deb,
+    ));
     assert_same(
         tag,
         "sqlite-battery.sh, rewritten Debian sqlite3 + libsqlite3.so.0",
@@ -682,11 +846,13 @@ fn real_sqlite3_debian_and_libraries() {
 
     // Debian's shell (original) over the rewritten source-built library
     let data_src = fresh_data(&dir, "srclib.lopi");
-    let c = run(bash("sqlite-battery.sh")
-        .arg(&deb_shell)
-        .arg(&scratch)
-        .env("LD_LIBRARY_PATH", &rw_src_dir)
-        .env("LOPI_OUTPUT", &data_src));
+    let c = run(mode.record(
+        bash("sqlite-battery.sh")
+            .arg(&deb_shell)
+            .arg(&scratch)
+            .env("LD_LIBRARY_PATH", &rw_src_dir),
+        &data_src,
+    ));
     assert_same(
         tag,
         "sqlite-battery.sh, Debian sqlite3 + rewritten source-built libsqlite3.so.0",
@@ -695,7 +861,7 @@ fn real_sqlite3_debian_and_libraries() {
         &c,
     );
 
-    let rd = Report::load(tag, &data_deb);
+    let rd = Report::load(tag, &data_deb, mode);
     rd.expect(tag, "sqlite3_prepare_v2", Some("libsqlite3"));
     rd.expect(tag, "sqlite3_step", Some("libsqlite3"));
     let (n, calls) = rd.module_totals(rw_shell.to_str().unwrap());
@@ -707,7 +873,7 @@ fn real_sqlite3_debian_and_libraries() {
     let (n, calls) = rd.module_totals("libsqlite3");
     println!("[{tag}]   stripped libsqlite3.so.0: {n} functions called, {calls} calls");
 
-    let rs = Report::load(tag, &data_src);
+    let rs = Report::load(tag, &data_src, mode);
     rs.expect(tag, "sqlite3_prepare_v2", Some("libsqlite3"));
     rs.expect(tag, "sqlite3VdbeExec", Some("libsqlite3"));
     let (n, calls) = rs.module_totals("libsqlite3");
@@ -727,6 +893,21 @@ fn real_sqlite3_debian_and_libraries() {
     println!("[{tag}] total {}", secs(t.elapsed()));
 }
 
+#[test]
+fn real_sqlite3_debian_and_libraries() {
+    sqlite3_debian_and_libraries(Mode::Timing);
+}
+
+#[test]
+fn real_sqlite3_debian_and_libraries_entry() {
+    sqlite3_debian_and_libraries(Mode::Entry);
+}
+
+#[test]
+fn real_sqlite3_debian_and_libraries_trace() {
+    sqlite3_debian_and_libraries(Mode::Trace);
+}
+
 // ------------------------------------------------------------------ zstd
 
 fn playtests_wanted(which: &str) -> bool {
@@ -737,7 +918,9 @@ fn playtests_wanted(which: &str) -> bool {
     }
 }
 
-fn zstd_common(tag: &str, orig: &Path, which: &str) -> (Cleanup, Report) {
+/// zstd-battery.sh with the original and the rewritten ORIG, then (in timing mode only)
+/// zstd's own cli-tests and playTests.sh.
+fn zstd_common(tag: &str, orig: &Path, which: &str, mode: Mode) -> (Cleanup, Report) {
     let p = prepared();
     let datagen = p.path("DATAGEN");
     let src = p.path("ZSTD_SRC");
@@ -745,20 +928,23 @@ fn zstd_common(tag: &str, orig: &Path, which: &str) -> (Cleanup, Report) {
     let cleanup = Cleanup(dir.clone());
     info(tag, orig);
     let rw = dir.join("zstd");
-    rewrite(tag, orig, &rw);
+    rewrite(tag, orig, &rw, mode);
     let data = fresh_data(&dir, "zstd.lopi");
 
     let scratch = dir.join("scratch");
-    let a = run(bash("zstd-battery.sh")
-        .arg(orig)
-        .arg(&datagen)
-        .arg(&scratch));
-    let b = run(bash("zstd-battery.sh")
-        .arg(&rw)
-        .arg(&datagen)
-        .arg(&scratch)
-        .env("LOPI_OUTPUT", &data));
+    let a = original(&format!("zstd-battery.sh {}", orig.display()), || {
+        let mut c = bash("zstd-battery.sh");
+        c.arg(orig).arg(&datagen).arg(&scratch);
+        c
+    });
+    let b = run(mode.record(
+        bash("zstd-battery.sh").arg(&rw).arg(&datagen).arg(&scratch),
+        &data,
+    ));
     assert_same(tag, "zstd-battery.sh", &dir, &a, &b);
+    if mode != Mode::Timing {
+        return (cleanup, Report::load(tag, &data, mode));
+    }
 
     let what = if playtests_wanted(which) {
         "all"
@@ -770,12 +956,14 @@ fn zstd_common(tag: &str, orig: &Path, which: &str) -> (Cleanup, Report) {
         .arg(&datagen)
         .arg(&src)
         .arg(what));
-    let b = run(bash("zstd-playtests.sh")
-        .arg(&rw)
-        .arg(&datagen)
-        .arg(&src)
-        .arg(what)
-        .env("LOPI_OUTPUT", &data));
+    let b = run(mode.record(
+        bash("zstd-playtests.sh")
+            .arg(&rw)
+            .arg(&datagen)
+            .arg(&src)
+            .arg(what),
+        &data,
+    ));
     for l in a
         .stdout
         .lines()
@@ -797,18 +985,17 @@ fn zstd_common(tag: &str, orig: &Path, which: &str) -> (Cleanup, Report) {
     };
     assert_same(tag, label, &dir, &a, &b);
 
-    let r = Report::load(tag, &data);
+    let r = Report::load(tag, &data, mode);
     (cleanup, r)
 }
 
 /// Source-built zstd (libzstd compiled in, full symbols).
-#[test]
-fn real_zstd_source_built() {
+fn zstd_source_built(mode: Mode) {
     let p = prepared();
-    let tag = "zstd-src";
+    let tag = &mode.tag("zstd-src");
     let t = Instant::now();
     let orig = p.path("ZSTD_SRC_BIN");
-    let (_cleanup, r) = zstd_common(tag, &orig, "source");
+    let (_cleanup, r) = zstd_common(tag, &orig, "source", mode);
     let c = r.calls_prefix("ZSTD_compress");
     println!("[{tag}]   ZSTD_compress*: {c} calls");
     assert!(c > 0, "[{tag}] no ZSTD_compress* calls recorded");
@@ -820,15 +1007,29 @@ fn real_zstd_source_built() {
     println!("[{tag}] total {}", secs(t.elapsed()));
 }
 
+#[test]
+fn real_zstd_source_built() {
+    zstd_source_built(Mode::Timing);
+}
+
+#[test]
+fn real_zstd_source_built_entry() {
+    zstd_source_built(Mode::Entry);
+}
+
+#[test]
+fn real_zstd_source_built_trace() {
+    zstd_source_built(Mode::Trace);
+}
+
 /// Debian's stripped zstd (it links libzstd statically: its ldd shows no
 /// libzstd.so.1, so the shared library is tested on its own below).
-#[test]
-fn real_zstd_debian_stripped() {
+fn zstd_debian_stripped(mode: Mode) {
     let p = prepared();
-    let tag = "zstd-deb";
+    let tag = &mode.tag("zstd-deb");
     let t = Instant::now();
     let orig = p.path("DEB_ZSTD");
-    let (_cleanup, r) = zstd_common(tag, &orig, "debian");
+    let (_cleanup, r) = zstd_common(tag, &orig, "debian", mode);
     let (n, calls) = r.module_totals("zstd");
     println!("[{tag}]   stripped zstd: {n} functions called, {calls} calls");
     assert!(
@@ -840,12 +1041,26 @@ fn real_zstd_debian_stripped() {
     println!("[{tag}] total {}", secs(t.elapsed()));
 }
 
+#[test]
+fn real_zstd_debian_stripped() {
+    zstd_debian_stripped(Mode::Timing);
+}
+
+#[test]
+fn real_zstd_debian_stripped_entry() {
+    zstd_debian_stripped(Mode::Entry);
+}
+
+#[test]
+fn real_zstd_debian_stripped_trace() {
+    zstd_debian_stripped(Mode::Trace);
+}
+
 /// libzstd.so.1, source-built (symbols) and Debian's (stripped), driven
 /// through its C API by tests/real/libzstd-battery.py; top-10 of both.
-#[test]
-fn real_libzstd_source_vs_debian() {
+fn libzstd_source_vs_debian(mode: Mode) {
     let p = prepared();
-    let tag = "libzstd";
+    let tag = &mode.tag("libzstd");
     let t = Instant::now();
     let dir = run_dir(tag);
     let _cleanup = Cleanup(dir.clone());
@@ -857,16 +1072,17 @@ fn real_libzstd_source_vs_debian() {
         let rw_dir = dir.join(key);
         fs::create_dir_all(&rw_dir).unwrap();
         let rw_lib = rw_dir.join("libzstd.so.1");
-        rewrite(tag, &lib, &rw_lib);
-        let a = run(Command::new("python3")
-            .arg(&script)
-            .arg(&lib)
-            .env_remove("LOPI_OUTPUT"));
+        rewrite(tag, &lib, &rw_lib, mode);
+        let a = original(&format!("libzstd-battery.py {}", lib.display()), || {
+            let mut c = Command::new("python3");
+            c.arg(&script)
+                .arg(&lib)
+                .env_remove("LOPI_OUTPUT")
+                .env_remove("LOPI_TRACE_EVENTS");
+            c
+        });
         let data = fresh_data(&dir, &format!("{key}.lopi"));
-        let b = run(Command::new("python3")
-            .arg(&script)
-            .arg(&rw_lib)
-            .env("LOPI_OUTPUT", &data));
+        let b = run(mode.record(Command::new("python3").arg(&script).arg(&rw_lib), &data));
         assert_same(
             tag,
             &format!("libzstd-battery.py on the {which} libzstd.so.1"),
@@ -874,14 +1090,14 @@ fn real_libzstd_source_vs_debian() {
             &a,
             &b,
         );
-        let r = Report::load(tag, &data);
+        let r = Report::load(tag, &data, mode);
         r.expect(tag, "ZSTD_compress", Some("libzstd"));
         r.expect(tag, "ZSTD_decompress", Some("libzstd"));
         r.expect(tag, "ZSTD_compressStream2", Some("libzstd"));
         r.expect(tag, "ZDICT_trainFromBuffer", Some("libzstd"));
         let (n, calls) = r.module_totals("libzstd");
         println!("[{tag}]   {which} libzstd.so.1: {n} functions called, {calls} calls");
-        reports.push((which, r, a.stdout));
+        reports.push((which, r, a.stdout.clone()));
     }
     assert_eq!(
         reports[0].2, reports[1].2,
@@ -891,4 +1107,19 @@ fn real_libzstd_source_vs_debian() {
         r.print_top(tag, &format!("{which} libzstd.so.1"), Some("libzstd"));
     }
     println!("[{tag}] total {}", secs(t.elapsed()));
+}
+
+#[test]
+fn real_libzstd_source_vs_debian() {
+    libzstd_source_vs_debian(Mode::Timing);
+}
+
+#[test]
+fn real_libzstd_source_vs_debian_entry() {
+    libzstd_source_vs_debian(Mode::Entry);
+}
+
+#[test]
+fn real_libzstd_source_vs_debian_trace() {
+    libzstd_source_vs_debian(Mode::Trace);
 }
