@@ -7,7 +7,7 @@
 #                       [--keep] [--timeout SECS] [--list]
 #
 # --quick: without zstd's playTests.sh and with 1 in 10 of sqlite's test files (~6 min);
-# the full run takes ~13 min on 2 CPUs.  Programs are prepared (fetched, built, cached in
+# the full run takes ~13-15 min on 2 CPUs.  Programs are prepared (fetched, built, cached in
 # work-real/ or $LOPI_REAL_WORK) by tests/real/prepare.sh; lopi is $LOPI, else built here with
 # `cargo build --release -p lopi-cli` (target dir: $CARGO_TARGET_DIR or target/).
 # Writes bench/results/suites.md; exit 1 when anything differs.  See bench/suites/README.md.
