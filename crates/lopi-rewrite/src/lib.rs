@@ -1,23 +1,19 @@
 //! The static installer: turns an input ELF and a selection of sites into a new ELF.
 //!
 //! The original bytes stay where they are; only patched code bytes, the ELF header's
-//! program-header fields and one dynamic entry change. Three segments are appended:
-//!
-//! ```text
-//! RW  shared counters (one u64 per probed function; the runtime remaps them onto the data
-//!     file) | runtime variables | one `struct rseq_cs` per probed function
-//! RX  runtime blob | init stub | trampolines
-//! R   program headers (moved here to make room) | module descriptor | metadata JSON
-//! ```
+//! program-header fields and one dynamic entry change. The module's probe image
+//! (`lopi-image`) is appended as three segments; the init stub goes in its entry room and
+//! the moved program headers in its header room.
 //!
 //! The init stub is reached through `DT_INIT`: it registers the module with the runtime and
 //! then chains to the original `DT_INIT` function, if there was one.
 #![forbid(unsafe_code)]
 
-use lopi_elf::{ElfModule, Svma};
-use lopi_patch::{Layout, PatchPlan, Selection, Stubs, RSEQ_CS_SIZE};
-use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC, DESCRIPTOR_MAGIC_PREFIX, PAGE_SIZE};
-use lopi_trace::{MetaFunction, ModuleMeta, META_VERSION};
+use lopi_elf::ElfModule;
+pub use lopi_image::{ModuleNames, Recording};
+use lopi_image::{ImageError, Request};
+use lopi_patch::{PatchPlan, Selection};
+use lopi_rt_abi::{page_align, DESCRIPTOR_MAGIC_PREFIX, PAGE_SIZE};
 use std::path::Path;
 
 mod elf {
@@ -52,19 +48,12 @@ pub enum RewriteError {
     TooLarge,
 }
 
-/// Names recorded in the module metadata.
-pub struct ModuleNames {
-    /// Where the rewritten file will live (shown by reports).
-    pub module: String,
-    /// The input file.
-    pub source: String,
-}
-
-/// What the probes record besides counts.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Recording {
-    /// Record every entry and exit of timed functions, with timestamps.
-    pub trace: bool,
+impl From<ImageError> for RewriteError {
+    fn from(e: ImageError) -> Self {
+        match e {
+            ImageError::TooLarge => RewriteError::TooLarge,
+        }
+    }
 }
 
 /// A finished rewrite.
@@ -89,152 +78,55 @@ pub fn rewrite(
         return Err(RewriteError::AlreadyRewritten);
     }
     let init_slot = find_init_slot(module)?;
-    // User-space addresses are below 2^47: a module ending beyond 2^46 is malformed, and
-    // refusing it keeps every layout sum below far from overflow.
+    // User-space addresses are below 2^47: a module ending beyond 2^46 is malformed.
     if module.end_of_image().0 > 1 << 46 || input.len() as u64 > 1 << 40 {
         return Err(RewriteError::TooLarge);
     }
 
-    // Layout: RW counters, then RX code, then R headers; vaddr and file offset advance
-    // together from page boundaries, so each segment is congruent modulo the page size.
+    // The image follows the module in memory and in the file, from page boundaries, so each
+    // segment is congruent modulo the page size.
     let rw_vaddr = page_align(module.end_of_image().0);
     let rw_offset = page_align(input.len() as u64);
-    let counters = selection.counter_count().max(1);
-    let counters_len = page_align(counters * 8);
-    let stride = u32::try_from(counters_len).map_err(|_| RewriteError::TooLarge)?;
-    let vars_vaddr = rw_vaddr + counters_len;
-    let rseq_table = vars_vaddr + lopi_rt_abi::vars::REGION_LEN;
-    let rw_len = counters_len + lopi_rt_abi::vars::REGION_LEN + page_align(counters * RSEQ_CS_SIZE);
-    let rx_vaddr = rw_vaddr.checked_add(rw_len).ok_or(RewriteError::TooLarge)?;
-    let rx_offset = rw_offset + rw_len;
-    let blob = lopi_rt_blob::BLOB;
-    let stub_at = rx_vaddr + blob.len().next_multiple_of(16) as u64;
-    let trampolines = stub_at + STUB_LEN.next_multiple_of(16) as u64;
-    let timed = selection.has_timing();
-    let stubs = timed.then(|| Stubs {
-        enter: Svma(rx_vaddr + lopi_rt_blob::ENTER_STUB_OFFSET as u64),
-        exit: Svma(rx_vaddr + lopi_rt_blob::EXIT_STUB_OFFSET as u64),
-    });
-
-    let layout = Layout {
-        trampolines: Svma(trampolines),
-        counters: Svma(rw_vaddr),
-        vars: Svma(vars_vaddr),
-        rseq_table: Svma(rseq_table),
-        stride,
-        stubs,
-    };
-    let plan = selection.lay_out(module, layout);
-
-    let meta = ModuleMeta {
-        version: META_VERSION,
-        module: names.module.clone(),
-        source: names.source.clone(),
-        counters: rw_vaddr,
-        functions: plan
-            .probed
-            .iter()
-            .map(|p| {
-                let f = &module.functions[p.function];
-                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.timed }
-            })
-            .collect(),
-    };
-    let meta_json = serde_json::to_vec(&meta).expect("metadata serialises");
-
-    let rx_len = (trampolines - rx_vaddr) as usize + plan.trampoline_code.len();
-    let r_vaddr = page_align(rx_vaddr + rx_len as u64);
-    let r_offset = rx_offset + (r_vaddr - rx_vaddr);
     let phnum = module.program_headers.len() + 3;
     let phdrs_len = phnum * elf::PHENT_SIZE;
-    let desc_vaddr = r_vaddr + phdrs_len.next_multiple_of(8) as u64;
-    let meta_vaddr = desc_vaddr + DESCRIPTOR_LEN as u64;
-    let r_len = (meta_vaddr - r_vaddr) as usize + meta_json.len();
-    let end = r_offset as usize + r_len;
+    let request = Request { names, recording, at: rw_vaddr, entry_room: STUB_LEN, header_room: phdrs_len, fork_handlers: true };
+    let built = lopi_image::build(module, selection, &request)?;
+    let file_offset = |vaddr: u64| rw_offset + (vaddr - rw_vaddr);
 
     let mut image = input.to_vec();
-    image.resize(end, 0);
-    for patch in &plan.code_patches {
+    image.resize(rw_offset as usize, 0);
+    image.extend_from_slice(&built.bytes);
+    for patch in &built.plan.code_patches {
         let at = module.offset_of(patch.at).expect("the planner only patches file-backed code").0 as usize;
         image[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
     }
+    let stub = init_stub(built.entry_code, built.descriptor, built.init, init_slot.chain);
+    let s = file_offset(built.entry_code) as usize;
+    image[s..s + stub.len()].copy_from_slice(&stub);
 
-    // RW: counters and variables start at zero; each rseq_cs is {version 0, flags 0,
-    // start_ip, post_commit_offset, abort_ip}, with file addresses the runtime rebases.
-    // Timed functions have no critical section: their entry is all zeros, which the runtime
-    // leaves alone.
-    for (i, section) in plan.rseq_sections.iter().enumerate().filter_map(|(i, s)| Some((i, (*s)?))) {
-        let at = (rw_offset + (rseq_table - rw_vaddr) + i as u64 * RSEQ_CS_SIZE) as usize;
-        image[at + 8..at + 16].copy_from_slice(&section.start.to_le_bytes());
-        image[at + 16..at + 24].copy_from_slice(&section.post_commit_offset.to_le_bytes());
-        image[at + 24..at + 32].copy_from_slice(&section.abort.to_le_bytes());
-    }
-
-    // RX: runtime, init stub, trampolines.
-    let rx = &mut image[rx_offset as usize..rx_offset as usize + rx_len];
-    rx.fill(0xcc);
-    rx[..blob.len()].copy_from_slice(blob);
-    // The runtime finds its variables and counters through these words, relative to
-    // themselves.
-    let deltas_at = lopi_rt_blob::DELTAS_OFFSET;
-    for (i, target) in [vars_vaddr, rw_vaddr].into_iter().enumerate() {
-        let at = deltas_at + 8 * i;
-        let delta = target as i64 - (rx_vaddr + at as u64) as i64;
-        rx[at..at + 8].copy_from_slice(&delta.to_le_bytes());
-    }
-    let init_entry = rx_vaddr + lopi_rt_blob::INIT_OFFSET as u64;
-    let stub = init_stub(stub_at, desc_vaddr, init_entry, init_slot.chain);
-    let s = (stub_at - rx_vaddr) as usize;
-    rx[s..s + stub.len()].copy_from_slice(&stub);
-    let t = (trampolines - rx_vaddr) as usize;
-    rx[t..t + plan.trampoline_code.len()].copy_from_slice(&plan.trampoline_code);
-
-    // R: program headers, descriptor, metadata.
+    let (rw, rx, r) = (&built.rw, &built.rx, &built.r);
     let segments = [
-        (elf::PF_R | elf::PF_W, rw_offset, rw_vaddr, rw_len),
-        (elf::PF_R | elf::PF_X, rx_offset, rx_vaddr, rx_len as u64),
-        (elf::PF_R, r_offset, r_vaddr, r_len as u64),
+        (elf::PF_R | elf::PF_W, file_offset(rw.start), rw.start, rw.end - rw.start),
+        (elf::PF_R | elf::PF_X, file_offset(rx.start), rx.start, rx.end - rx.start),
+        (elf::PF_R, file_offset(r.start), r.start, r.end - r.start),
     ];
-    let phdrs = program_headers(module, &segments, r_offset, r_vaddr, phdrs_len as u64);
-    let r = r_offset as usize;
-    image[r..r + phdrs.len()].copy_from_slice(&phdrs);
-    let descriptor = ModuleDescriptor {
-        magic: DESCRIPTOR_MAGIC,
-        meta_offset: (meta_vaddr - desc_vaddr) as i64,
-        meta_len: meta_json.len() as u64,
-        counters_offset: rw_vaddr as i64 - desc_vaddr as i64,
-        counters_len,
-        counter_count: plan.probed.len() as u64,
-        svma: desc_vaddr,
-        vars_offset: vars_vaddr as i64 - desc_vaddr as i64,
-        rseq_table_offset: rseq_table as i64 - desc_vaddr as i64,
-        stride: u64::from(stride),
-        probes: if plan.probed.iter().any(|p| p.timed) {
-            let trace = if recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
-            let executable = if module.kind == lopi_elf::ModuleKind::SharedLibrary { 0 } else { lopi_rt_abi::MODULE_EXECUTABLE };
-            lopi_rt_abi::PROBE_TIMING | trace | executable
-        } else {
-            0
-        },
-    };
-    let d = r + (desc_vaddr - r_vaddr) as usize;
-    let m = d + DESCRIPTOR_LEN;
-    image[d..m].copy_from_slice(&descriptor.to_bytes());
-    image[m..m + meta_json.len()].copy_from_slice(&meta_json);
+    let r_offset = file_offset(r.start);
+    let phdrs = program_headers(module, &segments, r_offset, r.start, phdrs_len as u64);
+    image[r_offset as usize..r_offset as usize + phdrs.len()].copy_from_slice(&phdrs);
 
     image[elf::E_PHOFF..elf::E_PHOFF + 8].copy_from_slice(&r_offset.to_le_bytes());
     image[elf::E_PHNUM..elf::E_PHNUM + 2].copy_from_slice(&(phnum as u16).to_le_bytes());
     let slot = init_slot.offset as usize;
     image[slot..slot + 8].copy_from_slice(&elf::DT_INIT.to_le_bytes());
-    image[slot + 8..slot + 16].copy_from_slice(&stub_at.to_le_bytes());
+    image[slot + 8..slot + 16].copy_from_slice(&built.entry_code.to_le_bytes());
     let sections = [
-        (".lopi.data", elf::SHF_ALLOC | elf::SHF_WRITE, rw_vaddr, rw_offset, rw_len, PAGE_SIZE),
-        (".lopi.text", elf::SHF_ALLOC | elf::SHF_EXECINSTR, rx_vaddr, rx_offset, rx_len as u64, 16),
+        (".lopi.data", elf::SHF_ALLOC | elf::SHF_WRITE, rw.start, file_offset(rw.start), rw.end - rw.start, PAGE_SIZE),
+        (".lopi.text", elf::SHF_ALLOC | elf::SHF_EXECINSTR, rx.start, file_offset(rx.start), rx.end - rx.start, 16),
         // As in ordinary files, no section covers the program header table.
-        (".lopi.rodata", elf::SHF_ALLOC, desc_vaddr, r_offset + (desc_vaddr - r_vaddr), (r_vaddr + r_len as u64) - desc_vaddr, 8),
+        (".lopi.rodata", elf::SHF_ALLOC, built.descriptor, file_offset(built.descriptor), r.end - built.descriptor, 8),
     ];
     add_section_headers(&mut image, &sections);
-    Ok(Rewritten { image, plan })
+    Ok(Rewritten { image, plan: built.plan })
 }
 
 /// Names the new segments in the section header table, so that objdump and gdb show them

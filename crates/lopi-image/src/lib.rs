@@ -1,0 +1,213 @@
+//! The probe image of one module: what either installer puts next to the module's code.
+//!
+//! ```text
+//! RW  shared counters (one u64 per probed function; the runtime remaps them onto the data
+//!     file) | runtime variables | one `struct rseq_cs` per probed function
+//! RX  runtime blob | installer's entry code | trampolines
+//! R   installer's header room | module descriptor | metadata JSON
+//! ```
+//!
+//! The static installer (`lopi-rewrite`) appends the image to the file as three segments;
+//! the live installer (`lopi-live`) maps it into a running process within ±2 GiB of the
+//! module's code. Addresses are the module's own (file) addresses: for a module loaded at a
+//! bias, the installer adds the bias, and an image placed below a module loaded high has
+//! "negative" addresses that wrap; all the code built here is relative, so it does not care.
+#![forbid(unsafe_code)]
+
+use lopi_elf::{ElfModule, Svma};
+use lopi_patch::{Layout, PatchPlan, Selection, Stubs, RSEQ_CS_SIZE};
+use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC};
+use lopi_trace::{MetaFunction, ModuleMeta, META_VERSION};
+use std::ops::Range;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("the probe image would not fit in the address space")]
+    TooLarge,
+}
+
+/// Names recorded in the module metadata.
+pub struct ModuleNames {
+    /// Where the instrumented module lives (shown by reports).
+    pub module: String,
+    /// The file it came from.
+    pub source: String,
+}
+
+/// What the probes record besides counts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Recording {
+    /// Record every entry and exit of timed functions, with timestamps.
+    pub trace: bool,
+}
+
+/// What the installer needs besides the plan.
+pub struct Request<'a> {
+    pub names: &'a ModuleNames,
+    pub recording: Recording,
+    /// Page-aligned module address of the RW region; RX and R follow it.
+    pub at: u64,
+    /// Bytes after the runtime blob for the installer's own entry code (init stub, trap).
+    pub entry_room: usize,
+    /// Bytes at the start of the R region for the installer (moved program headers).
+    pub header_room: usize,
+    /// Let an executable's runtime register glibc fork handlers. Only for code that stays
+    /// mapped for the life of the process.
+    pub fork_handlers: bool,
+}
+
+/// A laid-out image: `bytes` cover `rw.start..r.end`; gaps between regions are zero.
+pub struct ProbeImage {
+    pub plan: PatchPlan,
+    pub bytes: Vec<u8>,
+    pub rw: Range<u64>,
+    pub rx: Range<u64>,
+    pub r: Range<u64>,
+    /// Where the installer's entry code goes (`entry_room` bytes, filled with int3).
+    pub entry_code: u64,
+    /// `lopi_rt_init(descriptor, argc, argv, envp)`.
+    pub init: u64,
+    pub descriptor: u64,
+    /// Runtime variables (`lopi_rt_abi::RuntimeVars`).
+    pub vars: u64,
+}
+
+impl ProbeImage {
+    /// The bytes at module address `range`, which must lie in the image.
+    pub fn slice(&self, range: Range<u64>) -> &[u8] {
+        &self.bytes[(range.start - self.rw.start) as usize..(range.end - self.rw.start) as usize]
+    }
+
+    fn slice_mut(&mut self, at: u64, len: usize) -> &mut [u8] {
+        let start = (at - self.rw.start) as usize;
+        &mut self.bytes[start..start + len]
+    }
+}
+
+/// Lays out `selection` (from [`lopi_patch::select`] on `module`) at `request.at`.
+pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>) -> Result<ProbeImage, ImageError> {
+    // User-space addresses are below 2^47; refusing larger counts keeps every sum below far
+    // from overflow (addresses themselves may wrap, see the crate docs).
+    let counters = selection.counter_count().max(1);
+    if counters > 1 << 32 || request.entry_room > 1 << 20 || request.header_room > 1 << 20 {
+        return Err(ImageError::TooLarge);
+    }
+    let rw_vaddr = request.at;
+    let counters_len = page_align(counters * 8);
+    let stride = u32::try_from(counters_len).map_err(|_| ImageError::TooLarge)?;
+    let vars_vaddr = rw_vaddr.wrapping_add(counters_len);
+    let rseq_table = vars_vaddr.wrapping_add(lopi_rt_abi::vars::REGION_LEN);
+    let rw_len = counters_len + lopi_rt_abi::vars::REGION_LEN + page_align(counters * RSEQ_CS_SIZE);
+    let rx_vaddr = rw_vaddr.wrapping_add(rw_len);
+    let blob = lopi_rt_blob::BLOB;
+    let entry_code = rx_vaddr.wrapping_add(blob.len().next_multiple_of(16) as u64);
+    let trampolines = entry_code.wrapping_add(request.entry_room.next_multiple_of(16) as u64);
+    let stubs = selection.has_timing().then(|| Stubs {
+        enter: Svma(rx_vaddr.wrapping_add(lopi_rt_blob::ENTER_STUB_OFFSET as u64)),
+        exit: Svma(rx_vaddr.wrapping_add(lopi_rt_blob::EXIT_STUB_OFFSET as u64)),
+    });
+    let layout = Layout {
+        trampolines: Svma(trampolines),
+        counters: Svma(rw_vaddr),
+        vars: Svma(vars_vaddr),
+        rseq_table: Svma(rseq_table),
+        stride,
+        stubs,
+    };
+    let plan = selection.lay_out(module, layout);
+
+    let meta = ModuleMeta {
+        version: META_VERSION,
+        module: request.names.module.clone(),
+        source: request.names.source.clone(),
+        counters: rw_vaddr,
+        functions: plan
+            .probed
+            .iter()
+            .map(|p| {
+                let f = &module.functions[p.function];
+                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.timed }
+            })
+            .collect(),
+    };
+    let meta_json = serde_json::to_vec(&meta).expect("metadata serialises");
+
+    let rx_len = trampolines.wrapping_sub(rx_vaddr) + plan.trampoline_code.len() as u64;
+    let r_vaddr = rx_vaddr.wrapping_add(page_align(rx_len));
+    let desc_vaddr = r_vaddr.wrapping_add(request.header_room.next_multiple_of(8) as u64);
+    let meta_vaddr = desc_vaddr.wrapping_add(DESCRIPTOR_LEN as u64);
+    let r_end = meta_vaddr.wrapping_add(meta_json.len() as u64);
+    let total = r_end.wrapping_sub(rw_vaddr);
+    if total > 1 << 40 {
+        return Err(ImageError::TooLarge);
+    }
+
+    let descriptor = ModuleDescriptor {
+        magic: DESCRIPTOR_MAGIC,
+        meta_offset: (meta_vaddr.wrapping_sub(desc_vaddr)) as i64,
+        meta_len: meta_json.len() as u64,
+        counters_offset: rw_vaddr.wrapping_sub(desc_vaddr) as i64,
+        counters_len,
+        counter_count: plan.probed.len() as u64,
+        svma: desc_vaddr,
+        vars_offset: vars_vaddr.wrapping_sub(desc_vaddr) as i64,
+        rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,
+        stride: u64::from(stride),
+        probes: if plan.probed.iter().any(|p| p.timed) {
+            let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
+            let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {
+                lopi_rt_abi::MODULE_EXECUTABLE
+            } else {
+                0
+            };
+            lopi_rt_abi::PROBE_TIMING | trace | executable
+        } else {
+            0
+        },
+    };
+
+    let mut image = ProbeImage {
+        bytes: vec![0; total as usize],
+        rw: rw_vaddr..rx_vaddr,
+        rx: rx_vaddr..rx_vaddr.wrapping_add(rx_len),
+        r: r_vaddr..r_end,
+        entry_code,
+        init: rx_vaddr.wrapping_add(lopi_rt_blob::INIT_OFFSET as u64),
+        descriptor: desc_vaddr,
+        vars: vars_vaddr,
+        plan,
+    };
+
+    // RW: counters and variables start at zero; each rseq_cs is {version 0, flags 0,
+    // start_ip, post_commit_offset, abort_ip}, with module addresses the runtime rebases.
+    // Timed functions have no critical section: their entry is all zeros, which the runtime
+    // leaves alone.
+    let sections: Vec<_> = image.plan.rseq_sections.iter().enumerate().filter_map(|(i, s)| Some((i, (*s)?))).collect();
+    for (i, section) in sections {
+        let cs = image.slice_mut(rseq_table.wrapping_add(i as u64 * RSEQ_CS_SIZE), RSEQ_CS_SIZE as usize);
+        cs[8..16].copy_from_slice(&section.start.to_le_bytes());
+        cs[16..24].copy_from_slice(&section.post_commit_offset.to_le_bytes());
+        cs[24..32].copy_from_slice(&section.abort.to_le_bytes());
+    }
+
+    // RX: runtime, entry room, trampolines.
+    let rx = image.slice_mut(rx_vaddr, rx_len as usize);
+    rx.fill(0xcc);
+    rx[..blob.len()].copy_from_slice(blob);
+    // The runtime finds its variables and counters through these words, relative to
+    // themselves.
+    let deltas_at = lopi_rt_blob::DELTAS_OFFSET;
+    for (i, target) in [vars_vaddr, rw_vaddr].into_iter().enumerate() {
+        let at = deltas_at + 8 * i;
+        let delta = target.wrapping_sub(rx_vaddr.wrapping_add(at as u64)) as i64;
+        rx[at..at + 8].copy_from_slice(&delta.to_le_bytes());
+    }
+    let code = std::mem::take(&mut image.plan.trampoline_code);
+    image.slice_mut(trampolines, code.len()).copy_from_slice(&code);
+    image.plan.trampoline_code = code;
+
+    // R: descriptor and metadata after the header room.
+    image.slice_mut(desc_vaddr, DESCRIPTOR_LEN).copy_from_slice(&descriptor.to_bytes());
+    image.slice_mut(meta_vaddr, meta_json.len()).copy_from_slice(&meta_json);
+    Ok(image)
+}
