@@ -3,6 +3,7 @@
 
 mod demo;
 mod exports;
+mod live;
 mod show;
 
 use anyhow::{bail, Context, Result};
@@ -79,6 +80,31 @@ enum Command {
         #[arg(long, value_enum)]
         weight: Option<WeightArg>,
     },
+    /// Run PROG with probes spliced in at its entry point (no rewritten file); the record
+    /// reads with `lopi report` as for a rewritten program.
+    Run {
+        #[command(flatten)]
+        select: LiveSelect,
+        /// Also record every entry and exit with a timestamp (implies --probe entry,exit).
+        #[arg(long)]
+        trace: bool,
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Splice probes into a running process; take them all out again on Ctrl-C, after
+    /// --duration, or when it exits.
+    Attach {
+        pid: i32,
+        #[command(flatten)]
+        select: LiveSelect,
+        /// Also record every entry and exit with a timestamp (implies --probe entry,exit).
+        #[arg(long)]
+        trace: bool,
+        /// Detach after this long (10s, 500ms, 2m) [default: on Ctrl-C].
+        #[arg(long, value_parser = live::parse_duration)]
+        duration: Option<std::time::Duration>,
+    },
     /// Build a small built-in C program, rewrite it, run it and show its report.
     Demo {
         /// Keep the demo's files here instead of a temporary directory.
@@ -99,6 +125,31 @@ struct Select {
     /// with calling contexts).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
     probe: Vec<Probe>,
+}
+
+/// `--functions`/`--exclude` for a live process: `GLOB` names functions of the main
+/// executable, `LIB:GLOB` functions of a loaded library (`libc.so.6:malloc`, `libc:str*`).
+#[derive(clap::Args)]
+struct LiveSelect {
+    /// Probe only functions whose name matches: GLOB in the executable, LIB:GLOB in a
+    /// loaded library (repeatable) [default: every function of the executable].
+    #[arg(long = "functions", value_name = "[LIB:]GLOB")]
+    include: Vec<String>,
+    /// Do not probe functions whose name matches ([LIB:]GLOB; repeatable).
+    #[arg(long = "exclude", value_name = "[LIB:]GLOB")]
+    exclude: Vec<String>,
+    /// Where probes go: `entry` counts calls; `entry,exit` also times them.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
+    probe: Vec<Probe>,
+}
+
+impl LiveSelect {
+    fn probes(self, trace: bool) -> Result<live::Probes> {
+        if !self.probe.contains(&Probe::Entry) {
+            bail!("--probe needs `entry`: exits are timed against their entries (use --probe entry,exit)");
+        }
+        Ok(live::Probes { include: self.include, exclude: self.exclude, timing: self.probe.contains(&Probe::Exit), trace })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -183,6 +234,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
+        Command::Run { select, trace, command } => live::run(&select.probes(trace)?, &command),
+        Command::Attach { pid, select, trace, duration } => live::attach(&select.probes(trace)?, pid, duration),
         Command::Demo { dir } => demo::run(dir),
     }
 }

@@ -20,8 +20,12 @@ pub struct Summary {
 
 impl Summary {
     pub fn new(module: &ElfModule<'_>, outcomes: &[Outcome], timing: &[TimingOutcome]) -> Summary {
+        Self::from_outcomes(module.functions.len(), outcomes, timing)
+    }
+
+    pub fn from_outcomes(found: usize, outcomes: &[Outcome], timing: &[TimingOutcome]) -> Summary {
         let mut s = Summary {
-            found: module.functions.len(),
+            found,
             selected: 0,
             probed: 0,
             skipped_by_reason: BTreeMap::new(),

@@ -34,6 +34,8 @@ pub enum UntimedReason {
     AddressTooHigh,
     #[error("an exit's instructions cannot be re-encoded in the trampoline area")]
     RelocationFailed,
+    #[error("a thread of the running process was stopped inside an exit site and could not be moved out")]
+    ThreadInside,
 }
 
 impl UntimedReason {
@@ -46,6 +48,7 @@ impl UntimedReason {
             UntimedReason::UnknownSize => "unknown-size",
             UntimedReason::AddressTooHigh => "address-too-high",
             UntimedReason::RelocationFailed => "relocation-failed",
+            UntimedReason::ThreadInside => "thread-inside",
         }
     }
 }

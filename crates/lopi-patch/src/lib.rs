@@ -67,6 +67,8 @@ pub enum SkipReason {
     OutOfRange,
     #[error("the function's own loop jumps to its entry and the function cannot be moved whole (too large, calls, or indirect jumps)")]
     LoopAtEntry,
+    #[error("a thread of the running process was stopped inside the entry bytes and could not be moved out")]
+    ThreadInside,
 }
 
 impl SkipReason {
@@ -81,6 +83,7 @@ impl SkipReason {
             SkipReason::RelocationFailed => "relocation-failed",
             SkipReason::OutOfRange => "out-of-range",
             SkipReason::LoopAtEntry => "loop-at-entry",
+            SkipReason::ThreadInside => "thread-inside",
         }
     }
 }
@@ -169,6 +172,7 @@ pub struct Stubs {
 pub const RSEQ_CS_SIZE: u64 = 32;
 
 /// Sites chosen for a module, waiting for a [`Layout`].
+#[derive(Clone)]
 pub struct Selection {
     sites: Vec<Site>,
     pub outcomes: Vec<Outcome>,
@@ -599,17 +603,37 @@ impl Selection {
         loop {
             match self.try_lay_out(module, layout) {
                 Ok(plan) => return plan,
-                Err(failed) => self.demote(failed),
+                Err(failed) => self.demote(failed, UntimedReason::RelocationFailed),
             }
         }
     }
 
+    /// Gives up the site whose jump is written at `patch_at` (a live installer found a
+    /// thread stopped inside its bytes): an entry site's function is skipped, and it no
+    /// longer needs its exit sites; an exit site's functions are counted but not timed.
+    /// Returns false when no site patches there.
+    pub fn withdraw(&mut self, patch_at: Svma) -> bool {
+        let Some(index) = self.sites.iter().position(|s| s.patch_at == patch_at) else { return false };
+        if self.sites[index].entry.is_none() {
+            self.demote(index, UntimedReason::ThreadInside);
+            return true;
+        }
+        let function = self.sites.remove(index).function;
+        self.outcomes[function] = Outcome::Skipped(SkipReason::ThreadInside);
+        self.timing[function] = TimingOutcome::Off;
+        for site in &mut self.sites {
+            site.owners.retain(|&o| o != function);
+        }
+        self.sites.retain(|s| s.entry.is_some() || !s.owners.is_empty());
+        true
+    }
+
     /// Takes a failed exit site's functions off timing: their entry sites stop calling the
     /// entry probe and their other exit sites go.
-    fn demote(&mut self, failed: usize) {
+    fn demote(&mut self, failed: usize, reason: UntimedReason) {
         let owners = self.sites[failed].owners.clone();
         for &f in &owners {
-            self.timing[f] = TimingOutcome::Untimed(UntimedReason::RelocationFailed);
+            self.timing[f] = TimingOutcome::Untimed(reason);
         }
         self.sites.retain(|s| s.entry.is_some() || !s.owners.iter().any(|o| owners.contains(o)));
         for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.entry.is_some()) {

@@ -25,6 +25,9 @@ pub const DESCRIPTOR_MAGIC_PREFIX: [u8; 7] = *b"LOPIMOD";
 /// Environment variable naming the data file; `%p` in it is replaced by the pid.
 pub const OUTPUT_ENV: &str = "LOPI_OUTPUT";
 
+/// `lopi_rt_init`'s result when the output exists but is not a data file (not an errno).
+pub const INIT_NOT_A_DATA_FILE: i64 = -100_000;
+
 /// Suffix of data files named after the program when `LOPI_OUTPUT` is unset.
 pub const DATA_SUFFIX: &str = ".lopi";
 

@@ -233,7 +233,9 @@ fn pwrite_all(fd: usize, data: *const u8, len: usize, offset: u64) -> isize {
 }
 
 /// Registers one rewritten module. Called by the module's init stub with the arguments
-/// glibc passes to `DT_INIT` functions, so `envp` is the process environment.
+/// glibc passes to `DT_INIT` functions, so `envp` is the process environment; or by the live
+/// installer, with an `envp` of its own. Returns 0, or a negative errno (the init stub
+/// ignores it; the live installer reports it).
 ///
 /// # Safety
 /// `desc` must point to the module's descriptor and `envp` to a NULL-terminated array of
@@ -245,11 +247,11 @@ pub unsafe extern "C" fn lopi_rt_init(
     _argc: isize,
     _argv: *const *const u8,
     envp: *const *const u8,
-) {
+) -> isize {
     // SAFETY: the descriptor is emitted by the rewriter next to this code.
     let d = unsafe { &*desc };
     if d.magic != abi::DESCRIPTOR_MAGIC {
-        return;
+        return -22; // EINVAL
     }
     let base = desc as usize;
     let counters = base.wrapping_add(d.counters_offset as usize) as *const u8;
@@ -300,7 +302,7 @@ pub unsafe extern "C" fn lopi_rt_init(
     let fd = unsafe { sys::call3(sys::OPEN, cpath as usize, sys::O_RDWR | sys::O_CREAT | sys::O_CLOEXEC, 0o644) };
     if fd < 0 {
         report_failure(b"opening", path.as_bytes(), fd);
-        return;
+        return fd;
     }
     let fd = fd as usize;
     // SAFETY: fd is ours; the lock serialises modules and processes sharing the file.
@@ -343,10 +345,11 @@ pub unsafe extern "C" fn lopi_rt_init(
             timing::enable(vars, d.probes, pid as u32, envp);
         }
     }
+    err.min(0)
 }
 
 /// `register`'s result when the output exists but is not ours (not an errno value).
-const NOT_A_DATA_FILE: isize = -100_000;
+pub const NOT_A_DATA_FILE: isize = abi::INIT_NOT_A_DATA_FILE as isize;
 
 /// Appends this module's record to the locked data file and maps the counters onto it.
 fn register(

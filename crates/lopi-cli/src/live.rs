@@ -1,0 +1,255 @@
+//! `lopi run` and `lopi attach`: probes spliced into a running process (lopi-live).
+use crate::show::Summary;
+use anyhow::{bail, Context, Result};
+use lopi_live::{Installation, ModuleRequest, Spec, Target};
+use lopi_patch::Filter;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What to probe, as given on the command line.
+pub struct Probes {
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub timing: bool,
+    pub trace: bool,
+}
+
+impl Probes {
+    /// `GLOB` goes to the main executable, `LIB:GLOB` to the loaded library `LIB`.
+    fn spec(&self, output: &str) -> Result<Spec> {
+        let mut modules: BTreeMap<Option<String>, Filter> = BTreeMap::new();
+        let split = |arg: &str| -> (Option<String>, String) {
+            match arg.split_once(':') {
+                Some((lib, glob)) if !lib.is_empty() => (Some(lib.to_string()), glob.to_string()),
+                _ => (None, arg.to_string()),
+            }
+        };
+        for arg in &self.include {
+            let (lib, glob) = split(arg);
+            let pattern = glob::Pattern::new(&glob).with_context(|| format!("bad glob {glob:?}"))?;
+            modules.entry(lib).or_default().include.push(pattern);
+        }
+        if self.include.is_empty() {
+            modules.insert(None, Filter::default());
+        }
+        for arg in &self.exclude {
+            let (lib, glob) = split(arg);
+            let pattern = glob::Pattern::new(&glob).with_context(|| format!("bad glob {glob:?}"))?;
+            if let Some(filter) = modules.get_mut(&lib) {
+                filter.exclude.push(pattern);
+            }
+        }
+        let mut env = vec![(lopi_rt_abi::OUTPUT_ENV.to_string(), output.to_string())];
+        for knob in ["LOPI_NODES", "LOPI_DEPTH", "LOPI_TRACE_EVENTS"] {
+            if let Ok(value) = std::env::var(knob) {
+                env.push((knob.to_string(), value));
+            }
+        }
+        Ok(Spec {
+            modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter }).collect(),
+            timing: self.timing || self.trace,
+            recording: lopi_image::Recording { trace: self.trace },
+            env,
+        })
+    }
+}
+
+/// Where the record goes: `LOPI_OUTPUT` (as in static mode, `%p` is the pid), else
+/// `NAME.PID.lopi` in the current directory; absolute, since the target has its own cwd.
+fn output_path(exe_name: &str, pid: i32) -> String {
+    let path = match std::env::var(lopi_rt_abi::OUTPUT_ENV) {
+        Ok(p) if !p.is_empty() => PathBuf::from(p.replace("%p", &pid.to_string())),
+        _ => PathBuf::from(format!("{exe_name}.{pid}{}", lopi_rt_abi::DATA_SUFFIX)),
+    };
+    crate::absolute(&path).display().to_string()
+}
+
+fn exe_name(pid: i32) -> String {
+    lopi_live::procfs::exe(pid)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "lopi".into())
+}
+
+fn describe(installation: &Installation) -> String {
+    let mut out = String::new();
+    for m in &installation.modules {
+        let summary = Summary::from_outcomes(m.functions, &m.outcomes, &m.timing);
+        out += &format!("lopi:   {}: {summary}", m.path);
+        if m.exit_sites > 0 {
+            out += &format!(", {} exit sites", m.exit_sites);
+        }
+        out += "\n";
+    }
+    out
+}
+
+/// `lopi run -- PROG ARGS`: launches PROG, installs the probes at its entry point, lets it
+/// run without ptrace and exits with its status.
+pub fn run(probes: &Probes, command: &[OsString]) -> Result<()> {
+    let Some((program, args)) = command.split_first() else { bail!("lopi run needs a program to run: lopi run -- PROG ARGS") };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    let started = Instant::now();
+    let (mut target, mut child) = lopi_live::launch(cmd).with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    let pid = target.pid();
+    let output = output_path(&exe_name(pid), pid);
+    let spec = probes.spec(&output)?;
+    let installed = Instant::now();
+    let installation = match target.install(&spec) {
+        Ok(i) => i,
+        Err(e) => {
+            drop(target);
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e).context(format!("installing probes in {}", program.to_string_lossy()));
+        }
+    };
+    let install_ms = lopi_live::millis(installed);
+    target.release();
+    eprintln!("lopi: recording to {output}");
+    eprint!("{}", describe(&installation));
+    eprintln!(
+        "lopi: {} sites installed in {install_ms:.1} ms ({:.1} ms from launch to the program's entry)",
+        installation.sites(),
+        (installed - started).as_secs_f64() * 1e3
+    );
+    // The terminal's Ctrl-C is for the program; lopi only waits for it.
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGINT);
+    mask.add(Signal::SIGQUIT);
+    mask.thread_block().context("blocking SIGINT")?;
+    let status = child.wait().context("waiting for the program")?;
+    eprintln!("lopi: the program {status}; see `lopi report {output}`");
+    use std::os::unix::process::ExitStatusExt;
+    std::process::exit(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+}
+
+/// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
+/// or its exit, then takes every probe out again.
+pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
+    // Ctrl-C, SIGTERM and SIGHUP mean "detach", read from a signalfd; blocked first, so
+    // that one arriving mid-install waits until the probes are in.
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        mask.add(s);
+    }
+    mask.thread_block().context("blocking signals")?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).context("signalfd")?;
+
+    let output = output_path(&exe_name(pid), pid);
+    let spec = probes.spec(&output)?;
+    let started = Instant::now();
+    let mut target = Target::attach(pid)?;
+    let stopped_ms = lopi_live::millis(started);
+    let threads = target.thread_count();
+    let installation = target.install(&spec).with_context(|| format!("installing probes in process {pid}"))?;
+    target.release();
+    let pause_ms = lopi_live::millis(started);
+    eprintln!("lopi: recording to {output}");
+    eprint!("{}", describe(&installation));
+    eprintln!(
+        "lopi: attached to {pid} ({threads} threads): {} sites; process paused {pause_ms:.1} ms ({stopped_ms:.1} ms to stop its threads)",
+        installation.sites()
+    );
+    match duration {
+        Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
+        None => eprintln!("lopi: detaching on Ctrl-C"),
+    }
+
+    let running = Instant::now();
+    let exited = loop {
+        if !alive(pid) {
+            break true;
+        }
+        if duration.is_some_and(|d| running.elapsed() >= d) {
+            break false;
+        }
+        if let Ok(Some(_)) = signals.read_signal() {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if exited {
+        eprintln!("lopi: process {pid} exited; see `lopi report {output}`");
+        return Ok(());
+    }
+    let detaching = Instant::now();
+    let mut target = match Target::attach(pid) {
+        Ok(t) => t,
+        Err(lopi_live::LiveError::NoSuchProcess(_) | lopi_live::LiveError::TargetExited(_)) => {
+            eprintln!("lopi: process {pid} exited; see `lopi report {output}`");
+            return Ok(());
+        }
+        Err(e) => return Err(e).context("re-attaching to take the probes out (they stay in; the record stays valid)"),
+    };
+    let removal = target.remove(&installation).context("taking the probes out")?;
+    target.release();
+    let detach_ms = lopi_live::millis(detaching);
+    eprintln!(
+        "lopi: detached after {:.1} s: {} sites restored, process paused {detach_ms:.1} ms{}{}",
+        running.elapsed().as_secs_f64(),
+        removal.restored_sites,
+        if removal.waited_threads > 0 { format!(", waited for {} threads inside probes", removal.waited_threads) } else { String::new() },
+        if removal.kept_mappings > 0 { ", lopi's code left mapped (a thread stayed inside it)".to_string() } else { String::new() },
+    );
+    if removal.changed_sites > 0 {
+        eprintln!("lopi: warning: {} sites were changed by someone else meanwhile and were left as they are", removal.changed_sites);
+    }
+    eprintln!("lopi: see `lopi report {output}`");
+    Ok(())
+}
+
+/// True while `pid` exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)).is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// `10s`, `500ms`, `2m`, `1h`, or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("bad duration {text:?} (try 10s, 500ms, 2m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("bad duration unit {unit:?} (try 10s, 500ms, 2m)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("bad duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5y").is_err());
+    }
+
+    #[test]
+    fn library_patterns_go_to_their_library() {
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], timing: false, trace: false };
+        let spec = probes.spec("/tmp/x").unwrap();
+        assert_eq!(spec.modules.len(), 2);
+        assert_eq!(spec.modules[0].library, None);
+        assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], timing: false, trace: false };
+        assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
+    }
+}

@@ -1,0 +1,726 @@
+//! The live installer: puts the planner's probes into a running process and takes them out.
+//!
+//! This is GILK's runtime code splicing applied to a user process. With every thread held
+//! (ptrace), lopi maps each module's probe image (`lopi-image`: counters, runtime, trampolines)
+//! within `jmp rel32` reach of the module, writes it through `/proc/PID/mem`, runs the
+//! runtime's init in one thread, then writes the jumps and lets the threads go. From then on
+//! the probes run in-process exactly as in a rewritten file; ptrace is not involved again
+//! until removal, which writes the original bytes back, waits until no thread is inside a
+//! trampoline or the runtime, and unmaps everything lopi mapped.
+//!
+//! Safety with running threads: nothing is written while a thread runs, and no thread is left
+//! with its instruction pointer strictly inside bytes being replaced. A thread found there is
+//! stepped out (a few instructions: a site's bytes hold no branch target); one that cannot be
+//! (waiting in a system call that would restart there) costs that site: the planner drops it
+//! and lays out again.
+#![deny(unsafe_code)]
+
+mod placement;
+pub mod procfs;
+mod tracee;
+
+use lopi_elf::{ElfModule, Svma};
+use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
+use lopi_patch::{CodePatch, Filter, Outcome, TimingOutcome};
+use lopi_rt_abi::{page_align, RuntimeVars, PAGE_SIZE};
+use nix::errno::Errno;
+use procfs::{Mapping, Memory};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+use tracee::{Regs, Threads};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("no process with pid {0}")]
+    NoSuchProcess(i32),
+    #[error("not allowed to trace pid {pid}: {hint}")]
+    PermissionDenied { pid: i32, hint: String },
+    #[error("pid {pid} is already traced by pid {tracer} ({name}); detach that tool first")]
+    AlreadyTraced { pid: i32, tracer: i32, name: String },
+    #[error("pid {pid} runs {exe}, which is not an x86-64 program ({what})")]
+    WrongArchitecture { pid: i32, exe: String, what: &'static str },
+    #[error("{what} thread {tid}: {errno}")]
+    Ptrace { what: &'static str, tid: i32, errno: Errno },
+    #[error("process {0} exited")]
+    TargetExited(i32),
+    #[error("lopi's code injected into thread {tid} stopped with {signal} at {rip:#x}")]
+    InjectedFault { tid: i32, signal: nix::sys::signal::Signal, rip: u64 },
+    #[error("lopi's code injected into thread {0} did not finish within 20 s")]
+    InjectedTimeout(i32),
+    #[error("{0}")]
+    Module(String),
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+impl LiveError {
+    fn ptrace(what: &'static str, tid: i32, errno: Errno) -> Self {
+        LiveError::Ptrace { what, tid, errno }
+    }
+
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.into();
+        move |source| LiveError::Io { what, source }
+    }
+}
+
+/// Which functions of which module to probe.
+#[derive(Clone, Debug)]
+pub struct ModuleRequest {
+    /// `None`: the main executable. `Some(name)`: the loaded library whose file name is
+    /// `name` or starts with `name.` or `name-` (`libc` finds `libc.so.6`).
+    pub library: Option<String>,
+    pub filter: Filter,
+}
+
+/// What to install.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub modules: Vec<ModuleRequest>,
+    /// Entry and exit probes (calls timed), not only entry counts.
+    pub timing: bool,
+    pub recording: Recording,
+    /// Environment the runtime sees: `LOPI_OUTPUT` (absolute) and its knobs.
+    pub env: Vec<(String, String)>,
+}
+
+/// A module with probes in it.
+pub struct InstalledModule {
+    pub path: String,
+    /// Load bias: run-time address minus file address.
+    pub bias: u64,
+    pub functions: usize,
+    pub outcomes: Vec<Outcome>,
+    pub timing: Vec<TimingOutcome>,
+    pub exit_sites: usize,
+    /// Run-time addresses of the image mapping and of its code.
+    pub image: Range<u64>,
+    code: Range<u64>,
+    vars: u64,
+    timed: bool,
+    /// Run-time address, jump bytes, original bytes.
+    patches: Vec<CodePatch>,
+}
+
+/// Probes in a process, and what it took to put them there.
+pub struct Installation {
+    pub modules: Vec<InstalledModule>,
+    /// Device and inode of the data file (from `/proc/PID/maps`), to unmap its mappings.
+    data_file: Option<(String, u64)>,
+}
+
+impl Installation {
+    pub fn sites(&self) -> usize {
+        self.modules.iter().map(|m| m.patches.len()).sum()
+    }
+}
+
+/// What removal did.
+#[derive(Debug, Default)]
+pub struct Removal {
+    pub restored_sites: usize,
+    /// Sites whose bytes someone else had changed since: left as they were.
+    pub changed_sites: usize,
+    /// Threads found inside lopi's code, waited for.
+    pub waited_threads: usize,
+    /// Mappings left because a thread stayed inside lopi's code (a leak, never a crash).
+    pub kept_mappings: usize,
+}
+
+/// A process with every thread held.
+pub struct Target {
+    threads: Threads,
+    mem: Memory,
+}
+
+/// `syscall; int3`, written where injected system calls run.
+const SYSCALL_GADGET: [u8; 3] = [0x0f, 0x05, 0xcc];
+
+mod sys {
+    pub const MMAP: u64 = 9;
+    pub const MPROTECT: u64 = 10;
+    pub const MUNMAP: u64 = 11;
+    pub const PROT_READ: u64 = 1;
+    pub const PROT_WRITE: u64 = 2;
+    pub const PROT_EXEC: u64 = 4;
+    pub const MAP_PRIVATE_ANONYMOUS: u64 = 0x02 | 0x20;
+    pub const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
+    /// Kernel return values that restart the interrupted system call (include/linux/errno.h).
+    pub const RESTARTS: [i64; 4] = [-512, -513, -514, -516];
+}
+
+/// Starts `command` under ptrace and takes it over at its entry point (see
+/// [`Target::adopt_launched`]). The child is killed if that fails.
+pub fn launch(mut command: std::process::Command) -> Result<(Target, std::process::Child), LiveError> {
+    use std::os::unix::process::CommandExt;
+    let program = command.get_program().to_string_lossy().into_owned();
+    // SAFETY: the closure runs in the forked child before exec and makes only the
+    // ptrace(PTRACE_TRACEME) system call, which is async-signal-safe.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| nix::sys::ptrace::traceme().map_err(std::io::Error::from));
+    }
+    let mut child = command.spawn().map_err(LiveError::io(format!("starting {program}")))?;
+    match Target::adopt_launched(child.id() as i32) {
+        Ok(target) => Ok((target, child)),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+impl Target {
+    /// Seizes every thread of `pid`. Checks first what a user can fix.
+    pub fn attach(pid: i32) -> Result<Self, LiveError> {
+        if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(LiveError::NoSuchProcess(pid));
+        }
+        if pid as u32 == std::process::id() {
+            return Err(LiveError::Module("lopi cannot attach to itself".into()));
+        }
+        check_architecture(pid)?;
+        if let Some(tracer) = procfs::tracer(pid) {
+            return Err(already_traced(pid, tracer));
+        }
+        let threads = Threads::stop_all(pid).map_err(|e| match e {
+            LiveError::Ptrace { errno: Errno::EPERM, .. } => match procfs::tracer(pid) {
+                Some(tracer) => already_traced(pid, tracer),
+                None => LiveError::PermissionDenied { pid, hint: permission_hint() },
+            },
+            LiveError::Ptrace { errno: Errno::ESRCH, .. } => LiveError::NoSuchProcess(pid),
+            e => e,
+        })?;
+        let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
+        Ok(Target { threads, mem })
+    }
+
+    /// Takes over a child launched with `PTRACE_TRACEME` and stopped at its `exec`: runs it
+    /// to its entry point, where every library is loaded and initialised (glibc's TLS and
+    /// rseq registration included) and the program's own code has not run.
+    pub fn adopt_launched(pid: i32) -> Result<Self, LiveError> {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        let child = nix::unistd::Pid::from_raw(pid);
+        match waitpid(child, Some(WaitPidFlag::__WALL)) {
+            Ok(WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP)) => {}
+            Ok(other) => return Err(LiveError::Module(format!("the launched program did not stop at exec ({other:?})"))),
+            Err(e) => return Err(LiveError::ptrace("waiting for", pid, e)),
+        }
+        check_architecture(pid)?;
+        let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
+        let entry = procfs::auxv(pid, 9).ok_or_else(|| LiveError::Module("no AT_ENTRY in the program's auxiliary vector".into()))?;
+        let original = mem.read(entry, 1).map_err(LiveError::io("reading the entry point"))?;
+        mem.write(entry, &[0xcc]).map_err(LiveError::io("writing a breakpoint at the entry point"))?;
+        let mut threads = Threads::adopt(pid)?;
+        let regs = threads.regs(pid)?;
+        let reached = threads.run_injected(pid, regs, entry);
+        mem.write(entry, &original).map_err(LiveError::io("restoring the entry point"))?;
+        let mut at_entry = reached?;
+        // run_injected put the exec-stop registers back; the program continues from its entry.
+        at_entry.rip = entry;
+        threads.set_regs(pid, at_entry)?;
+        // Library constructors may have started threads.
+        threads.stop_new_threads()?;
+        Ok(Target { threads, mem })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.threads.pid
+    }
+
+    pub fn thread_count(&self) -> usize {
+        self.threads.tids().len()
+    }
+
+    /// Lets every thread go.
+    pub fn release(self) {
+        self.threads.release();
+    }
+
+    /// Maps, writes and initialises every requested module's probes, then writes the jumps.
+    /// On error, whatever was installed is taken out again.
+    pub fn install(&mut self, spec: &Spec) -> Result<Installation, LiveError> {
+        let pid = self.pid();
+        let maps = procfs::maps(pid).map_err(LiveError::io(format!("reading /proc/{pid}/maps")))?;
+        let exe = procfs::exe(pid).map_err(LiveError::io(format!("reading /proc/{pid}/exe")))?.display().to_string();
+        let gadget = self.place_gadget(&maps, &exe)?;
+        let mut busy = placement::occupied(&maps, procfs::brk(pid));
+        let mut installation = Installation { modules: Vec::new(), data_file: None };
+        let mut result = Ok(());
+        for request in &spec.modules {
+            match self.install_module(request, spec, &maps, &exe, &mut busy, gadget, &mut installation) {
+                Ok(module) => installation.modules.push(module),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.restore_gadget(gadget)?;
+        if let Err(e) = result {
+            let _ = self.remove(&installation);
+            return Err(e);
+        }
+        Ok(installation)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn install_module(
+        &mut self,
+        request: &ModuleRequest,
+        spec: &Spec,
+        maps: &[Mapping],
+        exe: &str,
+        busy: &mut Vec<(u64, u64)>,
+        gadget: Gadget,
+        installation: &mut Installation,
+    ) -> Result<InstalledModule, LiveError> {
+        let pid = self.pid();
+        let path = module_path(maps, exe, request.library.as_deref())?;
+        let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
+        let data = std::fs::read(format!("/proc/{pid}/root{path}"))
+            .or_else(|_| std::fs::read(&path))
+            .map_err(LiveError::io(format!("reading {path}")))?;
+        let module = ElfModule::parse(&data).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
+        let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
+        let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
+        if code.0 >= code.1 {
+            return Err(LiveError::Module(format!("{path}: no executable mapping")));
+        }
+        let mut selection = lopi_patch::select(&module, &request.filter, spec.timing);
+        let names = ModuleNames { module: path.clone(), source: path.clone() };
+        let env = EnvBlock::new(&spec.env);
+        let image_request = |at: u64| Request {
+            names: &names,
+            recording: spec.recording,
+            at,
+            entry_room: 16,
+            header_room: env.len(),
+            fork_handlers: false,
+        };
+        let error = |e: lopi_image::ImageError| LiveError::Module(format!("{path}: {e}"));
+        let sizing = lopi_image::build(&module, selection.clone(), &image_request(page_align(module.end_of_image().0)))
+            .map_err(error)?;
+        // Laying out at another address can only change jump encodings a little.
+        let len = page_align(sizing.bytes.len() as u64) + PAGE_SIZE;
+        let start = placement::find_hole(busy, code, len)
+            .ok_or_else(|| LiveError::Module(format!("{path}: no free address space within ±2 GiB of its code")))?;
+        let at = start.wrapping_sub(bias);
+
+        let image = loop {
+            let image = lopi_image::build(&module, selection.clone(), &image_request(at)).map_err(error)?;
+            if image.bytes.len() as u64 > len {
+                return Err(LiveError::Module(format!("{path}: the probe image grew when placed")));
+            }
+            match self.free_sites(&image.plan.code_patches, bias)? {
+                None => break image,
+                Some(site) => {
+                    if !selection.withdraw(site) {
+                        return Err(LiveError::Module(format!("{path}: a thread is inside the site at {:#x}", site.0)));
+                    }
+                }
+            }
+        };
+        self.check_originals(&path, &image.plan.code_patches, bias)?;
+
+        let mapped_at = self.syscall(
+            gadget,
+            sys::MMAP,
+            [start, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_PRIVATE_ANONYMOUS | sys::MAP_FIXED_NOREPLACE, u64::MAX, 0],
+        )?;
+        if mapped_at != start {
+            return Err(LiveError::Module(format!(
+                "{path}: the process could not map {len} bytes at {start:#x} (mmap returned {})",
+                mapped_at as i64
+            )));
+        }
+        busy.push((start, start + len + PAGE_SIZE));
+        busy.sort_unstable();
+        let patches: Vec<CodePatch> = image
+            .plan
+            .code_patches
+            .iter()
+            .map(|p| CodePatch { at: Svma(p.at.0.wrapping_add(bias)), bytes: p.bytes.clone(), original: p.original.clone() })
+            .collect();
+        let timed = image.plan.probed.iter().any(|p| p.timed);
+        let mut installed = InstalledModule {
+            path: path.clone(),
+            bias,
+            functions: module.functions.len(),
+            outcomes: image.plan.outcomes.clone(),
+            timing: image.plan.timing.clone(),
+            exit_sites: image.plan.exit_sites,
+            image: start..start + len,
+            code: image.rx.start.wrapping_add(bias)..image.rx.end.wrapping_add(bias),
+            vars: image.vars.wrapping_add(bias),
+            timed,
+            patches,
+        };
+        let outcome = self.load(&image, &env, bias, gadget, &path);
+        if let Err(e) = outcome {
+            installed.patches.clear();
+            installation.modules.push(installed);
+            return Err(e);
+        }
+        if installation.data_file.is_none() {
+            installation.data_file = self.data_file_of(image.rw.start.wrapping_add(bias));
+        }
+        self.write_patches(&installed.patches, |p| &p.bytes)?;
+        Ok(installed)
+    }
+
+    /// Writes the image into its mapping, protects it, and runs the runtime's init.
+    fn load(&mut self, image: &ProbeImage, env: &EnvBlock, bias: u64, gadget: Gadget, path: &str) -> Result<(), LiveError> {
+        let mut bytes = image.bytes.clone();
+        let env_at = image.r.start.wrapping_add(bias);
+        let header = (image.r.start - image.rw.start) as usize;
+        bytes[header..header + env.len()].copy_from_slice(&env.bytes(env_at));
+        let start = image.rw.start.wrapping_add(bias);
+        self.mem.write(start, &bytes).map_err(LiveError::io(format!("writing lopi's code into process {}", self.pid())))?;
+        for (range, prot) in [(&image.rx, sys::PROT_READ | sys::PROT_EXEC), (&image.r, sys::PROT_READ)] {
+            let len = page_align(range.end.wrapping_sub(range.start));
+            let r = self.syscall(gadget, sys::MPROTECT, [range.start.wrapping_add(bias), len, prot, 0, 0, 0])?;
+            if r != 0 {
+                return Err(LiveError::Module(format!("{path}: mprotect in the process failed ({})", r as i64)));
+            }
+        }
+        let tid = self.threads.leader();
+        let mut regs = self.threads.regs(tid)?;
+        let trap = image.entry_code.wrapping_add(bias);
+        // Below the red zone, 16-byte aligned before the call's return address.
+        let sp = (regs.rsp - 512) & !15;
+        self.mem.write(sp - 8, &trap.to_le_bytes()).map_err(LiveError::io("writing to the target's stack"))?;
+        regs.rsp = sp - 8;
+        regs.rip = image.init.wrapping_add(bias);
+        regs.rdi = image.descriptor.wrapping_add(bias);
+        regs.rsi = 0;
+        regs.rdx = 0;
+        regs.rcx = env_at;
+        regs.rax = 0;
+        let done = self.threads.run_injected(tid, regs, trap)?;
+        let status = done.rax as i64;
+        if status == lopi_rt_abi::INIT_NOT_A_DATA_FILE {
+            return Err(LiveError::Module("the output exists and is not a lopi data file of this version; remove it or choose another LOPI_OUTPUT".into()));
+        }
+        if status < 0 {
+            let errno = Errno::from_raw(-status as i32);
+            return Err(LiveError::Module(format!("{path}: the runtime could not open or register its data file: {errno}")));
+        }
+        Ok(())
+    }
+
+    /// A site with a thread stopped strictly inside its bytes, after stepping such threads
+    /// out where possible.
+    fn free_sites(&mut self, patches: &[CodePatch], bias: u64) -> Result<Option<Svma>, LiveError> {
+        const MAX_STEPS: usize = 64;
+        let inside = |rip: u64| {
+            patches.iter().find(|p| {
+                let start = p.at.0.wrapping_add(bias);
+                rip > start && rip < start + p.bytes.len() as u64
+            })
+        };
+        for tid in self.threads.tids() {
+            let mut steps = 0;
+            loop {
+                let regs = self.threads.regs(tid)?;
+                let restart = regs.orig_rax as i64 >= 0 && sys::RESTARTS.contains(&(regs.rax as i64));
+                let hit = inside(regs.rip).or_else(|| if restart { inside(regs.rip - 2) } else { None });
+                let Some(patch) = hit else { break };
+                if restart || steps == MAX_STEPS {
+                    return Ok(Some(patch.at));
+                }
+                self.threads.step(tid)?;
+                steps += 1;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Refuses a module whose code in memory is not the file's: it was modified (another
+    /// tool, a previous lopi still attached) or the file changed on disk.
+    fn check_originals(&self, path: &str, patches: &[CodePatch], bias: u64) -> Result<(), LiveError> {
+        for p in patches {
+            let at = p.at.0.wrapping_add(bias);
+            let now = self.mem.read(at, p.original.len()).map_err(LiveError::io(format!("reading code at {at:#x}")))?;
+            if now != p.original {
+                return Err(LiveError::Module(format!(
+                    "{path}: the code at {at:#x} differs from the file (already instrumented, patched by another tool, or the file changed on disk)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every patch, one read-modify-write per page.
+    fn write_patches(&self, patches: &[CodePatch], bytes: impl Fn(&CodePatch) -> &Vec<u8>) -> Result<(), LiveError> {
+        let mut pages: BTreeMap<u64, Vec<&CodePatch>> = BTreeMap::new();
+        for p in patches {
+            pages.entry(p.at.0 & !(PAGE_SIZE - 1)).or_default().push(p);
+        }
+        for (page, on_page) in pages {
+            let end = on_page.iter().map(|p| p.at.0 + bytes(p).len() as u64).max().unwrap_or(page);
+            let start = on_page.iter().map(|p| p.at.0).min().unwrap_or(page);
+            let mut buf = self.mem.read(start, (end - start) as usize).map_err(LiveError::io(format!("reading code at {start:#x}")))?;
+            for p in on_page {
+                let at = (p.at.0 - start) as usize;
+                let b = bytes(p);
+                buf[at..at + b.len()].copy_from_slice(b);
+            }
+            self.mem.write(start, &buf).map_err(LiveError::io(format!("writing code at {start:#x}")))?;
+        }
+        Ok(())
+    }
+
+    /// The device and inode of the file mapped at `addr` (the module's counters, which the
+    /// runtime maps onto the data file).
+    fn data_file_of(&self, addr: u64) -> Option<(String, u64)> {
+        let maps = procfs::maps(self.pid()).ok()?;
+        let m = maps.into_iter().find(|m| m.start <= addr && addr < m.end)?;
+        (m.inode != 0).then_some((m.dev, m.inode))
+    }
+
+    /// Takes every probe out: original bytes back, threads out of lopi's code, lopi's
+    /// mappings (image, runtime pages, data-file views) unmapped.
+    pub fn remove(&mut self, installation: &Installation) -> Result<Removal, LiveError> {
+        let mut removal = Removal::default();
+        for module in &installation.modules {
+            let mut restore = Vec::new();
+            for p in &module.patches {
+                let now = self.mem.read(p.at.0, p.bytes.len()).map_err(LiveError::io(format!("reading code at {:#x}", p.at.0)))?;
+                if now == p.bytes {
+                    restore.push(p.clone());
+                } else if now != p.original {
+                    removal.changed_sites += 1;
+                }
+            }
+            self.write_patches(&restore, |p| &p.original)?;
+            removal.restored_sites += restore.len();
+        }
+
+        // Nothing jumps into lopi's code any more; wait for threads still inside it.
+        let ours: Vec<Range<u64>> = installation.modules.iter().map(|m| m.code.clone()).collect();
+        let mut waited = std::collections::BTreeSet::new();
+        let mut pause = Duration::from_micros(200);
+        for _ in 0..200 {
+            let mut inside = Vec::new();
+            for tid in self.threads.tids() {
+                let rip = self.threads.regs(tid)?.rip;
+                if ours.iter().any(|r| r.contains(&rip)) {
+                    inside.push(tid);
+                }
+            }
+            if inside.is_empty() {
+                break;
+            }
+            waited.extend(inside.iter().copied());
+            self.threads.run_for(&inside, pause)?;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        removal.waited_threads = waited.len();
+        let stuck = self
+            .threads
+            .tids()
+            .into_iter()
+            .filter_map(|tid| self.threads.regs(tid).ok())
+            .any(|regs| ours.iter().any(|r| r.contains(&regs.rip)));
+        if stuck {
+            removal.kept_mappings = installation.modules.len();
+            return Ok(removal);
+        }
+
+        let maps = procfs::maps(self.pid()).map_err(LiveError::io("reading the process's mappings"))?;
+        let exe = procfs::exe(self.pid()).map(|p| p.display().to_string()).unwrap_or_default();
+        let gadget = self.place_gadget(&maps, &exe)?;
+        let result = self.unmap(installation, &maps, gadget);
+        self.restore_gadget(gadget)?;
+        result?;
+        Ok(removal)
+    }
+
+    fn unmap(&mut self, installation: &Installation, maps: &[Mapping], gadget: Gadget) -> Result<(), LiveError> {
+        if installation.modules.iter().any(|m| m.timed) {
+            // Threads find their chunk through fs:0x38 and a fork snapshot through fs:0x40;
+            // the next attach must start afresh.
+            for tid in self.threads.tids() {
+                let fs = self.threads.regs(tid)?.fs_base;
+                if fs != 0 {
+                    let _ = self.mem.write(fs + 0x38, &[0; 16]);
+                }
+            }
+        }
+        let mut ranges = Vec::new();
+        for m in &installation.modules {
+            if m.timed {
+                let page = self.mem.read_u64(m.vars + std::mem::offset_of!(RuntimeVars, pid_page) as u64).unwrap_or(0);
+                if page != 0 {
+                    ranges.push((page, PAGE_SIZE));
+                }
+            }
+            ranges.push((m.image.start, m.image.end - m.image.start));
+        }
+        if let Some((dev, inode)) = &installation.data_file {
+            ranges.extend(maps.iter().filter(|m| &m.dev == dev && m.inode == *inode).map(|m| (m.start, m.end - m.start)));
+        }
+        for (start, len) in ranges {
+            self.syscall(gadget, sys::MUNMAP, [start, len, 0, 0, 0, 0])?;
+        }
+        Ok(())
+    }
+
+    /// Runs one system call in the leader thread through the gadget.
+    fn syscall(&mut self, gadget: Gadget, nr: u64, args: [u64; 6]) -> Result<u64, LiveError> {
+        let tid = self.threads.leader();
+        let mut regs: Regs = self.threads.regs(tid)?;
+        regs.rip = gadget.at;
+        regs.rax = nr;
+        (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+        Ok(self.threads.run_injected(tid, regs, gadget.at + 2)?.rax)
+    }
+
+    /// Writes `syscall; int3` into the alignment padding after the main executable's code
+    /// segment: bytes of an executable page that no code reaches.
+    fn place_gadget(&self, maps: &[Mapping], exe: &str) -> Result<Gadget, LiveError> {
+        let executable = maps.iter().filter(|m| m.executable && m.path == exe);
+        for m in executable {
+            // The padding ends the mapping; the segment's last code byte is before it.
+            let bytes = self.mem.read(m.end - 64, 64).map_err(LiveError::io("reading the executable's code"))?;
+            let zeros = bytes.iter().rev().take_while(|&&b| b == 0).count();
+            if zeros >= 8 {
+                let at = m.end - 4;
+                let saved = self.mem.read(at, 3).map_err(LiveError::io("reading the executable's code"))?;
+                self.mem.write(at, &SYSCALL_GADGET).map_err(LiveError::io("writing into the executable's code"))?;
+                return Ok(Gadget { at, saved: saved.try_into().unwrap_or_default() });
+            }
+        }
+        Err(LiveError::Module(format!("{exe}: no padding after its code for lopi's system-call stub")))
+    }
+
+    fn restore_gadget(&self, gadget: Gadget) -> Result<(), LiveError> {
+        self.mem.write(gadget.at, &gadget.saved).map_err(LiveError::io("restoring the executable's code"))
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Gadget {
+    at: u64,
+    saved: [u8; 3],
+}
+
+/// `NAME=value` strings and the NULL-terminated pointer array the runtime reads as `envp`.
+struct EnvBlock {
+    strings: Vec<Vec<u8>>,
+}
+
+impl EnvBlock {
+    fn new(env: &[(String, String)]) -> Self {
+        let strings = env
+            .iter()
+            .map(|(k, v)| {
+                let mut s = format!("{k}={v}").into_bytes();
+                s.retain(|&b| b != 0);
+                s.push(0);
+                s
+            })
+            .collect();
+        EnvBlock { strings }
+    }
+
+    fn pointers_len(&self) -> usize {
+        8 * (self.strings.len() + 1)
+    }
+
+    fn len(&self) -> usize {
+        self.pointers_len() + self.strings.iter().map(Vec::len).sum::<usize>()
+    }
+
+    /// The block as it must appear at run-time address `at`.
+    fn bytes(&self, at: u64) -> Vec<u8> {
+        let mut pointers = Vec::new();
+        let mut text = Vec::new();
+        for s in &self.strings {
+            pointers.extend_from_slice(&(at + (self.pointers_len() + text.len()) as u64).to_le_bytes());
+            text.extend_from_slice(s);
+        }
+        pointers.extend_from_slice(&[0; 8]);
+        pointers.extend_from_slice(&text);
+        pointers
+    }
+}
+
+/// The path of the module a request names, as `/proc/PID/maps` shows it.
+fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) -> Result<String, LiveError> {
+    let Some(name) = library else {
+        return maps
+            .iter()
+            .find(|m| m.path == exe)
+            .map(|m| m.path.clone())
+            .ok_or_else(|| LiveError::Module(format!("{exe} is not mapped in the process (deleted or replaced since it started?)")));
+    };
+    let mut paths: Vec<&str> = maps
+        .iter()
+        .filter(|m| m.path.starts_with('/') && m.executable)
+        .map(|m| m.path.as_str())
+        .filter(|p| {
+            let file = p.rsplit('/').next().unwrap_or(p);
+            file == name || file.strip_prefix(name).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+        })
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    match paths.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => Err(LiveError::Module(format!("no library named {name:?} is loaded in the process"))),
+        many => Err(LiveError::Module(format!("{name:?} names several loaded libraries: {}", many.join(", ")))),
+    }
+}
+
+/// Run-time address minus file address, from the mapping of file offset 0.
+fn load_bias(module: &ElfModule<'_>, mapped: &[&Mapping]) -> Option<u64> {
+    let first = mapped.iter().filter(|m| m.offset == 0).map(|m| m.start).min()?;
+    let load = module.program_headers.iter().find(|p| p.p_type == 1 && p.p_offset == 0)?;
+    Some(first.wrapping_sub(load.p_vaddr & !(PAGE_SIZE - 1)))
+}
+
+fn check_architecture(pid: i32) -> Result<(), LiveError> {
+    let exe = procfs::exe(pid).map(|p| p.display().to_string()).unwrap_or_else(|_| "?".into());
+    let Ok(header) = std::fs::File::open(format!("/proc/{pid}/exe")).and_then(|f| {
+        use std::io::Read;
+        let mut h = [0u8; 20];
+        f.take(20).read_exact(&mut h).map(|()| h)
+    }) else {
+        // Unreadable: ptrace will say why.
+        return Ok(());
+    };
+    let what = if &header[..4] != b"\x7fELF" {
+        "not an ELF file"
+    } else if header[4] != 2 {
+        "32-bit"
+    } else if u16::from_le_bytes([header[18], header[19]]) != 62 {
+        "another machine type"
+    } else {
+        return Ok(());
+    };
+    Err(LiveError::WrongArchitecture { pid, exe, what })
+}
+
+fn already_traced(pid: i32, tracer: i32) -> LiveError {
+    let name = std::fs::read_to_string(format!("/proc/{tracer}/comm")).map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into());
+    LiveError::AlreadyTraced { pid, tracer, name }
+}
+
+fn permission_hint() -> String {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse::<u32>().ok());
+    match scope {
+        Some(1) => "kernel.yama.ptrace_scope is 1 (only a parent may trace its children): run lopi as root or with CAP_SYS_PTRACE, or `sysctl kernel.yama.ptrace_scope=0`, or start the program with `lopi run`".into(),
+        Some(2) => "kernel.yama.ptrace_scope is 2 (admin-only attach): run lopi as root or with CAP_SYS_PTRACE".into(),
+        Some(3) => "kernel.yama.ptrace_scope is 3 (no attaching at all, until reboot): use `lopi run` or `lopi rewrite` instead".into(),
+        _ => "the process belongs to another user or is not dumpable: run lopi as that user, as root, or with CAP_SYS_PTRACE".into(),
+    }
+}
+
+/// Milliseconds since `start`, for the timings lopi prints.
+pub fn millis(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}

@@ -1,0 +1,142 @@
+//! What `/proc/PID` says about a process: its threads, mappings, tracer and memory.
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub readable: bool,
+    pub executable: bool,
+    pub offset: u64,
+    pub dev: String,
+    pub inode: u64,
+    /// The file, `[heap]`-style name, or empty for anonymous memory.
+    pub path: String,
+}
+
+/// Parses `/proc/PID/maps` text; lines that do not parse are skipped.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines().filter_map(parse_map_line).collect()
+}
+
+fn parse_map_line(line: &str) -> Option<Mapping> {
+    let mut fields = line.splitn(6, ' ');
+    let (range, perms, offset, dev, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+    let path = fields.next().unwrap_or("").trim_start().to_string();
+    let (start, end) = range.split_once('-')?;
+    let perms = perms.as_bytes();
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        readable: perms.first() == Some(&b'r'),
+        executable: perms.get(2) == Some(&b'x'),
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        dev: dev.to_string(),
+        inode: inode.parse().ok()?,
+        path,
+    })
+}
+
+pub fn maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
+    Ok(parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
+}
+
+/// Thread ids, from `/proc/PID/task`.
+pub fn threads(pid: i32) -> std::io::Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// The pid of the process tracing `pid`, if any (`TracerPid:` in `/proc/PID/status`).
+pub fn tracer(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("TracerPid:"))?;
+    line["TracerPid:".len()..].trim().parse().ok().filter(|&t| t != 0)
+}
+
+/// `start_brk` and `brk` (fields 47 and 48 of `/proc/PID/stat`): where the heap grows.
+pub fn brk(pid: i32) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it follow the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    Some((fields.get(44)?.parse().ok()?, fields.get(45)?.parse().ok()?))
+}
+
+/// A value from `/proc/PID/auxv`.
+pub fn auxv(pid: i32, key: u64) -> Option<u64> {
+    let raw = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    raw.chunks_exact(16).find_map(|pair| {
+        let k = u64::from_le_bytes(pair[..8].try_into().ok()?);
+        (k == key).then(|| u64::from_le_bytes(pair[8..].try_into().unwrap_or_default()))
+    })
+}
+
+pub fn exe(pid: i32) -> std::io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+}
+
+/// A process's memory through `/proc/PID/mem`: reads and writes any mapped page, including
+/// read-only code (the kernel copies the page on write, as for a debugger's breakpoints).
+pub struct Memory {
+    file: File,
+}
+
+impl Memory {
+    pub fn open(pid: i32) -> std::io::Result<Self> {
+        Ok(Self { file: std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"))? })
+    }
+
+    pub fn read(&self, addr: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0; len];
+        self.file.read_exact_at(&mut buf, addr)?;
+        Ok(buf)
+    }
+
+    pub fn read_u64(&self, addr: u64) -> std::io::Result<u64> {
+        let bytes = self.read(addr, 8)?;
+        Ok(u64::from_le_bytes(bytes.try_into().unwrap_or_default()))
+    }
+
+    pub fn write(&self, addr: u64, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.write_all_at(bytes, addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let text = "55d0c8a00000-55d0c8a02000 r-xp 00001000 fd:01 1234     /usr/bin/my prog\n\
+                    7ffd1000-7ffd3000 rw-p 00000000 00:00 0                  [stack]\n\
+                    7f0000000000-7f0000001000 ---p 00000000 00:00 0\n\
+                    garbage\n";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 3);
+        assert_eq!(maps[0].start, 0x55d0c8a00000);
+        assert!(maps[0].executable && maps[0].readable);
+        assert_eq!(maps[0].offset, 0x1000);
+        assert_eq!(maps[0].inode, 1234);
+        assert_eq!(maps[0].path, "/usr/bin/my prog");
+        assert_eq!(maps[1].path, "[stack]");
+        assert!(!maps[2].readable);
+        assert_eq!(maps[2].path, "");
+    }
+
+    #[test]
+    fn reads_own_process() {
+        let pid = std::process::id() as i32;
+        assert!(threads(pid).unwrap().contains(&pid));
+        assert!(brk(pid).is_some());
+        assert!(auxv(pid, 6).is_some_and(|page| page == 4096)); // AT_PAGESZ
+        assert!(!maps(pid).unwrap().is_empty());
+    }
+}

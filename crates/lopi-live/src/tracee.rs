@@ -1,0 +1,276 @@
+//! Stopping every thread of a process with ptrace, running injected code in one of them,
+//! and letting them all go again.
+//!
+//! Threads are taken with `PTRACE_SEIZE` and stopped with `PTRACE_INTERRUPT`, never with
+//! `SIGSTOP`: if lopi dies, the kernel detaches them and they simply run on. New threads are
+//! followed with `PTRACE_O_TRACECLONE` while we hold the process. Signals that arrive while a
+//! thread is held are kept and delivered when it is let go.
+use crate::LiveError;
+use nix::errno::Errno;
+use nix::libc::user_regs_struct;
+use nix::sys::ptrace::{self, Event, Options};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long injected code may run before lopi gives up on it.
+const INJECTED_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub type Regs = user_regs_struct;
+
+/// Every thread of a process, each in a ptrace stop.
+pub struct Threads {
+    pub pid: i32,
+    /// Stopped threads and the signals they received while held.
+    held: BTreeMap<i32, Vec<Signal>>,
+    /// Threads the kernel attached for us (clone events) that have not reported yet.
+    arriving: Vec<i32>,
+}
+
+impl Threads {
+    /// Seizes and stops every thread of `pid`, including threads created meanwhile.
+    pub fn stop_all(pid: i32) -> Result<Self, LiveError> {
+        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new() };
+        threads.stop_new_threads()?;
+        Ok(threads)
+    }
+
+    /// Takes over a freshly launched process whose only thread is already in a ptrace stop
+    /// (`PTRACE_TRACEME`), then stops any thread its libraries' constructors started.
+    pub fn adopt(pid: i32) -> Result<Self, LiveError> {
+        ptrace::setoptions(Pid::from_raw(pid), Options::PTRACE_O_TRACECLONE).map_err(|e| LiveError::ptrace("setting options on", pid, e))?;
+        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new() };
+        threads.stop_new_threads()?;
+        Ok(threads)
+    }
+
+    /// Repeats until `/proc/PID/task` names no thread we do not hold.
+    pub fn stop_new_threads(&mut self) -> Result<(), LiveError> {
+        loop {
+            let tids = crate::procfs::threads(self.pid).map_err(|_| LiveError::NoSuchProcess(self.pid))?;
+            let new: Vec<i32> = tids.into_iter().filter(|t| !self.held.contains_key(t)).collect();
+            if new.is_empty() && self.arriving.is_empty() {
+                return Ok(());
+            }
+            let mut seized = Vec::new();
+            for tid in new {
+                if self.arriving.contains(&tid) {
+                    continue;
+                }
+                match ptrace::seize(Pid::from_raw(tid), Options::PTRACE_O_TRACECLONE) {
+                    Ok(()) => seized.push(tid),
+                    // Exited meanwhile.
+                    Err(Errno::ESRCH) => {}
+                    // Attached for us by a clone event we have not read yet.
+                    Err(Errno::EPERM) if !self.held.is_empty() => self.arriving.push(tid),
+                    Err(e) => return Err(LiveError::ptrace("attaching to", tid, e)),
+                }
+            }
+            for &tid in &seized {
+                match ptrace::interrupt(Pid::from_raw(tid)) {
+                    Ok(()) | Err(Errno::ESRCH) => {}
+                    Err(e) => return Err(LiveError::ptrace("stopping", tid, e)),
+                }
+            }
+            for tid in seized.into_iter().chain(std::mem::take(&mut self.arriving)) {
+                self.wait_stop(tid)?;
+            }
+        }
+    }
+
+    /// Waits for `tid` to stop and records it as held (or forgets it if it exited).
+    fn wait_stop(&mut self, tid: i32) -> Result<(), LiveError> {
+        let mut signals = Vec::new();
+        loop {
+            match waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::PtraceEvent(_, _, event)) => {
+                    if event == Event::PTRACE_EVENT_CLONE as i32 {
+                        self.note_clone(tid);
+                    }
+                    break;
+                }
+                Ok(WaitStatus::Stopped(_, signal)) => {
+                    // A signal-delivery stop: the thread is stopped; the signal is delivered
+                    // when we let it go. Our interrupt stays pending and reports later.
+                    signals.push(signal);
+                    break;
+                }
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(Errno::ECHILD) => return self.gone(tid),
+                Ok(_) => continue,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(LiveError::ptrace("waiting for", tid, e)),
+            }
+        }
+        self.held.entry(tid).or_default().extend(signals);
+        Ok(())
+    }
+
+    fn note_clone(&mut self, parent: i32) {
+        if let Ok(child) = ptrace::getevent(Pid::from_raw(parent)) {
+            let child = child as i32;
+            if !self.held.contains_key(&child) && !self.arriving.contains(&child) {
+                self.arriving.push(child);
+            }
+        }
+    }
+
+    fn gone(&mut self, tid: i32) -> Result<(), LiveError> {
+        self.held.remove(&tid);
+        if tid == self.pid || !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() {
+            return Err(LiveError::TargetExited(self.pid));
+        }
+        Ok(())
+    }
+
+    pub fn tids(&self) -> Vec<i32> {
+        self.held.keys().copied().collect()
+    }
+
+    /// The thread to run injected code in: the main thread if held, else any.
+    pub fn leader(&self) -> i32 {
+        if self.held.contains_key(&self.pid) {
+            self.pid
+        } else {
+            *self.held.keys().next().expect("a held process has a thread")
+        }
+    }
+
+    pub fn regs(&self, tid: i32) -> Result<Regs, LiveError> {
+        ptrace::getregs(Pid::from_raw(tid)).map_err(|e| LiveError::ptrace("reading registers of", tid, e))
+    }
+
+    pub fn set_regs(&self, tid: i32, regs: Regs) -> Result<(), LiveError> {
+        ptrace::setregs(Pid::from_raw(tid), regs).map_err(|e| LiveError::ptrace("writing registers of", tid, e))
+    }
+
+    /// Runs `tid` from `regs` until it executes the `int3` at `trap`; returns its registers
+    /// there. Other threads stay stopped. The thread's own registers are restored after.
+    pub fn run_injected(&mut self, tid: i32, mut regs: Regs, trap: u64) -> Result<Regs, LiveError> {
+        let saved = self.regs(tid)?;
+        // Not in a system call: the kernel must not restart an interrupted one into our code.
+        regs.orig_rax = u64::MAX;
+        self.set_regs(tid, regs)?;
+        let result = self.run_to_trap(tid, trap);
+        if let Err(LiveError::TargetExited(_)) = result {
+            return result;
+        }
+        self.set_regs(tid, saved)?;
+        result
+    }
+
+    fn run_to_trap(&mut self, tid: i32, trap: u64) -> Result<Regs, LiveError> {
+        let pid = Pid::from_raw(tid);
+        let started = Instant::now();
+        ptrace::cont(pid, None).map_err(|e| LiveError::ptrace("running", tid, e))?;
+        loop {
+            let status = match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {
+                    if started.elapsed() > INJECTED_TIMEOUT {
+                        let _ = ptrace::interrupt(pid);
+                        self.wait_stop(tid)?;
+                        return Err(LiveError::InjectedTimeout(tid));
+                    }
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                }
+                Ok(status) => status,
+                Err(Errno::ECHILD) => return Err(self.gone(tid).err().unwrap_or(LiveError::TargetExited(self.pid))),
+                Err(e) => return Err(LiveError::ptrace("waiting for", tid, e)),
+            };
+            match status {
+                WaitStatus::Stopped(_, Signal::SIGTRAP) => {
+                    let regs = self.regs(tid)?;
+                    if regs.rip == trap + 1 {
+                        return Ok(regs);
+                    }
+                    return Err(LiveError::InjectedFault { tid, signal: Signal::SIGTRAP, rip: regs.rip });
+                }
+                WaitStatus::Stopped(_, signal @ (Signal::SIGSEGV | Signal::SIGBUS | Signal::SIGILL | Signal::SIGFPE)) => {
+                    let rip = self.regs(tid).map(|r| r.rip).unwrap_or(0);
+                    return Err(LiveError::InjectedFault { tid, signal, rip });
+                }
+                WaitStatus::Stopped(_, signal) => {
+                    self.held.entry(tid).or_default().push(signal);
+                }
+                WaitStatus::PtraceEvent(_, _, event) if event == Event::PTRACE_EVENT_CLONE as i32 => self.note_clone(tid),
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    return Err(self.gone(tid).err().unwrap_or(LiveError::TargetExited(self.pid)))
+                }
+                _ => {}
+            }
+            ptrace::cont(pid, None).map_err(|e| LiveError::ptrace("running", tid, e))?;
+        }
+    }
+
+    /// Executes one instruction of `tid`.
+    pub fn step(&mut self, tid: i32) -> Result<(), LiveError> {
+        let pid = Pid::from_raw(tid);
+        ptrace::step(pid, None).map_err(|e| LiveError::ptrace("stepping", tid, e))?;
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => return Ok(()),
+                Ok(WaitStatus::Stopped(_, signal)) => {
+                    // Delivered later; the step did not happen yet.
+                    self.held.entry(tid).or_default().push(signal);
+                    ptrace::step(pid, None).map_err(|e| LiveError::ptrace("stepping", tid, e))?;
+                }
+                Ok(WaitStatus::PtraceEvent(_, _, event)) => {
+                    if event == Event::PTRACE_EVENT_CLONE as i32 {
+                        self.note_clone(tid);
+                    }
+                    ptrace::step(pid, None).map_err(|e| LiveError::ptrace("stepping", tid, e))?;
+                }
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(Errno::ECHILD) => return self.gone(tid),
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(LiveError::ptrace("waiting for", tid, e)),
+            }
+        }
+    }
+
+    /// Lets `tids` run for `time` while the others stay stopped, then stops them again.
+    pub fn run_for(&mut self, tids: &[i32], time: Duration) -> Result<(), LiveError> {
+        for &tid in tids {
+            let signals = self.held.get_mut(&tid).map(std::mem::take).unwrap_or_default();
+            let pid = Pid::from_raw(tid);
+            ptrace::cont(pid, signals.first().copied()).map_err(|e| LiveError::ptrace("running", tid, e))?;
+            if let Some(rest) = signals.get(1..) {
+                self.held.entry(tid).or_default().extend_from_slice(rest);
+            }
+        }
+        std::thread::sleep(time);
+        for &tid in tids {
+            match ptrace::interrupt(Pid::from_raw(tid)) {
+                Ok(()) | Err(Errno::ESRCH) => {}
+                Err(e) => return Err(LiveError::ptrace("stopping", tid, e)),
+            }
+            self.held.remove(&tid);
+            self.wait_stop(tid)?;
+        }
+        self.stop_new_threads()
+    }
+
+    /// Lets every thread go, delivering the signals they received while held.
+    pub fn release(mut self) {
+        self.release_all();
+    }
+
+    fn release_all(&mut self) {
+        let mut undelivered = Vec::new();
+        for (tid, signals) in std::mem::take(&mut self.held) {
+            let _ = ptrace::detach(Pid::from_raw(tid), signals.first().copied());
+            undelivered.extend(signals.into_iter().skip(1).filter(|s| !matches!(s, Signal::SIGSTOP | Signal::SIGTRAP)));
+        }
+        for signal in undelivered {
+            let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), signal);
+        }
+    }
+}
+
+impl Drop for Threads {
+    /// An error path never leaves the target stopped.
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
