@@ -90,7 +90,7 @@ fn describe(installation: &Installation) -> String {
 
 /// `lopi run -- PROG ARGS`: launches PROG, installs the probes at its entry point, lets it
 /// run without ptrace and exits with its status.
-pub fn run(probes: &Probes, command: &[OsString]) -> Result<()> {
+pub fn run(probes: &Probes, command: &[OsString], quiet: bool) -> Result<()> {
     let Some((program, args)) = command.split_first() else { bail!("lopi run needs a program to run: lopi run -- PROG ARGS") };
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
@@ -111,22 +111,40 @@ pub fn run(probes: &Probes, command: &[OsString]) -> Result<()> {
     };
     let install_ms = lopi_live::millis(installed);
     target.release();
-    eprintln!("lopi: recording to {output}");
-    eprint!("{}", describe(&installation));
-    eprintln!(
-        "lopi: {} sites installed in {install_ms:.1} ms ({:.1} ms from launch to the program's entry)",
-        installation.sites(),
-        (installed - started).as_secs_f64() * 1e3
-    );
+    if !quiet {
+        eprintln!("lopi: recording to {output}");
+        eprint!("{}", describe(&installation));
+        eprintln!(
+            "lopi: {} sites installed in {install_ms:.1} ms ({:.1} ms from launch to the program's entry)",
+            installation.sites(),
+            (installed - started).as_secs_f64() * 1e3
+        );
+    }
     // The terminal's Ctrl-C is for the program; lopi only waits for it.
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGINT);
     mask.add(Signal::SIGQUIT);
     mask.thread_block().context("blocking SIGINT")?;
     let status = child.wait().context("waiting for the program")?;
-    eprintln!("lopi: the program {status}; see `lopi report {output}`");
+    if !quiet {
+        eprintln!("lopi: the program {status}; see `lopi report {output}`");
+    }
+    exit_like(status, &mask)
+}
+
+/// Ends lopi the way the program ended: same exit code, or killed by the same signal, so
+/// that scripts and test harnesses see no difference.
+fn exit_like(status: std::process::ExitStatus, blocked: &SigSet) -> ! {
     use std::os::unix::process::ExitStatusExt;
-    std::process::exit(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+    if let Some(signal) = status.signal().and_then(|s| Signal::try_from(s).ok()) {
+        let _ = blocked.thread_unblock();
+        // Twice: Rust's runtime handles SIGSEGV/SIGBUS (stack overflow checks); its handler
+        // restores the default action and returns for a signal that was not a fault.
+        let _ = nix::sys::signal::raise(signal);
+        let _ = nix::sys::signal::raise(signal);
+        std::process::exit(128 + signal as i32);
+    }
+    std::process::exit(status.code().unwrap_or(1));
 }
 
 /// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`

@@ -88,6 +88,9 @@ enum Command {
         /// Also record every entry and exit with a timestamp (implies --probe entry,exit).
         #[arg(long)]
         trace: bool,
+        /// Print nothing; lopi exits as the program did (same code or signal).
+        #[arg(short, long)]
+        quiet: bool,
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
@@ -234,7 +237,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
-        Command::Run { select, trace, command } => live::run(&select.probes(trace)?, &command),
+        Command::Run { select, trace, quiet, command } => live::run(&select.probes(trace)?, &command, quiet),
         Command::Attach { pid, select, trace, duration } => live::attach(&select.probes(trace)?, pid, duration),
         Command::Demo { dir } => demo::run(dir),
     }

@@ -116,6 +116,8 @@ enum Variant {
     Main,
     Lib,
     Both,
+    /// The original program under `lopi run` (probes spliced in at its entry point).
+    Live,
 }
 
 impl Variant {
@@ -123,13 +125,14 @@ impl Variant {
         self != Variant::Lib
     }
     fn lib(self) -> bool {
-        self != Variant::Main
+        matches!(self, Variant::Lib | Variant::Both)
     }
     fn label(self) -> &'static str {
         match self {
             Variant::Main => "rewrite-main",
             Variant::Lib => "rewrite-lib",
             Variant::Both => "rewrite-main+lib",
+            Variant::Live => "live-run",
         }
     }
 }
@@ -351,9 +354,9 @@ fn check_counts(
 /// Returns one message per failing variant.
 fn run_case(fx: &Fixture, cfg: Config) -> Vec<String> {
     let variants: &[Variant] = if fx.lib.is_some() {
-        &[Variant::Main, Variant::Lib, Variant::Both]
+        &[Variant::Main, Variant::Lib, Variant::Both, Variant::Live]
     } else {
-        &[Variant::Main]
+        &[Variant::Main, Variant::Live]
     };
     let mut case = Case::new(format!("{} {}", fx.file, cfg.name()));
     let dir = case.dir.clone();
@@ -369,7 +372,7 @@ fn run_case(fx: &Fixture, cfg: Config) -> Vec<String> {
     let mut lib_rw: Option<Result<(), String>> = None;
     for &variant in variants {
         let uses_lib = variant.lib() && fx.lib.is_some();
-        if variant.main() && main_rw.is_none() {
+        if variant.main() && variant != Variant::Live && main_rw.is_none() {
             main_rw = Some(case.rewrite(&built.orig, &rw, &[]));
         }
         if uses_lib && lib_rw.is_none() {
@@ -384,7 +387,7 @@ fn run_case(fx: &Fixture, cfg: Config) -> Vec<String> {
         } else {
             case.label.clone()
         };
-        let rewrite_err = [(variant.main(), &main_rw), (uses_lib, &lib_rw)]
+        let rewrite_err = [(variant.main() && variant != Variant::Live, &main_rw), (uses_lib, &lib_rw)]
             .into_iter()
             .find_map(|(used, r)| {
                 if used {
@@ -495,7 +498,13 @@ fn check_variant(
     lib_dir: &Path,
 ) -> Result<(), String> {
     let data = case.dir.join(format!("data-{}.lopi", variant.label()));
-    let mut cmd = Command::new(prog);
+    let mut cmd = if variant == Variant::Live {
+        let mut c = Command::new(lopi_bin());
+        c.args(["run", "-q", "--"]).arg(&built.orig);
+        c
+    } else {
+        Command::new(prog)
+    };
     cmd.current_dir(&built.run_dir).env("LOPI_OUTPUT", &data);
     if fx.lib.is_some() {
         cmd.env("LD_LIBRARY_PATH", lib_dir);
@@ -550,16 +559,17 @@ fn check_variant(
     };
 
     let entries = case.report(&data)?;
+    let expect = if variant == Variant::Live { fx.expect_live.as_ref().unwrap_or(&fx.expect) } else { &fx.expect };
     check_counts(
         &mut problems,
         &entries,
-        &fx.expect,
+        expect,
         variant.main(),
         false,
         main_info.as_ref(),
         &fx.may_skip,
     );
-    if fx.lib.is_some() {
+    if fx.lib.is_some() && variant != Variant::Live {
         check_counts(
             &mut problems,
             &entries,
@@ -604,7 +614,7 @@ fn run_fixture(file: &str) {
     });
     let mut failures = failures.into_inner().unwrap();
     failures.sort();
-    let per_cfg = if fx.lib.is_some() { 3 } else { 1 };
+    let per_cfg = if fx.lib.is_some() { 4 } else { 2 };
     let total = jobs.len() * per_cfg;
     eprintln!("{file}: {}/{total} cases passed", total - failures.len());
     if !failures.is_empty() {
