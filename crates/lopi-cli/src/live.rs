@@ -112,7 +112,7 @@ pub fn run(probes: &Probes, command: &[OsString], quiet: bool) -> Result<()> {
     let install_ms = lopi_live::millis(installed);
     target.release();
     if !quiet {
-        eprintln!("lopi: recording to {output}");
+        eprintln!("lopi: recording pid {pid} to {output}");
         eprint!("{}", describe(&installation));
         eprintln!(
             "lopi: {} sites installed in {install_ms:.1} ms ({:.1} ms from launch to the program's entry)",

@@ -99,14 +99,23 @@ struct Built {
     /// `lopi info ORIG --probe entry,exit --format json`: name -> "timed" | "counted only, ...".
     timing: BTreeMap<String, String>,
     runs: usize,
+    /// Run the original under `lopi run --probe entry,exit EXTRA` instead of the rewritten file.
+    live: bool,
+    extra: Vec<String>,
 }
 
 /// Builds `fixtures/timing/FILE` with `cfg`, rewrites it with `--probe entry,exit` plus
 /// `extra`, and asks `lopi info` which functions are timed.
 fn build(file: &str, cfg: Config, extra: &[&str]) -> Built {
+    build_mode(file, cfg, extra, false)
+}
+
+/// [`build`], for runs under `lopi run` when `live`.
+fn build_mode(file: &str, cfg: Config, extra: &[&str], live: bool) -> Built {
     let fx = Fixture::load(&format!("timing/{file}"));
     let label = format!(
-        "timing/{file} {}{}{}",
+        "timing/{file}{} {}{}{}",
+        if live { " live" } else { "" },
         cfg.name(),
         if extra.is_empty() { "" } else { " " },
         extra.join(" ")
@@ -126,6 +135,8 @@ fn build(file: &str, cfg: Config, extra: &[&str]) -> Built {
         rw,
         timing: BTreeMap::new(),
         runs: 0,
+        live,
+        extra: extra.iter().map(|s| s.to_string()).collect(),
     };
     let mut cmd = Command::new(b.fx.compiler());
     cmd.args(cfg.flags())
@@ -230,13 +241,26 @@ impl Built {
     fn run_rewritten(&mut self, env: &[(&str, &str)]) -> (Output, Duration, PathBuf) {
         self.runs += 1;
         let data = self.dir.join(format!("data-{}.lopi", self.runs));
-        let mut cmd = Command::new(&self.rw);
+        let mut cmd = if self.live {
+            let mut c = Command::new(lopi_bin());
+            c.args(["run", "--probe", "entry,exit"]).args(&self.extra).arg("--").arg(&self.orig);
+            c
+        } else {
+            Command::new(&self.rw)
+        };
         cmd.current_dir(&self.dir).env("LOPI_OUTPUT", &data);
         for (k, v) in env {
             cmd.env(k, v);
         }
         let start = Instant::now();
-        let out = self.run(&mut cmd);
+        let mut out = self.run(&mut cmd);
+        if self.live {
+            // The program is lopi's child; lopi names it.
+            let stderr = out.stderr_str();
+            let pid = stderr.lines().find_map(|l| l.strip_prefix("lopi: recording pid ")?.split_whitespace().next()?.parse().ok());
+            out.pid = pid.unwrap_or_else(|| panic!("{}", self.fail_msg(format!("lopi run did not name its child:\n{stderr}"))));
+            out.stderr = stderr.lines().filter(|l| !l.starts_with("lopi: ")).flat_map(|l| format!("{l}\n").into_bytes()).collect();
+        }
         (out, start.elapsed(), data)
     }
 
@@ -710,8 +734,18 @@ const CALLGRAPH_EDGES: &[(Option<&str>, &str, u64)] = &[
 /// JSON and text; folded stacks (calls) with exact lines; flame graph and pprof exports.
 #[test]
 fn call_graph_exact() {
+    call_graph_exact_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn call_graph_exact_live() {
+    call_graph_exact_in(true);
+}
+
+fn call_graph_exact_in(live: bool) {
     for cfg in configs() {
-        let mut b = build("callgraph.c", cfg, &[]);
+        let mut b = build_mode("callgraph.c", cfg, &[], live);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let all: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -956,8 +990,18 @@ fn check_exports(b: &mut Built, data: &Path) {
 /// attributed to the caller of the function that jumped (the jumping frame is gone).
 #[test]
 fn tail_calls() {
+    tail_calls_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn tail_calls_live() {
+    tail_calls_in(true);
+}
+
+fn tail_calls_in(live: bool) {
     for cfg in configs() {
-        let mut b = build("tailcalls.c", cfg, &[]);
+        let mut b = build_mode("tailcalls.c", cfg, &[], live);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let all: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -1038,8 +1082,18 @@ const LONGJMP_EDGES: &[(Option<&str>, &str, u64)] = &[
 /// calls are. Time spent in frames that longjmp leaves is kept (slow rounds, 2 ms each).
 #[test]
 fn longjmp_out_of_deep_recursion() {
+    longjmp_out_of_deep_recursion_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn longjmp_out_of_deep_recursion_live() {
+    longjmp_out_of_deep_recursion_in(true);
+}
+
+fn longjmp_out_of_deep_recursion_in(live: bool) {
     for cfg in configs() {
-        let mut b = build("longjmp.c", cfg, &[]);
+        let mut b = build_mode("longjmp.c", cfg, &[], live);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let all: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -1130,6 +1184,16 @@ fn longjmp_caller_total_covers_callees() {
 /// level3 are.
 #[test]
 fn cxx_exceptions() {
+    cxx_exceptions_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn cxx_exceptions_live() {
+    cxx_exceptions_in(true);
+}
+
+fn cxx_exceptions_in(live: bool) {
     let throw_path = [
         "_Z7catcheri",
         "_Z6level1i",
@@ -1157,7 +1221,7 @@ fn cxx_exceptions() {
         (None, "main", 1),
     ];
     for cfg in configs() {
-        let mut b = build("exceptions.cpp", cfg, &[]);
+        let mut b = build_mode("exceptions.cpp", cfg, &[], live);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let p = b.run_pair(&[]);
@@ -1240,8 +1304,18 @@ fn signal_expectations(out: &Output) -> Vec<(String, u64)> {
 /// trees under its real caller. 10 runs with a tick every 500 us.
 #[test]
 fn signal_handler_keeps_calling_contexts() {
+    signal_handler_keeps_calling_contexts_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn signal_handler_keeps_calling_contexts_live() {
+    signal_handler_keeps_calling_contexts_in(true);
+}
+
+fn signal_handler_keeps_calling_contexts_in(live: bool) {
     for cfg in configs() {
-        let mut b = build("signals.c", cfg, &[]);
+        let mut b = build_mode("signals.c", cfg, &[], live);
         let names: Vec<String> = ["main", "main_work", "main_inner", "on_tick", "tick_work", "tick_leaf"]
             .map(String::from)
             .to_vec();
@@ -1328,8 +1402,18 @@ fn signal_note_counts_calls() {
 /// dead thread into the thread that reuses its descriptor (exact edges).
 #[test]
 fn threads_created_joined_and_detached() {
+    threads_created_joined_and_detached_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn threads_created_joined_and_detached_live() {
+    threads_created_joined_and_detached_in(true);
+}
+
+fn threads_created_joined_and_detached_in(live: bool) {
     for cfg in configs() {
-        let mut b = build("threads.c", cfg, &[]);
+        let mut b = build_mode("threads.c", cfg, &[], live);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let p = b.run_pair(&[]);
@@ -1487,8 +1571,18 @@ fn gdb_backtrace_matches_original() {
 /// at most main and the spawn function, with at most that many unmatched exits.
 #[test]
 fn fork_parent_and_children() {
+    fork_parent_and_children_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn fork_parent_and_children_live() {
+    fork_parent_and_children_in(true);
+}
+
+fn fork_parent_and_children_in(live: bool) {
     for cfg in configs() {
-        let mut b = build("fork.c", cfg, &[]);
+        let mut b = build_mode("fork.c", cfg, &[], live);
         let exp = b.fx.expect.clone();
         let p = b.run_pair(&[]);
         let r = &p.report;
@@ -1633,8 +1727,18 @@ fn recursion_deeper_than_shadow_stack() {
 /// every call. Chrome export: a B/E pair per recorded call.
 #[test]
 fn trace_events() {
+    trace_events_in(false);
+}
+
+/// The same, with the probes spliced in by `lopi run`.
+#[test]
+fn trace_events_live() {
+    trace_events_in(true);
+}
+
+fn trace_events_in(live: bool) {
     for cfg in configs() {
-        let mut b = build("trace.c", cfg, &["--trace"]);
+        let mut b = build_mode("trace.c", cfg, &["--trace"], live);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let all: Vec<&str> = names.iter().map(String::as_str).collect();

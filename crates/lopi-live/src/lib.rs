@@ -132,6 +132,8 @@ pub struct Removal {
 pub struct Target {
     threads: Threads,
     mem: Memory,
+    /// Set by `lopi run`: the program's entry point, where it was stopped.
+    entry: Option<u64>,
 }
 
 /// `syscall; int3`, written where injected system calls run.
@@ -194,7 +196,7 @@ impl Target {
             e => e,
         })?;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
-        Ok(Target { threads, mem })
+        Ok(Target { threads, mem, entry: None })
     }
 
     /// Takes over a child launched with `PTRACE_TRACEME` and stopped at its `exec`: runs it
@@ -223,7 +225,7 @@ impl Target {
         threads.set_regs(pid, at_entry)?;
         // Library constructors may have started threads.
         threads.stop_new_threads()?;
-        Ok(Target { threads, mem })
+        Ok(Target { threads, mem, entry: Some(entry) })
     }
 
     pub fn pid(&self) -> i32 {
@@ -290,6 +292,14 @@ impl Target {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
         let mut selection = lopi_patch::select(&module, &request.filter, spec.timing);
+        // As in a rewritten file, `_start` is counted, not timed: it never returns, and
+        // report shapes stay the same in both modes.
+        if let Some(entry) = self.entry.filter(|_| request.library.is_none()) {
+            let entry = entry.wrapping_sub(bias);
+            if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
+                selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
+            }
+        }
         let names = ModuleNames { module: path.clone(), source: path.clone() };
         let env = EnvBlock::new(&spec.env);
         let image_request = |at: u64| Request {

@@ -36,6 +36,8 @@ pub enum UntimedReason {
     RelocationFailed,
     #[error("a thread of the running process was stopped inside an exit site and could not be moved out")]
     ThreadInside,
+    #[error("the program's entry point never returns and runs before any timing in a rewritten file, so it is counted only")]
+    EntryPoint,
 }
 
 impl UntimedReason {
@@ -49,6 +51,7 @@ impl UntimedReason {
             UntimedReason::AddressTooHigh => "address-too-high",
             UntimedReason::RelocationFailed => "relocation-failed",
             UntimedReason::ThreadInside => "thread-inside",
+            UntimedReason::EntryPoint => "entry-point",
         }
     }
 }

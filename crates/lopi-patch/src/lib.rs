@@ -628,6 +628,23 @@ impl Selection {
         true
     }
 
+    /// Counts `function` without timing it (its entry stops calling the entry probe; exit
+    /// sites only it needed go).
+    pub fn count_only(&mut self, function: usize, reason: UntimedReason) {
+        if self.timing.get(function) != Some(&TimingOutcome::Timed) {
+            return;
+        }
+        self.timing[function] = TimingOutcome::Untimed(reason);
+        for site in &mut self.sites {
+            site.owners.retain(|&o| o != function);
+            if site.function == function && site.entry.is_some() {
+                site.timed = false;
+                site.exits.clear();
+            }
+        }
+        self.sites.retain(|s| s.entry.is_some() || !s.owners.is_empty());
+    }
+
     /// Takes a failed exit site's functions off timing: their entry sites stop calling the
     /// entry probe and their other exit sites go.
     fn demote(&mut self, failed: usize, reason: UntimedReason) {
