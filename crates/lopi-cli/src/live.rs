@@ -215,6 +215,9 @@ pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<(
         if removal.waited_threads > 0 { format!(", waited for {} threads inside probes", removal.waited_threads) } else { String::new() },
         if removal.kept_mappings > 0 { ", lopi's code left mapped (a thread stayed inside it)".to_string() } else { String::new() },
     );
+    if let Some(why) = &removal.kept_thread_state {
+        eprintln!("lopi: note: threads' timing state stays mapped in the process ({why})");
+    }
     if removal.changed_sites > 0 {
         eprintln!("lopi: warning: {} sites were changed by someone else meanwhile and were left as they are", removal.changed_sites);
     }

@@ -15,6 +15,7 @@
 //! and lays out again.
 #![deny(unsafe_code)]
 
+mod glibc;
 mod placement;
 pub mod procfs;
 mod tracee;
@@ -126,6 +127,8 @@ pub struct Removal {
     pub waited_threads: usize,
     /// Mappings left because a thread stayed inside lopi's code (a leak, never a crash).
     pub kept_mappings: usize,
+    /// Why threads' timing state was left mapped, if it was (see `glibc.rs`).
+    pub kept_thread_state: Option<String>,
 }
 
 /// A process with every thread held.
@@ -248,7 +251,7 @@ impl Target {
         let maps = procfs::maps(pid).map_err(LiveError::io(format!("reading /proc/{pid}/maps")))?;
         let exe = procfs::exe(pid).map_err(LiveError::io(format!("reading /proc/{pid}/exe")))?.display().to_string();
         let gadget = self.place_gadget(&maps, &exe)?;
-        let mut busy = placement::occupied(&maps, procfs::brk(pid));
+        let mut busy = placement::occupied(&maps, procfs::start_brk(pid));
         let mut installation = Installation { modules: Vec::new(), data_file: None };
         let mut result = Ok(());
         for request in &spec.modules {
@@ -543,21 +546,27 @@ impl Target {
         let maps = procfs::maps(self.pid()).map_err(LiveError::io("reading the process's mappings"))?;
         let exe = procfs::exe(self.pid()).map(|p| p.display().to_string()).unwrap_or_default();
         let gadget = self.place_gadget(&maps, &exe)?;
-        let result = self.unmap(installation, &maps, gadget);
+        let result = self.unmap(installation, &maps, gadget, &mut removal);
         self.restore_gadget(gadget)?;
         result?;
         Ok(removal)
     }
 
-    fn unmap(&mut self, installation: &Installation, maps: &[Mapping], gadget: Gadget) -> Result<(), LiveError> {
+    fn unmap(&mut self, installation: &Installation, maps: &[Mapping], gadget: Gadget, removal: &mut Removal) -> Result<(), LiveError> {
+        let mut keep_data_mappings = false;
         if installation.modules.iter().any(|m| m.timed) {
-            // Threads find their chunk through fs:0x38 and a fork snapshot through fs:0x40;
-            // the next attach must start afresh.
+            // Threads find their chunk through fs:0x38 (and a fork snapshot through
+            // fs:0x40); those words must not outlive the chunks, also in descriptors glibc
+            // caches for reuse. If they cannot all be found, the chunks stay mapped.
             for tid in self.threads.tids() {
                 let fs = self.threads.regs(tid)?.fs_base;
                 if fs != 0 {
-                    let _ = self.mem.write(fs + 0x38, &[0; 16]);
+                    let _ = self.mem.write(fs + glibc::LOPI_TCB_WORDS, &[0; 16]);
                 }
+            }
+            if let Err(why) = glibc::clear_thread_words(self.pid(), &self.mem, maps) {
+                keep_data_mappings = true;
+                removal.kept_thread_state = Some(why);
             }
         }
         let mut ranges = Vec::new();
@@ -570,7 +579,7 @@ impl Target {
             }
             ranges.push((m.image.start, m.image.end - m.image.start));
         }
-        if let Some((dev, inode)) = &installation.data_file {
+        if let Some((dev, inode)) = installation.data_file.as_ref().filter(|_| !keep_data_mappings) {
             ranges.extend(maps.iter().filter(|m| &m.dev == dev && m.inode == *inode).map(|m| (m.start, m.end - m.start)));
         }
         for (start, len) in ranges {
@@ -703,16 +712,23 @@ fn check_architecture(pid: i32) -> Result<(), LiveError> {
         // Unreadable: ptrace will say why.
         return Ok(());
     };
-    let what = if &header[..4] != b"\x7fELF" {
-        "not an ELF file"
+    match architecture_problem(&header) {
+        None => Ok(()),
+        Some(what) => Err(LiveError::WrongArchitecture { pid, exe, what }),
+    }
+}
+
+/// What is wrong with an executable's first 20 bytes for lopi, if anything.
+fn architecture_problem(header: &[u8; 20]) -> Option<&'static str> {
+    if &header[..4] != b"\x7fELF" {
+        Some("not an ELF file")
     } else if header[4] != 2 {
-        "32-bit"
+        Some("32-bit")
     } else if u16::from_le_bytes([header[18], header[19]]) != 62 {
-        "another machine type"
+        Some("another machine type")
     } else {
-        return Ok(());
-    };
-    Err(LiveError::WrongArchitecture { pid, exe, what })
+        None
+    }
 }
 
 fn already_traced(pid: i32, tracer: i32) -> LiveError {
@@ -733,4 +749,53 @@ fn permission_hint() -> String {
 /// Milliseconds since `start`, for the timings lopi prints.
 pub fn millis(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn architectures() {
+        let mut header = [0u8; 20];
+        header[..4].copy_from_slice(b"\x7fELF");
+        header[4] = 2;
+        header[18] = 62;
+        assert_eq!(architecture_problem(&header), None);
+        header[18] = 183; // EM_AARCH64
+        assert_eq!(architecture_problem(&header), Some("another machine type"));
+        header[4] = 1;
+        assert_eq!(architecture_problem(&header), Some("32-bit"));
+        assert_eq!(architecture_problem(&[b'#'; 20]), Some("not an ELF file"));
+    }
+
+    #[test]
+    fn env_block_points_at_its_strings() {
+        let env = EnvBlock::new(&[("LOPI_OUTPUT".into(), "/tmp/x".into()), ("LOPI_DEPTH".into(), "64".into())]);
+        let at = 0x7000_0000u64;
+        let bytes = env.bytes(at);
+        assert_eq!(bytes.len(), env.len());
+        let pointer = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap());
+        let string = |p: u64| {
+            let s = &bytes[(p - at) as usize..];
+            String::from_utf8(s[..s.iter().position(|&b| b == 0).unwrap()].to_vec()).unwrap()
+        };
+        assert_eq!(string(pointer(0)), "LOPI_OUTPUT=/tmp/x");
+        assert_eq!(string(pointer(1)), "LOPI_DEPTH=64");
+        assert_eq!(pointer(2), 0);
+    }
+
+    #[test]
+    fn library_names() {
+        let maps = procfs::parse_maps(
+            "7f00-7f10 r-xp 00001000 fe:00 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n\
+             7f20-7f30 r-xp 00001000 fe:00 2 /usr/lib/x86_64-linux-gnu/libcrypt.so.1\n\
+             7f40-7f50 r-xp 00001000 fe:00 3 /opt/lib/libfoo-2.1.so\n",
+        );
+        assert_eq!(module_path(&maps, "/bin/x", Some("libc")).unwrap(), "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(module_path(&maps, "/bin/x", Some("libc.so.6")).unwrap(), "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(module_path(&maps, "/bin/x", Some("libfoo")).unwrap(), "/opt/lib/libfoo-2.1.so");
+        assert!(module_path(&maps, "/bin/x", Some("libz")).is_err());
+        assert!(module_path(&maps, "/bin/x", None).is_err(), "the executable is not mapped");
+    }
 }

@@ -12,15 +12,16 @@ const HIGHEST: u64 = 1 << 47;
 /// Room left for the heap and the main stack to grow into.
 const GROWTH: u64 = 256 << 20;
 
-/// Occupied address ranges: every mapping, with room for the heap above `brk` and the stack
-/// below `[stack]`, and a guard page after each mapping.
-pub fn occupied(maps: &[Mapping], brk: Option<(u64, u64)>) -> Vec<(u64, u64)> {
+/// Occupied address ranges: every mapping, with room for the heap to grow from `start_brk`
+/// (past `[heap]`) and for the stack below `[stack]`, and a guard page after each mapping.
+pub fn occupied(maps: &[Mapping], start_brk: Option<u64>) -> Vec<(u64, u64)> {
     let mut busy: Vec<(u64, u64)> = maps
         .iter()
         .map(|m| if m.path == "[stack]" { (m.start.saturating_sub(GROWTH), m.end) } else { (m.start, m.end + PAGE) })
         .collect();
-    if let Some((start_brk, brk)) = brk {
-        busy.push((start_brk, brk.max(start_brk) + GROWTH));
+    if let Some(start) = start_brk {
+        let heap_end = maps.iter().filter(|m| m.path == "[heap]").map(|m| m.end).max().unwrap_or(start);
+        busy.push((start, heap_end.max(start) + GROWTH));
     }
     busy.push((0, LOWEST));
     busy.sort_unstable();
@@ -77,15 +78,21 @@ mod tests {
     }
 
     fn reaches(start: u64, len: u64, code: (u64, u64)) -> bool {
-        start + len <= code.0 + REACH && start >= code.1 - REACH
+        start + len <= code.0 + REACH && start >= code.1.saturating_sub(REACH)
+    }
+
+    fn free(busy: &[(u64, u64)], start: u64, len: u64) -> bool {
+        busy.iter().all(|&(s, e)| start + len <= s || start >= e)
     }
 
     #[test]
     fn right_after_a_pie_executable_below_its_heap() {
         let maps = [map(0x5555_5555_4000, 0x5555_5556_0000, "/bin/x"), map(0x7fff_f000_0000, 0x7fff_f002_1000, "[stack]")];
-        let busy = occupied(&maps, Some((0x5555_6000_0000, 0x5555_6002_0000)));
-        let at = find_hole(&busy, (0x5555_5555_5000, 0x5555_5556_0000), 3 * PAGE).unwrap();
-        assert_eq!(at, 0x5555_5556_0000 + PAGE);
+        let busy = occupied(&maps, Some(0x5555_6000_0000));
+        let code = (0x5555_5555_5000, 0x5555_5556_0000);
+        let at = find_hole(&busy, code, 3 * PAGE).unwrap();
+        assert!(free(&busy, at, 3 * PAGE) && reaches(at, 3 * PAGE, code));
+        assert!(at < 0x5555_6000_0000 && at.abs_diff(code.0) < 1 << 20, "next to the program, clear of its heap: {at:#x}");
     }
 
     #[test]
@@ -99,7 +106,26 @@ mod tests {
         let code = (0x7f00_0000_1000, 0x7f00_0008_0000);
         let at = find_hole(&busy, code, 5 * PAGE).unwrap();
         assert_eq!(at + 5 * PAGE, 0x7f00_0000_0000);
-        assert!(reaches(at, 5 * PAGE, code));
+        assert!(free(&busy, at, 5 * PAGE) && reaches(at, 5 * PAGE, code));
+    }
+
+    #[test]
+    fn below_libraries_of_a_real_layout() {
+        let maps = crate::procfs::parse_maps(
+            "556b00b22000-556b00b24000 r--p 00000000 fe:00 247026 /usr/bin/cat
+556b318fe000-556b3191f000 rw-p 00000000 00:00 0 [heap]
+7f6ee00ea000-7f6ee010c000 rw-p 00000000 00:00 0
+7f6ee016f000-7f6ee0195000 r--p 00000000 fe:00 326269 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f6ee0195000-7f6ee02eb000 r-xp 00026000 fe:00 326269 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f6ee0342000-7f6ee0344000 rw-p 001d3000 fe:00 326269 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffe8d118000-7ffe8d139000 rw-p 00000000 00:00 0 [stack]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]",
+        );
+        let busy = occupied(&maps, Some(0x556b_318f_e000));
+        let code = (0x7f6e_e019_5000, 0x7f6e_e02e_b000);
+        let at = find_hole(&busy, code, 64 * PAGE).unwrap();
+        assert!(free(&busy, at, 64 * PAGE) && reaches(at, 64 * PAGE, code));
+        assert!(at.abs_diff(code.0) < 4 << 20, "near libc: {at:#x}");
     }
 
     #[test]
@@ -112,8 +138,9 @@ mod tests {
     #[test]
     fn non_pie_executable_low_in_memory() {
         let maps = [map(0x40_0000, 0x45_0000, "/bin/x")];
-        let busy = occupied(&maps, Some((0x50_0000, 0x52_0000)));
-        let at = find_hole(&busy, (0x40_1000, 0x44_0000), 2 * PAGE).unwrap();
-        assert_eq!(at, 0x45_0000 + PAGE);
+        let busy = occupied(&maps, Some(0x50_0000));
+        let code = (0x40_1000, 0x44_0000);
+        let at = find_hole(&busy, code, 2 * PAGE).unwrap();
+        assert!(free(&busy, at, 2 * PAGE) && reaches(at, 2 * PAGE, code) && at >= LOWEST);
     }
 }
