@@ -100,7 +100,8 @@ pub fn run(probes: &Probes, command: &[OsString], quiet: bool) -> Result<()> {
     let output = output_path(&exe_name(pid), pid);
     let spec = probes.spec(&output)?;
     let installed = Instant::now();
-    let installation = match target.install(&spec) {
+    let planned = lopi_live::plan(pid, &spec, target.entry());
+    let installation = match planned.and_then(|mut plan| target.install(&mut plan)) {
         Ok(i) => i,
         Err(e) => {
             drop(target);
@@ -161,18 +162,22 @@ pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<(
 
     let output = output_path(&exe_name(pid), pid);
     let spec = probes.spec(&output)?;
+    lopi_live::preflight(pid)?;
+    // Planning needs no pause: the process runs on meanwhile.
+    let mut plan = lopi_live::plan(pid, &spec, None).with_context(|| format!("planning probes for process {pid}"))?;
     let started = Instant::now();
     let mut target = Target::attach(pid)?;
     let stopped_ms = lopi_live::millis(started);
     let threads = target.thread_count();
-    let installation = target.install(&spec).with_context(|| format!("installing probes in process {pid}"))?;
+    let installation = target.install(&mut plan).with_context(|| format!("installing probes in process {pid}"))?;
     target.release();
     let pause_ms = lopi_live::millis(started);
     eprintln!("lopi: recording to {output}");
     eprint!("{}", describe(&installation));
     eprintln!(
-        "lopi: attached to {pid} ({threads} threads): {} sites; process paused {pause_ms:.1} ms ({stopped_ms:.1} ms to stop its threads)",
-        installation.sites()
+        "lopi: attached to {pid} ({threads} threads): {} sites; process paused {pause_ms:.1} ms ({stopped_ms:.1} ms to stop its threads; planned beforehand in {:.1} ms)",
+        installation.sites(),
+        plan.took.as_secs_f64() * 1e3
     );
     match duration {
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),

@@ -48,6 +48,9 @@ enum Mode {
     Timing,
     /// `--trace`: timing plus a per-thread event trace.
     Trace,
+    /// No rewritten file: the original binary under `lopi run --probe entry,exit` (probes
+    /// spliced in at its entry point), through a wrapper script in place of the rewrite.
+    Live,
 }
 
 /// Per-thread trace capacity in `Mode::Trace`: the zstd battery starts ~800
@@ -60,6 +63,7 @@ impl Mode {
             Mode::Entry => &["--probe", "entry"],
             Mode::Timing => &["--probe", "entry,exit"],
             Mode::Trace => &["--trace"],
+            Mode::Live => &["--probe", "entry,exit"],
         }
     }
 
@@ -73,6 +77,7 @@ impl Mode {
             Mode::Entry => format!("{base}-entry"),
             Mode::Timing => base.to_string(),
             Mode::Trace => format!("{base}-trace"),
+            Mode::Live => format!("{base}-live"),
         }
     }
 
@@ -299,6 +304,14 @@ fn info(tag: &str, bin: &Path) -> Value {
 /// `lopi rewrite BIN -o OUT` in MODE (every function counted, and with exit probes timed
 /// where all its exits can be probed).
 fn rewrite(tag: &str, bin: &Path, out: &Path, mode: Mode) {
+    if mode == Mode::Live {
+        use std::os::unix::fs::PermissionsExt;
+        let script = format!("#!/bin/sh\nexec '{}' run -q {} -- '{}' \"$@\"\n", lopi(), mode.rewrite_args().join(" "), bin.display());
+        fs::write(out, script).unwrap();
+        fs::set_permissions(out, fs::Permissions::from_mode(0o755)).unwrap();
+        println!("[{tag}] {} runs {} under lopi run", out.display(), bin.display());
+        return;
+    }
     let t = Instant::now();
     let o = Command::new(lopi())
         .args([
@@ -739,6 +752,99 @@ fn real_sqlite3_source_built_trace() {
     sqlite3_source_built(Mode::Trace);
 }
 
+#[test]
+fn real_sqlite3_source_built_live() {
+    sqlite3_source_built(Mode::Live);
+}
+
+/// `lopi attach` to the source-built sqlite3 shell in the middle of real work (the same
+/// query over a 50k-row table, many times): the shell's output is unchanged, its code equals
+/// the file again after detach, and the attached second has the call proportions of the same
+/// workload recorded from start to end under `lopi run`.
+#[test]
+fn real_sqlite3_attach() {
+    let p = prepared();
+    let tag = "sqlite3-attach";
+    let dir = run_dir(tag);
+    let _cleanup = Cleanup(dir.clone());
+    let orig = p.path("SQLITE3_SRC_BIN");
+    let db = dir.join("t.db");
+    let setup = "CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT);\n\
+        WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<50000) \
+        INSERT INTO t SELECT x, printf('%08d-%d', x*7919 % 1000003, x % 97) FROM c;\n";
+    // SQL as the shell's argument: run() gives commands no stdin.
+    let shell = |sql: String| -> Command {
+        let mut c = Command::new(&orig);
+        c.arg(&db).arg(sql);
+        c
+    };
+    let setup_run = run(&mut shell(setup.to_string()));
+    assert_eq!(setup_run.code, 0, "[{tag}] setup failed");
+    let query = "SELECT count(*), sum(length(b)), max(a) FROM t WHERE b LIKE '%12%' AND a % 3 <> 1;\n";
+    let rounds = |n: usize| query.repeat(n);
+
+    // The whole workload (fewer rounds) under lopi run: the proportions to expect.
+    let whole = fresh_data(&dir, "whole.lopi");
+    let mut c = Command::new(lopi());
+    c.args(["run", "-q", "--probe", "entry,exit", "--"]).arg(&orig).arg(&db).arg(rounds(40)).env("LOPI_OUTPUT", &whole);
+    let w = run(&mut c);
+    assert_eq!(w.code, 0, "[{tag}] lopi run failed");
+
+    // The original, many rounds, attached for one second in the middle.
+    let want = run(&mut shell(rounds(300)));
+    let data = fresh_data(&dir, "attached.lopi");
+    let child = shell(rounds(300)).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let o = Command::new(lopi())
+        .args(["attach", &pid.to_string(), "--probe", "entry,exit", "--duration", "1s"])
+        .env("LOPI_OUTPUT", &data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("[{tag}] lopi attach in {}:\n{err}", secs(t.elapsed()));
+    assert!(o.status.success(), "[{tag}] lopi attach failed: {err}");
+    // The shell is still running: its code must be the file's again.
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let file = fs::read(&orig).unwrap();
+    let mem = fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let real = orig.canonicalize().unwrap().display().to_string();
+    for line in maps.lines().filter(|l| l.ends_with(&real) && l.split_whitespace().nth(1).is_some_and(|p| p.contains('x'))) {
+        use std::os::unix::fs::FileExt;
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (start, end) = f[0].split_once('-').unwrap();
+        let (start, end) = (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
+        let offset = usize::from_str_radix(f[2], 16).unwrap();
+        let len = ((end - start) as usize).min(file.len() - offset);
+        let mut now = vec![0; len];
+        mem.read_exact_at(&mut now, start).unwrap();
+        assert!(now == file[offset..offset + len], "[{tag}] code differs from the file after detach in {line}");
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "[{tag}] the attached shell failed: {}", out.status);
+    assert!(out.stdout == want.stdout.as_bytes(), "[{tag}] the attached shell's output differs from the original's");
+
+    let whole = Report::load(tag, &whole, Mode::Live);
+    let attached = Report::load(tag, &data, Mode::Live);
+    attached.expect_hot(tag, "sqlite3VdbeExec", 10);
+    // Shares of the 8 most-called functions of the whole run, in both.
+    let calls = |r: &Report| -> HashMap<String, u64> { r.functions().into_iter().map(|(name, _, n)| (name, n)).collect() };
+    let (w, a) = (calls(&whole), calls(&attached));
+    let mut top: Vec<(&String, &u64)> = w.iter().collect();
+    top.sort_by(|x, y| y.1.cmp(x.1));
+    top.truncate(8);
+    let share = |m: &HashMap<String, u64>, name: &str| {
+        let sum: u64 = top.iter().map(|(n, _)| m.get(*n).copied().unwrap_or(0)).sum();
+        m.get(name).copied().unwrap_or(0) as f64 / sum.max(1) as f64
+    };
+    for (name, _) in &top {
+        let (sw, sa) = (share(&w, name), share(&a, name));
+        println!("[{tag}] {name}: share {sa:.4} attached, {sw:.4} whole run");
+        assert!((sa - sw).abs() <= 0.03 * sw + 0.002, "[{tag}] {name}: share {sa:.4} while attached, {sw:.4} over the whole run");
+    }
+}
+
 /// testfixture (sqlite's TCL test harness) running sqlite's own test files.
 #[test]
 fn real_sqlite3_testfixture() {
@@ -1022,6 +1128,11 @@ fn real_zstd_source_built_trace() {
     zstd_source_built(Mode::Trace);
 }
 
+#[test]
+fn real_zstd_source_built_live() {
+    zstd_source_built(Mode::Live);
+}
+
 /// Debian's stripped zstd (it links libzstd statically: its ldd shows no
 /// libzstd.so.1, so the shared library is tested on its own below).
 fn zstd_debian_stripped(mode: Mode) {
@@ -1054,6 +1165,11 @@ fn real_zstd_debian_stripped_entry() {
 #[test]
 fn real_zstd_debian_stripped_trace() {
     zstd_debian_stripped(Mode::Trace);
+}
+
+#[test]
+fn real_zstd_debian_stripped_live() {
+    zstd_debian_stripped(Mode::Live);
 }
 
 /// libzstd.so.1, source-built (symbols) and Debian's (stripped), driven

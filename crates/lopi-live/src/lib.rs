@@ -17,11 +17,13 @@
 
 mod glibc;
 mod placement;
+mod plan;
 pub mod procfs;
 mod tracee;
 
-use lopi_elf::{ElfModule, Svma};
-use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
+use lopi_elf::Svma;
+use lopi_image::{ProbeImage, Recording};
+pub use plan::{plan, ModulePlan, Plan};
 use lopi_patch::{CodePatch, Filter, Outcome, TimingOutcome};
 use lopi_rt_abi::{page_align, RuntimeVars, PAGE_SIZE};
 use nix::errno::Errno;
@@ -155,6 +157,22 @@ mod sys {
     pub const RESTARTS: [i64; 4] = [-512, -513, -514, -516];
 }
 
+/// What can be checked about `pid` without touching it: it exists, is not lopi, runs
+/// x86-64 code, and no other tracer holds it.
+pub fn preflight(pid: i32) -> Result<(), LiveError> {
+    if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(LiveError::NoSuchProcess(pid));
+    }
+    if pid as u32 == std::process::id() {
+        return Err(LiveError::Module("lopi cannot attach to itself".into()));
+    }
+    check_architecture(pid)?;
+    match procfs::tracer(pid) {
+        Some(tracer) => Err(already_traced(pid, tracer)),
+        None => Ok(()),
+    }
+}
+
 /// Starts `command` under ptrace and takes it over at its entry point (see
 /// [`Target::adopt_launched`]). The child is killed if that fails.
 pub fn launch(mut command: std::process::Command) -> Result<(Target, std::process::Child), LiveError> {
@@ -178,18 +196,9 @@ pub fn launch(mut command: std::process::Command) -> Result<(Target, std::proces
 }
 
 impl Target {
-    /// Seizes every thread of `pid`. Checks first what a user can fix.
+    /// Seizes every thread of `pid`. Checks first what a user can fix ([`preflight`]).
     pub fn attach(pid: i32) -> Result<Self, LiveError> {
-        if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return Err(LiveError::NoSuchProcess(pid));
-        }
-        if pid as u32 == std::process::id() {
-            return Err(LiveError::Module("lopi cannot attach to itself".into()));
-        }
-        check_architecture(pid)?;
-        if let Some(tracer) = procfs::tracer(pid) {
-            return Err(already_traced(pid, tracer));
-        }
+        preflight(pid)?;
         let threads = Threads::stop_all(pid).map_err(|e| match e {
             LiveError::Ptrace { errno: Errno::EPERM, .. } => match procfs::tracer(pid) {
                 Some(tracer) => already_traced(pid, tracer),
@@ -235,6 +244,11 @@ impl Target {
         self.threads.pid
     }
 
+    /// Where `lopi run` stopped the program (its entry point), for [`plan`].
+    pub fn entry(&self) -> Option<u64> {
+        self.entry
+    }
+
     pub fn thread_count(&self) -> usize {
         self.threads.tids().len()
     }
@@ -244,19 +258,21 @@ impl Target {
         self.threads.release();
     }
 
-    /// Maps, writes and initialises every requested module's probes, then writes the jumps.
+    /// Maps, writes and initialises every planned module's probes, then writes the jumps.
     /// On error, whatever was installed is taken out again.
-    pub fn install(&mut self, spec: &Spec) -> Result<Installation, LiveError> {
+    pub fn install(&mut self, plan: &mut Plan) -> Result<Installation, LiveError> {
         let pid = self.pid();
+        if plan.pid != pid {
+            return Err(LiveError::Module(format!("the plan is for process {}, not {pid}", plan.pid)));
+        }
         let maps = procfs::maps(pid).map_err(LiveError::io(format!("reading /proc/{pid}/maps")))?;
-        let exe = procfs::exe(pid).map_err(LiveError::io(format!("reading /proc/{pid}/exe")))?.display().to_string();
-        let gadget = self.place_gadget(&maps, &exe)?;
-        let mut busy = placement::occupied(&maps, procfs::start_brk(pid));
+        let gadget = self.place_gadget(&maps, &plan.exe)?;
         let mut installation = Installation { modules: Vec::new(), data_file: None };
         let mut result = Ok(());
-        for request in &spec.modules {
-            match self.install_module(request, spec, &maps, &exe, &mut busy, gadget, &mut installation) {
-                Ok(module) => installation.modules.push(module),
+        let env = EnvBlock::new(&plan.env);
+        for module in &mut plan.modules {
+            match self.install_module(module, &env, gadget, &mut installation) {
+                Ok(installed) => installation.modules.push(installed),
                 Err(e) => {
                     result = Err(e);
                     break;
@@ -271,71 +287,19 @@ impl Target {
         Ok(installation)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn install_module(
         &mut self,
-        request: &ModuleRequest,
-        spec: &Spec,
-        maps: &[Mapping],
-        exe: &str,
-        busy: &mut Vec<(u64, u64)>,
+        planned: &mut ModulePlan,
+        env: &EnvBlock,
         gadget: Gadget,
         installation: &mut Installation,
     ) -> Result<InstalledModule, LiveError> {
-        let pid = self.pid();
-        let path = module_path(maps, exe, request.library.as_deref())?;
-        let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
-        let data = std::fs::read(format!("/proc/{pid}/root{path}"))
-            .or_else(|_| std::fs::read(&path))
-            .map_err(LiveError::io(format!("reading {path}")))?;
-        let module = ElfModule::parse(&data).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
-        let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
-        let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
-        if code.0 >= code.1 {
-            return Err(LiveError::Module(format!("{path}: no executable mapping")));
+        let (bias, start, len) = (planned.bias, planned.start, planned.len);
+        let path = planned.path.clone();
+        while let Some(site) = self.free_sites(&planned.image.plan.code_patches, bias)? {
+            planned.withdraw(site)?;
         }
-        let mut selection = lopi_patch::select(&module, &request.filter, spec.timing);
-        // As in a rewritten file, `_start` is counted, not timed: it never returns, and
-        // report shapes stay the same in both modes.
-        if let Some(entry) = self.entry.filter(|_| request.library.is_none()) {
-            let entry = entry.wrapping_sub(bias);
-            if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
-                selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
-            }
-        }
-        let names = ModuleNames { module: path.clone(), source: path.clone() };
-        let env = EnvBlock::new(&spec.env);
-        let image_request = |at: u64| Request {
-            names: &names,
-            recording: spec.recording,
-            at,
-            entry_room: 16,
-            header_room: env.len(),
-            fork_handlers: false,
-        };
-        let error = |e: lopi_image::ImageError| LiveError::Module(format!("{path}: {e}"));
-        let sizing = lopi_image::build(&module, selection.clone(), &image_request(page_align(module.end_of_image().0)))
-            .map_err(error)?;
-        // Laying out at another address can only change jump encodings a little.
-        let len = page_align(sizing.bytes.len() as u64) + PAGE_SIZE;
-        let start = placement::find_hole(busy, code, len)
-            .ok_or_else(|| LiveError::Module(format!("{path}: no free address space within ±2 GiB of its code")))?;
-        let at = start.wrapping_sub(bias);
-
-        let image = loop {
-            let image = lopi_image::build(&module, selection.clone(), &image_request(at)).map_err(error)?;
-            if image.bytes.len() as u64 > len {
-                return Err(LiveError::Module(format!("{path}: the probe image grew when placed")));
-            }
-            match self.free_sites(&image.plan.code_patches, bias)? {
-                None => break image,
-                Some(site) => {
-                    if !selection.withdraw(site) {
-                        return Err(LiveError::Module(format!("{path}: a thread is inside the site at {:#x}", site.0)));
-                    }
-                }
-            }
-        };
+        let image = &planned.image;
         self.check_originals(&path, &image.plan.code_patches, bias)?;
 
         let mapped_at = self.syscall(
@@ -345,34 +309,30 @@ impl Target {
         )?;
         if mapped_at != start {
             return Err(LiveError::Module(format!(
-                "{path}: the process could not map {len} bytes at {start:#x} (mmap returned {})",
+                "{path}: the process could not map {len} bytes at {start:#x} (mmap returned {}; it may have mapped memory there since lopi looked: try again)",
                 mapped_at as i64
             )));
         }
-        busy.push((start, start + len + PAGE_SIZE));
-        busy.sort_unstable();
         let patches: Vec<CodePatch> = image
             .plan
             .code_patches
             .iter()
             .map(|p| CodePatch { at: Svma(p.at.0.wrapping_add(bias)), bytes: p.bytes.clone(), original: p.original.clone() })
             .collect();
-        let timed = image.plan.probed.iter().any(|p| p.timed);
         let mut installed = InstalledModule {
             path: path.clone(),
             bias,
-            functions: module.functions.len(),
+            functions: planned.functions,
             outcomes: image.plan.outcomes.clone(),
             timing: image.plan.timing.clone(),
             exit_sites: image.plan.exit_sites,
             image: start..start + len,
             code: image.rx.start.wrapping_add(bias)..image.rx.end.wrapping_add(bias),
             vars: image.vars.wrapping_add(bias),
-            timed,
+            timed: image.plan.probed.iter().any(|p| p.timed),
             patches,
         };
-        let outcome = self.load(&image, &env, bias, gadget, &path);
-        if let Err(e) = outcome {
+        if let Err(e) = self.load(image, env, bias, gadget, &path) {
             installed.patches.clear();
             installation.modules.push(installed);
             return Err(e);
@@ -628,12 +588,12 @@ struct Gadget {
 }
 
 /// `NAME=value` strings and the NULL-terminated pointer array the runtime reads as `envp`.
-struct EnvBlock {
+pub(crate) struct EnvBlock {
     strings: Vec<Vec<u8>>,
 }
 
 impl EnvBlock {
-    fn new(env: &[(String, String)]) -> Self {
+    pub(crate) fn new(env: &[(String, String)]) -> Self {
         let strings = env
             .iter()
             .map(|(k, v)| {
@@ -650,7 +610,7 @@ impl EnvBlock {
         8 * (self.strings.len() + 1)
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pointers_len() + self.strings.iter().map(Vec::len).sum::<usize>()
     }
 
@@ -669,7 +629,7 @@ impl EnvBlock {
 }
 
 /// The path of the module a request names, as `/proc/PID/maps` shows it.
-fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) -> Result<String, LiveError> {
+pub(crate) fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) -> Result<String, LiveError> {
     let Some(name) = library else {
         return maps
             .iter()
@@ -696,7 +656,7 @@ fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) -> Result<Str
 }
 
 /// Run-time address minus file address, from the mapping of file offset 0.
-fn load_bias(module: &ElfModule<'_>, mapped: &[&Mapping]) -> Option<u64> {
+pub(crate) fn load_bias(module: &lopi_elf::ElfModule<'_>, mapped: &[&Mapping]) -> Option<u64> {
     let first = mapped.iter().filter(|m| m.offset == 0).map(|m| m.start).min()?;
     let load = module.program_headers.iter().find(|p| p.p_type == 1 && p.p_offset == 0)?;
     Some(first.wrapping_sub(load.p_vaddr & !(PAGE_SIZE - 1)))
@@ -736,7 +696,7 @@ fn already_traced(pid: i32, tracer: i32) -> LiveError {
     LiveError::AlreadyTraced { pid, tracer, name }
 }
 
-fn permission_hint() -> String {
+pub(crate) fn permission_hint() -> String {
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse::<u32>().ok());
     match scope {
         Some(1) => "kernel.yama.ptrace_scope is 1 (only a parent may trace its children): run lopi as root or with CAP_SYS_PTRACE, or `sysctl kernel.yama.ptrace_scope=0`, or start the program with `lopi run`".into(),
