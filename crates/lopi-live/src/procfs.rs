@@ -131,6 +131,22 @@ mod tests {
     }
 
     #[test]
+    fn any_text_parses_without_panicking() {
+        let line = "55d0c8a00000-55d0c8a02000 r-xp 00001000 fd:01 1234     /usr/bin/x\n";
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mut bytes = line.as_bytes().to_vec();
+            let at = (state % bytes.len() as u64) as usize;
+            bytes[at] = (state >> 32) as u8;
+            bytes.truncate(((state >> 40) % (bytes.len() as u64 + 1)) as usize);
+            let _ = parse_maps(&String::from_utf8_lossy(&bytes));
+        }
+    }
+
+    #[test]
     fn reads_own_process() {
         let pid = std::process::id() as i32;
         assert!(threads(pid).unwrap().contains(&pid));
