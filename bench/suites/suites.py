@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -52,17 +53,21 @@ class Mode:
     rewrite_args: Optional[list[str]]
     timing: bool = False  # the data file must hold timing (calling-context trees)
     trace: bool = False  # ... and trace events
+    live: bool = False  # `lopi run` through a wrapper script instead of rewritten files
 
 
 MODES = [
     Mode("entry", "`lopi rewrite` (entry counts)", []),
     Mode("timing", "`lopi rewrite --probe entry,exit`", ["--probe", "entry,exit"], timing=True),
     Mode("trace", "`lopi rewrite --trace`", ["--trace"], timing=True, trace=True),
-    # Live splicing into a running process: `lopi run` / `lopi attach`.  When it exists, give it
-    # rewrite_args' counterpart (a way to start the battery's program under it) and it runs here.
-    Mode("live", "`lopi run` / `lopi attach`", None),
+    # Live splicing: every process the battery starts runs under `lopi run` (probes spliced in at
+    # its entry point), through a wrapper script where the rewritten executable would be.
+    Mode("live", "`lopi run --probe entry,exit` (no rewritten file)", ["--probe", "entry,exit"], timing=True, live=True),
 ]
 NOT_IMPLEMENTED = "not implemented yet"
+# Live mode needs a program to start: a library driven by a program the suite does not rewrite
+# (or loaded with dlopen, as ctypes does) has no live form.
+NOT_APPLICABLE = "n/a (library only)"
 # A rewritten run whose output differs from the original's is compared with up to this many more
 # runs of the original: when the original itself gives exactly the rewritten run's output, the row
 # says VARIES (shown, with the original's own diff, but not a failure); otherwise DIFFERENT.
@@ -207,6 +212,8 @@ class Rewritten:
 
 
 def rewrite(lopi: str, mode: Mode, prog: Program, paths: dict[str, str], bindir: Path) -> tuple[Optional[Rewritten], str]:
+    if mode.live:
+        return live_wrapper(lopi, mode, prog, paths, bindir)
     r = Rewritten()
     for role, (key, rel) in prog.rewrite.items():
         out = bindir / rel
@@ -226,6 +233,38 @@ def rewrite(lopi: str, mode: Mode, prog: Program, paths: dict[str, str], bindir:
         m = TIMED_RE.search(msg)
         if m:
             r.timed = (r.timed or 0) + int(m.group(1))
+    return r, ""
+
+
+def live_wrapper(lopi: str, mode: Mode, prog: Program, paths: dict[str, str], bindir: Path) -> tuple[Optional[Rewritten], str]:
+    """Live mode: a script where the rewritten executable would be runs the original under `lopi
+    run`; a library the program loads is probed with `--functions LIB:*` (and stays the original
+    file).  Counts come from `lopi info`, since nothing is rewritten."""
+    key, rel = prog.rewrite["bin"]
+    args = ["run", "-q"] + (mode.rewrite_args or [])
+    infos = [paths[key]]
+    if "lib" in prog.rewrite:
+        lib_key, lib_rel = prog.rewrite["lib"]
+        (bindir / lib_rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(paths[lib_key], bindir / lib_rel)
+        lib_name = Path(paths[lib_key]).name.split(".so")[0]
+        args += ["--functions", "*", "--functions", f"{lib_name}:*"]
+        infos.append(paths[lib_key])
+    out = bindir / rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"#!/bin/sh\nexec {shlex.quote(lopi)} {' '.join(shlex.quote(a) for a in args)} -- {shlex.quote(paths[key])} \"$@\"\n")
+    out.chmod(0o755)
+    r = Rewritten(lines=[f"{out} runs {paths[key]} under `lopi {' '.join(args)}`"])
+    for path in infos:
+        p = lopi_cmd(lopi, ["info", path] + (mode.rewrite_args or []))
+        msg = (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
+        m, t = SUMMARY_RE.search(msg[0]), TIMED_RE.search(msg[0])
+        if p.returncode != 0 or not m:
+            return None, f"lopi info {path} failed ({p.returncode}): {msg[0]}"
+        r.found += int(m.group(1))
+        r.probed += int(m.group(2))
+        if t:
+            r.timed = (r.timed or 0) + int(t.group(1))
     return r, ""
 
 
@@ -335,7 +374,7 @@ class Row:
 
     @property
     def good(self) -> bool:
-        return self.result == NOT_IMPLEMENTED or (self.result in ("same", VARIES) and self.data_ok is not False)
+        return self.result in (NOT_IMPLEMENTED, NOT_APPLICABLE) or (self.result in ("same", VARIES) and self.data_ok is not False)
 
 
 def fmt_s(s: Optional[float]) -> str:
@@ -365,8 +404,8 @@ SUMMARY_HEADER = ["program", "mode", "output", "data", "original s", "rewritten 
 def summary_rows(rows: list[Row]) -> list[list[str]]:
     out = []
     for r in rows:
-        if r.result == NOT_IMPLEMENTED:
-            out.append([r.program, r.mode, NOT_IMPLEMENTED] + ["-"] * (len(SUMMARY_HEADER) - 3))
+        if r.result in (NOT_IMPLEMENTED, NOT_APPLICABLE):
+            out.append([r.program, r.mode, r.result] + ["-"] * (len(SUMMARY_HEADER) - 3))
             continue
         rw = r.rw
         data = "-" if r.data_ok is None else ("ok" if r.data_ok else "BAD")
@@ -453,8 +492,8 @@ def write_results(path: Path, args, argv: list[str], rows: list[Row], brows: lis
     lines += [
         "",
         f"**{'ALL SAME' if not bad else f'{len(bad)} BAD ROW(S)'}**: "
-        f"{sum(1 for r in rows if r.good and r.result != NOT_IMPLEMENTED)} of "
-        f"{sum(1 for r in rows if r.result != NOT_IMPLEMENTED)} program x mode runs gave the original's output "
+        f"{sum(1 for r in rows if r.good and r.result not in (NOT_IMPLEMENTED, NOT_APPLICABLE))} of "
+        f"{sum(1 for r in rows if r.result not in (NOT_IMPLEMENTED, NOT_APPLICABLE))} program x mode runs gave the original's output "
         "byte for byte with a good data file.",
         "",
         "## Programs x modes",
@@ -612,6 +651,10 @@ def main(argv: list[str]) -> int:
             if mode.rewrite_args is None:
                 row.result = NOT_IMPLEMENTED
                 log(f"{prog.name}: {mode.name}: {NOT_IMPLEMENTED}")
+                continue
+            if mode.live and "bin" not in prog.rewrite:
+                row.result = NOT_APPLICABLE
+                log(f"{prog.name}: {mode.name}: {NOT_APPLICABLE}")
                 continue
             row.orig_s = sum(originals[b.name][0].seconds for b in bats)
             if orig_bad:
