@@ -643,6 +643,7 @@ macro_rules! fixture_tests {
 fixture_tests! {
     fixture_recursion => "recursion.c",
     fixture_tailcall => "tailcall.c",
+    fixture_call_first => "call_first.c",
     fixture_jumptable => "jumptable.c",
     fixture_setjmp => "setjmp.c",
     fixture_signals => "signals.c",

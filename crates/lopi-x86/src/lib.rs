@@ -156,8 +156,12 @@ pub fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
     };
     let return_address = call.next_ip();
     let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    // The first instruction takes the call's address: a branch to the call (the trampoline's
+    // jump to its moved code, when the call comes first) lands on the emulation.
+    let mut first = Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-8)).ok()?;
+    first.set_ip(call.ip());
     Some(vec![
-        Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-8)).ok()?,
+        first,
         Instruction::with1(Code::Push_r64, Register::RAX).ok()?,
         Instruction::with2(Code::Lea_r64_m, Register::RAX, MemoryOperand::with_base_displ(Register::RIP, return_address as i64)).ok()?,
         Instruction::with2(Code::Mov_rm64_r64, rsp(8), Register::RAX).ok()?,
