@@ -150,6 +150,8 @@ pub fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
                 return None;
             }
             j.set_code(Code::Jmp_rm64);
+            // The call's address now names the emulation's first instruction.
+            j.set_ip(0);
             j
         }
         _ => return None,

@@ -105,6 +105,7 @@ fn emulated_calls_push_the_original_return_address() {
     for row in [&[0xe8u8, 0x10, 0x00, 0x00, 0x00][..], &[0xff, 0x15, 0x00, 0x01, 0x00, 0x00]] {
         let call = decode_one(row, FROM).unwrap();
         let seq = emulate_call(&call).unwrap();
+        assert_eq!(seq[0].ip(), FROM, "a branch to the call lands on its emulation");
         let moved = encode_block(&seq, TO).unwrap();
         let insns: Vec<_> = decode(&moved, TO).collect();
         assert_eq!(rip_relative_address(&insns[2]), Some(FROM + row.len() as u64), "return address");
