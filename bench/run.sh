@@ -41,7 +41,7 @@ logs="$repo/work-real/bench-build/logs"
 mkdir -p "$logs"
 t0=$(date +%s)
 failed=()
-for b in entry-count timing zstd anchors; do
+for b in entry-count timing zstd anchors live; do
     bench_log "=== $b ${quick[*]} ($(( $(date +%s) - t0 )) s so far, load $(cut -d' ' -f1-3 /proc/loadavg))"
     if ! "$here/$b/run.sh" "${quick[@]}" > "$logs/$b.out"; then
         bench_log "$b FAILED (its table is not in the summary; output in $logs/$b.out)"
