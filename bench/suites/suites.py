@@ -236,10 +236,39 @@ def rewrite(lopi: str, mode: Mode, prog: Program, paths: dict[str, str], bindir:
     return r, ""
 
 
+LAUNCHER_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+/* Runs the original program under `lopi run`, passing on this program's argv[0] (programs such
+   as zstd behave by the name they are called by) and arguments. A compiled program, not a
+   script, so that what inspects the file (readelf in zstd's playTests) sees an ELF executable. */
+static const char *fixed[] = {@FIXED@};
+int main(int argc, char **argv) {
+    size_t n = sizeof fixed / sizeof *fixed;
+    char **args = calloc(n + argc + 4, sizeof *args);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) args[k++] = (char *)fixed[i];
+    args[k++] = "--arg0";
+    args[k++] = argv[0];
+    args[k++] = "--";
+    args[k++] = @REAL@;
+    for (int i = 1; i < argc; i++) args[k++] = argv[i];
+    execv(args[0], args);
+    perror("lopi launcher: execv");
+    return 127;
+}
+"""
+
+
+def c_string(text: str) -> str:
+    return json.dumps(text)
+
+
 def live_wrapper(lopi: str, mode: Mode, prog: Program, paths: dict[str, str], bindir: Path) -> tuple[Optional[Rewritten], str]:
-    """Live mode: a script where the rewritten executable would be runs the original under `lopi
-    run`; a library the program loads is probed with `--functions LIB:*` (and stays the original
-    file).  Counts come from `lopi info`, since nothing is rewritten."""
+    """Live mode: a small launcher where the rewritten executable would be runs the original under
+    `lopi run`; a library the program loads is probed with `--functions LIB:*` (and stays the
+    original file).  Counts come from `lopi info`, since nothing is rewritten."""
     key, rel = prog.rewrite["bin"]
     args = ["run", "-q"] + (mode.rewrite_args or [])
     infos = [paths[key]]
@@ -252,8 +281,14 @@ def live_wrapper(lopi: str, mode: Mode, prog: Program, paths: dict[str, str], bi
         infos.append(paths[lib_key])
     out = bindir / rel
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"#!/bin/sh\nexec {shlex.quote(lopi)} {' '.join(shlex.quote(a) for a in args)} -- {shlex.quote(paths[key])} \"$@\"\n")
-    out.chmod(0o755)
+    src = out.parent / (out.name + ".launcher.c")
+    fixed = ", ".join(c_string(a) for a in [lopi] + args)
+    src.write_text(LAUNCHER_C.replace("@FIXED@", fixed).replace("@REAL@", c_string(paths[key])))
+    out.unlink(missing_ok=True)
+    cc = subprocess.run(["cc", "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
+    src.unlink(missing_ok=True)
+    if cc.returncode != 0:
+        return None, f"building the live launcher failed: {cc.stderr.strip()[-300:]}"
     r = Rewritten(lines=[f"{out} runs {paths[key]} under `lopi {' '.join(args)}`"])
     for path in infos:
         p = lopi_cmd(lopi, ["info", path] + (mode.rewrite_args or []))
@@ -615,9 +650,14 @@ def main(argv: list[str]) -> int:
         # only see what lopi changed.
         bindir, datadir = pdir / "bin", pdir / "data"
         datadir.mkdir()
-        for role, (key, rel) in prog.rewrite.items():
-            (bindir / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(paths[key], bindir / rel)
+
+        def install_originals() -> None:
+            for role, (key, rel) in prog.rewrite.items():
+                (bindir / rel).parent.mkdir(parents=True, exist_ok=True)
+                (bindir / rel).unlink(missing_ok=True)
+                shutil.copy2(paths[key], bindir / rel)
+
+        install_originals()
         targets = {role: bindir / rel for role, (_, rel) in prog.rewrite.items()}
         targets.update({role: Path(paths[key]) for role, key in prog.fixed.items()})
 
@@ -629,6 +669,8 @@ def main(argv: list[str]) -> int:
         originals: dict[str, list[Run]] = {}
 
         def run_original(b: Battery) -> Run:
+            """Runs the original from bin/; the caller puts a mode's files back if it needs them."""
+            install_originals()
             n = len(originals.setdefault(b.name, []))
             stem = safe(b.name) + (f".run{n + 1}" if n else "")
             argv_, env = b.command(targets, pdir / "scratch")
@@ -671,6 +713,10 @@ def main(argv: list[str]) -> int:
             row.rw = rw
             for l in rw.lines:
                 log(f"{prog.name}: {mode.name}: {l}")
+            # The mode's files, to put back after a re-run of the original (which runs from bin/).
+            mode_bin = pdir / f"{mode.name}.bin"
+            shutil.rmtree(mode_bin, ignore_errors=True)
+            shutil.copytree(bindir, mode_bin, symlinks=True)
             results, data_all = [], True
             for i, b in enumerate(bats):
                 data = datadir / f"{safe(b.name)}.lopi"
@@ -697,6 +743,8 @@ def main(argv: list[str]) -> int:
                         log(f"{prog.name}: original again, {b.name}: exit {x.rc}, "
                             + ("same as the rewritten run" if matches(x) else
                                "same as its first run" if x.stdout == o.stdout and x.rc == o.rc else "a third output"))
+                    shutil.rmtree(bindir)
+                    shutil.copytree(mode_bin, bindir, symlinks=True)
                     k = next((k for k, x in enumerate(originals[b.name]) if matches(x)), None)
                     if k is not None:
                         result = VARIES
@@ -734,6 +782,7 @@ def main(argv: list[str]) -> int:
                 for rel in {rel for _, rel in prog.rewrite.values()}:
                     (mdir / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(bindir / rel, mdir / rel)
+            shutil.rmtree(mode_bin, ignore_errors=True)
         shutil.rmtree(bindir, ignore_errors=True)
 
     took = time.monotonic() - t_start

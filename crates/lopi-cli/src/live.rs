@@ -90,10 +90,14 @@ fn describe(installation: &Installation) -> String {
 
 /// `lopi run -- PROG ARGS`: launches PROG, installs the probes at its entry point, lets it
 /// run without ptrace and exits with its status.
-pub fn run(probes: &Probes, command: &[OsString], quiet: bool) -> Result<()> {
+pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
+    use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else { bail!("lopi run needs a program to run: lopi run -- PROG ARGS") };
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
+    if let Some(name) = arg0 {
+        cmd.arg0(name);
+    }
     let started = Instant::now();
     let (mut target, mut child) = lopi_live::launch(cmd).with_context(|| format!("starting {}", program.to_string_lossy()))?;
     let pid = target.pid();

@@ -91,6 +91,10 @@ enum Command {
         /// Print nothing; lopi exits as the program did (same code or signal).
         #[arg(short, long)]
         quiet: bool,
+        /// The program's argv[0] (default: PROG as given), as `exec -a` does: for programs that
+        /// behave by the name they are called by (a wrapper passes its own `$0`).
+        #[arg(long, value_name = "NAME")]
+        arg0: Option<std::ffi::OsString>,
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
@@ -237,7 +241,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
-        Command::Run { select, trace, quiet, command } => live::run(&select.probes(trace)?, &command, quiet),
+        Command::Run { select, trace, quiet, arg0, command } => live::run(&select.probes(trace)?, &command, arg0, quiet),
         Command::Attach { pid, select, trace, duration } => live::attach(&select.probes(trace)?, pid, duration),
         Command::Demo { dir } => demo::run(dir),
     }

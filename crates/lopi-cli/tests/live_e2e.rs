@@ -282,6 +282,10 @@ fn run_counts_library_calls_exactly() {
     assert_eq!(out.stderr_str(), "", "-q prints nothing");
     let c = calls(&data);
     assert_eq!(c.get("__getpid").or(c.get("getpid")), Some(&5), "{c:?}");
+
+    // --arg0: the program sees the name it is called by, as with `exec -a`.
+    let name = lopi(&["run", "-q", "--arg0", "some-name", "--", "sh", "-c", "echo $0"], &[("LOPI_OUTPUT", &dir.join("sh.lopi"))]);
+    assert_eq!(name.stdout_str(), "some-name\n", "{}", name.stderr_str());
     cleanup(&dir);
 }
 

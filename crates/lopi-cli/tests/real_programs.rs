@@ -306,7 +306,7 @@ fn info(tag: &str, bin: &Path) -> Value {
 fn rewrite(tag: &str, bin: &Path, out: &Path, mode: Mode) {
     if mode == Mode::Live {
         use std::os::unix::fs::PermissionsExt;
-        let script = format!("#!/bin/sh\nexec '{}' run -q {} -- '{}' \"$@\"\n", lopi(), mode.rewrite_args().join(" "), bin.display());
+        let script = format!("#!/bin/sh\nexec '{}' run -q {} --arg0 \"$0\" -- '{}' \"$@\"\n", lopi(), mode.rewrite_args().join(" "), bin.display());
         fs::write(out, script).unwrap();
         fs::set_permissions(out, fs::Permissions::from_mode(0o755)).unwrap();
         println!("[{tag}] {} runs {} under lopi run", out.display(), bin.display());
