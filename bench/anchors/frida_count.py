@@ -35,7 +35,8 @@ def main() -> int:
         print(f"frida_count: {e}", file=sys.stderr)
         return 125
 
-    source = f"const MODE = {json.dumps(a.mode)};\n" + (HERE / "frida_count.js").read_text()
+    source = (f"const MODE = {json.dumps(a.mode)};\n" + (HERE.parent / "lib" / "frida_counters.js").read_text()
+              + (HERE / "frida_count.js").read_text())
     done = threading.Event()
     result: dict = {}
     errors: list[str] = []

@@ -444,7 +444,7 @@ def run_bpftrace(cfg: dict, wl: Workload, window: float, datadir: Path) -> dict:
 def run_frida(cfg: dict, wl: Workload, window: float, datadir: Path) -> dict:
     import frida
     source = (f"const MODE = {json.dumps(cfg['mode'])};\nconst FN_NAMES = {json.dumps(cfg['fns'])};\n"
-              + (HERE / "frida_live.js").read_text())
+              + (HERE.parent / "lib" / "frida_counters.js").read_text() + (HERE / "frida_live.js").read_text())
     r: dict = {}
     errors: list[str] = []
     wl.sampler.start()
