@@ -73,11 +73,6 @@ pub struct ProbeImage {
 }
 
 impl ProbeImage {
-    /// The bytes at module address `range`, which must lie in the image.
-    pub fn slice(&self, range: Range<u64>) -> &[u8] {
-        &self.bytes[(range.start - self.rw.start) as usize..(range.end - self.rw.start) as usize]
-    }
-
     fn slice_mut(&mut self, at: u64, len: usize) -> &mut [u8] {
         let start = (at - self.rw.start) as usize;
         &mut self.bytes[start..start + len]

@@ -476,28 +476,18 @@ impl Target {
         let ours: Vec<Range<u64>> = installation.modules.iter().map(|m| m.code.clone()).collect();
         let mut waited = std::collections::BTreeSet::new();
         let mut pause = Duration::from_micros(200);
+        let mut inside = self.threads_inside(&ours)?;
         for _ in 0..200 {
-            let mut inside = Vec::new();
-            for tid in self.threads.tids() {
-                let rip = self.threads.regs(tid)?.rip;
-                if ours.iter().any(|r| r.contains(&rip)) {
-                    inside.push(tid);
-                }
-            }
             if inside.is_empty() {
                 break;
             }
             waited.extend(inside.iter().copied());
             self.threads.run_for(&inside, pause)?;
             pause = (pause * 2).min(Duration::from_millis(50));
+            inside = self.threads_inside(&ours)?;
         }
         removal.waited_threads = waited.len();
-        let stuck = self
-            .threads
-            .tids()
-            .into_iter()
-            .filter_map(|tid| self.threads.regs(tid).ok())
-            .any(|regs| ours.iter().any(|r| r.contains(&regs.rip)));
+        let stuck = !inside.is_empty();
         if stuck {
             removal.kept_mappings = installation.modules.len();
             return Ok(removal);
@@ -510,6 +500,18 @@ impl Target {
         self.restore_gadget(gadget)?;
         result?;
         Ok(removal)
+    }
+
+    /// Threads whose instruction pointer is in one of `ranges`.
+    fn threads_inside(&self, ranges: &[Range<u64>]) -> Result<Vec<i32>, LiveError> {
+        let mut inside = Vec::new();
+        for tid in self.threads.tids() {
+            let rip = self.threads.regs(tid)?.rip;
+            if ranges.iter().any(|r| r.contains(&rip)) {
+                inside.push(tid);
+            }
+        }
+        Ok(inside)
     }
 
     fn unmap(&mut self, installation: &Installation, maps: &[Mapping], gadget: Gadget, removal: &mut Removal) -> Result<(), LiveError> {
