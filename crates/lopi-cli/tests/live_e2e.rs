@@ -11,7 +11,6 @@ mod common;
 use common::*;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -93,35 +92,6 @@ fn calls(data: &Path) -> BTreeMap<String, u64> {
     let out = lopi(&["report", data.to_str().unwrap(), "--format", "json"], &[]);
     assert!(out.status.success(), "lopi report: {}", out.stderr_str());
     parse_report(&out.stdout_str()).unwrap().into_iter().map(|e| (e.name, e.calls)).collect()
-}
-
-/// Every executable mapping of `prog` in process `pid` equals the file's bytes.
-fn code_matches_file(pid: i32, prog: &Path) -> Result<(), String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
-    let file = std::fs::read(prog).unwrap();
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| e.to_string())?;
-    let path = prog.canonicalize().unwrap().display().to_string();
-    let mut checked = 0;
-    for line in maps.lines().filter(|l| l.ends_with(&path)) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if !f[1].contains('x') {
-            continue;
-        }
-        let (start, end) = f[0].split_once('-').unwrap();
-        let (start, end) = (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
-        let offset = u64::from_str_radix(f[2], 16).unwrap() as usize;
-        let len = ((end - start) as usize).min(file.len().saturating_sub(offset));
-        let mut now = vec![0; len];
-        mem.read_exact_at(&mut now, start).map_err(|e| e.to_string())?;
-        if let Some(i) = (0..len).find(|&i| now[i] != file[offset + i]) {
-            return Err(format!("code differs from the file at {:#x} (file offset {:#x})", start + i as u64, offset + i));
-        }
-        checked += len;
-    }
-    if checked == 0 {
-        return Err(format!("no executable mapping of {path} in process {pid}"));
-    }
-    Ok(())
 }
 
 /// (mappings, VmRSS in KiB) of a process.

@@ -29,6 +29,8 @@
 //!
 //! Run: cargo test --release -p lopi-cli --test real_programs -- --nocapture
 
+mod common;
+
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fs;
@@ -807,20 +809,8 @@ fn real_sqlite3_attach() {
     println!("[{tag}] lopi attach in {}:\n{err}", secs(t.elapsed()));
     assert!(o.status.success(), "[{tag}] lopi attach failed: {err}");
     // The shell is still running: its code must be the file's again.
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let file = fs::read(&orig).unwrap();
-    let mem = fs::File::open(format!("/proc/{pid}/mem")).unwrap();
-    let real = orig.canonicalize().unwrap().display().to_string();
-    for line in maps.lines().filter(|l| l.ends_with(&real) && l.split_whitespace().nth(1).is_some_and(|p| p.contains('x'))) {
-        use std::os::unix::fs::FileExt;
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (start, end) = f[0].split_once('-').unwrap();
-        let (start, end) = (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
-        let offset = usize::from_str_radix(f[2], 16).unwrap();
-        let len = ((end - start) as usize).min(file.len() - offset);
-        let mut now = vec![0; len];
-        mem.read_exact_at(&mut now, start).unwrap();
-        assert!(now == file[offset..offset + len], "[{tag}] code differs from the file after detach in {line}");
+    if let Err(e) = common::code_matches_file(pid as i32, &orig) {
+        panic!("[{tag}] after detach: {e}");
     }
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "[{tag}] the attached shell failed: {}", out.status);

@@ -534,6 +534,39 @@ pub fn check_info_summary(info: &Info) -> Result<f64, String> {
     Ok(cov)
 }
 
+// ---------------------------------------------------------------------------
+// Live processes
+// ---------------------------------------------------------------------------
+
+/// Every executable mapping of `prog` in process `pid` equals the file's bytes.
+pub fn code_matches_file(pid: i32, prog: &Path) -> Result<(), String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
+    let file = std::fs::read(prog).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| e.to_string())?;
+    let path = prog.canonicalize().unwrap().display().to_string();
+    let mut checked = 0;
+    for line in maps.lines().filter(|l| l.ends_with(&path)) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if !f[1].contains('x') {
+            continue;
+        }
+        let (start, end) = f[0].split_once('-').unwrap();
+        let (start, end) = (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
+        let offset = u64::from_str_radix(f[2], 16).unwrap() as usize;
+        let len = ((end - start) as usize).min(file.len().saturating_sub(offset));
+        let mut now = vec![0; len];
+        std::os::unix::fs::FileExt::read_exact_at(&mem, &mut now, start).map_err(|e| e.to_string())?;
+        if let Some(i) = (0..len).find(|&i| now[i] != file[offset + i]) {
+            return Err(format!("code differs from the file at {:#x} (file offset {:#x})", start + i as u64, offset + i));
+        }
+        checked += len;
+    }
+    if checked == 0 {
+        return Err(format!("no executable mapping of {path} in process {pid}"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod helper_tests {
     use super::*;
