@@ -366,10 +366,9 @@ def run_static(cfg: dict, lopi: Path, binary: Path, window: float, datadir: Path
     throughput the live probes should match."""
     rewritten = BUILD / f"live_workload.rewritten-{cfg['probe'].replace(',', '-')}"
     if not rewritten.exists() or rewritten.stat().st_mtime < max(binary.stat().st_mtime, lopi.stat().st_mtime):
-        p = subprocess.run([str(lopi), "rewrite", str(binary), "-o", str(rewritten), "--probe", cfg["probe"]],
-                           capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            raise RunError(f"lopi rewrite failed: {p.stderr.strip()[-300:]}")
+        err, _, _ = h.lopi_rewrite(lopi, binary, rewritten, ["--probe", cfg["probe"]])
+        if err:
+            raise RunError(err)
     out = datadir / "static.lopi"
     out.unlink(missing_ok=True)
     wl = Workload(rewritten, datadir / "static", env={"LOPI_OUTPUT": str(out)})
