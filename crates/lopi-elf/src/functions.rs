@@ -4,10 +4,10 @@
 //! An FDE start is a function entry only if the canonical frame address there is `rsp+8`
 //! (the return address was just pushed). That rejects `.cold`/`.part` fragments, which
 //! start in the middle of their parent's frame, in stripped binaries too.
-use crate::{malformed, CodeSection, ElfError, ElfModule, Svma};
-use gimli::{CfaRule, UnwindSection};
+use crate::unwind::{Fde, FrameTable};
+use crate::{CodeSection, ElfError, ElfModule, Svma};
 use object::elf;
-use object::read::elf::{SectionHeader as _, SectionTable, Sym as _};
+use object::read::elf::{SectionTable, Sym as _};
 use object::LittleEndian as LE;
 use std::collections::BTreeMap;
 
@@ -32,20 +32,16 @@ pub struct Function {
     pub aliases: Vec<String>,
 }
 
-#[derive(Clone, Copy)]
-struct Fde {
-    len: u64,
-    is_entry: bool,
-    /// Address of the FDE's LSDA (C++ exception tables), if it has one.
-    lsda: Option<u64>,
-}
-
 pub(crate) fn discover(
     module: &mut ElfModule<'_>,
     sections: &SectionTable<'_, elf::FileHeader64<LE>>,
 ) -> Result<(), ElfError> {
     let data = module.data;
-    let fdes = read_fdes(module, sections).unwrap_or_default();
+    let frames = FrameTable::read(data, sections, |addr| {
+        module.bytes_from(Svma(addr)).and_then(|b| b.first_chunk()).map(|b| u64::from_le_bytes(*b))
+    })
+    .unwrap_or_default();
+    let fdes: BTreeMap<u64, Fde> = frames.fdes.iter().map(|f| (f.start, *f)).collect();
     let in_code = |code: &[CodeSection], addr: u64| code.iter().any(|s| addr >= s.addr.0 && addr < s.addr.0 + s.size);
 
     let mut by_addr: BTreeMap<u64, Function> = BTreeMap::new();
@@ -136,54 +132,6 @@ pub(crate) fn discover(
     pads.sort_unstable();
     pads.dedup();
     module.landing_pads = pads;
+    module.frames = frames;
     Ok(())
-}
-
-/// FDE start -> (length, starts with a fresh call frame). Errors mean "no usable .eh_frame".
-fn read_fdes(
-    module: &ElfModule<'_>,
-    sections: &SectionTable<'_, elf::FileHeader64<LE>>,
-) -> Result<BTreeMap<u64, Fde>, ElfError> {
-    let data = module.data;
-    let Some((_, section)) = sections.section_by_name(LE, b".eh_frame") else {
-        return Ok(BTreeMap::new());
-    };
-    if section.sh_type(LE) == elf::SHT_NOBITS {
-        return Ok(BTreeMap::new());
-    }
-    let bytes = section.data(LE, data).map_err(malformed)?;
-    let eh_frame = gimli::EhFrame::new(bytes, gimli::LittleEndian);
-    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.sh_addr(LE));
-    if let Some((_, text)) = sections.section_by_name(LE, b".text") {
-        bases = bases.set_text(text.sh_addr(LE));
-    }
-    if let Some((_, got)) = sections.section_by_name(LE, b".got") {
-        bases = bases.set_got(got.sh_addr(LE));
-    }
-    let mut ctx = gimli::UnwindContext::new();
-    let mut out = BTreeMap::new();
-    let mut entries = eh_frame.entries(&bases);
-    // A malformed entry ends the walk: what was read so far is still valid.
-    while let Ok(Some(entry)) = entries.next() {
-        let gimli::CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
-        let start = fde.initial_address();
-        if start == 0 || fde.len() == 0 || start.checked_add(fde.len()).is_none() {
-            continue;
-        }
-        let is_entry = match fde.unwind_info_for_address(&eh_frame, &bases, &mut ctx, start) {
-            Ok(row) => matches!(row.cfa(), CfaRule::RegisterAndOffset { register, offset: 8 } if *register == gimli::X86_64::RSP),
-            Err(_) => false,
-        };
-        let lsda = match fde.lsda() {
-            Some(gimli::Pointer::Direct(addr)) => Some(addr),
-            // The FDE holds the address of a pointer to the LSDA; the file has its link-time value.
-            Some(gimli::Pointer::Indirect(addr)) => {
-                module.bytes_from(Svma(addr)).and_then(|b| b.first_chunk()).map(|b| u64::from_le_bytes(*b))
-            }
-            None => None,
-        };
-        out.insert(start, Fde { len: fde.len(), is_entry, lsda });
-    }
-    Ok(out)
 }

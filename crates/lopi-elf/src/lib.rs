@@ -7,9 +7,11 @@
 mod addr;
 mod functions;
 mod lsda;
+mod unwind;
 
 pub use addr::{FileOffset, Svma};
 pub use functions::{Function, FunctionSource};
+pub use unwind::Cfa;
 
 use object::elf;
 use object::read::elf::{Dyn as _, FileHeader as _, ProgramHeader as _, SectionHeader as _};
@@ -104,6 +106,7 @@ pub struct ElfModule<'data> {
     /// C++ exception landing pads (from `.eh_frame` LSDAs), sorted: the unwinder jumps there.
     pub landing_pads: Vec<Svma>,
     pub has_symtab: bool,
+    frames: unwind::FrameTable,
 }
 
 impl<'data> ElfModule<'data> {
@@ -231,6 +234,7 @@ impl<'data> ElfModule<'data> {
             fragments: Vec::new(),
             landing_pads: Vec::new(),
             has_symtab: false,
+            frames: unwind::FrameTable::default(),
         };
         functions::discover(&mut module, &sections)?;
         Ok(module)
@@ -270,6 +274,12 @@ impl<'data> ElfModule<'data> {
         self.segments.iter().any(|s| {
             s.flags & (elf::PF_X | elf::PF_W) == 0 && addr >= s.vaddr && addr.0 < s.vaddr.0 + s.filesz
         })
+    }
+
+    /// Where the canonical frame address is at the instruction at `addr`, from `.eh_frame`;
+    /// `None` when no FDE covers it.
+    pub fn cfa_at(&self, addr: Svma) -> Option<Cfa> {
+        self.frames.cfa_at(self.data, addr)
     }
 
     /// End of the highest loaded segment in memory.

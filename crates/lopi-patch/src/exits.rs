@@ -12,7 +12,7 @@
 use crate::gaps::Gaps;
 use crate::targets::Targets;
 use crate::Site;
-use lopi_elf::{ElfModule, Svma};
+use lopi_elf::{Cfa, ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeMap, HashSet};
 
@@ -106,7 +106,8 @@ enum Class {
 
 /// `function` is the region the timed function itself covers: jumps back into it from its
 /// fragments are internal.
-fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_indirect_targets: bool) -> Class {
+/// `cfa` is where the canonical frame address is at the instruction, when `.eh_frame` says.
+fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_indirect_targets: bool, cfa: Option<Cfa>) -> Class {
     let inside = |t: u64| (region.start..region.end).contains(&t) || (function.start..function.end).contains(&t);
     let direct = |t: u64, kind| {
         if inside(t) {
@@ -126,7 +127,10 @@ fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_in
             lopi_x86::branch_target(insn).map_or(Class::Foreign, |t| direct(t, ExitKind::ConditionalTailJump))
         }
         // Through the GOT or a function pointer in memory: a tail call. Through a register
-        // or a table: a switch when the function has jump-table or computed-goto targets.
+        // or a table: a switch when the function has jump-table or computed-goto targets, or
+        // when its frame is still set up there (a tail call leaves with CFA = rsp+8; tables
+        // whose entries lopi could not read, such as a computed goto's, are caught so).
+        Flow::IndirectJump if cfa.is_some_and(|c| c != Cfa::Rsp(8)) => Class::Inside,
         Flow::IndirectJump if lopi_x86::rip_relative_address(insn).is_some() || !has_indirect_targets => {
             Class::Exit(ExitKind::TailJump)
         }
@@ -166,7 +170,8 @@ pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targ
         let has_indirect = targets.indirect.range(region.start..region.end).next().is_some()
             || targets.indirect.range(function.start..function.end).next().is_some();
         for (index, insn) in insns.iter().enumerate() {
-            match classify(insn, region, function, map, has_indirect) {
+            let cfa = (lopi_x86::flow(insn) == Flow::IndirectJump).then(|| module.cfa_at(Svma(insn.ip()))).flatten();
+            match classify(insn, region, function, map, has_indirect, cfa) {
                 Class::Inside => {}
                 Class::Exit(kind) => out.exits.push(ExitAt { region, index, kind }),
                 Class::Fragment(f) => todo.push(f),

@@ -91,14 +91,14 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
 }
 
 /// GCC's PIC jump table: 32-bit offsets from the table's own address. Entries are read
-/// while they land inside the current function; over-reading only adds targets, which only
-/// makes the planner more careful.
+/// while they land inside the current function or a fragment (a `.cold` part may hold some
+/// cases); over-reading only adds targets, which only makes the planner more careful.
 fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
     for entry in bytes.chunks_exact(4).take(4096) {
         let rel = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
         let target = table.wrapping_add(rel as i64 as u64);
-        if target < lo || target >= hi {
+        if !(lo..hi).contains(&target) && !in_fragment(module, target) {
             break;
         }
         targets.all.insert(target);
@@ -106,15 +106,30 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
     }
 }
 
-/// Non-PIC jump table: absolute 64-bit addresses.
+/// Non-PIC jump table or computed-goto label table: absolute 64-bit addresses. Entries are
+/// read while they are code addresses other than function entries (labels: the function's
+/// own, or in its `.cold` part, which a stripped file may not tell apart from a function);
+/// the first entry must be in the current function or a fragment. Data after a table rarely
+/// looks like code addresses, and a false target only makes the planner more careful.
 fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
-    for entry in bytes.chunks_exact(8).take(4096) {
-        let target = u64::from_le_bytes(entry.try_into().unwrap_or([0; 8]));
-        if target < lo || target >= hi {
+    let entries = bytes.chunks_exact(8).take(4096).map(|e| u64::from_le_bytes(e.try_into().unwrap_or([0; 8])));
+    for (i, target) in entries.enumerate() {
+        let mine = (lo..hi).contains(&target) || in_fragment(module, target);
+        let label = module.code_section_of(Svma(target)).is_some() && !is_function_entry(module, target);
+        if !(mine || (i > 0 && label)) {
             break;
         }
         targets.all.insert(target);
         targets.indirect.insert(target);
     }
+}
+
+fn in_fragment(module: &ElfModule<'_>, addr: u64) -> bool {
+    let i = module.fragments.partition_point(|f| f.0 .0 <= addr);
+    i > 0 && addr < module.fragments[i - 1].0 .0 + module.fragments[i - 1].1
+}
+
+fn is_function_entry(module: &ElfModule<'_>, addr: u64) -> bool {
+    module.functions.binary_search_by_key(&addr, |f| f.addr.0).is_ok()
 }
