@@ -16,7 +16,7 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.join("../..");
     let src = root.join("runtime/lopi-rt/src/lib.rs");
-    let abi = root.join("crates/lopi-rt-abi/src/lib.rs");
+    let abi = root.join("crates/lopi-rt-abi/src");
     let script = manifest.join("blob.ld");
     // The directory, so that every runtime module (not only lib.rs) triggers a rebuild.
     let src_dir = root.join("runtime/lopi-rt/src");

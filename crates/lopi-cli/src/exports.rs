@@ -106,9 +106,11 @@ mod tests {
             parent,
             function,
             calls,
+            counted: 0,
             total_ns: ns,
             self_ns: ns,
             max_ns: ns,
+            merged: false,
         };
         let event = |ns, kind| TraceEvent { ns, node: 1, kind };
         Timing {
@@ -118,12 +120,7 @@ mod tests {
                 tid: 7,
                 nodes: vec![node(0, None, 0, 0.0), node(0, Some(0), 1, 1000.0)],
                 events: vec![event(0.0, EventKind::Enter), event(1000.0, EventKind::Exit)],
-                trace_dropped: 0,
-                first_drop_ns: None,
-                unmatched_exits: 0,
-                too_deep: 0,
-                nested_skipped: 0,
-                lost_context_calls: 0,
+                ..Default::default()
             }],
             probe_cost: Default::default(),
         }

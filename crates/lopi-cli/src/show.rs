@@ -243,16 +243,57 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
         duration(pc.removed_ns)
     );
     let sum = |f: fn(&lopi_trace::ThreadSummary) -> u64| threads.iter().map(f).sum::<u64>();
+    let unmatched = sum(|t| t.unmatched_exits);
+    if unmatched > 0 {
+        let mut by_function: BTreeMap<String, u64> = BTreeMap::new();
+        for t in threads {
+            for (name, n) in &t.unmatched_by_function {
+                *by_function.entry(name.clone().unwrap_or_else(|| "(an exit site shared by several functions)".into())).or_default() += n;
+            }
+        }
+        let mut list: Vec<_> = by_function.into_iter().collect();
+        list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let named: Vec<String> = list.iter().take(8).map(|(f, n)| format!("{f} ({n})")).collect();
+        let more = if list.len() > 8 { format!(", {} more functions", list.len() - 8) } else { String::new() };
+        let _ = writeln!(out, "note: {unmatched} exits matched no timed entry: {}{more}; `lopi info PROG --probe entry,exit` says why", named.join(", "));
+    }
+    let merged = sum(|t| t.merged_calls);
+    if merged > 0 {
+        let after: Vec<String> =
+            threads.iter().filter_map(|t| t.merged_after_paths.map(|p| format!("thread {} after {p} paths", t.tid))).collect();
+        let _ = writeln!(
+            out,
+            "note: {merged} calls on call paths beyond the tree's limit ({}) were timed per function under [merged call paths]: their calls, self and total time are exact, their callers unknown (raise LOPI_NODES)",
+            after.join(", ")
+        );
+    }
     let notes = [
-        (sum(|t| t.unmatched_exits), "exits matched no timed entry (calls deeper than the shadow stack, or begun before timing started)"),
-        (sum(|t| t.too_deep), "calls not timed: shadow stack full (raise LOPI_DEPTH)"),
+        (sum(|t| t.early_exits), "exits of calls begun before timing started (an attach, or before the module's init): not timed"),
+        (sum(|t| t.too_deep), "calls not timed: shadow stack at its limit (raise LOPI_DEPTH)"),
         (sum(|t| t.nested_skipped), "calls not timed: they began while a probe of the same thread was running (a signal handler interrupted it)"),
-        (sum(|t| t.lost_context_calls), "calls timed without their calling context: tree full (raise LOPI_NODES)"),
+        (sum(|t| t.untimed_calls), "calls not timed: even the merged call paths were full (raise LOPI_NODES)"),
+        (sum(|t| t.clock_backwards), "calls ended before they began by the clock (a TSC step between CPUs) and count 0 ns"),
     ];
     for (n, what) in notes {
         if n > 0 {
             let _ = writeln!(out, "note: {n} {what}");
         }
+    }
+    let switches: Vec<&lopi_trace::SwitchSummary> = threads.iter().flat_map(|t| &t.switches).collect();
+    if !switches.is_empty() {
+        let list: Vec<String> = switches
+            .iter()
+            .take(12)
+            .map(|s| format!("{} at {} ({:.3} M calls/s)", s.function, duration(s.at_ms * 1e6), s.calls_per_s / 1e6))
+            .collect();
+        let more = if switches.len() > 12 { format!(", {} more", switches.len() - 12) } else { String::new() };
+        let _ = writeln!(
+            out,
+            "note: the budget switched {} functions from timing to counting: {}{more}; {} calls were counted after that, and their time is in their callers' self time",
+            switches.len(),
+            list.join(", "),
+            sum(|t| t.counted_calls)
+        );
     }
     for t in threads.iter().filter(|t| t.trace_dropped > 0) {
         let when = t.first_drop_ns.map_or_else(String::new, |ns| format!(", from {} into the run", duration(ns)));

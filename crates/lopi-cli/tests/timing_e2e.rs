@@ -619,7 +619,7 @@ fn accuracy_busy_wait() {
                 ],
             );
             b.check_sane(r, p.wall, true);
-            for field in ["unmatched_exits", "too_deep", "nested_skipped", "lost_context_calls"] {
+            for field in ["unmatched_exits", "too_deep", "nested_skipped", "merged_calls", "untimed_calls"] {
                 b.check_thread_counter(r, field, 0);
             }
             let m = measured(&p.got);
@@ -760,7 +760,7 @@ fn call_graph_exact_in(live: bool) {
             "unmatched_exits",
             "too_deep",
             "nested_skipped",
-            "lost_context_calls",
+            "merged_calls", "untimed_calls",
             "trace_events",
             "trace_dropped",
         ] {
@@ -1018,7 +1018,7 @@ fn tail_calls_in(live: bool) {
         b.check_self_within_total(r);
         b.check_tree_has_every_call(r, &names);
         b.check_sane(r, p.wall, true);
-        for field in ["unmatched_exits", "too_deep", "nested_skipped", "lost_context_calls"] {
+        for field in ["unmatched_exits", "too_deep", "nested_skipped", "merged_calls", "untimed_calls"] {
             b.check_thread_counter(r, field, 0);
         }
         // tail_d takes a stack argument: tail_c's call to it is a real call everywhere.
@@ -1103,7 +1103,7 @@ fn longjmp_out_of_deep_recursion_in(live: bool) {
         b.check_tree_has_every_call(r, &names);
         b.check_edges(r, &names, LONGJMP_EDGES);
         b.check_sane(r, p.wall, true);
-        for field in ["unmatched_exits", "too_deep", "nested_skipped", "lost_context_calls"] {
+        for field in ["unmatched_exits", "too_deep", "nested_skipped", "merged_calls", "untimed_calls"] {
             b.check_thread_counter(r, field, 0);
         }
         let m = measured(&p.got);
@@ -1234,7 +1234,7 @@ fn cxx_exceptions_in(live: bool) {
             b.check(got == n, || format!("{caller:?} -> {callee}: {got} calls, expected {n}"));
         }
         b.check_sane(r, p.wall, true);
-        for field in ["unmatched_exits", "too_deep", "nested_skipped", "lost_context_calls"] {
+        for field in ["unmatched_exits", "too_deep", "nested_skipped", "merged_calls", "untimed_calls"] {
             b.check_thread_counter(r, field, 0);
         }
         // thrower's time runs until the frame is noticed gone (the catching frame's next
@@ -1273,7 +1273,7 @@ fn signal_handler_calls_timed_functions() {
         b.check_self_within_total(r);
         b.check(ticks >= 30, || format!("handler ran {ticks} times"));
         b.check_sane(r, p.wall, true);
-        for field in ["unmatched_exits", "too_deep", "lost_context_calls"] {
+        for field in ["unmatched_exits", "too_deep", "merged_calls", "untimed_calls"] {
             b.check_thread_counter(r, field, 0);
         }
         for (caller, _) in r.edges().keys().filter(|(_, c)| c == "on_tick") {
@@ -1455,7 +1455,7 @@ fn threads_created_joined_and_detached_in(live: bool) {
         });
         let timed_calls: u64 = names.iter().filter(|n| b.is_timed(n)).map(|n| r.calls(n).unwrap_or(0)).sum();
         b.check_thread_counter(r, "calls", timed_calls);
-        for field in ["unmatched_exits", "too_deep", "nested_skipped", "lost_context_calls"] {
+        for field in ["unmatched_exits", "too_deep", "nested_skipped", "merged_calls", "untimed_calls"] {
             b.check_thread_counter(r, field, 0);
         }
         b.finish();
@@ -1625,7 +1625,7 @@ fn fork_parent_and_children_in(live: bool) {
                 b.check(unmatched == 0, || format!("parent: {unmatched} unmatched exits"));
             }
         }
-        for field in ["too_deep", "nested_skipped", "lost_context_calls"] {
+        for field in ["too_deep", "nested_skipped", "merged_calls", "untimed_calls"] {
             b.check_thread_counter(r, field, 0);
         }
         // Per function, the parent's and the children's copies of main overlap in time.
@@ -1675,9 +1675,10 @@ fn fork_child_continues_parent_calls() {
 // 10. Deep recursion
 // ---------------------------------------------------------------------------
 
-/// 3 descents of 10001 frames with the default LOPI_DEPTH of 4096: the deepest 5906 calls of
-/// each descent (5907 if main is not timed) are not timed, their exits match no entry.
-/// With LOPI_DEPTH=20000 everything is timed.
+/// 3 descents of 10001 frames: the shadow stack grows past its first 4096 frames, so every
+/// call is timed. With LOPI_DEPTH=4096 (its limit) the deepest 5906 calls of each descent
+/// (5907 if main is not timed) are not timed, and their exits match no entry: the report
+/// names `deep` for them.
 #[test]
 fn recursion_deeper_than_shadow_stack() {
     for cfg in configs() {
@@ -1686,34 +1687,30 @@ fn recursion_deeper_than_shadow_stack() {
         let exp = b.fx.expect.clone();
         let p = b.run_pair(&[]);
         let r = &p.report;
-        b.check_functions(r, &exp, &["deep"]);
-        b.check_self_within_total(r);
+        b.check_thread_counter(r, "too_deep", 0);
+        b.check_thread_counter(r, "unmatched_exits", 0);
+        b.check_tree_has_every_call(r, &names);
+        b.check_functions(r, &exp, &[]);
+        b.check_sane(r, p.wall, true);
+
+        let (got, _, data) = b.run_rewritten(&[("LOPI_DEPTH", "4096")]);
+        b.same_behaviour(&p.want, &got);
+        let r = b.report(&data);
+        b.check_functions(&r, &exp, &["deep"]);
+        b.check_self_within_total(&r);
         let main_frames = b.is_timed("main") as u64;
         let timed_deep = 4096 - main_frames;
         let too_deep = 3 * (10001 - timed_deep);
-        b.check_thread_counter(r, "too_deep", too_deep);
-        b.check_thread_counter(r, "unmatched_exits", too_deep);
+        b.check_thread_counter(&r, "too_deep", too_deep);
+        b.check_thread_counter(&r, "unmatched_exits", too_deep);
         let (n, _) = r.edge(Some("deep"), "deep");
-        b.check(n == 3 * (timed_deep - 1), || {
-            format!("deep -> deep: {n}, expected {}", 3 * (timed_deep - 1))
-        });
-        b.check(r.tree_calls("deep") == 3 * timed_deep, || {
-            format!("deep: {} calls in the trees", r.tree_calls("deep"))
-        });
-        b.check_sane(r, p.wall, true);
-        // Text report says so.
-        let text = b.lopi(&["report".as_ref(), p.data.as_os_str()]).stdout_str();
-        b.check(text.contains(&format!("{too_deep} calls not timed: shadow stack full")), || {
-            format!("text report:\n{text}")
-        });
-
-        let (got, _, data) = b.run_rewritten(&[("LOPI_DEPTH", "20000")]);
-        b.same_behaviour(&p.want, &got);
-        let r = b.report(&data);
-        b.check_thread_counter(&r, "too_deep", 0);
-        b.check_thread_counter(&r, "unmatched_exits", 0);
-        b.check_tree_has_every_call(&r, &names);
-        b.check_functions(&r, &exp, &[]);
+        b.check(n == 3 * (timed_deep - 1), || format!("deep -> deep: {n}, expected {}", 3 * (timed_deep - 1)));
+        b.check(r.tree_calls("deep") == 3 * timed_deep, || format!("deep: {} calls in the trees", r.tree_calls("deep")));
+        // Text report says so, and names the function whose exits matched nothing.
+        let text = b.lopi(&["report".as_ref(), data.as_os_str()]).stdout_str();
+        for want in [format!("{too_deep} calls not timed: shadow stack at its limit"), format!("{too_deep} exits matched no timed entry: deep ({too_deep})")] {
+            b.check(text.contains(&want), || format!("text report lacks {want:?}:\n{text}"));
+        }
         b.finish();
     }
 }

@@ -603,7 +603,8 @@ impl Selection {
         loop {
             match self.try_lay_out(module, layout) {
                 Ok(plan) => return plan,
-                Err(failed) => self.demote(failed, UntimedReason::RelocationFailed),
+                Err(Failed::Exit(site)) => self.demote(site, UntimedReason::RelocationFailed),
+                Err(Failed::Entry(site, reason)) => self.drop_entry(site, reason),
             }
         }
     }
@@ -616,16 +617,21 @@ impl Selection {
         let Some(index) = self.sites.iter().position(|s| s.patch_at == patch_at) else { return false };
         if self.sites[index].entry.is_none() {
             self.demote(index, UntimedReason::ThreadInside);
-            return true;
+        } else {
+            self.drop_entry(index, SkipReason::ThreadInside);
         }
+        true
+    }
+
+    /// Skips the function of entry site `index`, with the exit sites only it needed.
+    fn drop_entry(&mut self, index: usize, reason: SkipReason) {
         let function = self.sites.remove(index).function;
-        self.outcomes[function] = Outcome::Skipped(SkipReason::ThreadInside);
+        self.outcomes[function] = Outcome::Skipped(reason);
         self.timing[function] = TimingOutcome::Off;
         for site in &mut self.sites {
             site.owners.retain(|&o| o != function);
         }
         self.sites.retain(|s| s.entry.is_some() || !s.owners.is_empty());
-        true
     }
 
     /// Counts `function` without timing it (its entry stops calling the entry probe; exit
@@ -659,15 +665,16 @@ impl Selection {
         }
     }
 
-    /// Lays out every site, or returns the index of an exit site that failed.
-    fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, usize> {
-        let mut outcomes = self.outcomes.clone();
+    /// Lays out every site, or says which site failed.
+    fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, Failed> {
+        // Counter indices follow the entry sites' order; exit sites name their function's.
+        let counters: HashMap<usize, u32> =
+            self.sites.iter().filter(|s| s.entry.is_some()).enumerate().map(|(i, s)| (s.function, i as u32)).collect();
         let mut probed = Vec::new();
         let mut rseq_sections = Vec::new();
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
         let mut exit_sites = 0;
-        let mut failed_entries = Vec::new();
         for (index, site) in self.sites.iter().enumerate() {
             let trampoline = layout.trampolines + code.len() as u64;
             let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0) };
@@ -690,18 +697,23 @@ impl Selection {
                     };
                     lopi_x86::counting_trampoline(&access, &body, trampoline.0).map(|t| (t.bytes, Some(t.section)))
                 }
-                (None, Some(stubs)) => lopi_x86::exit_trampoline(&body, stubs.exit.0, trampoline.0).map(|b| (b, None)),
-                (None, None) => return Err(index),
+                (None, Some(stubs)) => {
+                    let counter = match site.owners.as_slice() {
+                        [only] => counters.get(only).copied(),
+                        _ => None,
+                    };
+                    let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter };
+                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|b| (b, None))
+                }
+                (None, None) => return Err(Failed::Exit(index)),
             };
             let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));
             let Some(((bytes, section), patches)) = placed else {
                 if site.entry.is_none() {
-                    return Err(index);
+                    return Err(Failed::Exit(index));
                 }
                 let reason = if site_patches(module, site, trampoline).is_none() { SkipReason::OutOfRange } else { SkipReason::RelocationFailed };
-                outcomes[site.function] = Outcome::Skipped(reason);
-                failed_entries.push(site.function);
-                continue;
+                return Err(Failed::Entry(index, reason));
             };
             code.extend_from_slice(&bytes);
             // Keep trampolines 16-byte aligned, padded with int3.
@@ -722,16 +734,25 @@ impl Selection {
                 None => exit_sites += 1,
             }
         }
-        // An entry that could not be placed takes its exit sites with it.
-        if let Some(i) = self.sites.iter().position(|s| s.entry.is_none() && s.owners.iter().any(|o| failed_entries.contains(o))) {
-            return Err(i);
-        }
-        let mut timing = self.timing.clone();
-        for &f in &failed_entries {
-            timing[f] = TimingOutcome::Off;
-        }
-        Ok(PatchPlan { layout, probed, rseq_sections, code_patches, trampoline_code: code, outcomes, timing, exit_sites })
+        Ok(PatchPlan {
+            layout,
+            probed,
+            rseq_sections,
+            code_patches,
+            trampoline_code: code,
+            outcomes: self.outcomes.clone(),
+            timing: self.timing.clone(),
+            exit_sites,
+        })
     }
+}
+
+/// A site that could not be laid out: the layout starts again without it.
+enum Failed {
+    /// An exit site: its functions are counted but not timed.
+    Exit(usize),
+    /// An entry site: its function is skipped.
+    Entry(usize, SkipReason),
 }
 
 /// The jump (and bounce) written over the original code for one site.

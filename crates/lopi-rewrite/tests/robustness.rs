@@ -153,8 +153,10 @@ fn mutated_timed_data_files_never_panic() {
     let file = std::fs::read(&data).unwrap();
     let parsed = lopi_trace::DataFile::parse(&file).unwrap();
     assert_eq!(parsed.threads.len(), 1, "one timed thread");
-    // The thread chunk is appended after the module record, at the end of the file.
-    let chunk_at = file.len() - parsed.threads[0].header.chunk_len as usize;
+    // The thread chunk is appended after the module record; its tree may have grown into an
+    // extension after it (16 nodes is less than the sample needs).
+    let header = &parsed.threads[0].header;
+    let chunk_at = header.chunk_file as usize;
     let exercise = |bytes: &[u8]| {
         if let Ok(d) = lopi_trace::DataFile::parse(bytes) {
             let _ = lopi_trace::Profile::from_data(&d);
@@ -167,10 +169,17 @@ fn mutated_timed_data_files_never_panic() {
     };
     exercise(&file);
     let mut rng = Rng(0x0bad_cafe_f00d_d00d);
-    // The header page, then the start of the node, hash, stack and trace regions.
-    let hot: Vec<usize> = std::iter::once(chunk_at)
-        .chain(parsed.threads[0].header_offsets().into_iter().map(|o| chunk_at + o as usize))
-        .collect();
+    // The header page (its tables too), then the start of the node, stack and trace regions
+    // and of the extension headers.
+    let mut hot: Vec<usize> = vec![
+        chunk_at,
+        chunk_at + lopi_rt_abi::UNMATCHED_TABLE as usize,
+        chunk_at + lopi_rt_abi::SWITCH_LOG as usize,
+        header.nodes_file as usize,
+        header.stack_file as usize,
+        chunk_at + header.trace_offset as usize,
+    ];
+    hot.extend([header.nodes_file, header.stack_file].iter().filter(|&&f| f >= (chunk_at as u64) + header.chunk_len).map(|&f| f as usize - 4096));
     for case in 0..3000 {
         let mut bytes = file.clone();
         if case % 5 == 4 {

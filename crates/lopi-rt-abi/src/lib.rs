@@ -10,7 +10,10 @@
 pub const PAGE_SIZE: u64 = 4096;
 
 /// First bytes of a data file; the rest of the first page is reserved.
-pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT3";
+pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT4";
+
+/// What every data file magic starts with, of any version.
+pub const DATA_MAGIC_PREFIX: [u8; 7] = *b"LOPIDAT";
 
 /// First bytes of a module record inside a data file. A record whose magic is still zero
 /// was being written when its process died and is ignored by readers.
@@ -208,15 +211,19 @@ pub struct RuntimeVars {
     pub probe_pair_ticks: u64,
     /// Pid of the process whose records describe this address space.
     pub space_pid: u32,
-    /// Calling-context tree capacity per thread (a power of two).
-    pub node_cap: u32,
-    /// Shadow stack capacity per thread.
-    pub stack_cap: u32,
-    pub _pad2: u32,
+    /// Most nodes a thread's calling-context tree may grow to (a power of two).
+    pub node_limit: u32,
+    /// Most frames a thread's shadow stack may grow to.
+    pub stack_limit: u32,
+    /// Perturbation budget in parts per million of each thread's run time (0: none): the
+    /// probes switch the most frequently called functions to counting to stay within it.
+    pub budget_ppm: u32,
     /// Trace events per thread (0 without `PROBE_TRACE`).
     pub trace_cap: u64,
     /// Private buffer where the fork handler copies the forking thread's open calls.
     pub fork_snapshot: u64,
+    /// Counters of this module (the functions whose slots are in this module's table).
+    pub counter_count: u64,
 }
 
 /// Offsets into [`RuntimeVars`] that generated code uses.
@@ -228,216 +235,25 @@ pub mod vars {
     pub const REGION_LEN: u64 = 2 * super::PAGE_SIZE;
     /// Offset of the NUL-terminated data file path.
     pub const PATH: u64 = super::PAGE_SIZE;
+    /// Offset of the per-function slot table (one 32-byte slot per counter): a counting
+    /// function's `struct rseq_cs`, or a timed function's timing state ([`super::slot`]).
+    pub const SLOTS: u64 = REGION_LEN;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 88);
-
-/// First bytes of a thread chunk in a data file: one thread's calling-context tree,
-/// shadow stack and trace, appended when the thread first runs a timed probe.
-pub const THREAD_MAGIC: [u8; 8] = *b"LOPITHR2";
-
-/// Header of a thread chunk (first page of the chunk). The first 128 bytes are written once
-/// when the chunk is created; the rest is the thread's own hot state, on its own cache lines.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ThreadHeader {
-    pub magic: [u8; 8],
-    /// Whole chunk length, a multiple of `PAGE_SIZE`.
-    pub chunk_len: u64,
-    pub pid: u32,
-    pub tid: u32,
-    /// Pid whose module records describe the addresses in this chunk (the parent, after fork).
-    pub space_pid: u32,
-    pub node_cap: u32,
-    pub tsc_hz: u64,
-    pub probe_inner_ticks: u64,
-    pub probe_pair_ticks: u64,
-    pub stack_cap: u32,
-    pub _pad: u32,
-    pub trace_cap: u64,
-    /// Offsets from the chunk start of the node array, hash table, shadow stack and trace.
-    pub nodes_offset: u64,
-    pub hash_offset: u64,
-    pub stack_offset: u64,
-    pub trace_offset: u64,
-    /// TSC when the chunk was created.
-    pub start_tsc: u64,
-    pub _reserved: [u64; 2],
-    // --- written by the thread's probes ---
-    /// Non-zero while a probe of this thread runs (a signal handler's probes then skip).
-    pub busy: u32,
-    /// Frames on the shadow stack.
-    pub depth: u32,
-    /// Nodes in use (node 0 is the root, node 1 collects calls once the tree is full).
-    pub node_count: u32,
-    pub _pad2: u32,
-    pub trace_len: u64,
-    pub unmatched_exits: u64,
-    pub too_deep: u64,
-    pub nested_skipped: u64,
-    pub trace_dropped: u64,
-    pub first_drop_tsc: u64,
-    /// TSC of the thread's latest probe: where frames still open at the end are closed.
-    pub last_tsc: u64,
+/// A timed function's slot in the table at [`vars::SLOTS`] (it has no critical section, so
+/// its `struct rseq_cs` is free).
+pub mod slot {
+    /// Bytes per slot.
+    pub const LEN: u64 = 32;
+    /// Offset of the function's mode (u32): [`TIMED`], or [`COUNTING`] once the budget
+    /// switched it (its calls are then counted in their calling context, not timed).
+    pub const MODE: u64 = 0;
+    pub const TIMED: u32 = 0;
+    pub const COUNTING: u32 = 1;
 }
 
-pub const THREAD_HEADER_LEN: usize = 200;
-const _: () = assert!(core::mem::size_of::<ThreadHeader>() == THREAD_HEADER_LEN);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 96);
 
-/// Node of a thread's calling-context tree.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ContextNode {
-    pub parent: u32,
-    /// With `cache_func`: the child this node's last call of a function went to, so that
-    /// repeated calls skip the hash table.
-    pub cache_child: u32,
-    /// Runtime address of the function's counter (the function's name in the tree); 0 for
-    /// the root and the lost-context node.
-    pub func: u64,
-    /// Calls in this context that ended (returned, or were left by longjmp or an exception).
-    pub calls: u64,
-    pub ticks: u64,
-    pub max_ticks: u64,
-    pub cache_func: u64,
-}
-
-pub const CONTEXT_NODE_LEN: usize = 48;
-const _: () = assert!(core::mem::size_of::<ContextNode>() == CONTEXT_NODE_LEN);
-
-/// Node index collecting calls made once a thread's tree is full.
-pub const LOST_CONTEXT_NODE: u32 = 1;
-
-/// A shadow stack frame: one timed call in progress.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Frame {
-    /// Stack pointer at the call's entry (pointing at its return address): the exit with
-    /// the same stack pointer ends it, and any probe above it proves it gone.
-    pub rsp: u64,
-    pub node: u32,
-    /// Non-zero for a call a forked child copied from its parent: counted there, so its
-    /// end adds time but no call.
-    pub inherited: u32,
-    pub start_tsc: u64,
-}
-
-pub const FRAME_LEN: usize = 24;
-const _: () = assert!(core::mem::size_of::<Frame>() == FRAME_LEN);
-
-/// One trace event.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Event {
-    pub tsc: u64,
-    pub node: u32,
-    /// `EVENT_*`.
-    pub kind: u32,
-}
-
-pub const EVENT_LEN: usize = 16;
-const _: () = assert!(core::mem::size_of::<Event>() == EVENT_LEN);
-
-pub const EVENT_ENTER: u32 = 0;
-pub const EVENT_EXIT: u32 = 1;
-pub const EVENT_UNWIND: u32 = 2;
-
-/// Byte layout of a thread chunk with the given capacities: (nodes, hash, stack, trace,
-/// total) offsets from the chunk start, each region page aligned. `None` on overflow.
-pub const fn thread_chunk_layout(node_cap: u32, stack_cap: u32, trace_cap: u64) -> Option<[u64; 5]> {
-    let nodes = PAGE_SIZE;
-    let hash = nodes + page_align(node_cap as u64 * CONTEXT_NODE_LEN as u64);
-    let stack = hash + page_align(node_cap as u64 * 2 * 4);
-    let trace = stack + page_align(stack_cap as u64 * FRAME_LEN as u64);
-    let Some(trace_bytes) = trace_cap.checked_mul(EVENT_LEN as u64) else { return None };
-    if trace_bytes > 1 << 40 {
-        return None;
-    }
-    Some([nodes, hash, stack, trace, trace + page_align(trace_bytes)])
-}
-
-/// Little-endian field reader for the host side's decoders.
-struct Fields<'a>(&'a [u8]);
-
-impl Fields<'_> {
-    fn u32(&self, at: usize) -> u32 {
-        let mut v = [0u8; 4];
-        v.copy_from_slice(&self.0[at..at + 4]);
-        u32::from_le_bytes(v)
-    }
-
-    fn u64(&self, at: usize) -> u64 {
-        let mut v = [0u8; 8];
-        v.copy_from_slice(&self.0[at..at + 8]);
-        u64::from_le_bytes(v)
-    }
-}
-
-impl ThreadHeader {
-    /// Decodes a header; `None` when `bytes` is too short.
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        let f = Fields(bytes.get(..THREAD_HEADER_LEN)?);
-        let mut magic = [0u8; 8];
-        magic.copy_from_slice(&f.0[0..8]);
-        Some(Self {
-            magic,
-            chunk_len: f.u64(8),
-            pid: f.u32(16),
-            tid: f.u32(20),
-            space_pid: f.u32(24),
-            node_cap: f.u32(28),
-            tsc_hz: f.u64(32),
-            probe_inner_ticks: f.u64(40),
-            probe_pair_ticks: f.u64(48),
-            stack_cap: f.u32(56),
-            _pad: 0,
-            trace_cap: f.u64(64),
-            nodes_offset: f.u64(72),
-            hash_offset: f.u64(80),
-            stack_offset: f.u64(88),
-            trace_offset: f.u64(96),
-            start_tsc: f.u64(104),
-            _reserved: [0; 2],
-            busy: f.u32(128),
-            depth: f.u32(132),
-            node_count: f.u32(136),
-            _pad2: 0,
-            trace_len: f.u64(144),
-            unmatched_exits: f.u64(152),
-            too_deep: f.u64(160),
-            nested_skipped: f.u64(168),
-            trace_dropped: f.u64(176),
-            first_drop_tsc: f.u64(184),
-            last_tsc: f.u64(192),
-        })
-    }
-}
-
-impl ContextNode {
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        let f = Fields(bytes.get(..CONTEXT_NODE_LEN)?);
-        Some(Self {
-            parent: f.u32(0),
-            cache_child: f.u32(4),
-            func: f.u64(8),
-            calls: f.u64(16),
-            ticks: f.u64(24),
-            max_ticks: f.u64(32),
-            cache_func: f.u64(40),
-        })
-    }
-}
-
-impl Frame {
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        let f = Fields(bytes.get(..FRAME_LEN)?);
-        Some(Self { rsp: f.u64(0), node: f.u32(8), inherited: f.u32(12), start_tsc: f.u64(16) })
-    }
-}
-
-impl Event {
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        let f = Fields(bytes.get(..EVENT_LEN)?);
-        Some(Self { tsc: f.u64(0), node: f.u32(8), kind: f.u32(12) })
-    }
-}
+#[path = "thread.rs"]
+mod thread;
+pub use thread::*;

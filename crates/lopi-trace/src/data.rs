@@ -3,14 +3,17 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
-    ContextNode, Event, Frame, RecordHeader, ThreadHeader, CONTEXT_NODE_LEN, DATA_MAGIC, EVENT_LEN, FRAME_LEN, PAGE_SIZE,
-    RECORD_HEADER_LEN, RECORD_MAGIC, THREAD_MAGIC,
+    ContextNode, Event, Frame, RecordHeader, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
+    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, SWITCH_LEN,
+    SWITCH_LOG, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error("not a lopi data file (bad magic)")]
     NotData,
+    #[error("a data file of another lopi version ({0}); this lopi reads {1}")]
+    OtherVersion(String, String),
     #[error("corrupt record at offset {offset:#x}: {what}")]
     Corrupt { offset: u64, what: String },
 }
@@ -34,14 +37,10 @@ pub struct ThreadChunk {
     /// Frames still open when the process stopped (main's, at least, after `exit`).
     pub open_frames: Vec<Frame>,
     pub events: Vec<Event>,
-}
-
-impl ThreadChunk {
-    /// Offsets of the node, hash, stack and trace regions from the chunk start.
-    pub fn header_offsets(&self) -> [u64; 4] {
-        let h = &self.header;
-        [h.nodes_offset, h.hash_offset, h.stack_offset, h.trace_offset]
-    }
+    /// Exits that matched no frame, by function.
+    pub unmatched: Vec<UnmatchedExit>,
+    /// Functions the budget switched to counting, in order.
+    pub switches: Vec<Switch>,
 }
 
 /// A whole data file.
@@ -56,6 +55,10 @@ pub struct DataFile {
 impl DataFile {
     pub fn parse(bytes: &[u8]) -> Result<Self, DataError> {
         if bytes.len() < 8 || bytes[..8] != DATA_MAGIC {
+            if bytes.len() >= 8 && bytes[..7] == DATA_MAGIC_PREFIX {
+                let name = |m: &[u8]| String::from_utf8_lossy(m).into_owned();
+                return Err(DataError::OtherVersion(name(&bytes[..8]), name(&DATA_MAGIC)));
+            }
             return Err(DataError::NotData);
         }
         let mut out = DataFile::default();
@@ -63,9 +66,15 @@ impl DataFile {
         while offset < bytes.len() as u64 {
             let rest = &bytes[offset as usize..];
             if rest.starts_with(&THREAD_MAGIC) {
-                let (chunk, len) = thread_chunk(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
+                let (chunk, len) =
+                    thread_chunk(bytes, offset).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 out.threads.extend(chunk);
                 offset += len;
+                continue;
+            }
+            if rest.starts_with(&EXTENSION_MAGIC) {
+                // A region some thread chunk grew into: read through that chunk's header.
+                offset += chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 continue;
             }
             let Some(header) = RecordHeader::from_bytes(rest) else {
@@ -124,28 +133,42 @@ fn read_counts(bytes: &[u8]) -> Vec<u64> {
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
 }
 
-/// Decodes the thread chunk at the start of `rest`: the chunk (`None` while its process was
-/// still setting it up) and its length.
-fn thread_chunk(rest: &[u8]) -> Result<(Option<ThreadChunk>, u64), &'static str> {
-    let len_field = rest.get(8..16).ok_or("thread chunk header")?;
-    let len = u64::from_le_bytes(len_field.try_into().map_err(|_| "thread chunk header")?);
+/// The length of the chunk or extension at the start of `rest` (magic, then length).
+fn chunk_len(rest: &[u8]) -> Result<u64, &'static str> {
+    let len_field = rest.get(8..16).ok_or("chunk header")?;
+    let len = u64::from_le_bytes(len_field.try_into().map_err(|_| "chunk header")?);
     if len < PAGE_SIZE || len % PAGE_SIZE != 0 || len > rest.len() as u64 {
-        return Err("thread chunk length");
+        return Err("chunk length");
     }
+    Ok(len)
+}
+
+/// Decodes the thread chunk at `offset` of the file: the chunk (`None` while its process was
+/// still setting it up) and its length. Its tree and stack may lie in extensions anywhere in
+/// the file; its header says where.
+fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), &'static str> {
+    let rest = &file[offset as usize..];
+    let len = chunk_len(rest)?;
     let chunk = &rest[..len as usize];
     let header = ThreadHeader::from_bytes(chunk).ok_or("thread chunk header")?;
     if header.node_count == 0 {
         return Ok((None, len));
     }
-    let region = |offset: u64, count: u64, size: usize| {
-        let bytes = count.checked_mul(size as u64).ok_or("thread chunk region")?;
-        let end = offset.checked_add(bytes).ok_or("thread chunk region")?;
-        chunk.get(offset as usize..usize::try_from(end).map_err(|_| "thread chunk region")?).ok_or("thread chunk region")
+    let region = |bytes: &'_ [u8], at: u64, count: u64, size: usize| -> Result<Vec<u8>, &'static str> {
+        let n = count.checked_mul(size as u64).ok_or("thread chunk region")?;
+        let end = at.checked_add(n).ok_or("thread chunk region")?;
+        let range = usize::try_from(at).map_err(|_| "thread chunk region")?..usize::try_from(end).map_err(|_| "thread chunk region")?;
+        bytes.get(range).map(<[u8]>::to_vec).ok_or("thread chunk region")
     };
-    if header.node_count > header.node_cap || header.depth > header.stack_cap || header.trace_len > header.trace_cap {
+    if header.node_count > header.node_cap
+        || header.depth > header.stack_cap
+        || header.trace_len > header.trace_cap
+        || header.unmatched_len > UNMATCHED_SLOTS
+        || header.switch_len > SWITCH_SLOTS
+    {
         return Err("thread chunk counts exceed capacities");
     }
-    let nodes: Vec<ContextNode> = region(header.nodes_offset, u64::from(header.node_count), CONTEXT_NODE_LEN)?
+    let nodes: Vec<ContextNode> = region(file, header.nodes_file, u64::from(header.node_count), CONTEXT_NODE_LEN)?
         .chunks_exact(CONTEXT_NODE_LEN)
         .filter_map(ContextNode::from_bytes)
         .collect();
@@ -154,14 +177,22 @@ fn thread_chunk(rest: &[u8]) -> Result<(Option<ThreadChunk>, u64), &'static str>
         return Err("calling-context tree parent order");
     }
     let node_ok = |n: u32| (n as usize) < nodes.len();
-    let open_frames: Vec<Frame> = region(header.stack_offset, u64::from(header.depth), FRAME_LEN)?
+    let open_frames: Vec<Frame> = region(file, header.stack_file, u64::from(header.depth), FRAME_LEN)?
         .chunks_exact(FRAME_LEN)
         .filter_map(Frame::from_bytes)
         .collect();
-    let events: Vec<Event> =
-        region(header.trace_offset, header.trace_len, EVENT_LEN)?.chunks_exact(EVENT_LEN).filter_map(Event::from_bytes).collect();
+    let events: Vec<Event> = region(chunk, header.trace_offset, header.trace_len, EVENT_LEN)?
+        .chunks_exact(EVENT_LEN)
+        .filter_map(Event::from_bytes)
+        .collect();
     if !open_frames.iter().all(|f| node_ok(f.node)) || !events.iter().all(|e| node_ok(e.node)) {
         return Err("node index out of range");
     }
-    Ok((Some(ThreadChunk { header, nodes, open_frames, events }), len))
+    let unmatched = region(chunk, UNMATCHED_TABLE, u64::from(header.unmatched_len), UNMATCHED_EXIT_LEN)?
+        .chunks_exact(UNMATCHED_EXIT_LEN)
+        .filter_map(UnmatchedExit::from_bytes)
+        .collect();
+    let switches =
+        region(chunk, SWITCH_LOG, u64::from(header.switch_len), SWITCH_LEN)?.chunks_exact(SWITCH_LEN).filter_map(Switch::from_bytes).collect();
+    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches }), len))
 }

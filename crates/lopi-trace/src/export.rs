@@ -5,8 +5,9 @@ use prost::Message;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Frame name of the node that collects the calls made once a thread's tree was full.
-const LOST_CONTEXT: &str = "[lost context]";
+/// Frame name of the node under which calls on paths that did not fit in a thread's tree were
+/// timed per function.
+const MERGED_PATHS: &str = "[merged call paths]";
 /// Frame name for a function index outside [`Timing::functions`].
 const UNKNOWN_FUNCTION: &str = "[unknown function]";
 
@@ -32,7 +33,7 @@ pub enum ExportError {
 /// Folded stacks (Brendan Gregg's format, as read by inferno, flamegraph.pl and speedscope):
 /// one line `main;parse;lex 12345` per call path with a non-zero weight, frames root first,
 /// the same path in several threads merged into one line. Calls made once a thread's tree was
-/// full are under `[lost context]`. Lines are sorted.
+/// full are under `[merged call paths]`, one frame per function. Lines are sorted.
 pub fn folded(t: &Timing, weight: Weight) -> String {
     // Self time is summed before rounding so that merging threads does not add rounding errors.
     let mut stacks: BTreeMap<String, (u64, f64)> = BTreeMap::new();
@@ -45,7 +46,7 @@ pub fn folded(t: &Timing, weight: Weight) -> String {
                 .map(|&i| folded_frame(frame_name(t, &thread.nodes[i])))
                 .collect();
             let entry = stacks.entry(frames.join(";")).or_default();
-            entry.0 = entry.0.saturating_add(node.calls);
+            entry.0 = entry.0.saturating_add(node.calls + node.counted);
             // A negative self time must not cancel another thread's time on the same path.
             entry.1 += node.self_ns.max(0.0);
         }
@@ -98,14 +99,15 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
     for thread in &t.threads {
         for (index, node) in thread.nodes.iter().enumerate().skip(1) {
             let self_ns = whole_ns(node.self_ns);
-            if node.calls == 0 && self_ns == 0 {
+            let calls = node.calls + node.counted;
+            if calls == 0 && self_ns == 0 {
                 continue;
             }
             // pprof wants the leaf first.
             let location_id = path(thread, index).iter().map(|&i| builder.location(&thread.nodes[i])).collect();
             samples.push(proto::Sample {
                 location_id,
-                value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns],
+                value: vec![i64::try_from(calls).unwrap_or(i64::MAX), self_ns],
                 label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)],
             });
         }
@@ -261,7 +263,7 @@ fn path(thread: &ThreadProfile, node: usize) -> Vec<usize> {
 
 fn frame_name<'t>(t: &'t Timing, node: &ContextNode) -> &'t str {
     match node.function {
-        None => LOST_CONTEXT,
+        None => MERGED_PATHS,
         Some(f) => t.functions.get(f as usize).map_or(UNKNOWN_FUNCTION, |f| f.name.as_str()),
     }
 }
@@ -342,7 +344,7 @@ impl<'t> PprofBuilder<'t> {
         match node.function {
             Some(f) if (f as usize) < self.timing.functions.len() => u64::from(f) + 1,
             _ => {
-                let name = if node.function.is_none() { LOST_CONTEXT } else { UNKNOWN_FUNCTION };
+                let name = if node.function.is_none() { MERGED_PATHS } else { UNKNOWN_FUNCTION };
                 match self.other_frames.get(name) {
                     Some(&id) => id,
                     None => {
@@ -482,7 +484,7 @@ mod tests {
     use crate::timing::{TimedFunction, TraceEvent};
 
     fn node(parent: u32, function: Option<u32>, calls: u64, total_ns: f64, self_ns: f64) -> ContextNode {
-        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns }
+        ContextNode { parent, function, calls, counted: 0, total_ns, self_ns, max_ns: total_ns, merged: false }
     }
 
     fn thread(tid: u32, nodes: Vec<ContextNode>, events: &[(f64, u32, EventKind)]) -> ThreadProfile {
@@ -491,17 +493,12 @@ mod tests {
             tid,
             nodes,
             events: events.iter().map(|&(ns, node, kind)| TraceEvent { ns, node, kind }).collect(),
-            trace_dropped: 0,
-            first_drop_ns: None,
-            unmatched_exits: 0,
-            too_deep: 0,
-            nested_skipped: 0,
-            lost_context_calls: 0,
+            ..Default::default()
         }
     }
 
     /// Two threads of one process. Thread 100 recurses (main;parse;lex;parse), has a
-    /// lost-context node, an exit without an entry, and an unwind past an open frame; thread 101
+    /// merged node (lex under the merged-paths node 5), an exit without an entry, and an unwind past an open frame; thread 101
     /// shares main and main;emit with it, has a node that weighs nothing, and overflowed its
     /// trace buffer with frames still open.
     fn sample() -> Timing {
@@ -521,8 +518,9 @@ mod tests {
                 node(1, Some(1), 2, 700.0, 300.0),
                 node(2, Some(2), 3, 400.0, 250.0),
                 node(3, Some(1), 1, 150.0, 150.0),
-                node(0, None, 5, 200.0, 200.0),
+                node(0, None, 0, 0.0, 0.0),
                 node(1, Some(3), 4, 200.0, 199.6),
+                ContextNode { merged: true, ..node(5, Some(2), 5, 200.0, 200.0) },
             ],
             &[
                 (0.0, 1, Enter),
@@ -537,7 +535,7 @@ mod tests {
                 (100.0, 1, Exit),
             ],
         );
-        first.lost_context_calls = 5;
+        first.merged_calls = 5;
         let mut second = thread(
             101,
             vec![
@@ -558,11 +556,11 @@ mod tests {
         let t = sample();
         assert_eq!(
             folded(&t, Weight::SelfTime),
-            "[lost context] 200\nmain 110\nmain;emit 250\nmain;parse 300\nmain;parse;lex 250\nmain;parse;lex;parse 150\n"
+            "[merged call paths];lex 200\nmain 110\nmain;emit 250\nmain;parse 300\nmain;parse;lex 250\nmain;parse;lex;parse 150\n"
         );
         assert_eq!(
             folded(&t, Weight::Calls),
-            "[lost context] 5\nmain 2\nmain;emit 5\nmain;parse 2\nmain;parse;lex 3\nmain;parse;lex;parse 1\n"
+            "[merged call paths];lex 5\nmain 2\nmain;emit 5\nmain;parse 2\nmain;parse;lex 3\nmain;parse;lex;parse 1\n"
         );
     }
 
@@ -582,7 +580,7 @@ mod tests {
         let text = String::from_utf8(svg.clone()).expect("utf-8");
         assert!(text.contains("<svg"));
         assert!(text.contains("prog: self time"));
-        for name in ["main", "parse", "lex", "emit", "[lost context]"] {
+        for name in ["main", "parse", "lex", "emit", "[merged call paths]"] {
             assert!(text.contains(&format!("<title>{name} (")), "{name} missing");
         }
         assert!(text.contains(" ns, "), "count name");
@@ -624,7 +622,7 @@ mod tests {
         assert_eq!(p.period_type.map(|v| (s(v.r#type), s(v.unit))), Some(("time", "nanoseconds")));
         assert_eq!(p.period, 1);
 
-        // Functions and locations 1..=4 are Timing::functions; 5 is the lost-context frame.
+        // Functions and locations 1..=4 are Timing::functions; 5 is the merged-paths frame.
         let functions: Vec<(u64, &str, &str, &str)> =
             p.function.iter().map(|f| (f.id, s(f.name), s(f.system_name), s(f.filename))).collect();
         assert_eq!(
@@ -634,7 +632,7 @@ mod tests {
                 (2, "parse", "parse", "/usr/bin/prog"),
                 (3, "lex", "lex", "/usr/bin/prog"),
                 (4, "emit", "emit", "/usr/lib/libemit.so"),
-                (5, "[lost context]", "[lost context]", ""),
+                (5, "[merged call paths]", "[merged call paths]", ""),
             ]
         );
         let locations: Vec<(u64, u64, u64, Vec<u64>)> = p
@@ -676,8 +674,8 @@ mod tests {
                 (vec![2, 1], vec![2, 300], labels(100)),
                 (vec![3, 2, 1], vec![3, 250], labels(100)),
                 (vec![2, 3, 2, 1], vec![1, 150], labels(100)),
-                (vec![5], vec![5, 200], labels(100)),
                 (vec![4, 1], vec![4, 200], labels(100)),
+                (vec![3, 5], vec![5, 200], labels(100)),
                 (vec![1], vec![1, 10], labels(101)),
                 (vec![4, 1], vec![1, 50], labels(101)),
             ]
@@ -713,12 +711,11 @@ mod tests {
             line.split_whitespace().next().map(str::to_string)
         };
         for (name, ns, n) in
-            [("main", "110ns", "2"), ("parse", "450ns", "3"), ("lex", "250ns", "3"), ("emit", "250ns", "5")]
+            [("main", "110ns", "2"), ("parse", "450ns", "3"), ("lex", "450ns", "8"), ("emit", "250ns", "5")]
         {
             assert_eq!(flat(&time, name).as_deref(), Some(ns), "time of {name} in\n{time}");
             assert_eq!(flat(&calls, name).as_deref(), Some(n), "calls of {name} in\n{calls}");
         }
-        assert_eq!(flat(&time, "context]").as_deref(), Some("200ns"), "lost context in\n{time}");
     }
 
     /// Checks the Trace Event Format rules Chrome and Perfetto rely on.

@@ -12,8 +12,8 @@ mod timing;
 
 pub use data::{DataError, DataFile, Record, ThreadChunk};
 pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ChromeEvent, ChromeTrace, ExportError, Weight};
-pub use report::{Edge, FunctionCount, Profile, ThreadSummary, TimingSummary};
-pub use timing::{ContextNode, EventKind, ProbeCost, ThreadProfile, TimedFunction, TraceEvent, Timing};
+pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
+pub use timing::{ContextNode, EventKind, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};
 

@@ -50,13 +50,32 @@ pub struct ThreadSummary {
     /// Inclusive time of the thread's outermost timed calls.
     pub total_ns: f64,
     pub unmatched_exits: u64,
+    /// Unmatched exits by function name (`None`: a shared exit site).
+    pub unmatched_by_function: Vec<(Option<String>, u64)>,
+    pub early_exits: u64,
     pub too_deep: u64,
     pub nested_skipped: u64,
-    pub lost_context_calls: u64,
+    pub merged_calls: u64,
+    pub merged_after_paths: Option<u32>,
+    pub untimed_calls: u64,
+    pub paused_ns: f64,
+    pub clock_backwards: u64,
+    /// Calls counted without timing after the budget switched their function.
+    pub counted_calls: u64,
+    pub switches: Vec<SwitchSummary>,
     pub trace_events: usize,
     pub trace_dropped: u64,
     /// When the first event was dropped (ns since the earliest timestamp in the file).
     pub first_drop_ns: Option<f64>,
+}
+
+/// A function the budget switched to counting.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SwitchSummary {
+    pub function: String,
+    /// Milliseconds after the first thread started timing.
+    pub at_ms: f64,
+    pub calls_per_s: f64,
 }
 
 /// What the timing part of a report says about itself.
@@ -194,7 +213,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
                 continue;
             }
             let t = &mut times[f];
-            t.calls += node.calls;
+            t.calls += node.calls + node.counted;
             t.self_ns += node.self_ns;
             t.max = t.max.max(node.max_ns);
             if active[f] == 0 {
@@ -202,22 +221,36 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             }
             let caller = nodes[node.parent as usize].function;
             let e = edges.entry((caller, f as u32)).or_default();
-            e.0 += node.calls;
+            e.0 += node.calls + node.counted;
             e.1 += node.total_ns;
             active[f] += 1;
             stack.push((i, true));
             stack.extend(children[i].iter().map(|&c| (c, false)));
         }
-        let top = children[0].iter().map(|&c| &nodes[c]);
+        // Merged nodes hang under node 1 (no function), itself under the root.
+        let top = children[0].iter().flat_map(|&c| if nodes[c].function.is_none() { children[c].clone() } else { vec![c] });
+        let name = |id: u32| timing.functions[id as usize].name.clone();
         threads.push(ThreadSummary {
             pid: thread.pid,
             tid: thread.tid,
-            calls: nodes.iter().map(|n| n.calls).sum(),
-            total_ns: top.map(|n| n.total_ns).sum(),
+            calls: nodes.iter().map(|n| n.calls + n.counted).sum(),
+            total_ns: top.map(|c| nodes[c].total_ns).sum(),
             unmatched_exits: thread.unmatched_exits,
+            unmatched_by_function: thread.unmatched_by_function.iter().map(|&(f, n)| (f.map(name), n)).collect(),
+            early_exits: thread.early_exits,
             too_deep: thread.too_deep,
             nested_skipped: thread.nested_skipped,
-            lost_context_calls: thread.lost_context_calls,
+            merged_calls: thread.merged_calls,
+            merged_after_paths: thread.merged_after_paths,
+            untimed_calls: thread.untimed_calls,
+            paused_ns: thread.paused_ns,
+            clock_backwards: thread.clock_backwards,
+            counted_calls: nodes.iter().map(|n| n.counted).sum(),
+            switches: thread
+                .switches
+                .iter()
+                .map(|s| SwitchSummary { function: name(s.function), at_ms: s.at_ns / 1e6, calls_per_s: s.calls_per_s })
+                .collect(),
             trace_events: thread.events.len(),
             trace_dropped: thread.trace_dropped,
             first_drop_ns: thread.first_drop_ns,

@@ -1,6 +1,7 @@
 //! The timed view of a data file: per thread, a calling-context tree (calls and time per
 //! call path) and, with `--trace`, the entry/exit events. Times are nanoseconds with the
 //! probes' own measured cost already removed.
+use lopi_rt_abi as abi;
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -14,20 +15,32 @@ pub struct TimedFunction {
 }
 
 /// One call path: the function called, under its parent path.
+///
+/// Node 1 is the merged-paths node: once a thread's tree reached its limit, calls on paths
+/// that did not fit were timed in one node per function under it (a *merged* node). Their
+/// calls, self and inclusive times are exact per function; their callers are not known.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ContextNode {
     /// Index of the parent in the same thread's `nodes`; the root's parent is itself (0).
     pub parent: u32,
-    /// Index into [`Timing::functions`]; `None` for the root (node 0) and for the node that
-    /// collects calls made once the tree was full ([`ThreadProfile::lost_context_calls`]).
+    /// Index into [`Timing::functions`]; `None` for the root (node 0) and the merged-paths
+    /// node (node 1).
     pub function: Option<u32>,
+    /// Timed calls.
     pub calls: u64,
-    /// Inclusive time of all calls on this path.
+    /// Calls counted without timing (the function was switched to counting by the budget):
+    /// their time is in this path's parent's self time.
+    pub counted: u64,
+    /// Inclusive time of all calls on this path; for a merged node, of its calls made while
+    /// no other call of its function was open (recursion counted once).
     pub total_ns: f64,
-    /// `total_ns` minus the children's `total_ns`.
+    /// Time in the function itself: `total_ns` minus the children's, and minus calls made from
+    /// here whose paths were merged.
     pub self_ns: f64,
     /// Longest single call on this path.
     pub max_ns: f64,
+    /// A merged node (its parent is the merged-paths node).
+    pub merged: bool,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -49,7 +62,7 @@ pub struct TraceEvent {
     pub kind: EventKind,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ThreadProfile {
     pub pid: u32,
     pub tid: u32,
@@ -61,16 +74,40 @@ pub struct ThreadProfile {
     pub trace_dropped: u64,
     /// When the first event was dropped, in the same clock as `TraceEvent::ns`.
     pub first_drop_ns: Option<f64>,
-    /// Exits that matched no recorded entry (calls deeper than the shadow stack, or entered
-    /// before the thread's record existed).
+    /// Exits whose call had no frame although calls begun before it had (their entry was
+    /// not timed), by function (`None`: an exit site several functions share).
     pub unmatched_exits: u64,
-    /// Calls not timed because the shadow stack was full.
+    pub unmatched_by_function: Vec<(Option<u32>, u64)>,
+    /// Exits of calls begun before the thread's timing started (before an attach).
+    pub early_exits: u64,
+    /// Calls not timed because the shadow stack was at its limit (`LOPI_DEPTH`).
     pub too_deep: u64,
     /// Calls that began while the same thread was inside a probe (a signal handler
     /// interrupted it): counted, not timed.
     pub nested_skipped: u64,
-    /// Calls made once the calling-context tree was full, collected in one node.
-    pub lost_context_calls: u64,
+    /// Calls timed in merged nodes: the tree was at its limit (`LOPI_NODES`).
+    pub merged_calls: u64,
+    /// Call paths in the tree when the first call was merged (`None`: none was).
+    pub merged_after_paths: Option<u32>,
+    /// Calls counted but not timed: not even a merged node fitted.
+    pub untimed_calls: u64,
+    /// Time the probes spent growing the tree and stack or checking the budget, taken out of
+    /// the calls open meanwhile.
+    pub paused_ns: f64,
+    /// Exits whose clock read came before their entry's (a TSC step between CPUs), taken as 0.
+    pub clock_backwards: u64,
+    /// Functions the budget switched from timing to counting, in order.
+    pub switches: Vec<Switched>,
+}
+
+/// A function the perturbation budget switched to counting.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Switched {
+    pub function: u32,
+    /// When, in the same clock as `TraceEvent::ns`.
+    pub at_ns: f64,
+    /// Its timed calls in the thread until then, per second of the thread's run.
+    pub calls_per_s: f64,
 }
 
 /// What removing the probes' own cost took off the times.
@@ -93,12 +130,51 @@ pub struct Timing {
 
 /// The longest call on a path, with the probe cost of an average call on that path removed,
 /// and never more than the path's total (exactly the total for a single call).
-fn longest((calls, _, max_ticks): (u64, u64, u64), below: u64, corrected_total: f64, inner: f64, pair: f64) -> f64 {
+fn longest(calls: u64, max_ticks: u64, below: u64, corrected_total: f64, inner: f64, pair: f64) -> f64 {
     if calls <= 1 {
         return corrected_total;
     }
     let per_call_cost = inner + below as f64 / calls as f64 * pair;
     (max_ticks as f64 - per_call_cost).clamp(0.0, corrected_total)
+}
+
+/// A node's raw figures, once the calls still open at the end are closed.
+#[derive(Clone, Copy, Default)]
+struct Raw {
+    calls: u64,
+    ticks: u64,
+    max: u64,
+    merged_ticks: u64,
+    /// Merged nodes: ticks of their outermost calls.
+    outer: u64,
+}
+
+/// Closes the frames still open when the process stopped at its last probe, as the runtime
+/// would have at their exits (a forked child's copies of its parent's calls add time, not
+/// calls).
+fn close_open_frames(chunk: &crate::ThreadChunk, raw: &mut [Raw]) {
+    let h = &chunk.header;
+    let cost = h.probe_pair_ticks.saturating_sub(h.probe_inner_ticks);
+    for (i, frame) in chunk.open_frames.iter().enumerate().rev() {
+        if frame.flags & abi::FRAME_UNTIMED != 0 {
+            continue;
+        }
+        let dt = h.last_tsc.saturating_sub(frame.start_tsc);
+        let n = &mut raw[frame.node as usize];
+        n.calls += u64::from(frame.flags & abi::FRAME_INHERITED == 0);
+        n.ticks = n.ticks.wrapping_add(dt);
+        n.max = n.max.max(dt);
+        if frame.flags & abi::FRAME_MERGED != 0 {
+            if frame.flags & abi::FRAME_NESTED == 0 {
+                n.outer = n.outer.wrapping_add(dt);
+            }
+            if let Some(below) = i.checked_sub(1).map(|b| chunk.open_frames[b]) {
+                if below.flags & abi::FRAME_UNTIMED == 0 {
+                    raw[below.node as usize].merged_ticks += dt + cost;
+                }
+            }
+        }
+    }
 }
 
 impl Timing {
@@ -132,22 +208,9 @@ impl Timing {
             if h.tsc_hz == 0 {
                 continue;
             }
-            let ns = |ticks: u64| ticks as f64 * 1e9 / h.tsc_hz as f64;
-            let mut raw: Vec<(u64, u64, u64)> = chunk.nodes.iter().map(|n| (n.calls, n.ticks, n.max_ticks)).collect();
-            // Calls still running when the process stopped end at its last probe (a forked
-            // child's copies of its parent's calls add time, not calls).
-            for frame in &chunk.open_frames {
-                let dt = h.last_tsc.saturating_sub(frame.start_tsc);
-                let n = &mut raw[frame.node as usize];
-                n.0 += u64::from(frame.inherited == 0);
-                n.1 = n.1.wrapping_add(dt);
-                n.2 = n.2.max(dt);
-            }
-            let mut function = |i: usize, func: u64| -> Option<u32> {
-                if i <= lopi_rt_abi::LOST_CONTEXT_NODE as usize {
-                    return None;
-                }
-                Some(*by_address.get(&(h.space_pid, func)).unwrap_or_else(|| {
+            let ns = |ticks: f64| ticks * 1e9 / h.tsc_hz as f64;
+            let mut function = |func: u64| -> u32 {
+                *by_address.get(&(h.space_pid, func)).unwrap_or_else(|| {
                     // Not in any record (a module registered by another process image):
                     // keep the address as its name rather than drop the time.
                     let name = format!("[unknown function, counter at {func:#x}]");
@@ -155,76 +218,132 @@ impl Timing {
                         functions.push(TimedFunction { name, module: String::new(), addr: func });
                         functions.len() as u32 - 1
                     })
-                }))
+                })
             };
-            let ids: Vec<Option<u32>> = chunk.nodes.iter().enumerate().map(|(i, n)| function(i, n.func)).collect();
+            let nodes = &chunk.nodes;
+            let is_merged = |i: usize| i > MERGED && nodes[i].parent as usize == MERGED;
+            let mut raw: Vec<Raw> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Raw {
+                    calls: n.calls,
+                    ticks: n.ticks,
+                    max: n.max_ticks,
+                    merged_ticks: n.merged_ticks,
+                    outer: if is_merged(i) { n.aux } else { 0 },
+                })
+                .collect();
+            close_open_frames(chunk, &mut raw);
+            let ids: Vec<Option<u32>> = nodes.iter().enumerate().map(|(i, n)| (i > MERGED).then(|| function(n.func))).collect();
             // Probe cost: each call carries `inner` inside its own interval, and each call
-            // below it (descendants) adds `pair` to it.
+            // below it in the tree (descendants) adds `pair` to it. Calls below a merged call
+            // are not known one by one: their probes stay in the merged paths' inclusive time.
             let inner = h.probe_inner_ticks as f64;
             let pair = h.probe_pair_ticks as f64;
             let mut below = vec![0u64; raw.len()];
             for i in (1..raw.len()).rev() {
-                let parent = chunk.nodes[i].parent as usize;
-                if parent != i {
-                    below[parent] += below[i] + raw[i].0;
+                let parent = nodes[i].parent as usize;
+                if parent != i && !is_merged(i) {
+                    below[parent] += below[i] + raw[i].calls;
                 }
             }
             let mut corrected: Vec<f64> = raw
                 .iter()
-                .zip(&below)
-                .map(|(&(calls, ticks, _), &b)| (ticks as f64 - calls as f64 * inner - b as f64 * pair).max(0.0))
+                .enumerate()
+                .map(|(i, r)| {
+                    let ticks = if is_merged(i) { r.outer } else { r.ticks };
+                    (ticks as f64 - r.calls as f64 * inner - below[i] as f64 * pair).max(0.0)
+                })
                 .collect();
+            // Self time: the inclusive time less the children's and less the calls made from
+            // here whose paths were merged (the runtime added their probes' cost there too).
+            // Merged nodes' children are other merged nodes, known only through that sum.
+            let merged_self = |r: &Raw| (r.ticks as f64 - r.calls as f64 * inner - r.merged_ticks as f64).max(0.0);
             // The estimate can take more than a path's real probe cost (calls left by longjmp
             // had no exit probe): never let a path's time fall below its children's, so
             // self times stay >= 0 and totals nest. Children come after their parents.
             let mut children_total = vec![0.0; raw.len()];
             for i in (1..raw.len()).rev() {
-                corrected[i] = corrected[i].max(children_total[i]);
-                children_total[chunk.nodes[i].parent as usize] += corrected[i];
+                if is_merged(i) {
+                    corrected[i] = corrected[i].max(merged_self(&raw[i]));
+                    continue;
+                }
+                corrected[i] = corrected[i].max(children_total[i] + raw[i].merged_ticks as f64);
+                children_total[nodes[i].parent as usize] += corrected[i];
             }
-            let nodes: Vec<ContextNode> = (0..raw.len())
-                .map(|i| ContextNode {
-                    parent: if i == 0 { 0 } else { chunk.nodes[i].parent },
-                    function: ids[i],
-                    calls: raw[i].0,
-                    total_ns: ns(corrected[i] as u64),
-                    self_ns: ns((corrected[i] - children_total[i]).max(0.0) as u64),
-                    max_ns: ns(longest(raw[i], below[i], corrected[i], inner, pair) as u64),
+            let out: Vec<ContextNode> = (0..raw.len())
+                .map(|i| {
+                    let r = &raw[i];
+                    let self_ticks = if is_merged(i) {
+                        merged_self(r)
+                    } else {
+                        (corrected[i] - children_total[i] - r.merged_ticks as f64).max(0.0)
+                    };
+                    ContextNode {
+                        parent: if i == 0 { 0 } else { nodes[i].parent },
+                        function: ids[i],
+                        calls: r.calls,
+                        counted: if is_merged(i) || i <= MERGED { 0 } else { nodes[i].aux },
+                        total_ns: ns(corrected[i]),
+                        self_ns: ns(self_ticks),
+                        max_ns: ns(longest(r.calls, r.max, below[i], corrected[i], inner, pair)),
+                        merged: is_merged(i),
+                    }
                 })
                 .collect();
             for i in 1..raw.len() {
-                if chunk.nodes[i].parent == 0 {
-                    probe_cost.removed_ns += ns(raw[i].1) - ns(corrected[i] as u64);
+                if nodes[i].parent == 0 && i != MERGED {
+                    probe_cost.removed_ns += ns(raw[i].ticks as f64) - ns(corrected[i]);
                 }
             }
-            probe_cost.inner_ns = ns(h.probe_inner_ticks);
-            probe_cost.pair_ns = ns(h.probe_pair_ticks);
+            probe_cost.inner_ns = ns(inner);
+            probe_cost.pair_ns = ns(pair);
             let events = chunk
                 .events
                 .iter()
                 .map(|e| TraceEvent {
-                    ns: ns(e.tsc.saturating_sub(origin)),
+                    ns: ns(e.tsc.saturating_sub(origin) as f64),
                     node: e.node,
                     kind: match e.kind {
-                        lopi_rt_abi::EVENT_ENTER => EventKind::Enter,
-                        lopi_rt_abi::EVENT_EXIT => EventKind::Exit,
+                        abi::EVENT_ENTER => EventKind::Enter,
+                        abi::EVENT_EXIT => EventKind::Exit,
                         _ => EventKind::Unwind,
                     },
+                })
+                .collect();
+            let unmatched_by_function = chunk.unmatched.iter().map(|u| ((u.func != 0).then(|| function(u.func)), u.count)).collect();
+            let switches = chunk
+                .switches
+                .iter()
+                .map(|s| Switched {
+                    function: function(s.func),
+                    at_ns: ns(s.tsc.saturating_sub(origin) as f64),
+                    calls_per_s: s.calls as f64 * h.tsc_hz as f64 / s.window_ticks.max(1) as f64,
                 })
                 .collect();
             threads.push(ThreadProfile {
                 pid: h.pid,
                 tid: h.tid,
-                lost_context_calls: raw.get(lopi_rt_abi::LOST_CONTEXT_NODE as usize).map_or(0, |n| n.0),
-                nodes,
+                nodes: out,
                 events,
                 trace_dropped: h.trace_dropped,
-                first_drop_ns: (h.trace_dropped > 0).then(|| ns(h.first_drop_tsc.saturating_sub(origin))),
+                first_drop_ns: (h.trace_dropped > 0).then(|| ns(h.first_drop_tsc.saturating_sub(origin) as f64)),
                 unmatched_exits: h.unmatched_exits,
+                unmatched_by_function,
+                early_exits: h.early_exits,
                 too_deep: h.too_deep,
                 nested_skipped: h.nested_skipped,
+                merged_calls: raw.iter().enumerate().filter(|&(i, _)| is_merged(i)).map(|(_, r)| r.calls).sum(),
+                merged_after_paths: (h.merged_from != 0).then_some(h.merged_from),
+                untimed_calls: h.untimed_calls,
+                paused_ns: ns(h.paused_ticks as f64),
+                clock_backwards: h.clock_backwards,
+                switches,
             });
         }
         Some(Timing { functions, threads, probe_cost })
     }
 }
+
+/// Index of the merged-paths node.
+const MERGED: usize = abi::MERGED_NODE as usize;

@@ -6,7 +6,8 @@ use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, MemoryOp
 
 pub use iced_x86::Instruction as Insn;
 pub use trampoline::{
-    counting_trampoline, exit_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, RseqSection, TimedEntry, Trampoline,
+    counting_trampoline, exit_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, ExitProbe, RseqSection, TimedEntry,
+    Trampoline,
     RSEQ_SIG,
 };
 

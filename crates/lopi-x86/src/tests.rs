@@ -153,12 +153,14 @@ fn exit_probes_run_before_each_exit() {
     const STUB: u64 = TO + 0x40_0000;
     // pop rbx; ret
     let ret: Vec<_> = decode(&[0x5b, 0xc3], FROM).collect();
-    let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None }, STUB, TO).unwrap();
+    let probe = ExitProbe { stub: STUB, counter: Some(3) };
+    let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None }, probe, TO).unwrap();
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
     use iced_x86::Mnemonic::*;
-    assert_eq!(names, [Pop, Call, Ret]);
-    assert_eq!(insns[1].near_branch_target(), STUB);
+    assert_eq!(names, [Pop, Push, Call, Ret]);
+    assert_eq!(insns[1].immediate32(), 3, "the exiting function's counter index");
+    assert_eq!(insns[2].near_branch_target(), STUB);
 
     // test edi,edi; jne <elsewhere> (a conditional tail call), resume after it
     let target = FROM + 0x1000;
@@ -166,14 +168,16 @@ fn exit_probes_run_before_each_exit() {
     let jcc: Vec<_> = decode(&code, FROM).collect();
     assert_eq!(jcc[1].near_branch_target(), target);
     let body = Body { insns: &jcc, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8) };
-    let bytes = exit_trampoline(&body, STUB, TO).unwrap();
+    // A site several functions share names none of them.
+    let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None }, TO).unwrap();
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
-    assert_eq!(names, [Test, Jne, Jmp, Call, Jmp]);
+    assert_eq!(names, [Test, Jne, Jmp, Push, Call, Jmp]);
     assert_eq!(insns[1].near_branch_target(), insns[3].ip(), "taken path goes through the probe");
     assert_eq!(insns[2].near_branch_target(), FROM + 8);
-    assert_eq!(insns[3].near_branch_target(), STUB);
-    assert_eq!(insns[4].near_branch_target(), target);
+    assert_eq!(insns[3].immediate32to64(), -1);
+    assert_eq!(insns[4].near_branch_target(), STUB);
+    assert_eq!(insns[5].near_branch_target(), target);
 }
 
 #[test]
@@ -185,8 +189,9 @@ fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     let insns: Vec<_> = decode(&bytes, TO).collect();
     use iced_x86::Mnemonic::*;
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
-    assert_eq!(names, [Push, Call, Xor, Call, Ret]);
+    assert_eq!(names, [Push, Call, Xor, Push, Call, Ret]);
     assert_eq!(insns[0].immediate32(), 7);
     assert_eq!(insns[1].near_branch_target(), timed.enter_stub);
-    assert_eq!(insns[3].near_branch_target(), timed.exit_stub);
+    assert_eq!(insns[3].immediate32(), 7);
+    assert_eq!(insns[4].near_branch_target(), timed.exit_stub);
 }

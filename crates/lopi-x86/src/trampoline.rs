@@ -134,17 +134,19 @@ fn spill(reg: Register) -> MemoryOperand {
 }
 
 /// The body's instructions with exit probes inserted, then a jump to `resume` if the body
-/// can fall through. A `call` to the exit stub takes over the exit instruction's IP, so that
-/// branches to the exit run the probe too.
-fn body_with_exits(body: &Body<'_>, exit_stub: Option<u64>) -> Result<Vec<Instruction>, RelocError> {
+/// can fall through. The probe's first instruction takes over the exit instruction's IP, so
+/// that branches to the exit run the probe too.
+fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instruction>, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let mut out = Vec::with_capacity(body.insns.len() + 4);
     let mut exit_paths = Vec::new();
     for insn in body.insns {
         let kind = body.exits.iter().find(|(ip, _)| *ip == insn.ip() && *ip != 0).map(|&(_, k)| k);
-        match (kind, exit_stub) {
-            (Some(ExitKind::Return | ExitKind::TailJump), Some(stub)) => {
-                out.push(at(Instruction::with_branch(Code::Call_rel32_64, stub).map_err(err)?, insn.ip()));
+        match (kind, exit) {
+            (Some(ExitKind::Return | ExitKind::TailJump), Some(probe)) => {
+                let [push, call] = probe.instructions()?;
+                out.push(at(push, insn.ip()));
+                out.push(call);
                 // The exit itself no longer needs its label; it names no IP-relative data.
                 out.push(at(*insn, 0));
             }
@@ -161,18 +163,43 @@ fn body_with_exits(body: &Body<'_>, exit_stub: Option<u64>) -> Result<Vec<Instru
     if let Some(resume) = body.resume {
         out.push(Instruction::with_branch(Code::Jmp_rel32_64, resume).map_err(err)?);
     }
-    if let Some(stub) = exit_stub {
+    if let Some(probe) = exit {
         for (label, target) in exit_paths {
-            out.push(at(Instruction::with_branch(Code::Call_rel32_64, stub).map_err(err)?, label));
+            let [push, call] = probe.instructions()?;
+            out.push(at(push, label));
+            out.push(call);
             out.push(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?);
         }
     }
     Ok(out)
 }
 
+/// An exit probe: `push <counter index of the exiting function>; call exit_stub` (the stub
+/// returns with `ret 8`). `counter` is `None` for a site several functions share: the probe
+/// then pushes -1 and matches the call by its stack pointer alone.
+#[derive(Clone, Copy, Debug)]
+pub struct ExitProbe {
+    pub stub: u64,
+    pub counter: Option<u32>,
+}
+
+impl ExitProbe {
+    fn instructions(self) -> Result<[Instruction; 2], RelocError> {
+        let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+        let index = match self.counter {
+            Some(c) => i32::try_from(c).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?,
+            None => -1,
+        };
+        Ok([
+            Instruction::with1(Code::Pushq_imm32, index).map_err(err)?,
+            Instruction::with_branch(Code::Call_rel32_64, self.stub).map_err(err)?,
+        ])
+    }
+}
+
 /// Builds an exit-site trampoline at `ip`: the moved instructions with exit probes.
-pub fn exit_trampoline(body: &Body<'_>, exit_stub: u64, ip: u64) -> Result<Vec<u8>, RelocError> {
-    let insns = body_with_exits(body, Some(exit_stub))?;
+pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Vec<u8>, RelocError> {
+    let insns = body_with_exits(body, Some(probe))?;
     let block = InstructionBlock::new(&insns, ip);
     let result = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
     Ok(result.code_buffer)
@@ -184,7 +211,8 @@ pub fn exit_trampoline(body: &Body<'_>, exit_stub: u64, ip: u64) -> Result<Vec<u
 /// ```text
 ///         push <counter index>     ; the stub returns with `ret 8`
 ///         call enter_stub
-///         <moved instructions, `call exit_stub` before each exit> ; jmp resume
+///         <moved instructions, `push <counter index>; call exit_stub` before each exit>
+///         jmp resume
 /// ```
 pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, ip: u64) -> Result<Vec<u8>, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
@@ -193,7 +221,7 @@ pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, ip: u64) -> Result<Vec<
         Instruction::with1(Code::Pushq_imm32, index).map_err(err)?,
         Instruction::with_branch(Code::Call_rel32_64, t.enter_stub).map_err(err)?,
     ];
-    insns.extend(body_with_exits(body, Some(t.exit_stub))?);
+    insns.extend(body_with_exits(body, Some(ExitProbe { stub: t.exit_stub, counter: Some(t.counter) }))?);
     let block = InstructionBlock::new(&insns, ip);
     let result = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(err)?;
     Ok(result.code_buffer)

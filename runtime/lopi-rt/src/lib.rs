@@ -39,6 +39,7 @@ mod sys {
     pub const MADVISE: usize = 28;
     pub const GETTID: usize = 186;
     pub const CLOCK_GETTIME: usize = 228;
+    pub const FALLOCATE: usize = 285;
 
     pub const O_RDONLY: usize = 0;
     pub const O_RDWR: usize = 2;
@@ -52,6 +53,7 @@ mod sys {
     pub const MAP_SHARED_FIXED: usize = 0x01 | 0x10;
     pub const MAP_PRIVATE_ANONYMOUS: usize = 0x02 | 0x20;
     pub const MADV_WIPEONFORK: usize = 18;
+    pub const FALLOC_PUNCH_HOLE_KEEP_SIZE: usize = 0x02 | 0x01;
 
     /// Returns the raw result: negative values are `-errno`.
     #[inline(always)]
@@ -342,7 +344,7 @@ pub unsafe extern "C" fn lopi_rt_init(
             }
             path.as_bytes().iter().for_each(|&c| put(c));
             *dst.add(n) = 0;
-            timing::enable(vars, d.probes, pid as u32, envp);
+            timing::enable(vars, d.probes, d.counter_count, pid as u32, envp);
         }
     }
     err.min(0)

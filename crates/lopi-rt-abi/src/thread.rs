@@ -1,0 +1,363 @@
+//! Per-thread timing state in a data file: thread chunks, and the extensions they grow into.
+//!
+//! A thread's first timed probe appends a chunk (header page, calling-context tree, hash
+//! table, shadow stack, trace). When the tree or the stack is full, the thread appends an
+//! extension twice as large, copies the region there and points its header at it; readers
+//! follow the header's file offsets. Only the thread itself writes its chunk and extensions.
+use super::PAGE_SIZE;
+
+/// First bytes of a thread chunk.
+pub const THREAD_MAGIC: [u8; 8] = *b"LOPITHR3";
+
+/// First bytes of an extension (a grown tree or stack of some thread chunk). Readers skip it:
+/// the owning chunk's header says where its regions are.
+pub const EXTENSION_MAGIC: [u8; 8] = *b"LOPIEXT1";
+
+/// Header of a thread chunk (first page of the chunk). Up to `hot`, fields are written when
+/// the chunk is created or when a region moves; from `busy` on, the thread's hot state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadHeader {
+    pub magic: [u8; 8],
+    /// Whole chunk length, a multiple of `PAGE_SIZE`.
+    pub chunk_len: u64,
+    pub pid: u32,
+    pub tid: u32,
+    /// Pid whose module records describe the addresses in this chunk (the parent, after fork).
+    pub space_pid: u32,
+    /// Call paths stop at this many nodes (the memory bound); merged nodes, one per function,
+    /// may go beyond it.
+    pub node_limit: u32,
+    pub tsc_hz: u64,
+    pub probe_inner_ticks: u64,
+    pub probe_pair_ticks: u64,
+    /// Most frames the shadow stack may grow to.
+    pub stack_limit: u32,
+    pub _pad: u32,
+    pub trace_cap: u64,
+    /// Offset of the trace from the chunk start (the trace never moves).
+    pub trace_offset: u64,
+    /// TSC when the chunk was created.
+    pub start_tsc: u64,
+    /// Where the probes find the node array, hash table and shadow stack: offsets from the
+    /// chunk's address in memory (wrapping: an extension may be mapped below the chunk).
+    pub nodes_offset: u64,
+    pub hash_offset: u64,
+    pub stack_offset: u64,
+    /// Where readers find the node array and the shadow stack: offsets in the data file.
+    /// Written before the capacities when a region moves, so that a reader never pairs a
+    /// region with a capacity larger than its own.
+    pub nodes_file: u64,
+    pub stack_file: u64,
+    pub node_cap: u32,
+    pub stack_cap: u32,
+    /// Offset of this chunk in the data file (a forked child reads its parent's open calls
+    /// through the file: the parent's regions may have moved where the child has no mapping).
+    pub chunk_file: u64,
+    /// The runtime's own: the budget check's scratch table (address, bytes) and when it last ran.
+    pub budget_scratch: u64,
+    pub budget_scratch_len: u64,
+    pub last_check_tsc: u64,
+    pub _reserved: [u64; 3],
+    // --- the thread's hot state (offset 192) ---
+    /// Non-zero while a probe of this thread runs (a signal handler's probes then skip).
+    pub busy: u32,
+    /// Frames on the shadow stack.
+    pub depth: u32,
+    /// Nodes in use (node 0 is the root, node 1 the parent of merged call paths).
+    pub node_count: u32,
+    /// Nodes in use when the first call path was merged (0: none was).
+    pub merged_from: u32,
+    pub trace_len: u64,
+    /// Exits whose call has no frame although frames of calls begun earlier are open.
+    pub unmatched_exits: u64,
+    /// Exits of calls begun before this thread's timing started (before an attach, or
+    /// before the module's init): no frame of theirs can exist.
+    pub early_exits: u64,
+    /// Calls not timed because the shadow stack was at its limit.
+    pub too_deep: u64,
+    pub nested_skipped: u64,
+    pub trace_dropped: u64,
+    pub first_drop_tsc: u64,
+    /// TSC of the thread's latest probe: where frames still open at the end are closed.
+    pub last_tsc: u64,
+    /// Calls timed in merged nodes (their call paths did not fit under the tree's limit).
+    pub merged_calls: u64,
+    /// Calls counted but not timed because even merged nodes did not fit.
+    pub untimed_calls: u64,
+    /// Ticks the probes spent beyond their usual cost (growing regions, slow paths, budget
+    /// checks), taken out of every call open meanwhile: the thread's clock, in which frame
+    /// starts, `last_tsc` and trace events are, is the TSC minus this.
+    pub paused_ticks: u64,
+    /// TSC of the first merge.
+    pub first_merge_tsc: u64,
+    /// Exits whose clock read was before their entry's (a TSC step between CPUs): taken as 0.
+    pub clock_backwards: u64,
+    /// TSC at which the exit probe next runs the budget check (`u64::MAX`: never).
+    pub next_check_tsc: u64,
+    /// Entries in the unmatched-exit table and the switch log.
+    pub unmatched_len: u32,
+    pub switch_len: u32,
+    /// Switches that did not fit in the log.
+    pub switches_dropped: u64,
+}
+
+pub const THREAD_HEADER_LEN: usize = 336;
+const _: () = assert!(core::mem::size_of::<ThreadHeader>() == THREAD_HEADER_LEN);
+const _: () = assert!(core::mem::offset_of!(ThreadHeader, busy) == 192);
+
+/// Offset in the header page of the table of unmatched exits by function.
+pub const UNMATCHED_TABLE: u64 = 1024;
+/// Entries of that table; exits of further functions are only counted.
+pub const UNMATCHED_SLOTS: u32 = 64;
+
+/// Exits of one function that matched no frame.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnmatchedExit {
+    /// The function's counter address (its name in the tree); 0 when the exit site is shared
+    /// by several functions and the probe cannot tell which one exited.
+    pub func: u64,
+    pub count: u64,
+}
+
+pub const UNMATCHED_EXIT_LEN: usize = 16;
+
+/// Offset in the header page of the log of functions the budget switched to counting.
+pub const SWITCH_LOG: u64 = 2048;
+/// Entries of the switch log.
+pub const SWITCH_SLOTS: u32 = 64;
+
+/// One function switched from timing to counting to keep the run within its budget.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Switch {
+    pub tsc: u64,
+    /// The function's counter address.
+    pub func: u64,
+    /// Its timed calls in this thread until then, and the ticks they were made in.
+    pub calls: u64,
+    pub window_ticks: u64,
+}
+
+pub const SWITCH_LEN: usize = 32;
+const _: () = assert!(SWITCH_LOG + SWITCH_SLOTS as u64 * SWITCH_LEN as u64 <= PAGE_SIZE);
+const _: () = assert!(UNMATCHED_TABLE + UNMATCHED_SLOTS as u64 * UNMATCHED_EXIT_LEN as u64 <= SWITCH_LOG);
+
+/// Node of a thread's calling-context tree: one call path.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ContextNode {
+    pub parent: u32,
+    /// With `cache_func`: the child this node's last call of a function went to, so that
+    /// repeated calls skip the hash table. In a merged node (parent [`MERGED_NODE`], never
+    /// a cache owner, `cache_func` 0): its merged child calls.
+    pub cache_child: u32,
+    /// Runtime address of the function's counter (the function's name in the tree); 0 for
+    /// the root and the merged-paths node.
+    pub func: u64,
+    /// Calls on this path that ended, plus calls counted without timing (budget).
+    pub calls: u64,
+    /// Sum of the calls' durations.
+    pub ticks: u64,
+    pub max_ticks: u64,
+    pub cache_func: u64,
+    /// Durations of calls made directly from calls on this path whose own paths were merged.
+    pub merged_ticks: u64,
+    /// A path node: how many such calls. A merged node: the durations of its calls made
+    /// while no other call of the same function was open (its inclusive time).
+    pub aux: u64,
+}
+
+pub const CONTEXT_NODE_LEN: usize = 64;
+const _: () = assert!(core::mem::size_of::<ContextNode>() == CONTEXT_NODE_LEN);
+
+/// Parent of every merged node: call paths that did not fit under the tree's limit are
+/// timed per function under it.
+pub const MERGED_NODE: u32 = 1;
+/// Nodes of a new chunk: the root and [`MERGED_NODE`].
+pub const FIRST_FREE_NODE: u32 = 2;
+
+/// A shadow stack frame: one timed call in progress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Frame {
+    /// Stack pointer at the call's entry (pointing at its return address): the exit with
+    /// the same stack pointer ends it, and any probe above it proves it gone.
+    pub rsp: u64,
+    /// Its node ([`MERGED_NODE`] for an untimed call, whose entry then never finds a
+    /// cached child: calls under it take the slow path).
+    pub node: u32,
+    /// `FRAME_*` bits; any bit sends its exit to the slow path.
+    pub flags: u32,
+    pub start_tsc: u64,
+}
+
+pub const FRAME_LEN: usize = 24;
+const _: () = assert!(core::mem::size_of::<Frame>() == FRAME_LEN);
+
+/// A call a forked child copied from its parent: counted there, so its end adds time only.
+pub const FRAME_INHERITED: u32 = 1;
+/// The call's node is a merged node.
+pub const FRAME_MERGED: u32 = 2;
+/// Another call of the same function was open below it (its time is already inside that one's).
+pub const FRAME_NESTED: u32 = 4;
+/// The call has no node at all (counted in the shared counter): its end records nothing.
+pub const FRAME_UNTIMED: u32 = 8;
+
+/// One trace event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Event {
+    pub tsc: u64,
+    pub node: u32,
+    /// `EVENT_*`.
+    pub kind: u32,
+}
+
+pub const EVENT_LEN: usize = 16;
+const _: () = assert!(core::mem::size_of::<Event>() == EVENT_LEN);
+
+pub const EVENT_ENTER: u32 = 0;
+pub const EVENT_EXIT: u32 = 1;
+pub const EVENT_UNWIND: u32 = 2;
+
+/// Bytes of the node array and hash table (2 slots per node) of a tree of `cap` nodes.
+pub const fn tree_bytes(cap: u32) -> [u64; 2] {
+    [super::page_align(cap as u64 * CONTEXT_NODE_LEN as u64), super::page_align(cap as u64 * 2 * 4)]
+}
+
+/// Byte layout of a new thread chunk: (nodes, hash, stack, trace, total) offsets from the
+/// chunk start, each region page aligned. `None` on overflow.
+pub const fn thread_chunk_layout(node_cap: u32, stack_cap: u32, trace_cap: u64) -> Option<[u64; 5]> {
+    let [node_bytes, hash_bytes] = tree_bytes(node_cap);
+    let nodes = PAGE_SIZE;
+    let hash = nodes + node_bytes;
+    let stack = hash + hash_bytes;
+    let trace = stack + super::page_align(stack_cap as u64 * FRAME_LEN as u64);
+    let Some(trace_bytes) = trace_cap.checked_mul(EVENT_LEN as u64) else { return None };
+    if trace_bytes > 1 << 40 {
+        return None;
+    }
+    Some([nodes, hash, stack, trace, trace + super::page_align(trace_bytes)])
+}
+
+/// Little-endian field reader for the host side's decoders.
+struct Fields<'a>(&'a [u8]);
+
+impl Fields<'_> {
+    fn u32(&self, at: usize) -> u32 {
+        let mut v = [0u8; 4];
+        v.copy_from_slice(&self.0[at..at + 4]);
+        u32::from_le_bytes(v)
+    }
+
+    fn u64(&self, at: usize) -> u64 {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&self.0[at..at + 8]);
+        u64::from_le_bytes(v)
+    }
+}
+
+impl ThreadHeader {
+    /// Decodes a header; `None` when `bytes` is too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..THREAD_HEADER_LEN)?);
+        let mut magic = [0u8; 8];
+        magic.copy_from_slice(&f.0[0..8]);
+        Some(Self {
+            magic,
+            chunk_len: f.u64(8),
+            pid: f.u32(16),
+            tid: f.u32(20),
+            space_pid: f.u32(24),
+            node_limit: f.u32(28),
+            tsc_hz: f.u64(32),
+            probe_inner_ticks: f.u64(40),
+            probe_pair_ticks: f.u64(48),
+            stack_limit: f.u32(56),
+            _pad: 0,
+            trace_cap: f.u64(64),
+            trace_offset: f.u64(72),
+            start_tsc: f.u64(80),
+            nodes_offset: f.u64(88),
+            hash_offset: f.u64(96),
+            stack_offset: f.u64(104),
+            nodes_file: f.u64(112),
+            stack_file: f.u64(120),
+            node_cap: f.u32(128),
+            stack_cap: f.u32(132),
+            chunk_file: f.u64(136),
+            budget_scratch: 0,
+            budget_scratch_len: 0,
+            last_check_tsc: f.u64(160),
+            _reserved: [0; 3],
+            busy: f.u32(192),
+            depth: f.u32(196),
+            node_count: f.u32(200),
+            merged_from: f.u32(204),
+            trace_len: f.u64(208),
+            unmatched_exits: f.u64(216),
+            early_exits: f.u64(224),
+            too_deep: f.u64(232),
+            nested_skipped: f.u64(240),
+            trace_dropped: f.u64(248),
+            first_drop_tsc: f.u64(256),
+            last_tsc: f.u64(264),
+            merged_calls: f.u64(272),
+            untimed_calls: f.u64(280),
+            paused_ticks: f.u64(288),
+            first_merge_tsc: f.u64(296),
+            clock_backwards: f.u64(304),
+            next_check_tsc: f.u64(312),
+            unmatched_len: f.u32(320),
+            switch_len: f.u32(324),
+            switches_dropped: f.u64(328),
+        })
+    }
+}
+
+impl ContextNode {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..CONTEXT_NODE_LEN)?);
+        Some(Self {
+            parent: f.u32(0),
+            cache_child: f.u32(4),
+            func: f.u64(8),
+            calls: f.u64(16),
+            ticks: f.u64(24),
+            max_ticks: f.u64(32),
+            cache_func: f.u64(40),
+            merged_ticks: f.u64(48),
+            aux: f.u64(56),
+        })
+    }
+}
+
+impl Frame {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..FRAME_LEN)?);
+        Some(Self { rsp: f.u64(0), node: f.u32(8), flags: f.u32(12), start_tsc: f.u64(16) })
+    }
+}
+
+impl Event {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..EVENT_LEN)?);
+        Some(Self { tsc: f.u64(0), node: f.u32(8), kind: f.u32(12) })
+    }
+}
+
+impl UnmatchedExit {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..UNMATCHED_EXIT_LEN)?);
+        Some(Self { func: f.u64(0), count: f.u64(8) })
+    }
+}
+
+impl Switch {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..SWITCH_LEN)?);
+        Some(Self { tsc: f.u64(0), func: f.u64(8), calls: f.u64(16), window_ticks: f.u64(24) })
+    }
+}

@@ -1,0 +1,120 @@
+//! The perturbation budget: every so often a thread's exit probe estimates what timing costs
+//! this thread (timed calls x the measured cost of one call's probes, over the thread's run
+//! time so far) and, when that is above the budget, switches this module's most frequently
+//! called timed functions to counting until the estimate fits, with some margin. A switched
+//! function's calls are then counted in their calling context without a frame or a clock
+//! read, so its time becomes its caller's self time. Each switch is logged in the thread's
+//! header page; the check's own time is taken out of every open call (as any slow path's).
+use super::thread::Thread;
+use super::{counter, rdtsc};
+use crate::abi::{self, RuntimeVars, Switch};
+use crate::sys;
+use core::ptr::write_volatile;
+
+/// When a new thread first checks: soon, so that a short run does not pay for long.
+pub(super) fn first_check(v: &RuntimeVars, start: u64) -> u64 {
+    if v.budget_ppm == 0 || v.tsc_hz == 0 {
+        u64::MAX
+    } else {
+        start.saturating_add(v.tsc_hz / 1000)
+    }
+}
+
+/// One function's timed calls in this thread.
+#[derive(Clone, Copy)]
+struct Entry {
+    func: u64,
+    calls: u64,
+}
+
+pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
+    // SAFETY: the caller holds `busy`; the scratch table is a private mapping of `cap`
+    // entries, unmapped before returning.
+    unsafe {
+        let h = t.h;
+        let started = rdtsc();
+        let elapsed = now.saturating_sub((*h).start_tsc).max(1);
+        let nodes = (*h).node_count;
+        let cap = (nodes as usize * 2).next_power_of_two().max(64);
+        let bytes = cap * core::mem::size_of::<Entry>();
+        let m = sys::call6(sys::MMAP, 0, bytes, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
+        if m > 0 {
+            let table = core::slice::from_raw_parts_mut(m as *mut Entry, cap);
+            for i in abi::FIRST_FREE_NODE..nodes {
+                let n = t.node(i);
+                add(table, (*n).func, (*n).calls);
+            }
+            decide(t, v, table, now, elapsed);
+            sys::call3(sys::MUNMAP, m as usize, bytes, 0);
+        }
+        // The exit probe takes this time out of the open calls with the rest of its slow path.
+        let cost = rdtsc().wrapping_sub(started);
+        // Checks get rarer as the run goes on, and never cost more than 2% of it.
+        let hz = (*v).tsc_hz;
+        let interval = (elapsed / 4).min(hz / 10).max(hz / 1000).max(cost.saturating_mul(50));
+        (*h).next_check_tsc = now.saturating_add(interval);
+        (*h).last_check_tsc = now;
+    }
+}
+
+fn add(table: &mut [Entry], func: u64, calls: u64) {
+    let mask = table.len() - 1;
+    let mut i = (func.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask;
+    loop {
+        let e = &mut table[i];
+        if e.func == func || e.func == 0 {
+            e.func = func;
+            e.calls += calls;
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+/// Switches this module's most called functions until the thread's estimated timing cost
+/// is below three quarters of the budget.
+unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u64, elapsed: u64) {
+    // SAFETY: slots of this module's counters lie in its table after the variables.
+    unsafe {
+        let h = t.h;
+        let pair = (*h).probe_pair_ticks.max(1);
+        let first = counter(0);
+        let count = (*v).counter_count;
+        let mine = |func: u64| func >= first && (func - first) / 8 < count && (func - first) % 8 == 0;
+        let slot = |func: u64| (v as usize + (abi::vars::SLOTS + abi::slot::MODE) as usize + ((func - first) / 8) as usize * abi::slot::LEN as usize) as *mut u32;
+        let timed = |func: u64| !mine(func) || *slot(func) == abi::slot::TIMED;
+        let mut cost: u64 = table.iter().filter(|e| e.func != 0 && timed(e.func)).map(|e| e.calls.saturating_mul(pair)).fold(0, u64::saturating_add);
+        // In two steps, so that long runs do not overflow.
+        let allowed = elapsed / 1000 * u64::from((*v).budget_ppm) / 1000;
+        let target = allowed * 3 / 4;
+        if cost <= allowed {
+            return;
+        }
+        while cost > target {
+            let Some(top) = table.iter_mut().filter(|e| e.func != 0 && mine(e.func) && *slot(e.func) == abi::slot::TIMED).max_by_key(|e| e.calls)
+            else {
+                return;
+            };
+            if top.calls == 0 {
+                return;
+            }
+            write_volatile(slot(top.func), abi::slot::COUNTING);
+            cost = cost.saturating_sub(top.calls.saturating_mul(pair));
+            log(t, Switch { tsc: now, func: top.func, calls: top.calls, window_ticks: elapsed });
+        }
+    }
+}
+
+unsafe fn log(t: &Thread, switch: Switch) {
+    // SAFETY: the log lies in the header page after the unmatched-exit table.
+    unsafe {
+        let h = t.h;
+        let len = (*h).switch_len;
+        if len >= abi::SWITCH_SLOTS {
+            (*h).switches_dropped += 1;
+            return;
+        }
+        *((t.base + abi::SWITCH_LOG as usize) as *mut Switch).add(len as usize) = switch;
+        (*h).switch_len = len + 1;
+    }
+}

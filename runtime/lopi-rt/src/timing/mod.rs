@@ -1,0 +1,372 @@
+//! Timing probes: per-thread shadow stacks and calling-context trees in the data file.
+//!
+//! A timed trampoline calls `lopi_enter_stub` with the function's counter index pushed, and
+//! every exit site calls `lopi_exit_stub` the same way right before its `ret` or tail jump.
+//! The stubs (`stubs.rs`) save the registers they use (the runtime is built without vector
+//! registers, see the blob's build script) and call the Rust slow paths (`probes.rs`) for
+//! what their fast paths do not handle. `thread.rs` holds a thread's state and its growth,
+//! `budget.rs` the perturbation budget.
+//!
+//! A frame is keyed by the stack pointer at its entry, which is also the stack pointer at
+//! its `ret`. Any probe that runs at or above a frame's stack pointer proves that frame is
+//! gone (longjmp, an exception, a tail call through an unprobed path): it is closed then,
+//! so the shadow stack always matches the real one.
+//!
+//! Per-thread state is found through `fs:0x38`, glibc's `tcbhead_t.unused_vgetcpu_cache`,
+//! a word of the thread control block that nothing else uses on x86-64. It points at the
+//! thread's chunk, a `MAP_SHARED` mapping of the data file: results survive crashes and
+//! `_exit`, and threads never share a cache line on the hot path. A forked child inherits
+//! the pointer; the chunk's pid, compared with a wipe-on-fork page, tells it to start its
+//! own.
+mod budget;
+mod probes;
+mod stubs;
+mod thread;
+
+use crate::abi::{self, RuntimeVars, ThreadHeader, PAGE_SIZE};
+use crate::sys;
+use core::arch::asm;
+use core::ptr::{read_volatile, write_volatile};
+use stubs::{lopi_calibration_empty, lopi_calibration_probed};
+use thread::Thread;
+
+/// Where the rewriter stores the distances from this word to the module's runtime variables
+/// and (from the second word) to its counter array: valid from the first instruction, before
+/// any init or relocation.
+#[no_mangle]
+#[used]
+pub static LOPI_DELTAS: [i64; 2] = [0, 0];
+
+fn from_delta(slot: *const i64) -> usize {
+    // SAFETY: the slot is in the blob's read-only data; volatile so that the compiler does
+    // not fold the build-time zero that the rewriter overwrites.
+    let delta = unsafe { read_volatile(slot) };
+    (slot as isize).wrapping_add(delta as isize) as usize
+}
+
+/// The address of `LOPI_DELTAS`, always RIP-relative: a Rust reference to an exported
+/// static may go through a GOT slot, which the flat blob cannot have.
+fn deltas() -> *const i64 {
+    let at: *const i64;
+    // SAFETY: computes an address; reads nothing.
+    unsafe { asm!("lea {}, [rip + LOPI_DELTAS]", out(reg) at, options(nomem, nostack, preserves_flags)) };
+    at
+}
+
+fn vars() -> *mut RuntimeVars {
+    from_delta(deltas()) as *mut RuntimeVars
+}
+
+/// Address of counter `index` of this module.
+fn counter(index: u64) -> u64 {
+    (from_delta(deltas().wrapping_add(1)) as u64).wrapping_add(8 * index)
+}
+
+#[inline(always)]
+fn rdtsc() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: rdtsc reads the time-stamp counter; no memory, no stack.
+    unsafe { asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags)) };
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+#[inline(always)]
+fn thread_slot() -> usize {
+    let t: usize;
+    // SAFETY: fs points at the thread control block on every glibc thread.
+    unsafe { asm!("mov {}, fs:[0x38]", out(reg) t, options(nostack, readonly, preserves_flags)) };
+    t
+}
+
+/// The u32 at `offset` from the thread pointer.
+#[inline(always)]
+fn thread_word(offset: u32) -> u32 {
+    let w: u32;
+    // SAFETY: `offset` is within glibc's thread descriptor (checked when it was found).
+    unsafe { asm!("mov {:e}, fs:[{}]", out(reg) w, in(reg) offset as usize, options(nostack, readonly, preserves_flags)) };
+    w
+}
+
+#[inline(always)]
+fn set_thread_slot(t: usize) {
+    // SAFETY: writes the TCB word lopi owns (see the module comment).
+    unsafe { asm!("mov fs:[0x38], {}", in(reg) t, options(nostack, preserves_flags)) };
+}
+
+/// `fs:0x40` (`unused_vgetcpu_cache[1]`): between a fork handler and the child's first
+/// probe, the snapshot of the forking thread's open calls; 0 otherwise.
+fn fork_slot() -> usize {
+    let s: usize;
+    // SAFETY: reads the second TCB word lopi owns.
+    unsafe { asm!("mov {}, fs:[0x40]", out(reg) s, options(nostack, readonly, preserves_flags)) };
+    s
+}
+
+fn set_fork_slot(s: usize) {
+    // SAFETY: writes the second TCB word lopi owns.
+    unsafe { asm!("mov fs:[0x40], {}", in(reg) s, options(nostack, preserves_flags)) };
+}
+
+/// Prepares timing for a module: clock rate, probe cost, capacities, the wipe-on-fork pid
+/// page. Publishes `pid_page` last; until then the probes do nothing.
+///
+/// # Safety
+/// `v` is the module's variables page (followed by its path page, already written).
+pub unsafe fn enable(v: *mut RuntimeVars, probes: u64, counter_count: u64, pid: u32, envp: *const *const u8) {
+    // SAFETY: the caller's contract; mmap/madvise of a fresh anonymous page.
+    unsafe {
+        (*v).space_pid = pid;
+        // Limits of each thread's tree and shadow stack, which grow up to them (see
+        // `thread.rs`): 2^25 nodes is 2.3 GiB per thread (64-byte nodes and their hash slots).
+        (*v).node_limit = env_number(envp, b"LOPI_NODES", 1 << 25, 1 << 30).max(64).next_power_of_two() as u32;
+        (*v).stack_limit = env_number(envp, b"LOPI_DEPTH", 1 << 20, 1 << 26) as u32;
+        (*v).budget_ppm = env_budget(envp);
+        (*v).counter_count = counter_count;
+        (*v).trace_cap =
+            if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
+        (*v).tsc_hz = tsc_hz();
+        (*v).tid_offset = crate::glibc_tid_offset().unwrap_or(0);
+        let page = sys::call6(sys::MMAP, 0, PAGE_SIZE as usize, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
+        if page <= 0 || (*v).tsc_hz == 0 {
+            return;
+        }
+        if sys::call3(sys::MADVISE, page as usize, PAGE_SIZE as usize, sys::MADV_WIPEONFORK) != 0 {
+            // Without it a forked child would write into its parent's chunks.
+            crate::write_stderr(b"lopi: this kernel lacks MADV_WIPEONFORK; timing is off\n");
+            return;
+        }
+        write_volatile(page as *mut u32, pid);
+        if probes & abi::MODULE_EXECUTABLE != 0 {
+            register_fork_handlers(v);
+        }
+        calibrate(v, page as u64);
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+        write_volatile(&mut (*v).pid_page, page as u64);
+    }
+}
+
+/// Registers `before_fork`/`after_fork_in_parent` with glibc (`__register_atfork`, what
+/// `pthread_atfork` calls), with a private snapshot buffer. Only executables do: they are
+/// never unloaded, so the handlers never outlive their code.
+unsafe fn register_fork_handlers(v: *mut RuntimeVars) {
+    type Handler = unsafe extern "C" fn();
+    type RegisterAtfork = unsafe extern "C" fn(Option<Handler>, Option<Handler>, Option<Handler>, *mut u8) -> i32;
+    let Some([Some(register)]) = crate::libc_symbols([b"__register_atfork\0"]) else { return };
+    // SAFETY: a fresh private mapping for the snapshot; `register` is glibc's
+    // `__register_atfork`, called with handlers that live as long as the process.
+    unsafe {
+        let len = abi::page_align(8 + 24 * u64::from(fork_snapshot_frames(v))) as usize;
+        let buffer = sys::call6(sys::MMAP, 0, len, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
+        if buffer <= 0 {
+            return;
+        }
+        (*v).fork_snapshot = buffer as u64;
+        let register: RegisterAtfork = core::mem::transmute(register);
+        register(Some(before_fork), Some(after_fork_in_parent), None, core::ptr::null_mut());
+    }
+}
+
+/// Open calls a fork snapshot keeps (a child forked deeper sees the outermost ones).
+unsafe fn fork_snapshot_frames(v: *const RuntimeVars) -> u32 {
+    // SAFETY: the variables page is set up before the handlers are registered.
+    unsafe { (*v).stack_limit.min(1 << 16) }
+}
+
+/// In the forking thread, right before `fork`: copies its open calls into the snapshot and
+/// names the snapshot in the thread's TCB, which the child inherits.
+unsafe extern "C" fn before_fork() {
+    let v = vars();
+    // SAFETY: the snapshot buffer holds 8 + 24 * fork_snapshot_frames bytes; the thread's chunk is its
+    // own (tid checked by `Thread::current`).
+    unsafe {
+        let snapshot = (*v).fork_snapshot as *mut u32;
+        let Some(t) = Thread::existing(v) else { return };
+        if snapshot.is_null() {
+            return;
+        }
+        let frames = snapshot.add(2) as *mut u64;
+        let mut depth = 0;
+        for (i, (rsp, func, start)) in t.open_calls().take(fork_snapshot_frames(v) as usize).enumerate() {
+            *frames.add(3 * i) = rsp;
+            *frames.add(3 * i + 1) = func;
+            *frames.add(3 * i + 2) = start;
+            depth = i + 1;
+        }
+        *snapshot = (*t.h).pid;
+        *snapshot.add(1) = depth as u32;
+        set_fork_slot(snapshot as usize);
+    }
+}
+
+/// In the parent, right after `fork`: the snapshot was for the child only.
+unsafe extern "C" fn after_fork_in_parent() {
+    set_fork_slot(0);
+}
+
+/// `LOPI_BUDGET`: the perturbation budget in percent (`5`, `2.5`, `5%`), as parts per million;
+/// 0 (no budget) when unset, invalid or not below 100.
+fn env_budget(envp: *const *const u8) -> u32 {
+    // SAFETY: envp is the process environment (NULL-terminated, or null).
+    let Some(mut p) = (unsafe { crate::getenv(envp, b"LOPI_BUDGET") }) else { return 0 };
+    let (mut whole, mut frac, mut scale) = (0u64, 0u64, 1u64);
+    let mut seen_point = false;
+    // SAFETY: the value is NUL-terminated.
+    unsafe {
+        loop {
+            let c = *p;
+            match c {
+                b'0'..=b'9' if !seen_point => whole = whole.saturating_mul(10).saturating_add(u64::from(c - b'0')),
+                b'0'..=b'9' if scale < 1_000_000 => {
+                    frac = frac * 10 + u64::from(c - b'0');
+                    scale *= 10;
+                }
+                b'0'..=b'9' => {}
+                b'.' if !seen_point => seen_point = true,
+                b'%' if *p.add(1) == 0 => {}
+                0 => break,
+                _ => return 0,
+            }
+            p = p.add(1);
+        }
+    }
+    // `scale` is a power of ten from 1 to 10^6: no division by a variable (it could panic).
+    let mut frac_ppm = frac * 10_000;
+    while scale > 1 {
+        frac_ppm /= 10;
+        scale /= 10;
+    }
+    let ppm = whole.saturating_mul(10_000).saturating_add(frac_ppm);
+    if ppm >= 1_000_000 { 0 } else { ppm as u32 }
+}
+
+/// A decimal environment value, clamped to `1..=max`; `default` when unset or invalid.
+fn env_number(envp: *const *const u8, name: &[u8], default: u64, max: u64) -> u64 {
+    // SAFETY: envp is the process environment (NULL-terminated, or null).
+    let Some(mut p) = (unsafe { crate::getenv(envp, name) }) else { return default };
+    let mut n = 0u64;
+    // SAFETY: the value is NUL-terminated.
+    unsafe {
+        while (*p).is_ascii_digit() {
+            n = n.saturating_mul(10).saturating_add(u64::from(*p - b'0'));
+            p = p.add(1);
+        }
+        if *p != 0 || n == 0 {
+            return default;
+        }
+    }
+    n.min(max)
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = [0u64; 2];
+    // SAFETY: clock_gettime(CLOCK_MONOTONIC) into a timespec.
+    unsafe { sys::call3(sys::CLOCK_GETTIME, 1, ts.as_mut_ptr() as usize, 0) };
+    ts[0].wrapping_mul(1_000_000_000).wrapping_add(ts[1])
+}
+
+/// A (TSC, CLOCK_MONOTONIC) pair: the clock read between two TSC reads, from the tightest
+/// of several tries, so that a preemption inside one try cannot skew it.
+fn clock_pair() -> (u64, u64) {
+    let mut best = (0, 0, u64::MAX);
+    for _ in 0..9 {
+        let before = rdtsc();
+        let ns = monotonic_ns();
+        let after = rdtsc();
+        let width = after.wrapping_sub(before);
+        if width < best.2 {
+            best = (before + width / 2, ns, width);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// TSC rate against CLOCK_MONOTONIC over 1 ms windows (bracketed pairs make that precise to
+/// ~0.01%); the median of three, so that one window spoiled by preemption does not count.
+fn tsc_hz() -> u64 {
+    let mut rates = [0u64; 3];
+    for rate in rates.iter_mut() {
+        let (t0, m0) = clock_pair();
+        while monotonic_ns().wrapping_sub(m0) < 1_000_000 {}
+        let (t1, m1) = clock_pair();
+        let dm = m1.wrapping_sub(m0);
+        // Ticks over a few ms times 1e9 stays far below 2^64 (u128 would need a libgcc helper).
+        *rate = if dm == 0 || t1 <= t0 { 0 } else { (t1 - t0).checked_mul(1_000_000_000).map_or(0, |n| n / dm) };
+    }
+    median(&mut rates)
+}
+
+/// Measures the probes on chains of timed calls, on a scratch chunk: the ticks they put inside
+/// a call's own interval (from the innermost call, which has no callees) and the ticks each
+/// call's probes add to its callers. Medians of rounds, so that an interrupt in one round
+/// does not count.
+unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
+    const ROUNDS: usize = 15;
+    const CHAINS: u64 = 25;
+    const DEPTH: u32 = 7; // calls per chain: DEPTH + 1
+    const CAP: u32 = 16;
+    let calls = CHAINS * u64::from(DEPTH + 1);
+    let Some([nodes, hash, stack, trace, len]) = abi::thread_chunk_layout(CAP, CAP, 0) else { return };
+    // SAFETY: a private scratch mapping laid out like a chunk; the thread slot and
+    // `pid_page` are restored before returning, and no other probe of this module runs
+    // meanwhile (its init has not returned).
+    unsafe {
+        let m = sys::call6(sys::MMAP, 0, len as usize, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
+        if m <= 0 {
+            return;
+        }
+        let h = m as *mut ThreadHeader;
+        (*h).chunk_len = len;
+        (*h).pid = *(pid_page as *const u32);
+        (*h).tid = sys::call3(sys::GETTID, 0, 0, 0) as u32;
+        (*h).node_limit = CAP;
+        (*h).stack_limit = CAP;
+        (*h).node_cap = CAP;
+        (*h).stack_cap = CAP;
+        (*h).nodes_offset = nodes;
+        (*h).hash_offset = hash;
+        (*h).stack_offset = stack;
+        (*h).trace_offset = trace;
+        (*h).next_check_tsc = u64::MAX;
+        (*h).node_count = abi::FIRST_FREE_NODE;
+        let saved_slot = thread_slot();
+        write_volatile(&mut (*v).pid_page, pid_page);
+        set_thread_slot(m as usize);
+        let t = Thread { h, base: m as usize };
+        // The innermost call's node: root (0), merged paths (1), then one node per level.
+        let innermost = abi::FIRST_FREE_NODE + DEPTH;
+        let innermost_ticks = || if (*h).node_count > innermost { (*t.node(innermost)).ticks } else { 0 };
+        let mut inner = [0u64; ROUNDS];
+        let mut pair = [0u64; ROUNDS];
+        for r in 0..ROUNDS {
+            let before = innermost_ticks();
+            let t0 = rdtsc();
+            for _ in 0..CHAINS {
+                lopi_calibration_probed(DEPTH, 0);
+            }
+            let t1 = rdtsc();
+            for _ in 0..CHAINS {
+                lopi_calibration_empty(DEPTH);
+            }
+            let t2 = rdtsc();
+            inner[r] = innermost_ticks().wrapping_sub(before) / CHAINS;
+            pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
+        }
+        set_thread_slot(saved_slot);
+        write_volatile(&mut (*v).pid_page, 0);
+        sys::call3(sys::MUNMAP, m as usize, len as usize, 0);
+        (*v).probe_inner_ticks = median(&mut inner);
+        (*v).probe_pair_ticks = median(&mut pair);
+    }
+}
+
+fn median(values: &mut [u64]) -> u64 {
+    // Insertion sort: a handful of values, and no library sort in the blob.
+    for i in 1..values.len() {
+        let mut j = i;
+        while j > 0 && values[j - 1] > values[j] {
+            values.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+    values[values.len() / 2]
+}

@@ -1,0 +1,141 @@
+//! The probes' slow paths, called by the stubs with every call-clobbered register saved.
+use super::thread::{Child, Thread};
+use super::{counter, rdtsc, vars};
+use crate::abi::{self, Frame, RuntimeVars};
+use core::arch::asm;
+use core::ptr::{read_volatile, write_volatile};
+
+/// Counts a call that gets no frame of its own (no timing yet, a nested probe, a full stack,
+/// no node) in the function's shared counter, so that counts stay exact.
+#[inline(always)]
+unsafe fn count_untimed(counter: u64) {
+    // SAFETY: `counter` is the function's counter slot in its module's RW segment.
+    unsafe { asm!("lock inc qword ptr [{}]", in(reg) counter, options(nostack)) };
+}
+
+/// True when the budget switched this module's function `index` to counting.
+unsafe fn switched(v: *const RuntimeVars, index: u64) -> bool {
+    if index >= u64::from(u32::MAX) {
+        return false;
+    }
+    // SAFETY: every counter index of this module has a slot in the table after the variables.
+    unsafe {
+        let slot = (v as usize + (abi::vars::SLOTS + abi::slot::MODE) as usize + index as usize * abi::slot::LEN as usize) as *const u32;
+        read_volatile(slot) != abi::slot::TIMED
+    }
+}
+
+/// Entry probe: `index` is the function's counter index (the counter's address is its name
+/// in context trees), `rsp` the stack pointer at its entry.
+pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
+    let v = vars();
+    let counter = counter(index);
+    // SAFETY: see `Thread::current`; `busy` keeps a signal handler's probes off the state
+    // this probe is changing. The header is only accessed through the raw pointer.
+    unsafe {
+        let Some(t) = Thread::current(v) else {
+            count_untimed(counter);
+            return;
+        };
+        let h = t.h;
+        if read_volatile(&(*h).busy) != 0 {
+            (*h).nested_skipped += 1;
+            count_untimed(counter);
+            return;
+        }
+        write_volatile(&mut (*h).busy, 1);
+        let began = rdtsc();
+        if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= rsp {
+            // Frames left without their exit (longjmp, exceptions).
+            t.unwind_to(rsp, began.wrapping_sub((*h).paused_ticks), true);
+        }
+        enter(&t, v, index, counter, rsp, began);
+        write_volatile(&mut (*h).busy, 0);
+    }
+}
+
+/// What a slow path costs beyond the fast path it replaces (about half a call's probe cost,
+/// which the report removes per call) is taken out of the open calls.
+unsafe fn pause_excess(t: &Thread, began: u64) {
+    // SAFETY: the header is this thread's.
+    unsafe { t.pause(rdtsc().wrapping_sub(began).saturating_sub((*t.h).probe_pair_ticks / 2)) };
+}
+
+unsafe fn enter(t: &Thread, v: *const RuntimeVars, index: u64, counter: u64, rsp: u64, began: u64) {
+    // SAFETY: the caller holds `busy`; frames and nodes are this thread's.
+    unsafe {
+        let h = t.h;
+        let parent = t.top_node();
+        if switched(v, index) {
+            // Counted in its calling context, not timed (merged paths: in the shared counter).
+            match t.child(v, parent, counter) {
+                Some(Child::Path(n)) => (*t.node(n)).aux += 1,
+                _ => count_untimed(counter),
+            }
+            return;
+        }
+        if (*h).depth >= (*h).stack_cap && !t.grow_stack(v) {
+            (*h).too_deep += 1;
+            count_untimed(counter);
+            return;
+        }
+        let (node, flags) = match t.child(v, parent, counter) {
+            Some(Child::Path(n)) => (n, 0),
+            Some(Child::Merged(n)) => (n, abi::FRAME_MERGED | if t.is_open(counter) { abi::FRAME_NESTED } else { 0 }),
+            None => {
+                (*h).untimed_calls += 1;
+                count_untimed(counter);
+                (abi::MERGED_NODE, abi::FRAME_UNTIMED)
+            }
+        };
+        pause_excess(t, began);
+        let depth = (*h).depth;
+        let f = t.frame(depth);
+        *f = Frame { rsp, node, flags, start_tsc: 0 };
+        (*h).depth = depth + 1;
+        // Read last, so that the probe's own work falls outside the call's time.
+        let start = t.clock();
+        (*f).start_tsc = start;
+        if flags & abi::FRAME_UNTIMED == 0 {
+            t.record(start, node, abi::EVENT_ENTER);
+        }
+    }
+}
+
+/// Exit probe: `rsp` is the stack pointer at the `ret` (or tail jump), `tsc` the TSC the stub
+/// read first, `index` the exiting function's counter index (`u32::MAX` when the exit site is
+/// shared by several functions).
+pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32) {
+    let v = vars();
+    // SAFETY: as in `probe_enter`.
+    unsafe {
+        let Some(t) = Thread::current(v) else { return };
+        let h = t.h;
+        if read_volatile(&(*h).busy) != 0 {
+            // Its entry was skipped too (and counted there), or ends unmatched later.
+            return;
+        }
+        write_volatile(&mut (*h).busy, 1);
+        let now = tsc.wrapping_sub((*h).paused_ticks);
+        t.unwind_to(rsp, now, false);
+        let depth = (*h).depth;
+        let index = u64::from(index);
+        if depth > 0 && (*t.frame(depth - 1)).rsp == rsp {
+            t.close_top(now, abi::EVENT_EXIT);
+        } else if switched(v, index) {
+            // Entered after the budget switched it: counted, no frame.
+        } else if depth == 0 {
+            // Every open frame is newer than this call: it began before timing started
+            // (an attach, or code run before the module's init).
+            (*h).early_exits += 1;
+        } else {
+            t.note_unmatched(if index < u64::from(u32::MAX) { counter(index) } else { 0 });
+        }
+        (*h).last_tsc = now;
+        if tsc >= (*h).next_check_tsc {
+            super::budget::check(&t, v, tsc);
+        }
+        pause_excess(&t, tsc);
+        write_volatile(&mut (*h).busy, 0);
+    }
+}
