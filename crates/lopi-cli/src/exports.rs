@@ -106,7 +106,6 @@ mod tests {
             parent,
             function,
             calls,
-            counted: 0,
             total_ns: ns,
             self_ns: ns,
             max_ns: ns,

@@ -289,10 +289,9 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
         let more = if switches.len() > 12 { format!(", {} more", switches.len() - 12) } else { String::new() };
         let _ = writeln!(
             out,
-            "note: the budget switched {} functions from timing to counting: {}{more}; {} calls were counted after that, and their time is in their callers' self time",
+            "note: the budget switched {} functions from timing to counting: {}{more}; their calls since are counted, and their time is in their callers' self time",
             switches.len(),
-            list.join(", "),
-            sum(|t| t.counted_calls)
+            list.join(", ")
         );
     }
     for t in threads.iter().filter(|t| t.trace_dropped > 0) {

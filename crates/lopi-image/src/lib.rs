@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! RW  shared counters (one u64 per probed function; the runtime remaps them onto the data
-//!     file) | runtime variables | one `struct rseq_cs` per probed function
+//!     file) | runtime variables | one `struct rseq_cs` per probed function | one u32 mode
+//!     word per probed function (the perturbation budget switches timed functions)
 //! RX  runtime blob | installer's entry code | trampolines
 //! R   installer's header room | module descriptor | metadata JSON
 //! ```
@@ -91,8 +92,9 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let counters_len = page_align(counters * 8);
     let stride = u32::try_from(counters_len).map_err(|_| ImageError::TooLarge)?;
     let vars_vaddr = rw_vaddr.wrapping_add(counters_len);
-    let rseq_table = vars_vaddr.wrapping_add(lopi_rt_abi::vars::REGION_LEN);
-    let rw_len = counters_len + lopi_rt_abi::vars::REGION_LEN + page_align(counters * RSEQ_CS_SIZE);
+    let rseq_table = vars_vaddr.wrapping_add(lopi_rt_abi::vars::SLOTS);
+    let modes = vars_vaddr.wrapping_add(lopi_rt_abi::vars::modes_offset(counters));
+    let rw_len = counters_len + lopi_rt_abi::vars::modes_offset(counters) + page_align(counters * 4);
     let rx_vaddr = rw_vaddr.wrapping_add(rw_len);
     let blob = lopi_rt_blob::BLOB;
     let entry_code = rx_vaddr.wrapping_add(blob.len().next_multiple_of(16) as u64);
@@ -106,6 +108,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         counters: Svma(rw_vaddr),
         vars: Svma(vars_vaddr),
         rseq_table: Svma(rseq_table),
+        modes: Svma(modes),
         stride,
         stubs,
     };
@@ -173,12 +176,10 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         plan,
     };
 
-    // RW: counters and variables start at zero; each rseq_cs is {version 0, flags 0,
+    // RW: counters, variables and modes start at zero; each rseq_cs is {version 0, flags 0,
     // start_ip, post_commit_offset, abort_ip}, with module addresses the runtime rebases.
-    // Timed functions have no critical section: their entry is all zeros, which the runtime
-    // leaves alone.
-    let sections: Vec<_> = image.plan.rseq_sections.iter().enumerate().filter_map(|(i, s)| Some((i, (*s)?))).collect();
-    for (i, section) in sections {
+    let sections = image.plan.rseq_sections.clone();
+    for (i, section) in sections.into_iter().enumerate() {
         let cs = image.slice_mut(rseq_table.wrapping_add(i as u64 * RSEQ_CS_SIZE), RSEQ_CS_SIZE as usize);
         cs[8..16].copy_from_slice(&section.start.to_le_bytes());
         cs[16..24].copy_from_slice(&section.post_commit_offset.to_le_bytes());

@@ -155,10 +155,20 @@ pub struct Layout {
     pub vars: Svma,
     /// One 32-byte `struct rseq_cs` per probed function.
     pub rseq_table: Svma,
+    /// One `u32` mode word per probed function: non-zero once a timed function is switched
+    /// to counting (the perturbation budget).
+    pub modes: Svma,
     /// Bytes between per-CPU counter blocks.
     pub stride: u32,
     /// The runtime's entry and exit probe stubs; needed when any function is timed.
     pub stubs: Option<Stubs>,
+}
+
+impl Layout {
+    /// Address of counter `index`'s mode word.
+    pub fn mode_of(&self, index: u32) -> u64 {
+        self.modes.0 + 4 * u64::from(index)
+    }
 }
 
 /// Addresses of the runtime's probe stubs.
@@ -203,9 +213,9 @@ pub struct CodePatch {
 pub struct PatchPlan {
     pub layout: Layout,
     pub probed: Vec<ProbedFunction>,
-    /// Critical section of each probed function's trampoline, in counter order; `None` for
-    /// timed functions, whose entry stub counts them.
-    pub rseq_sections: Vec<Option<lopi_x86::RseqSection>>,
+    /// Critical section of each probed function's trampoline, in counter order (a timed
+    /// function's counts its calls once the budget switched it to counting).
+    pub rseq_sections: Vec<lopi_x86::RseqSection>,
     pub code_patches: Vec<CodePatch>,
     /// Code to place at `layout.trampolines`.
     pub trampoline_code: Vec<u8>,
@@ -679,12 +689,7 @@ impl Selection {
             let trampoline = layout.trampolines + code.len() as u64;
             let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0) };
             let encoded = match (site.entry, layout.stubs) {
-                (Some(_), Some(stubs)) if site.timed => {
-                    let counter = probed.len() as u32;
-                    let timed = lopi_x86::TimedEntry { enter_stub: stubs.enter.0, exit_stub: stubs.exit.0, counter };
-                    lopi_x86::timed_trampoline(&timed, &body, trampoline.0).map(|b| (b, None))
-                }
-                (Some(_), _) => {
+                (Some(_), stubs) => {
                     let counter = probed.len() as u32;
                     let access = lopi_x86::CounterAccess {
                         shared: layout.counters.0 + 8 * u64::from(counter),
@@ -695,14 +700,26 @@ impl Selection {
                         index: counter,
                         cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
                     };
-                    lopi_x86::counting_trampoline(&access, &body, trampoline.0).map(|t| (t.bytes, Some(t.section)))
+                    match stubs {
+                        Some(stubs) if site.timed => {
+                            let timed = lopi_x86::TimedEntry {
+                                enter_stub: stubs.enter.0,
+                                exit_stub: stubs.exit.0,
+                                counter: access,
+                                mode: layout.mode_of(counter),
+                            };
+                            lopi_x86::timed_trampoline(&timed, &body, trampoline.0)
+                        }
+                        _ => lopi_x86::counting_trampoline(&access, &body, trampoline.0),
+                    }
+                    .map(|t| (t.bytes, Some(t.section)))
                 }
                 (None, Some(stubs)) => {
                     let counter = match site.owners.as_slice() {
                         [only] => counters.get(only).copied(),
                         _ => None,
                     };
-                    let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter };
+                    let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter, mode: counter.map(|c| layout.mode_of(c)) };
                     lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|b| (b, None))
                 }
                 (None, None) => return Err(Failed::Exit(index)),
@@ -719,8 +736,8 @@ impl Selection {
             // Keep trampolines 16-byte aligned, padded with int3.
             code.resize(code.len().next_multiple_of(16), 0xcc);
             code_patches.extend(patches);
-            match site.entry {
-                Some(tactic) => {
+            match (site.entry, section) {
+                (Some(tactic), Some(section)) => {
                     probed.push(ProbedFunction {
                         function: site.function,
                         counter: probed.len() as u32,
@@ -731,7 +748,7 @@ impl Selection {
                     });
                     rseq_sections.push(section);
                 }
-                None => exit_sites += 1,
+                _ => exit_sites += 1,
             }
         }
         Ok(PatchPlan {

@@ -235,20 +235,22 @@ pub mod vars {
     pub const REGION_LEN: u64 = 2 * super::PAGE_SIZE;
     /// Offset of the NUL-terminated data file path.
     pub const PATH: u64 = super::PAGE_SIZE;
-    /// Offset of the per-function slot table (one 32-byte slot per counter): a counting
-    /// function's `struct rseq_cs`, or a timed function's timing state ([`super::slot`]).
+    /// Offset of the `struct rseq_cs` table (32 bytes per counter).
     pub const SLOTS: u64 = REGION_LEN;
+
+    /// Offset of the mode words (`u32` per counter, see [`super::mode`]) of a module with
+    /// `counters` counters: after the `rseq_cs` table.
+    pub const fn modes_offset(counters: u64) -> u64 {
+        SLOTS + super::page_align(counters * 32)
+    }
 }
 
-/// A timed function's slot in the table at [`vars::SLOTS`] (it has no critical section, so
-/// its `struct rseq_cs` is free).
-pub mod slot {
-    /// Bytes per slot.
-    pub const LEN: u64 = 32;
-    /// Offset of the function's mode (u32): [`TIMED`], or [`COUNTING`] once the budget
-    /// switched it (its calls are then counted in their calling context, not timed).
-    pub const MODE: u64 = 0;
+/// A timed function's mode word.
+pub mod mode {
+    /// Timed: its trampoline calls the entry and exit probes.
     pub const TIMED: u32 = 0;
+    /// Switched to counting by the perturbation budget: its trampoline counts it per CPU as a
+    /// counting trampoline does, and its exit probes are skipped.
     pub const COUNTING: u32 = 1;
 }
 

@@ -150,22 +150,22 @@ const _: () = assert!(UNMATCHED_TABLE + UNMATCHED_SLOTS as u64 * UNMATCHED_EXIT_
 pub struct ContextNode {
     pub parent: u32,
     /// With `cache_func`: the child this node's last call of a function went to, so that
-    /// repeated calls skip the hash table. In a merged node (parent [`MERGED_NODE`], never
-    /// a cache owner, `cache_func` 0): its merged child calls.
+    /// repeated calls skip the hash table. Merged nodes are never cached nor cache owners.
     pub cache_child: u32,
     /// Runtime address of the function's counter (the function's name in the tree); 0 for
     /// the root and the merged-paths node.
     pub func: u64,
-    /// Calls on this path that ended, plus calls counted without timing (budget).
+    /// Calls on this path that ended.
     pub calls: u64,
     /// Sum of the calls' durations.
     pub ticks: u64,
     pub max_ticks: u64,
     pub cache_func: u64,
-    /// Durations of calls made directly from calls on this path whose own paths were merged.
+    /// Durations of calls made directly from calls on this path whose own paths were merged,
+    /// plus what their probes cost this path's calls.
     pub merged_ticks: u64,
-    /// A path node: how many such calls. A merged node: the durations of its calls made
-    /// while no other call of the same function was open (its inclusive time).
+    /// A merged node: the durations of its calls made while no other call of the same
+    /// function was open (its inclusive time). Unused in path nodes.
     pub aux: u64,
 }
 

@@ -46,7 +46,7 @@ pub fn folded(t: &Timing, weight: Weight) -> String {
                 .map(|&i| folded_frame(frame_name(t, &thread.nodes[i])))
                 .collect();
             let entry = stacks.entry(frames.join(";")).or_default();
-            entry.0 = entry.0.saturating_add(node.calls + node.counted);
+            entry.0 = entry.0.saturating_add(node.calls);
             // A negative self time must not cancel another thread's time on the same path.
             entry.1 += node.self_ns.max(0.0);
         }
@@ -99,15 +99,14 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
     for thread in &t.threads {
         for (index, node) in thread.nodes.iter().enumerate().skip(1) {
             let self_ns = whole_ns(node.self_ns);
-            let calls = node.calls + node.counted;
-            if calls == 0 && self_ns == 0 {
+            if node.calls == 0 && self_ns == 0 {
                 continue;
             }
             // pprof wants the leaf first.
             let location_id = path(thread, index).iter().map(|&i| builder.location(&thread.nodes[i])).collect();
             samples.push(proto::Sample {
                 location_id,
-                value: vec![i64::try_from(calls).unwrap_or(i64::MAX), self_ns],
+                value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns],
                 label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)],
             });
         }
@@ -484,7 +483,7 @@ mod tests {
     use crate::timing::{TimedFunction, TraceEvent};
 
     fn node(parent: u32, function: Option<u32>, calls: u64, total_ns: f64, self_ns: f64) -> ContextNode {
-        ContextNode { parent, function, calls, counted: 0, total_ns, self_ns, max_ns: total_ns, merged: false }
+        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false }
     }
 
     fn thread(tid: u32, nodes: Vec<ContextNode>, events: &[(f64, u32, EventKind)]) -> ThreadProfile {

@@ -60,8 +60,6 @@ pub struct ThreadSummary {
     pub untimed_calls: u64,
     pub paused_ns: f64,
     pub clock_backwards: u64,
-    /// Calls counted without timing after the budget switched their function.
-    pub counted_calls: u64,
     pub switches: Vec<SwitchSummary>,
     pub trace_events: usize,
     pub trace_dropped: u64,
@@ -213,7 +211,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
                 continue;
             }
             let t = &mut times[f];
-            t.calls += node.calls + node.counted;
+            t.calls += node.calls;
             t.self_ns += node.self_ns;
             t.max = t.max.max(node.max_ns);
             if active[f] == 0 {
@@ -221,7 +219,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             }
             let caller = nodes[node.parent as usize].function;
             let e = edges.entry((caller, f as u32)).or_default();
-            e.0 += node.calls + node.counted;
+            e.0 += node.calls;
             e.1 += node.total_ns;
             active[f] += 1;
             stack.push((i, true));
@@ -233,7 +231,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
         threads.push(ThreadSummary {
             pid: thread.pid,
             tid: thread.tid,
-            calls: nodes.iter().map(|n| n.calls + n.counted).sum(),
+            calls: nodes.iter().map(|n| n.calls).sum(),
             total_ns: top.map(|c| nodes[c].total_ns).sum(),
             unmatched_exits: thread.unmatched_exits,
             unmatched_by_function: thread.unmatched_by_function.iter().map(|&(f, n)| (f.map(name), n)).collect(),
@@ -245,7 +243,6 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             untimed_calls: thread.untimed_calls,
             paused_ns: thread.paused_ns,
             clock_backwards: thread.clock_backwards,
-            counted_calls: nodes.iter().map(|n| n.counted).sum(),
             switches: thread
                 .switches
                 .iter()

@@ -26,11 +26,7 @@ pub struct ContextNode {
     /// Index into [`Timing::functions`]; `None` for the root (node 0) and the merged-paths
     /// node (node 1).
     pub function: Option<u32>,
-    /// Timed calls.
     pub calls: u64,
-    /// Calls counted without timing (the function was switched to counting by the budget):
-    /// their time is in this path's parent's self time.
-    pub counted: u64,
     /// Inclusive time of all calls on this path; for a merged node, of its calls made while
     /// no other call of its function was open (recursion counted once).
     pub total_ns: f64,
@@ -283,7 +279,6 @@ impl Timing {
                         parent: if i == 0 { 0 } else { nodes[i].parent },
                         function: ids[i],
                         calls: r.calls,
-                        counted: if is_merged(i) || i <= MERGED { 0 } else { nodes[i].aux },
                         total_ns: ns(corrected[i]),
                         self_ns: ns(self_ticks),
                         max_ns: ns(longest(r.calls, r.max, below[i], corrected[i], inner, pair)),

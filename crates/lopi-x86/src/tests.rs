@@ -117,17 +117,19 @@ fn emulated_calls_push_the_original_return_address() {
     assert!(emulate_call(&decode_one(&[0xff, 0x54, 0x24, 0x08], FROM).unwrap()).is_none());
 }
 
+const ACCESS: CounterAccess = CounterAccess {
+    shared: TO + 0x10_0000,
+    rseq_offset_var: TO + 0x20_0000,
+    cpu_count_var: TO + 0x20_0010,
+    percpu_base_var: TO + 0x20_0008,
+    stride: 0x1000,
+    index: 7,
+    cs: TO + 0x30_0000,
+};
+
 #[test]
 fn counting_trampoline_layout() {
-    let access = CounterAccess {
-        shared: TO + 0x10_0000,
-        rseq_offset_var: TO + 0x20_0000,
-        cpu_count_var: TO + 0x20_0010,
-        percpu_base_var: TO + 0x20_0008,
-        stride: 0x1000,
-        index: 7,
-        cs: TO + 0x30_0000,
-    };
+    let access = ACCESS;
     // push rbp; mov rbp,rsp (moved body), resume at FROM+4
     let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
     let t = counting_trampoline(&access, &Body { insns: &body, exits: &[], resume: Some(FROM + 4) }, TO).unwrap();
@@ -153,7 +155,7 @@ fn exit_probes_run_before_each_exit() {
     const STUB: u64 = TO + 0x40_0000;
     // pop rbx; ret
     let ret: Vec<_> = decode(&[0x5b, 0xc3], FROM).collect();
-    let probe = ExitProbe { stub: STUB, counter: Some(3) };
+    let probe = ExitProbe { stub: STUB, counter: Some(3), mode: None };
     let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None }, probe, TO).unwrap();
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
@@ -169,7 +171,7 @@ fn exit_probes_run_before_each_exit() {
     assert_eq!(jcc[1].near_branch_target(), target);
     let body = Body { insns: &jcc, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8) };
     // A site several functions share names none of them.
-    let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None }, TO).unwrap();
+    let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None, mode: None }, TO).unwrap();
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
     assert_eq!(names, [Test, Jne, Jmp, Push, Call, Jmp]);
@@ -184,14 +186,26 @@ fn exit_probes_run_before_each_exit() {
 fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     // xor eax,eax; ret: the whole function moves, its ret gets the exit probe
     let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
-    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: 7 };
-    let bytes = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, TO).unwrap();
-    let insns: Vec<_> = decode(&bytes, TO).collect();
+    let mode = TO + 0x20_0100;
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode };
+    let t = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, TO).unwrap();
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
-    assert_eq!(names, [Push, Call, Xor, Push, Call, Ret]);
-    assert_eq!(insns[0].immediate32(), 7);
-    assert_eq!(insns[1].near_branch_target(), timed.enter_stub);
-    assert_eq!(insns[3].immediate32(), 7);
-    assert_eq!(insns[4].near_branch_target(), timed.exit_stub);
+    // Mode check, entry probe, body with the exit probe (skipped once switched), then the
+    // counting code a switched function runs instead.
+    assert_eq!(&names[..10], [Cmp, Jne, Push, Call, Xor, Cmp, Jne, Push, Call, Ret]);
+    assert_eq!(rip_relative_address(&insns[0]), Some(mode));
+    assert_eq!(insns[2].immediate32(), 7);
+    assert_eq!(insns[3].near_branch_target(), timed.enter_stub);
+    assert_eq!(rip_relative_address(&insns[5]), Some(mode));
+    assert_eq!(insns[6].near_branch_target(), insns[9].ip(), "a switched exit skips to the ret");
+    assert_eq!(insns[7].immediate32(), 7);
+    assert_eq!(insns[8].near_branch_target(), timed.exit_stub);
+    let top = insns[1].near_branch_target();
+    let counting = insns.iter().position(|i| i.ip() == top).expect("counting code in the trampoline");
+    assert!(insns[counting..].iter().any(|i| i.mnemonic() == Inc && i.memory_displacement64() == 56), "per-CPU increment of counter 7");
+    let body_at = insns[4].ip();
+    assert!(insns[counting..].iter().any(|i| i.mnemonic() == Jmp && i.near_branch_target() == body_at), "back to the body");
+    assert!(t.section.start > TO && t.section.abort > t.section.start);
 }

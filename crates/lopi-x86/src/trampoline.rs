@@ -94,9 +94,11 @@ pub struct Body<'a> {
 pub struct TimedEntry {
     pub enter_stub: u64,
     pub exit_stub: u64,
-    /// The function's counter index: the entry stub's name for the function, and where it
-    /// counts a call it cannot time.
-    pub counter: u32,
+    /// The function's counter (its index is the stubs' name for the function), counted here
+    /// once the function is switched to counting.
+    pub counter: CounterAccess,
+    /// The function's mode word (`u32`): 0 while timed.
+    pub mode: u64,
 }
 
 /// Encoded trampoline.
@@ -114,6 +116,9 @@ const LOCKED: u64 = 5;
 const ABORT: u64 = 6;
 /// Labels for the exit paths of conditional tail jumps, upwards from here.
 const FIRST_EXIT_PATH: u64 = 16;
+/// Labels for the instructions exit probes skip to, upwards from here: kernel addresses, which
+/// no moved instruction has.
+const SKIP_LABELS: u64 = 0xffff_8000_0000_0000;
 
 fn at(mut insn: Instruction, label: u64) -> Instruction {
     insn.set_ip(label);
@@ -144,11 +149,12 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
         let kind = body.exits.iter().find(|(ip, _)| *ip == insn.ip() && *ip != 0).map(|&(_, k)| k);
         match (kind, exit) {
             (Some(ExitKind::Return | ExitKind::TailJump), Some(probe)) => {
-                let [push, call] = probe.instructions()?;
-                out.push(at(push, insn.ip()));
-                out.push(call);
-                // The exit itself no longer needs its label; it names no IP-relative data.
-                out.push(at(*insn, 0));
+                let skip = SKIP_LABELS + out.len() as u64;
+                let mut probe_insns = probe.instructions(skip)?;
+                probe_insns[0].set_ip(insn.ip());
+                out.extend(probe_insns);
+                // The exit itself keeps only the probe's skip label; it names no IP-relative data.
+                out.push(at(*insn, skip));
             }
             (Some(ExitKind::ConditionalTailJump), Some(_)) => {
                 let label = FIRST_EXIT_PATH + exit_paths.len() as u64;
@@ -165,35 +171,43 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
     }
     if let Some(probe) = exit {
         for (label, target) in exit_paths {
-            let [push, call] = probe.instructions()?;
-            out.push(at(push, label));
-            out.push(call);
-            out.push(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?);
+            let skip = SKIP_LABELS + out.len() as u64;
+            let mut probe_insns = probe.instructions(skip)?;
+            probe_insns[0].set_ip(label);
+            out.extend(probe_insns);
+            out.push(at(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?, skip));
         }
     }
     Ok(out)
 }
 
 /// An exit probe: `push <counter index of the exiting function>; call exit_stub` (the stub
-/// returns with `ret 8`). `counter` is `None` for a site several functions share: the probe
-/// then pushes -1 and matches the call by its stack pointer alone.
+/// returns with `ret 8`), skipped while the function's mode word is non-zero (the budget
+/// switched it to counting). `counter` and `mode` are `None` for a site several functions
+/// share: the probe then pushes -1, always runs, and matches the call by its stack pointer.
 #[derive(Clone, Copy, Debug)]
 pub struct ExitProbe {
     pub stub: u64,
     pub counter: Option<u32>,
+    pub mode: Option<u64>,
 }
 
 impl ExitProbe {
-    fn instructions(self) -> Result<[Instruction; 2], RelocError> {
+    /// The probe's instructions; with a mode word, the last one is a `jne skip`.
+    fn instructions(self, skip: u64) -> Result<Vec<Instruction>, RelocError> {
         let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
         let index = match self.counter {
             Some(c) => i32::try_from(c).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?,
             None => -1,
         };
-        Ok([
-            Instruction::with1(Code::Pushq_imm32, index).map_err(err)?,
-            Instruction::with_branch(Code::Call_rel32_64, self.stub).map_err(err)?,
-        ])
+        let mut out = Vec::with_capacity(4);
+        if let Some(mode) = self.mode {
+            out.push(Instruction::with2(Code::Cmp_rm32_imm8, MemoryOperand::with_base_displ(Register::RIP, mode as i64), 0).map_err(err)?);
+            out.push(Instruction::with_branch(Code::Jne_rel32_64, skip).map_err(err)?);
+        }
+        out.push(Instruction::with1(Code::Pushq_imm32, index).map_err(err)?);
+        out.push(Instruction::with_branch(Code::Call_rel32_64, self.stub).map_err(err)?);
+        Ok(out)
     }
 }
 
@@ -205,38 +219,58 @@ pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Vec
     Ok(result.code_buffer)
 }
 
-/// Builds a timed function's trampoline at `ip`: the entry probe (which also counts the
-/// call), then the body with exit probes.
+/// Builds a timed function's trampoline at `ip`: the entry probe, then the body with exit
+/// probes; once the budget switched the function to counting (its mode word is non-zero),
+/// the entry counts as a counting trampoline does and the exit probes are skipped.
 ///
 /// ```text
+///         cmp dword [mode],0 ; jne top
 ///         push <counter index>     ; the stub returns with `ret 8`
 ///         call enter_stub
-///         <moved instructions, `push <counter index>; call exit_stub` before each exit>
+/// body:   <moved instructions, each exit preceded by
+///          `cmp dword [mode],0; jne skip; push <counter index>; call exit_stub; skip:`>
 ///         jmp resume
+/// top:    <counting code, see the module docs> ; jmp body
 /// ```
-pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, ip: u64) -> Result<Vec<u8>, RelocError> {
+pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
-    let index = i32::try_from(t.counter).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
+    let index = i32::try_from(t.counter.index).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
+    let body_ip = body_ip(body)?;
     let mut insns = vec![
+        Instruction::with2(Code::Cmp_rm32_imm8, rip(t.mode), 0).map_err(err)?,
+        Instruction::with_branch(Code::Jne_rel32_64, TOP).map_err(err)?,
         Instruction::with1(Code::Pushq_imm32, index).map_err(err)?,
         Instruction::with_branch(Code::Call_rel32_64, t.enter_stub).map_err(err)?,
     ];
-    insns.extend(body_with_exits(body, Some(ExitProbe { stub: t.exit_stub, counter: Some(t.counter) }))?);
-    let block = InstructionBlock::new(&insns, ip);
-    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(err)?;
-    Ok(result.code_buffer)
+    let exit = ExitProbe { stub: t.exit_stub, counter: Some(t.counter.index), mode: Some(t.mode) };
+    insns.extend(body_with_exits(body, Some(exit))?);
+    insns.extend(counting_code(&t.counter, body_ip)?);
+    insns.push(Instruction::with_branch(Code::Jmp_rel32_64, body_ip).map_err(err)?);
+    insns.extend(abort_code()?);
+    encode_with_section(&insns, ip)
 }
 
 /// Builds the trampoline at `ip`: the counting code, then the body.
 pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    let mut insns = counting_code(c, body_ip(body)?)?;
+    insns.extend(body_with_exits(body, None)?);
+    insns.extend(abort_code()?);
+    encode_with_section(&insns, ip)
+}
+
+fn body_ip(body: &Body<'_>) -> Result<u64, RelocError> {
+    body.insns.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))
+}
+
+/// The counting code from `top` to the locked path, which falls through to what follows.
+fn counting_code(c: &CounterAccess, body_ip: u64) -> Result<Vec<Instruction>, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
-    let body_ip = body.insns.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))?;
     let mut inc_locked = Instruction::with1(Code::Inc_rm64, rip(c.shared)).map_err(err)?;
     inc_locked.set_has_lock_prefix(true);
     let disarm = Instruction::with2(Code::Mov_rm64_imm32, fs(8), 0u32).map_err(err)?;
     let save = |reg| Instruction::with2(Code::Mov_rm64_r64, spill(reg), reg).map_err(err);
     let restore = |reg| Instruction::with2(Code::Mov_r64_rm64, reg, spill(reg)).map_err(err);
-    let mut insns = vec![
+    Ok(vec![
         at(save(Register::R11)?, TOP),
         Instruction::with2(Code::Mov_r64_rm64, Register::R11, rip(c.rseq_offset_var)).map_err(err)?,
         Instruction::with2(Code::Test_rm64_r64, Register::R11, Register::R11).map_err(err)?,
@@ -258,16 +292,27 @@ pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Resul
         restore(Register::RAX)?,
         at(inc_locked, LOCKED),
         restore(Register::R11)?,
-    ];
-    insns.extend(body_with_exits(body, None)?);
-    insns.push(Instruction::with_declare_dword(&[RSEQ_SIG]).map_err(err)?);
-    insns.push(at(restore(Register::RAX)?, ABORT));
-    insns.push(restore(Register::R11)?);
-    insns.push(Instruction::with_branch(Code::Jmp_rel32_64, TOP).map_err(err)?);
+    ])
+}
 
+/// The rseq signature and the abort handler, which starts the counting code again.
+fn abort_code() -> Result<Vec<Instruction>, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let restore = |reg| Instruction::with2(Code::Mov_r64_rm64, reg, spill(reg)).map_err(err);
+    Ok(vec![
+        Instruction::with_declare_dword(&[RSEQ_SIG]).map_err(err)?,
+        at(restore(Register::RAX)?, ABORT),
+        restore(Register::R11)?,
+        Instruction::with_branch(Code::Jmp_rel32_64, TOP).map_err(err)?,
+    ])
+}
+
+/// Encodes a trampoline holding the counting code at `ip`, with its critical section.
+fn encode_with_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let index_of = |label: u64| insns.iter().position(|i| i.ip() == label).expect("label is in the block");
     let (start, end, abort) = (index_of(START), index_of(END), index_of(ABORT));
-    let block = InstructionBlock::new(&insns, ip);
+    let block = InstructionBlock::new(insns, ip);
     let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(err)?;
     let offset = |i: usize| u64::from(result.new_instruction_offsets[i]);
     Ok(Trampoline {

@@ -1,12 +1,13 @@
 //! The perturbation budget: every so often a thread's exit probe estimates what timing costs
 //! this thread (timed calls x the measured cost of one call's probes, over the thread's run
-//! time so far) and, when that is above the budget, switches this module's most frequently
-//! called timed functions to counting until the estimate fits, with some margin. A switched
-//! function's calls are then counted in their calling context without a frame or a clock
-//! read, so its time becomes its caller's self time. Each switch is logged in the thread's
-//! header page; the check's own time is taken out of every open call (as any slow path's).
+//! time so far) and, when that is above the budget, switches this module's shortest timed
+//! functions that cost a noticeable part of it to counting until the estimate fits, with
+//! some margin. A switched function's trampoline then counts its calls per CPU, as a counting
+//! trampoline does, and skips its exit probes, so its time becomes its caller's self time.
+//! Each switch is logged in the thread's header page; the check's own time is taken out of
+//! every open call (as any slow path's).
 use super::thread::Thread;
-use super::{counter, rdtsc};
+use super::{counter, mode_word, rdtsc};
 use crate::abi::{self, RuntimeVars, Switch};
 use crate::sys;
 use core::ptr::write_volatile;
@@ -20,11 +21,12 @@ pub(super) fn first_check(v: &RuntimeVars, start: u64) -> u64 {
     }
 }
 
-/// One function's timed calls in this thread.
+/// One function's timed calls in this thread, and their durations.
 #[derive(Clone, Copy)]
 struct Entry {
     func: u64,
     calls: u64,
+    ticks: u64,
 }
 
 pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
@@ -42,7 +44,7 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
             let table = core::slice::from_raw_parts_mut(m as *mut Entry, cap);
             for i in abi::FIRST_FREE_NODE..nodes {
                 let n = t.node(i);
-                add(table, (*n).func, (*n).calls);
+                add(table, (*n).func, (*n).calls, (*n).ticks);
             }
             decide(t, v, table, now, elapsed);
             sys::call3(sys::MUNMAP, m as usize, bytes, 0);
@@ -57,7 +59,7 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
     }
 }
 
-fn add(table: &mut [Entry], func: u64, calls: u64) {
+fn add(table: &mut [Entry], func: u64, calls: u64, ticks: u64) {
     let mask = table.len() - 1;
     let mut i = (func.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask;
     loop {
@@ -65,14 +67,16 @@ fn add(table: &mut [Entry], func: u64, calls: u64) {
         if e.func == func || e.func == 0 {
             e.func = func;
             e.calls += calls;
+            e.ticks = e.ticks.wrapping_add(ticks);
             return;
         }
         i = (i + 1) & mask;
     }
 }
 
-/// Switches this module's most called functions until the thread's estimated timing cost
-/// is below three quarters of the budget.
+/// Switches this module's shortest functions (by average call, so that the probes are the
+/// largest share of what they measure) among those whose timing costs a noticeable part of the
+/// excess, until the thread's estimated timing cost is below three quarters of the budget.
 unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u64, elapsed: u64) {
     // SAFETY: slots of this module's counters lie in its table after the variables.
     unsafe {
@@ -81,8 +85,8 @@ unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u6
         let first = counter(0);
         let count = (*v).counter_count;
         let mine = |func: u64| func >= first && (func - first) / 8 < count && (func - first) % 8 == 0;
-        let slot = |func: u64| (v as usize + (abi::vars::SLOTS + abi::slot::MODE) as usize + ((func - first) / 8) as usize * abi::slot::LEN as usize) as *mut u32;
-        let timed = |func: u64| !mine(func) || *slot(func) == abi::slot::TIMED;
+        let slot = |func: u64| mode_word(v, (func - first) / 8);
+        let timed = |func: u64| !mine(func) || *slot(func) == abi::mode::TIMED;
         let mut cost: u64 = table.iter().filter(|e| e.func != 0 && timed(e.func)).map(|e| e.calls.saturating_mul(pair)).fold(0, u64::saturating_add);
         // In two steps, so that long runs do not overflow.
         let allowed = elapsed / 1000 * u64::from((*v).budget_ppm) / 1000;
@@ -91,14 +95,12 @@ unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u6
             return;
         }
         while cost > target {
-            let Some(top) = table.iter_mut().filter(|e| e.func != 0 && mine(e.func) && *slot(e.func) == abi::slot::TIMED).max_by_key(|e| e.calls)
-            else {
-                return;
+            let worth = (cost - target) / 100;
+            let candidate = |e: &&mut Entry| {
+                e.func != 0 && e.calls > 0 && e.calls.saturating_mul(pair) >= worth && mine(e.func) && *slot(e.func) == abi::mode::TIMED
             };
-            if top.calls == 0 {
-                return;
-            }
-            write_volatile(slot(top.func), abi::slot::COUNTING);
+            let Some(top) = table.iter_mut().filter(candidate).min_by_key(|e| e.ticks / e.calls) else { return };
+            write_volatile(slot(top.func), abi::mode::COUNTING);
             cost = cost.saturating_sub(top.calls.saturating_mul(pair));
             log(t, Switch { tsc: now, func: top.func, calls: top.calls, window_ticks: elapsed });
         }

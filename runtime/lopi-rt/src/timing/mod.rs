@@ -57,6 +57,13 @@ fn vars() -> *mut RuntimeVars {
     from_delta(deltas()) as *mut RuntimeVars
 }
 
+/// This module's mode word of counter `index` (see `abi::mode`).
+fn mode_word(v: *const RuntimeVars, index: u64) -> *mut u32 {
+    // SAFETY: reads the counter count the runtime set at init (0 before: then no index is ours).
+    let count = unsafe { (*v).counter_count };
+    (v as usize + abi::vars::modes_offset(count) as usize + 4 * index as usize) as *mut u32
+}
+
 /// Address of counter `index` of this module.
 fn counter(index: u64) -> u64 {
     (from_delta(deltas().wrapping_add(1)) as u64).wrapping_add(8 * index)

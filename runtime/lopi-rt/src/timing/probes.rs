@@ -1,6 +1,6 @@
 //! The probes' slow paths, called by the stubs with every call-clobbered register saved.
 use super::thread::{Child, Thread};
-use super::{counter, rdtsc, vars};
+use super::{counter, mode_word, rdtsc, vars};
 use crate::abi::{self, Frame, RuntimeVars};
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
@@ -13,16 +13,11 @@ unsafe fn count_untimed(counter: u64) {
     unsafe { asm!("lock inc qword ptr [{}]", in(reg) counter, options(nostack)) };
 }
 
-/// True when the budget switched this module's function `index` to counting.
+/// True when the budget switched this module's function `index` to counting (a call that
+/// began before the switch still reaches the probes).
 unsafe fn switched(v: *const RuntimeVars, index: u64) -> bool {
-    if index >= u64::from(u32::MAX) {
-        return false;
-    }
-    // SAFETY: every counter index of this module has a slot in the table after the variables.
-    unsafe {
-        let slot = (v as usize + (abi::vars::SLOTS + abi::slot::MODE) as usize + index as usize * abi::slot::LEN as usize) as *const u32;
-        read_volatile(slot) != abi::slot::TIMED
-    }
+    // SAFETY: every counter index of this module has a mode word.
+    unsafe { index < (*v).counter_count && read_volatile(mode_word(v, index)) != abi::mode::TIMED }
 }
 
 /// Entry probe: `index` is the function's counter index (the counter's address is its name
@@ -66,14 +61,6 @@ unsafe fn enter(t: &Thread, v: *const RuntimeVars, index: u64, counter: u64, rsp
     unsafe {
         let h = t.h;
         let parent = t.top_node();
-        if switched(v, index) {
-            // Counted in its calling context, not timed (merged paths: in the shared counter).
-            match t.child(v, parent, counter) {
-                Some(Child::Path(n)) => (*t.node(n)).aux += 1,
-                _ => count_untimed(counter),
-            }
-            return;
-        }
         if (*h).depth >= (*h).stack_cap && !t.grow_stack(v) {
             (*h).too_deep += 1;
             count_untimed(counter);
@@ -123,7 +110,8 @@ pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32) {
         if depth > 0 && (*t.frame(depth - 1)).rsp == rsp {
             t.close_top(now, abi::EVENT_EXIT);
         } else if switched(v, index) {
-            // Entered after the budget switched it: counted, no frame.
+            // Its function was switched to counting as this call began: its trampoline
+            // counted the entry, and no frame was made.
         } else if depth == 0 {
             // Every open frame is newer than this call: it began before timing started
             // (an attach, or code run before the module's init).

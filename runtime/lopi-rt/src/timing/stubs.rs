@@ -1,11 +1,11 @@
 //! The entry and exit probe stubs, in assembly: their fast paths handle the common cases in a
-//! few dozen instructions with seven registers saved; everything else goes to the Rust slow
+//! few dozen instructions with six registers saved; everything else goes to the Rust slow
 //! paths in `probes.rs` with every call-clobbered register saved.
 //!
 //! Fast path of an entry: a call whose calling-context node is the one its parent's last call
-//! of the same function used (the node's one-entry cache), on a shadow stack with room. A
-//! function the budget switched to counting is counted in that node and gets no frame.
-//! Fast path of an exit: the exit of the top frame, or the quiet exit of a switched function.
+//! of the same function used (the node's one-entry cache), on a shadow stack with room.
+//! Fast path of an exit: the exit of the top frame. (A function the budget switched to
+//! counting no longer calls the stubs: its trampoline checks its mode word.)
 //! A frame with any flag (inherited, merged, untimed), a clock that went backwards, a trace,
 //! or a due budget check take the slow path.
 use crate::abi::{self, ContextNode, RuntimeVars, ThreadHeader};
@@ -13,11 +13,11 @@ use core::arch::global_asm;
 use core::mem::offset_of;
 
 global_asm!(
-    // Called from a timed trampoline as `push <counter index>; call`. After the seven
-    // pushes: [rsp+64] = counter index, rsp+72 = the function's entry stack pointer.
+    // Called from a timed trampoline as `push <counter index>; call`. After the six
+    // pushes: [rsp+56] = counter index, rsp+64 = the function's entry stack pointer.
     ".globl lopi_enter_stub",
     "lopi_enter_stub:",
-    "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9",
+    "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",
     "lea rsi, [rip + LOPI_DELTAS]",
     "lea r8, [rsi + 8]",
     "add rsi, [rsi]",
@@ -41,12 +41,8 @@ global_asm!(
     "mov ecx, dword ptr [rdi + {t_depth}]",
     "cmp ecx, dword ptr [rdi + {t_stack_cap}]",
     "jae 8f",
-    // The function's mode (timed, or switched to counting by the budget) from its slot, and
-    // its name in the tree: its counter's address.
-    "mov eax, dword ptr [rsp + 64]",
-    "mov r9d, eax",
-    "shl r9, 5",
-    "mov r9d, dword ptr [rsi + r9 + {slot_mode}]",
+    // The function's name in the tree: its counter's address.
+    "mov eax, dword ptr [rsp + 56]",
     "lea rax, [r8 + rax*8]",
     "mov rsi, rdi",
     "add rsi, [rdi + {t_stack}]",
@@ -55,7 +51,7 @@ global_asm!(
     "jz 2f",
     "lea rdx, [rcx + rcx*2]",
     "lea rdx, [rsi + rdx*8 - 24]",
-    "lea r8, [rsp + 72]",
+    "lea r8, [rsp + 64]",
     // A frame at or below this entry's stack pointer was left: the slow path closes it.
     "cmp [rdx], r8",
     "jbe 8f",
@@ -67,17 +63,16 @@ global_asm!(
     "cmp [rdx + {n_cache_func}], rax",
     "jne 8f",
     "mov r8d, dword ptr [rdx + {n_cache_child}]",
-    "test r9d, r9d",
-    "jnz 7f",
     "lea rdx, [rcx + rcx*2]",
     "lea rsi, [rsi + rdx*8]",
-    "lea rax, [rsp + 72]",
+    "lea rax, [rsp + 64]",
     "mov [rsi], rax",
     // Node and no flags: r8's upper half is zero.
     "mov [rsi + 8], r8",
     "inc ecx",
     "mov dword ptr [rdi + {t_depth}], ecx",
-    // Read last, so that the probe's own work falls outside the call's time.
+    // Read last, so that the probe's own work falls outside the call's time; the thread's
+    // clock stops while its probes do more than usual (see `Thread::pause`).
     "rdtsc",
     "shl rdx, 32",
     "or rax, rdx",
@@ -85,34 +80,26 @@ global_asm!(
     "mov [rsi + 16], rax",
     "mov dword ptr [rdi + {t_busy}], 0",
     "jmp 3f",
-    // Switched to counting: the call is counted in its calling context, without a frame.
-    "7:",
-    "imul r8, r8, {n_len}",
-    "add r8, [rdi + {t_nodes}]",
-    "add r8, rdi",
-    "inc qword ptr [r8 + {n_aux}]",
-    "mov dword ptr [rdi + {t_busy}], 0",
-    "jmp 3f",
     "8:",
     "mov dword ptr [rdi + {t_busy}], 0",
     "9:",
-    "push r10", "push r11", "push rbp",
+    "push r9", "push r10", "push r11", "push rbp",
     "mov rbp, rsp",
     "mov rdi, [rbp + 88]",
     "lea rsi, [rbp + 96]",
     "and rsp, -16",
     "call {enter}",
     "mov rsp, rbp",
-    "pop rbp", "pop r11", "pop r10",
+    "pop rbp", "pop r11", "pop r10", "pop r9",
     "3:",
-    "pop r9", "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
+    "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret 8",
     // Called right before a `ret` or tail jump as `push <counter index, or -1 for a site
-    // several functions share>; call`. After the seven pushes: [rsp+64] = counter index,
-    // rsp+72 = the stack pointer at the exit.
+    // several functions share>; call`. After the six pushes: [rsp+56] = counter index,
+    // rsp+64 = the stack pointer at the exit.
     ".globl lopi_exit_stub",
     "lopi_exit_stub:",
-    "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9",
+    "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",
     // Read first, for the same reason.
     "rdtsc",
     "shl rdx, 32",
@@ -137,21 +124,20 @@ global_asm!(
     "jae 8f",
     "mov ecx, dword ptr [rdi + {t_depth}]",
     "test ecx, ecx",
-    "jz 6f",
+    "jz 8f",
     "mov rdx, rdi",
     "add rdx, [rdi + {t_stack}]",
-    "lea r8, [rcx + rcx*2]",
-    "lea rdx, [rdx + r8*8 - 24]",
-    "lea r8, [rsp + 72]",
-    "cmp [rdx], r8",
-    "jne 6f",
+    "lea rsi, [rcx + rcx*2]",
+    "lea rdx, [rdx + rsi*8 - 24]",
+    "lea rsi, [rsp + 64]",
+    "cmp [rdx], rsi",
+    "jne 8f",
     "cmp dword ptr [rdx + 12], 0",
     "jne 8f",
-    // The thread's clock, which stops while its probes grow regions (see `Thread::pause`).
-    "mov r9, rax",
-    "sub r9, [rdi + {t_paused}]",
-    "mov [rdi + {t_last}], r9",
-    "sub r9, [rdx + 16]",
+    "mov rsi, rax",
+    "sub rsi, [rdi + {t_paused}]",
+    "mov [rdi + {t_last}], rsi",
+    "sub rsi, [rdx + 16]",
     "jb 8f",
     "dec ecx",
     "mov dword ptr [rdi + {t_depth}], ecx",
@@ -160,27 +146,17 @@ global_asm!(
     "add r8, [rdi + {t_nodes}]",
     "add r8, rdi",
     "inc qword ptr [r8 + {n_calls}]",
-    "add [r8 + {n_ticks}], r9",
-    "cmp r9, [r8 + {n_max}]",
+    "add [r8 + {n_ticks}], rsi",
+    "cmp rsi, [r8 + {n_max}]",
     "jbe 2f",
-    "mov [r8 + {n_max}], r9",
+    "mov [r8 + {n_max}], rsi",
     "2:",
-    "mov dword ptr [rdi + {t_busy}], 0",
-    "jmp 3f",
-    // No frame for this call: quiet if its function was switched to counting.
-    "6:",
-    "mov edx, dword ptr [rsp + 64]",
-    "cmp edx, -1",
-    "je 8f",
-    "shl rdx, 5",
-    "cmp dword ptr [rsi + rdx + {slot_mode}], 0",
-    "je 8f",
     "mov dword ptr [rdi + {t_busy}], 0",
     "jmp 3f",
     "8:",
     "mov dword ptr [rdi + {t_busy}], 0",
     "9:",
-    "push r10", "push r11", "push rbp",
+    "push r9", "push r10", "push r11", "push rbp",
     "mov rbp, rsp",
     "lea rdi, [rbp + 96]",
     "mov rsi, rax",
@@ -188,18 +164,21 @@ global_asm!(
     "and rsp, -16",
     "call {exit}",
     "mov rsp, rbp",
-    "pop rbp", "pop r11", "pop r10",
+    "pop rbp", "pop r11", "pop r10", "pop r9",
     "3:",
-    "pop r9", "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
+    "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret 8",
     // A timed function as the planner makes it, for calibration: the jump into the entry
-    // trampoline, the push of its counter index (`rsi`), the entry probe, then a call of
-    // itself while `edi` > 0 (probes on a call chain, as in real programs, not only side by
-    // side), the jump into the exit site and the exit probe.
+    // trampoline, its mode check (against a word that never matches), the push of its
+    // counter index (`rsi`), the entry probe, then a call of itself while `edi` > 0 (probes
+    // on a call chain, as in real programs, not only side by side), the jump into the exit
+    // site, the mode check and the exit probe.
     ".globl lopi_calibration_probed",
     "lopi_calibration_probed:",
     "jmp 4f",
     "4:",
+    "cmp dword ptr [rip + LOPI_DELTAS + 4], 0x7fffffff",
+    "je 5f",
     "push rsi",
     "call lopi_enter_stub",
     "test edi, edi",
@@ -209,23 +188,25 @@ global_asm!(
     "inc edi",
     "jmp 5f",
     "5:",
+    "cmp dword ptr [rip + LOPI_DELTAS + 4], 0x7fffffff",
+    "je 6f",
     "push rsi",
     "call lopi_exit_stub",
+    "6:",
     "ret",
     // The same chain without probes.
     ".globl lopi_calibration_empty",
     "lopi_calibration_empty:",
     "test edi, edi",
-    "jz 6f",
+    "jz 7f",
     "dec edi",
     "call lopi_calibration_empty",
     "inc edi",
-    "6:",
+    "7:",
     "ret",
     enter = sym super::probes::probe_enter,
     exit = sym super::probes::probe_exit,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
-    slot_mode = const abi::vars::SLOTS + abi::slot::MODE,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),
@@ -242,7 +223,6 @@ global_asm!(
     n_calls = const offset_of!(ContextNode, calls),
     n_ticks = const offset_of!(ContextNode, ticks),
     n_max = const offset_of!(ContextNode, max_ticks),
-    n_aux = const offset_of!(ContextNode, aux),
 );
 
 extern "C" {
