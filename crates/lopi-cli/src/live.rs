@@ -16,6 +16,8 @@ pub struct Probes {
     pub exclude: Vec<String>,
     pub timing: bool,
     pub trace: bool,
+    /// Perturbation budget, parts per million (0: none).
+    pub budget_ppm: u32,
 }
 
 impl Probes {
@@ -44,7 +46,7 @@ impl Probes {
             }
         }
         let mut env = vec![(lopi_rt_abi::OUTPUT_ENV.to_string(), output.to_string())];
-        for knob in ["LOPI_NODES", "LOPI_DEPTH", "LOPI_TRACE_EVENTS"] {
+        for knob in ["LOPI_NODES", "LOPI_DEPTH", "LOPI_TRACE_EVENTS", "LOPI_BUDGET"] {
             if let Ok(value) = std::env::var(knob) {
                 env.push((knob.to_string(), value));
             }
@@ -52,7 +54,7 @@ impl Probes {
         Ok(Spec {
             modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter }).collect(),
             timing: self.timing || self.trace,
-            recording: lopi_image::Recording { trace: self.trace },
+            recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
         })
     }

@@ -41,6 +41,8 @@ enum Command {
         /// `lopi export --format chrome` turns it into a timeline.
         #[arg(long)]
         trace: bool,
+        #[command(flatten)]
+        budget: Budget,
     },
     /// Show the functions recorded in a data file, most called first.
     Report {
@@ -88,6 +90,8 @@ enum Command {
         /// Also record every entry and exit with a timestamp (implies --probe entry,exit).
         #[arg(long)]
         trace: bool,
+        #[command(flatten)]
+        budget: Budget,
         /// Print nothing; lopi exits as the program did (same code or signal).
         #[arg(short, long)]
         quiet: bool,
@@ -108,6 +112,8 @@ enum Command {
         /// Also record every entry and exit with a timestamp (implies --probe entry,exit).
         #[arg(long)]
         trace: bool,
+        #[command(flatten)]
+        budget: Budget,
         /// Detach after this long (10s, 500ms, 2m) [default: on Ctrl-C].
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
@@ -151,11 +157,43 @@ struct LiveSelect {
 }
 
 impl LiveSelect {
-    fn probes(self, trace: bool) -> Result<live::Probes> {
+    fn probes(self, trace: bool, budget: Budget) -> Result<live::Probes> {
         if !self.probe.contains(&Probe::Entry) {
             bail!("--probe needs `entry`: exits are timed against their entries (use --probe entry,exit)");
         }
-        Ok(live::Probes { include: self.include, exclude: self.exclude, timing: self.probe.contains(&Probe::Exit), trace })
+        let timing = self.probe.contains(&Probe::Exit) || trace;
+        let budget_ppm = budget.ppm(timing)?;
+        Ok(live::Probes { include: self.include, exclude: self.exclude, timing, trace, budget_ppm })
+    }
+}
+
+/// `--budget`: how much timing may slow the program down.
+#[derive(clap::Args, Clone, Copy)]
+struct Budget {
+    /// Keep timing's cost within this share of the run time (5%, 2.5): the probes measure which
+    /// timed functions are so short and frequent that timing them costs more, and switch those
+    /// to counting as the program runs (their time then shows in their callers' self time;
+    /// `lopi report` lists what was switched and when). `LOPI_BUDGET` in the program's
+    /// environment overrides it.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_budget)]
+    budget: Option<u32>,
+}
+
+impl Budget {
+    fn ppm(self, timing: bool) -> Result<u32> {
+        match self.budget {
+            Some(_) if !timing => bail!("--budget limits the cost of timing: use it with --probe entry,exit"),
+            budget => Ok(budget.unwrap_or(0)),
+        }
+    }
+}
+
+/// A share of the run time in percent (`5%`, `2.5`), as parts per million.
+fn parse_budget(text: &str) -> Result<u32, String> {
+    let number = text.strip_suffix('%').unwrap_or(text).trim();
+    match number.parse::<f64>() {
+        Ok(p) if p > 0.0 && p < 100.0 => Ok((p * 10_000.0).round().max(1.0) as u32),
+        _ => Err(format!("{text:?} is not a percentage between 0 and 100 (such as 5%)")),
     }
 }
 
@@ -207,9 +245,9 @@ fn run(cli: Cli) -> Result<()> {
                 Format::Text => print(&show::info_text(&module, &selection, &summary)),
             }
         }
-        Command::Rewrite { prog, output, select, trace } => {
+        Command::Rewrite { prog, output, select, trace, budget } => {
             let timing = trace || select.timing()?;
-            let recording = lopi_rewrite::Recording { trace };
+            let recording = lopi_rewrite::Recording { trace, budget_ppm: budget.ppm(timing)? };
             let summary = rewrite(&prog, &output, &select.filter()?, timing, recording)?;
             eprintln!("lopi: wrote {}: {summary}", output.display());
             Ok(())
@@ -241,8 +279,10 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
-        Command::Run { select, trace, quiet, arg0, command } => live::run(&select.probes(trace)?, &command, arg0, quiet),
-        Command::Attach { pid, select, trace, duration } => live::attach(&select.probes(trace)?, pid, duration),
+        Command::Run { select, trace, budget, quiet, arg0, command } => {
+            live::run(&select.probes(trace, budget)?, &command, arg0, quiet)
+        }
+        Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget)?, pid, duration),
         Command::Demo { dir } => demo::run(dir),
     }
 }

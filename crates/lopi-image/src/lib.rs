@@ -40,6 +40,9 @@ pub struct ModuleNames {
 pub struct Recording {
     /// Record every entry and exit of timed functions, with timestamps.
     pub trace: bool,
+    /// Perturbation budget of timing, in parts per million of the run time (0: none; the
+    /// program's `LOPI_BUDGET` overrides it).
+    pub budget_ppm: u32,
 }
 
 /// What the installer needs besides the plan.
@@ -151,6 +154,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         vars_offset: vars_vaddr.wrapping_sub(desc_vaddr) as i64,
         rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,
         stride: u64::from(stride),
+        budget_ppm: u64::from(request.recording.budget_ppm),
         probes: if plan.probed.iter().any(|p| p.timed) {
             let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
             let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {

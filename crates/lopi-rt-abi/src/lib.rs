@@ -20,7 +20,7 @@ pub const DATA_MAGIC_PREFIX: [u8; 7] = *b"LOPIDAT";
 pub const RECORD_MAGIC: [u8; 8] = *b"LOPIREC2";
 
 /// First bytes of the module descriptor the rewriter places in the image.
-pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD3";
+pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD4";
 
 /// What every descriptor magic starts with, of any version: a file holding it was rewritten.
 pub const DESCRIPTOR_MAGIC_PREFIX: [u8; 7] = *b"LOPIMOD";
@@ -62,10 +62,12 @@ pub struct ModuleDescriptor {
     pub stride: u64,
     /// `PROBE_*` bits: what the trampolines record besides counts.
     pub probes: u64,
+    /// Perturbation budget in parts per million (0: none) unless `LOPI_BUDGET` says otherwise.
+    pub budget_ppm: u64,
 }
 
 /// Size of `ModuleDescriptor` in bytes.
-pub const DESCRIPTOR_LEN: usize = 88;
+pub const DESCRIPTOR_LEN: usize = 96;
 
 /// [`ModuleDescriptor::probes`]: exit probes and timing (calling-context trees per thread).
 pub const PROBE_TIMING: u64 = 1;
@@ -177,6 +179,7 @@ impl ModuleDescriptor {
         out[64..72].copy_from_slice(&self.rseq_table_offset.to_le_bytes());
         out[72..80].copy_from_slice(&self.stride.to_le_bytes());
         out[80..88].copy_from_slice(&self.probes.to_le_bytes());
+        out[88..96].copy_from_slice(&self.budget_ppm.to_le_bytes());
         out
     }
 }
@@ -216,7 +219,7 @@ pub struct RuntimeVars {
     /// Most frames a thread's shadow stack may grow to.
     pub stack_limit: u32,
     /// Perturbation budget in parts per million of each thread's run time (0: none): the
-    /// probes switch the most frequently called functions to counting to stay within it.
+    /// probes switch the shortest frequently called functions to counting to stay within it.
     pub budget_ppm: u32,
     /// Trace events per thread (0 without `PROBE_TRACE`).
     pub trace_cap: u64,

@@ -92,8 +92,10 @@ pub struct ThreadProfile {
     pub paused_ns: f64,
     /// Exits whose clock read came before their entry's (a TSC step between CPUs), taken as 0.
     pub clock_backwards: u64,
-    /// Functions the budget switched from timing to counting, in order.
+    /// Functions the budget switched from timing to counting, in order, and how many more
+    /// did not fit in the log.
     pub switches: Vec<Switched>,
+    pub switches_unlogged: u64,
 }
 
 /// A function the perturbation budget switched to counting.
@@ -334,6 +336,7 @@ impl Timing {
                 paused_ns: ns(h.paused_ticks as f64),
                 clock_backwards: h.clock_backwards,
                 switches,
+                switches_unlogged: h.switches_dropped,
             });
         }
         Some(Timing { functions, threads, probe_cost })

@@ -344,7 +344,7 @@ pub unsafe extern "C" fn lopi_rt_init(
             }
             path.as_bytes().iter().for_each(|&c| put(c));
             *dst.add(n) = 0;
-            timing::enable(vars, d.probes, d.counter_count, pid as u32, envp);
+            timing::enable(vars, d, pid as u32, envp);
         }
     }
     err.min(0)

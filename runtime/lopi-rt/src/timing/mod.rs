@@ -119,7 +119,8 @@ fn set_fork_slot(s: usize) {
 ///
 /// # Safety
 /// `v` is the module's variables page (followed by its path page, already written).
-pub unsafe fn enable(v: *mut RuntimeVars, probes: u64, counter_count: u64, pid: u32, envp: *const *const u8) {
+pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, envp: *const *const u8) {
+    let probes = d.probes;
     // SAFETY: the caller's contract; mmap/madvise of a fresh anonymous page.
     unsafe {
         (*v).space_pid = pid;
@@ -127,8 +128,8 @@ pub unsafe fn enable(v: *mut RuntimeVars, probes: u64, counter_count: u64, pid: 
         // `thread.rs`): 2^25 nodes is 2.3 GiB per thread (64-byte nodes and their hash slots).
         (*v).node_limit = env_number(envp, b"LOPI_NODES", 1 << 25, 1 << 30).max(64).next_power_of_two() as u32;
         (*v).stack_limit = env_number(envp, b"LOPI_DEPTH", 1 << 20, 1 << 26) as u32;
-        (*v).budget_ppm = env_budget(envp);
-        (*v).counter_count = counter_count;
+        (*v).budget_ppm = env_budget(envp).unwrap_or(d.budget_ppm.min(999_999) as u32);
+        (*v).counter_count = d.counter_count;
         (*v).trace_cap =
             if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
         (*v).tsc_hz = tsc_hz();
@@ -211,10 +212,10 @@ unsafe extern "C" fn after_fork_in_parent() {
 }
 
 /// `LOPI_BUDGET`: the perturbation budget in percent (`5`, `2.5`, `5%`), as parts per million;
-/// 0 (no budget) when unset, invalid or not below 100.
-fn env_budget(envp: *const *const u8) -> u32 {
+/// `None` when unset, 0 (no budget) when invalid or not below 100.
+fn env_budget(envp: *const *const u8) -> Option<u32> {
     // SAFETY: envp is the process environment (NULL-terminated, or null).
-    let Some(mut p) = (unsafe { crate::getenv(envp, b"LOPI_BUDGET") }) else { return 0 };
+    let mut p = unsafe { crate::getenv(envp, b"LOPI_BUDGET") }?;
     let (mut whole, mut frac, mut scale) = (0u64, 0u64, 1u64);
     let mut seen_point = false;
     // SAFETY: the value is NUL-terminated.
@@ -231,7 +232,7 @@ fn env_budget(envp: *const *const u8) -> u32 {
                 b'.' if !seen_point => seen_point = true,
                 b'%' if *p.add(1) == 0 => {}
                 0 => break,
-                _ => return 0,
+                _ => return Some(0),
             }
             p = p.add(1);
         }
@@ -243,7 +244,7 @@ fn env_budget(envp: *const *const u8) -> u32 {
         scale /= 10;
     }
     let ppm = whole.saturating_mul(10_000).saturating_add(frac_ppm);
-    if ppm >= 1_000_000 { 0 } else { ppm as u32 }
+    Some(if ppm >= 1_000_000 { 0 } else { ppm as u32 })
 }
 
 /// A decimal environment value, clamped to `1..=max`; `default` when unset or invalid.
