@@ -43,7 +43,7 @@ fn pipeline(bytes: &[u8]) {
     let Ok(module) = ElfModule::parse(bytes) else { return };
     let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
-    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true });
+    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 });
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn mutated_timed_data_files_never_panic() {
     let module = ElfModule::parse(&original).unwrap();
     let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
-    let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true }).unwrap();
+    let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 }).unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
     let exe = dir.join("sample.timed");
     let data = dir.join("sample.timed.lopi");
