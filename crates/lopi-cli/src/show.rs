@@ -291,8 +291,8 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
         let more = if more > 0 { format!(", {more} more") } else { String::new() };
         let _ = writeln!(
             out,
-            "note: the budget switched {} functions from timing to counting: {}{more}; their calls since are counted, and their time is in their callers' self time",
-            switches.len() + unlogged as usize,
+            "note: the budget switched {} from timing to counting: {}{more}; their calls since are counted, and their time is in their callers' self time",
+            plural(switches.len() + unlogged as usize, "function"),
             list.join(", ")
         );
     }
@@ -304,6 +304,10 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
             t.tid, t.pid, t.trace_dropped, t.trace_events
         );
     }
+}
+
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// `--callers F` / `--callees F`: the edges into or out of the functions named `name`.

@@ -1715,6 +1715,120 @@ fn recursion_deeper_than_shadow_stack() {
     }
 }
 
+/// paths.c needs about 153,000 calling-context nodes: the tree grows past its first 16,384
+/// and every call is in it. With LOPI_NODES=4096 it reaches its limit: later paths are timed
+/// per function under [merged call paths], calls stay exact, none is untimed, and each
+/// function's self and total time stay close to the full tree's. main's self time stays
+/// small: merged calls' time is not moved to their callers.
+#[test]
+fn tree_grows_and_merges_paths_at_its_limit() {
+    for cfg in configs() {
+        let mut b = build("paths.c", cfg, &[]);
+        let names = b.names();
+        let exp = b.fx.expect.clone();
+        let p = b.run_pair(&[]);
+        b.check_functions(&p.report, &exp, &["leaf"]);
+        b.check_tree_has_every_call(&p.report, &names);
+        for field in ["merged_calls", "untimed_calls", "unmatched_exits", "too_deep"] {
+            b.check_thread_counter(&p.report, field, 0);
+        }
+
+        // Times against the full tree's: a thread descheduled for milliseconds in one run
+        // moves them, so a few attempts (each a new full-tree run too).
+        let timed: Vec<String> = names.iter().filter(|n| b.is_timed(n)).cloned().collect();
+        let mut full = p.report;
+        let mut attempt = 0;
+        let (data, merged, n) = loop {
+            attempt += 1;
+            let (got, _, data) = b.run_rewritten(&[("LOPI_NODES", "4096")]);
+            b.same_behaviour(&p.want, &got);
+            let merged = b.report(&data);
+            let n = merged.thread_sum("merged_calls");
+            let mut off = Vec::new();
+            for name in &timed {
+                for field in ["self_ns", "total_ns"] {
+                    let (want, got) = (full.num(name, field), merged.num(name, field));
+                    if !close(got, want, 0.25, 1e6) {
+                        off.push(format!("{name}: {field} {got} merged, {want} with the full tree"));
+                    }
+                }
+            }
+            if off.is_empty() || attempt == 3 {
+                off.into_iter().for_each(|o| b.problem(o));
+                break (data, merged, n);
+            }
+            let (_, _, again) = b.run_rewritten(&[]);
+            full = b.report(&again);
+        };
+        b.check_functions(&merged, &exp, &["leaf"]);
+        b.check_tree_has_every_call(&merged, &names);
+        b.check_self_within_total(&merged);
+        for field in ["untimed_calls", "unmatched_exits"] {
+            b.check_thread_counter(&merged, field, 0);
+        }
+        b.check(n > 100_000, || format!("only {n} calls merged with LOPI_NODES=4096"));
+        if b.is_timed("main") {
+            for (r, which) in [(&full, "full tree"), (&merged, "merged")] {
+                let (self_ns, total) = (r.num("main", "self_ns"), r.num("main", "total_ns"));
+                b.check(self_ns < 0.05 * total, || format!("main's self time {self_ns} of {total} ({which})"));
+            }
+        }
+        let text = b.lopi(&["report".as_ref(), data.as_os_str()]).stdout_str();
+        b.check(text.contains(&format!("note: {n} calls on call paths beyond the tree's limit")), || {
+            format!("text report lacks the merged-paths note:\n{text}")
+        });
+        b.finish();
+    }
+}
+
+/// `--budget 5%`: tiny() (20 million calls of a few ns) is switched to counting early, slow()
+/// (20 calls of 2 ms) and work() stay timed; every call is still counted, slow()'s time is
+/// right, and the report says what was switched. LOPI_BUDGET=0 turns the budget off.
+#[test]
+fn budget_switches_short_frequent_functions() {
+    budget_in(false);
+}
+
+#[test]
+fn budget_switches_short_frequent_functions_live() {
+    budget_in(true);
+}
+
+fn budget_in(live: bool) {
+    for cfg in configs() {
+        let mut b = build_mode("budget.c", cfg, &["--budget", "5%"], live);
+        let names = b.names();
+        let exp = b.fx.expect.clone();
+        let p = b.run_pair(&[]);
+        let r = &p.report;
+        b.check_functions(r, &exp, &["slow", "work"]);
+        b.check_self_within_total(r);
+        let switched: Vec<String> = r
+            .threads()
+            .iter()
+            .flat_map(|t| t["switches"].as_array().cloned().unwrap_or_default())
+            .filter_map(|s| s["function"].as_str().map(String::from))
+            .collect();
+        b.check(switched.iter().any(|f| f == "tiny"), || format!("tiny not switched; switched: {switched:?}"));
+        for keep in ["slow", "work", "main"] {
+            b.check(!switched.iter().any(|f| f == keep), || format!("{keep} was switched: {switched:?}"));
+        }
+        b.check(r.tree_calls("slow") == 20, || format!("slow: {} timed calls, want 20", r.tree_calls("slow")));
+        let (slow, own) = (r.num("slow", "total_ns"), measured(&p.got)["slow_sum"] as f64);
+        b.check(close(slow, own, 0.05, 0.0), || format!("slow: {slow} ns, the program measured {own} ns"));
+        b.check(r.tree_calls("tiny") < 20_000_000 / 10, || format!("tiny: {} calls still timed", r.tree_calls("tiny")));
+        let text = b.lopi(&["report".as_ref(), p.data.as_os_str()]).stdout_str();
+        b.check(text.contains("note: the budget switched") && text.contains("tiny at "), || format!("text report:\n{text}"));
+
+        let (got, _, data) = b.run_rewritten(&[("LOPI_BUDGET", "0")]);
+        b.same_behaviour(&p.want, &got);
+        let off = b.report(&data);
+        b.check_functions(&off, &exp, &["slow", "work", "tiny"]);
+        b.check_tree_has_every_call(&off, &names);
+        b.finish();
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 11. Trace mode
 // ---------------------------------------------------------------------------

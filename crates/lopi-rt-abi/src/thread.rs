@@ -162,7 +162,8 @@ pub struct ContextNode {
     pub max_ticks: u64,
     pub cache_func: u64,
     /// Durations of calls made directly from calls on this path whose own paths were merged,
-    /// plus what their probes cost this path's calls.
+    /// less the probe time inside each (their probes' cost to this path is taken out of its
+    /// clock instead).
     pub merged_ticks: u64,
     /// A merged node: the durations of its calls made while no other call of the same
     /// function was open (its inclusive time). Unused in path nodes.

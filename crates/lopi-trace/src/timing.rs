@@ -152,7 +152,6 @@ struct Raw {
 /// calls).
 fn close_open_frames(chunk: &crate::ThreadChunk, raw: &mut [Raw]) {
     let h = &chunk.header;
-    let cost = h.probe_pair_ticks.saturating_sub(h.probe_inner_ticks);
     for (i, frame) in chunk.open_frames.iter().enumerate().rev() {
         if frame.flags & abi::FRAME_UNTIMED != 0 {
             continue;
@@ -168,7 +167,7 @@ fn close_open_frames(chunk: &crate::ThreadChunk, raw: &mut [Raw]) {
             }
             if let Some(below) = i.checked_sub(1).map(|b| chunk.open_frames[b]) {
                 if below.flags & abi::FRAME_UNTIMED == 0 {
-                    raw[below.node as usize].merged_ticks += dt + cost;
+                    raw[below.node as usize].merged_ticks += dt.saturating_sub(h.probe_inner_ticks);
                 }
             }
         }
@@ -254,7 +253,9 @@ impl Timing {
                 })
                 .collect();
             // Self time: the inclusive time less the children's and less the calls made from
-            // here whose paths were merged (the runtime added their probes' cost there too).
+            // here whose paths were merged. Merged calls are not in the tree: the runtime took
+            // their probes' cost out of their ancestors' clocks, and their inner cost out of
+            // `merged_ticks`, so that a merged child weighs on its caller as a tree child does.
             // Merged nodes' children are other merged nodes, known only through that sum.
             let merged_self = |r: &Raw| (r.ticks as f64 - r.calls as f64 * inner - r.merged_ticks as f64).max(0.0);
             // The estimate can take more than a path's real probe cost (calls left by longjmp
@@ -263,7 +264,8 @@ impl Timing {
             let mut children_total = vec![0.0; raw.len()];
             for i in (1..raw.len()).rev() {
                 if is_merged(i) {
-                    corrected[i] = corrected[i].max(merged_self(&raw[i]));
+                    // Its inclusive time counts only calls no other call of its function
+                    // enclosed, so it may be less than its self time.
                     continue;
                 }
                 corrected[i] = corrected[i].max(children_total[i] + raw[i].merged_ticks as f64);

@@ -383,16 +383,18 @@ impl Thread {
                     (*n).aux = (*n).aux.wrapping_add(dt);
                 }
                 (*h).merged_calls += 1;
-                // The caller's self time excludes this call, and the cost its probes added to
-                // the caller (the tree's children are corrected by the reader instead).
+                // The reader removes the probes' cost of a call from its ancestors through
+                // the tree; a merged call is not in the tree, so the clock of every call still
+                // open stops for that cost here. What then remains of its probes in the
+                // caller's self time is `inner` less than a tree child's (see the reader).
                 if depth > 0 {
                     let below = *self.frame(depth - 1);
                     if below.flags & abi::FRAME_UNTIMED == 0 {
-                        let cost = (*h).probe_pair_ticks.saturating_sub((*h).probe_inner_ticks);
                         let p = self.node(below.node);
-                        (*p).merged_ticks = (*p).merged_ticks.wrapping_add(dt + cost);
+                        (*p).merged_ticks = (*p).merged_ticks.wrapping_add(dt.saturating_sub((*h).probe_inner_ticks));
                     }
                 }
+                self.pause((*h).probe_pair_ticks);
             }
             self.record(now, f.node, kind);
         }
