@@ -280,8 +280,10 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// Parses `path` for planning, with the symbols of its separate debug file if it has one.
 fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<ElfModule<'d>> {
-    ElfModule::parse(data).with_context(|| format!("{}", path.display()))
+    let debug = lopi_elf::DebugFile::find(path, data, &lopi_elf::debug_dir());
+    ElfModule::parse_with_debug(data, debug.as_ref()).with_context(|| format!("{}", path.display()))
 }
 
 /// Rewrites `prog` into `output`; returns the summary line.
