@@ -199,8 +199,9 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info { prog, select, format } => {
             let data = read(&prog)?;
-            let module = parse(&prog, &data)?;
-            let selection = lopi_patch::select(&module, &select.filter()?, select.timing()?);
+            let mut module = parse(&prog, &data)?;
+            let analysis = lopi_patch::analyse(&mut module);
+            let selection = lopi_patch::select(&module, &analysis, &select.filter()?, select.timing()?);
             let summary = show::Summary::new(&module, &selection.outcomes, &selection.timing);
             match format {
                 Format::Json => print_json(&show::info_json(&prog, &module, &selection, &summary)),
@@ -299,8 +300,9 @@ pub(crate) fn rewrite(
     if same_file(prog, output) {
         bail!("refusing to overwrite the input {}; choose another -o", prog.display());
     }
-    let module = parse(prog, &data)?;
-    let selection = lopi_patch::select(&module, filter, timing);
+    let mut module = parse(prog, &data)?;
+    let analysis = lopi_patch::analyse(&mut module);
+    let selection = lopi_patch::select(&module, &analysis, filter, timing);
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
         source: absolute(prog).display().to_string(),

@@ -8,6 +8,7 @@ mod addr;
 mod debug_file;
 mod functions;
 mod lsda;
+mod references;
 mod unwind;
 
 pub use addr::{FileOffset, Svma};

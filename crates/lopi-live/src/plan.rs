@@ -63,13 +63,14 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError
             Err(_) => (path.clone(), std::fs::read(&path).map_err(LiveError::io(format!("reading {path}")))?),
         };
         let debug = lopi_elf::DebugFile::find(std::path::Path::new(&file), &data, &lopi_elf::debug_dir());
-        let module = ElfModule::parse_with_debug(&data, debug.as_ref()).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
+        let mut module = ElfModule::parse_with_debug(&data, debug.as_ref()).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
         let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
         let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
         if code.0 >= code.1 {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
-        let mut selection = lopi_patch::select(&module, &request.filter, spec.timing);
+        let analysis = lopi_patch::analyse(&mut module);
+        let mut selection = lopi_patch::select(&module, &analysis, &request.filter, spec.timing);
         if let Some(entry) = entry.filter(|_| request.library.is_none()) {
             let entry = entry.wrapping_sub(bias);
             if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {

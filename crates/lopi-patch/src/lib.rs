@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod exits;
+mod fragments;
 mod gaps;
 mod targets;
 
@@ -215,10 +216,31 @@ pub struct PatchPlan {
     pub exit_sites: usize,
 }
 
+/// What the planner learns from a module's code before it chooses sites.
+pub struct Analysis {
+    targets: Targets,
+    /// FDE-only functions found to be fragments of another function.
+    pub fragments_recognised: usize,
+}
+
+/// Sweeps `module`'s code once for branch targets, and moves the cold fragments that
+/// `.eh_frame` alone took for functions from `module.functions` to `module.fragments`
+/// (see `fragments.rs`). Run it before anything reads the function list: [`select`] needs its
+/// result, and outcomes, metadata and reports index that list.
+pub fn analyse(module: &mut ElfModule<'_>) -> Analysis {
+    let mut targets = targets::collect(module);
+    let fragments_recognised = fragments::recognise(module, &targets);
+    if fragments_recognised > 0 {
+        targets.reread_tables(module);
+    }
+    Analysis { targets, fragments_recognised }
+}
+
 /// Chooses a tactic for every selected function, and with `timing` its exit sites.
-pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selection {
-    let targets = targets::collect(module);
-    let mut gaps = Gaps::find(module, &targets);
+/// `analysis` comes from [`analyse`] on this module.
+pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timing: bool) -> Selection {
+    let targets = &analysis.targets;
+    let mut gaps = Gaps::find(module, targets);
     let starts: Vec<u64> = {
         let mut s: Vec<u64> =
             module.functions.iter().map(|f| f.addr.0).chain(module.fragments.iter().map(|f| f.0 .0)).collect();
@@ -241,7 +263,7 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
             n => (function.addr.0 + n).min(next_start),
         };
         ends[index] = end;
-        match entry_site(module, index, end, &targets, &mut gaps) {
+        match entry_site(module, index, end, targets, &mut gaps) {
             Ok(Choice::Direct(site)) => {
                 if let Some(tactic) = site.entry {
                     outcomes[index] = Outcome::Probed(tactic);
@@ -266,7 +288,7 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
     if timing {
-        plan_timing(module, &ends, &targets, &mut gaps, &mut sites, &mut timing_outcomes);
+        plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes);
     }
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes }

@@ -40,8 +40,9 @@ fn build_sample() -> Vec<u8> {
 }
 
 fn pipeline(bytes: &[u8]) {
-    let Ok(module) = ElfModule::parse(bytes) else { return };
-    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
+    let Ok(mut module) = ElfModule::parse(bytes) else { return };
+    let analysis = lopi_patch::analyse(&mut module);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
     let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true });
 }
@@ -130,8 +131,9 @@ fn mutated_data_files_never_panic() {
 fn mutated_timed_data_files_never_panic() {
     use std::os::unix::fs::PermissionsExt;
     let original = build_sample();
-    let module = ElfModule::parse(&original).unwrap();
-    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
+    let mut module = ElfModule::parse(&original).unwrap();
+    let analysis = lopi_patch::analyse(&mut module);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
     let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true }).unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
