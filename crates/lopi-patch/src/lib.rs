@@ -14,6 +14,7 @@
 mod exits;
 mod fragments;
 mod gaps;
+mod lend;
 mod targets;
 
 pub use exits::UntimedReason;
@@ -21,7 +22,7 @@ use exits::{CodeMap, Region};
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use targets::Targets;
 
 /// How a probed function's entry is patched.
@@ -274,16 +275,23 @@ pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timi
             Err(reason) => outcomes[index] = Outcome::Skipped(reason),
         }
     }
-    // Bounces go last, into whatever padding the direct tactics left free.
+    // Bounces go last, into whatever padding the direct tactics left free, or into room a
+    // neighbouring entry site lends (once).
+    let mut lent = HashSet::new();
     for (index, entry) in need_bounce {
-        match bounce_site(index, entry, &mut gaps) {
-            Ok(site) => {
-                if let Some(tactic) = site.entry {
-                    outcomes[index] = Outcome::Probed(tactic);
-                }
-                sites.push(site);
+        // The rel8 displacement counts from the end of the 2-byte jump.
+        let from = entry.patch_at.0 + JMP8_LEN as u64;
+        let (lo, hi) = (from.saturating_sub(128), from + 127 - JMP32_LEN as u64);
+        let bounce = gaps.take_near(lo, hi, JMP32_LEN).or_else(|| {
+            lend::lend_room(module, &mut sites, &mut lent, &ends, targets, &mut gaps, lo, hi).then(|| gaps.take_near(lo, hi, JMP32_LEN)).flatten()
+        });
+        match bounce {
+            Some(bounce) => {
+                outcomes[index] = Outcome::Probed(Tactic::Jmp8ViaBounce);
+                let covered = entry.len;
+                sites.push(entry.into_site(index, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce))));
             }
-            Err(reason) => outcomes[index] = Outcome::Skipped(reason),
+            None => outcomes[index] = Outcome::Skipped(SkipReason::NoBounceSpace),
         }
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
@@ -597,15 +605,6 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
     })
 }
 
-/// Tactic 3, for an entry that tactics 1 and 2 could not take.
-fn bounce_site(index: usize, entry: Entry, gaps: &mut Gaps) -> Result<Site, SkipReason> {
-    // The rel8 displacement counts from the end of the 2-byte jump.
-    let from = entry.patch_at.0 + JMP8_LEN as u64;
-    let bounce = gaps.take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN).ok_or(SkipReason::NoBounceSpace)?;
-    let covered = entry.len;
-    Ok(entry.into_site(index, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce))))
-}
-
 impl Selection {
     /// Number of counters the layout must provide (an upper bound: a site that cannot be
     /// encoded is dropped).
@@ -625,6 +624,8 @@ impl Selection {
         loop {
             match self.try_lay_out(module, layout) {
                 Ok(plan) => return plan,
+                // An entry site fails only when the room it borrowed for its bounce went.
+                Err(failed) if self.sites[failed].entry.is_some() => self.remove_entry(failed, SkipReason::NoBounceSpace),
                 Err(failed) => self.demote(failed, UntimedReason::RelocationFailed),
             }
         }
@@ -640,14 +641,28 @@ impl Selection {
             self.demote(index, UntimedReason::ThreadInside);
             return true;
         }
-        let function = self.sites.remove(index).function;
-        self.outcomes[function] = Outcome::Skipped(SkipReason::ThreadInside);
-        self.timing[function] = TimingOutcome::Off;
-        for site in &mut self.sites {
-            site.owners.retain(|&o| o != function);
+        self.remove_entry(index, SkipReason::ThreadInside);
+        true
+    }
+
+    /// Gives up the entry site at `index`: its function is skipped for `reason` and no longer
+    /// needs its exit sites; sites whose bounce was in its moved bytes (see `lend.rs`) go too.
+    fn remove_entry(&mut self, index: usize, reason: SkipReason) {
+        let site = self.sites.remove(index);
+        self.outcomes[site.function] = Outcome::Skipped(reason);
+        self.timing[site.function] = TimingOutcome::Off;
+        for s in &mut self.sites {
+            s.owners.retain(|&o| o != site.function);
         }
         self.sites.retain(|s| s.entry.is_some() || !s.owners.is_empty());
-        true
+        let lent = site.patch_at.0..site.patch_at.0 + site.covered as u64;
+        while let Some(i) = self.sites.iter().position(|s| s.bounce.is_some_and(|b| lent.contains(&b.0))) {
+            if self.sites[i].entry.is_some() {
+                self.remove_entry(i, SkipReason::NoBounceSpace);
+            } else {
+                self.demote(i, UntimedReason::NoBounceSpace);
+            }
+        }
     }
 
     /// Counts `function` without timing it (its entry stops calling the entry probe; exit
@@ -690,6 +705,7 @@ impl Selection {
         let mut code = Vec::new();
         let mut exit_sites = 0;
         let mut failed_entries = Vec::new();
+        let mut failed_ranges = Vec::new();
         for (index, site) in self.sites.iter().enumerate() {
             let trampoline = layout.trampolines + code.len() as u64;
             let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0) };
@@ -723,6 +739,7 @@ impl Selection {
                 let reason = if site_patches(module, site, trampoline).is_none() { SkipReason::OutOfRange } else { SkipReason::RelocationFailed };
                 outcomes[site.function] = Outcome::Skipped(reason);
                 failed_entries.push(site.function);
+                failed_ranges.push(site.patch_at.0..site.patch_at.0 + site.covered as u64);
                 continue;
             };
             code.extend_from_slice(&bytes);
@@ -744,14 +761,20 @@ impl Selection {
                 None => exit_sites += 1,
             }
         }
-        // An entry that could not be placed takes its exit sites with it.
+        // An entry that could not be placed takes its exit sites with it, and the sites that
+        // borrowed room in its moved bytes (their bounce would land in live code).
         if let Some(i) = self.sites.iter().position(|s| s.entry.is_none() && s.owners.iter().any(|o| failed_entries.contains(o))) {
+            return Err(i);
+        }
+        let borrowed = |s: &Site| s.bounce.is_some_and(|b| failed_ranges.iter().any(|r: &std::ops::Range<u64>| r.contains(&b.0)));
+        if let Some(i) = self.sites.iter().position(borrowed) {
             return Err(i);
         }
         let mut timing = self.timing.clone();
         for &f in &failed_entries {
             timing[f] = TimingOutcome::Off;
         }
+        let code_patches = lend::merge_nested(code_patches);
         Ok(PatchPlan { layout, probed, rseq_sections, code_patches, trampoline_code: code, outcomes, timing, exit_sites })
     }
 }
