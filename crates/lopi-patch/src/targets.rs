@@ -51,13 +51,15 @@ pub struct Jump {
     pub conditional: bool,
 }
 
-/// A jump table read from the code between `lo` and `hi`.
+/// A jump table read from the code between `lo` and `hi`, whose reading stopped at an entry
+/// for `stop`.
 #[derive(Clone, Copy)]
 struct Table {
     base: u64,
     relative: bool,
     lo: u64,
     hi: u64,
+    stop: u64,
 }
 
 impl Targets {
@@ -89,10 +91,13 @@ pub fn collect(module: &ElfModule<'_>) -> Targets {
 }
 
 impl Targets {
-    /// Reads again the tables that stopped at code outside their function, after fragments
-    /// moved from the functions (more entries may now be known parts of their function).
+    /// Reads again the tables that stopped at code now known to be a fragment, after fragments
+    /// moved from the functions (more entries may be parts of their function).
     pub fn reread_tables(&mut self, module: &ElfModule<'_>) {
         for t in std::mem::take(&mut self.tables) {
+            if !in_fragment(module, t.stop) {
+                continue;
+            }
             if t.relative {
                 relative_jump_table(module, t.base, t.lo, t.hi, self);
             } else {
@@ -158,7 +163,7 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
         let target = table.wrapping_add(rel as i64 as u64);
         if !(lo..hi).contains(&target) && !in_fragment(module, target) {
             if module.code_section_of(Svma(target)).is_some() {
-                targets.tables.push(Table { base: table, relative: true, lo, hi });
+                targets.tables.push(Table { base: table, relative: true, lo, hi, stop: target });
             }
             break;
         }
@@ -180,7 +185,7 @@ fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
         let label = module.code_section_of(Svma(target)).is_some() && !is_function_entry(module, target);
         if !(mine || (i > 0 && label)) {
             if module.code_section_of(Svma(target)).is_some() {
-                targets.tables.push(Table { base: table, relative: false, lo, hi });
+                targets.tables.push(Table { base: table, relative: false, lo, hi, stop: target });
             }
             break;
         }
