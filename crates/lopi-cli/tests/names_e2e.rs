@@ -290,3 +290,35 @@ fn libc_is_named_from_its_debug_package() {
     let text = must(lopi(Path::new("/usr/lib/debug")).arg("info").arg(libc)).stdout_str();
     assert_eq!(text.lines().next(), Some(format!("symbols: {}", debug.display()).as_str()));
 }
+
+/// C++ with exceptions: the linker puts `.cold` parts (here a throw) first in `.text`, right
+/// after the PLT, with no code of the file before them.
+#[test]
+fn cold_parts_at_the_start_of_text_are_not_functions() {
+    let fixture = Fixture::load("exceptions.cpp");
+    for opt in ["-O2", "-O3"] {
+        let dir = fresh_dir(&format!("names-cold-cxx{opt}"));
+        let nowhere = dir.join("no-debug-dir");
+        let prog = dir.join("prog");
+        compile(Command::new("c++").arg(opt).arg("-o").arg(&prog).arg(&fixture.path)).unwrap();
+        let stripped = dir.join("prog.stripped");
+        must(Command::new("strip").arg("-o").arg(&stripped).arg(&prog));
+        let symbols = must(Command::new("readelf").arg("-sW").arg(&prog)).stdout_str();
+        let cold: Vec<u64> = symbols
+            .lines()
+            .filter(|l| l.contains(".cold"))
+            .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+            .collect();
+        assert!(!cold.is_empty(), "{opt}: the fixture should have .cold parts");
+        let full = names(&info(&prog, &nowhere, false));
+        let bare = names(&info(&stripped, &nowhere, false));
+        for (addr, name) in &bare {
+            assert!(full.contains_key(addr), "{opt}: {name} ({addr:#x}) is no function of the unstripped file");
+        }
+        for (name, _) in &fixture.expect {
+            let addr = full.iter().find(|(_, n)| *n == name).map(|(a, _)| a).unwrap_or_else(|| panic!("{opt}: {name}"));
+            assert!(bare.contains_key(addr), "{opt}: {name} ({addr:#x}) not found in the stripped file");
+        }
+        cleanup(&dir);
+    }
+}

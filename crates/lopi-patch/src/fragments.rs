@@ -7,9 +7,10 @@
 //! - nothing calls it or takes its address (direct calls; `lea` and other rip-relative
 //!   operands; absolute constants in non-PIC code; symbols, relocations, data words, the entry
 //!   point, see [`ElfModule::referenced_from_data`]);
-//! - the code before it ends right at its start (compilers pad function entries to an
-//!   alignment; `.cold` sections are not aligned), and at a 16-byte boundary at least one
-//!   conditional jump enters it (a tail call's `jmp` alone is not enough there);
+//! - the code before it ends right at its start, or it starts a code section (compilers pad
+//!   function entries to an alignment; `.cold` sections are not aligned, and the linker puts
+//!   them first in `.text`), and at a 16-byte boundary at least one conditional jump enters it
+//!   (a tail call's `jmp` alone is not enough there);
 //! - every direct jump into it comes from F or from F's fragments.
 //!
 //! A real function that only F reaches, by tail jumps, unaligned and right after other code
@@ -32,7 +33,8 @@ struct Region {
     start: u64,
     end: u64,
     kind: Kind,
-    /// The code before it ends right at its start: no alignment padding in between.
+    /// The code before it ends right at its start, or it starts its section: no alignment
+    /// padding in between.
     adjacent: bool,
 }
 
@@ -148,7 +150,8 @@ fn regions(module: &ElfModule<'_>, candidates: &BTreeSet<u64>) -> Vec<Region> {
             let (start, size, kind) = starts[i];
             let next = starts.get(i + 1).map_or(u64::MAX, |s| s.0);
             let end = if size == 0 { next } else { (start + size).min(next) };
-            let adjacent = i.checked_sub(1).is_some_and(|p| starts[p].1 != 0 && starts[p].0 + starts[p].1 == start);
+            let after_code = i.checked_sub(1).is_some_and(|p| starts[p].1 != 0 && starts[p].0 + starts[p].1 == start);
+            let adjacent = after_code || module.code_sections.iter().any(|s| s.addr.0 == start);
             Region { start, end, kind, adjacent }
         })
         .collect()
