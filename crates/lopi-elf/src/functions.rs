@@ -11,7 +11,7 @@ use object::elf;
 use object::read::elf::{FileHeader as _, SectionTable, Sym as _};
 use object::read::ReadRef;
 use object::LittleEndian as LE;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// Where a function was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -42,6 +42,8 @@ struct Found<'a> {
     fdes: &'a BTreeMap<u64, Fde>,
     by_addr: BTreeMap<u64, Function>,
     fragments: BTreeMap<u64, u64>,
+    /// Functions named from `.dynsym` already.
+    exported: HashSet<u64>,
 }
 
 impl Found<'_> {
@@ -82,6 +84,16 @@ impl Found<'_> {
                 continue;
             }
             match self.by_addr.get_mut(&addr) {
+                // Exported names are the ones users know (`getpid`, not `__GI___getpid`): the
+                // first dynamic name is the primary one, with the file's symbols or a debug file's.
+                Some(f) if source == FunctionSource::Dynsym && self.exported.insert(addr) => {
+                    f.size = f.size.max(size);
+                    if f.name != name {
+                        f.aliases.retain(|a| *a != name);
+                        let old = std::mem::replace(&mut f.name, name);
+                        f.aliases.push(old);
+                    }
+                }
                 Some(f) => {
                     f.size = f.size.max(size);
                     if f.name != name && !f.aliases.contains(&name) {
@@ -95,6 +107,9 @@ impl Found<'_> {
                     }
                 }
                 None => {
+                    if source == FunctionSource::Dynsym {
+                        self.exported.insert(addr);
+                    }
                     self.by_addr.insert(addr, Function { name, addr: Svma(addr), size, source, aliases: Vec::new() });
                 }
             }
@@ -122,7 +137,7 @@ pub(crate) fn discover(
     })
     .unwrap_or_default();
     let fdes: BTreeMap<u64, Fde> = frames.fdes.iter().map(|f| (f.start, *f)).collect();
-    let mut found = Found { code: &module.code_sections, fdes: &fdes, by_addr: BTreeMap::new(), fragments: BTreeMap::new() };
+    let mut found = Found { code: &module.code_sections, fdes: &fdes, by_addr: BTreeMap::new(), fragments: BTreeMap::new(), exported: HashSet::new() };
     // The file's own symbols, then a debug file's (a stripped file has none of its own),
     // then the dynamic ones (exported names; aliases of what the others found).
     let has_symtab = found.add_symbols(sections, data, elf::SHT_SYMTAB, FunctionSource::Symtab);
