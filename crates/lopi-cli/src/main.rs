@@ -237,8 +237,9 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info { prog, select, format } => {
             let data = read(&prog)?;
-            let module = parse(&prog, &data)?;
-            let selection = lopi_patch::select(&module, &select.filter()?, select.timing()?);
+            let mut module = parse(&prog, &data)?;
+            let analysis = lopi_patch::analyse(&mut module);
+            let selection = lopi_patch::select(&module, &analysis, &select.filter()?, select.timing()?);
             let summary = show::Summary::new(&module, &selection.outcomes, &selection.timing);
             match format {
                 Format::Json => print_json(&show::info_json(&prog, &module, &selection, &summary)),
@@ -320,8 +321,10 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// Parses `path` for planning, with the symbols of its separate debug file if it has one.
 fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<ElfModule<'d>> {
-    ElfModule::parse(data).with_context(|| format!("{}", path.display()))
+    let debug = lopi_elf::DebugFile::find(path, data, &lopi_elf::debug_dir());
+    ElfModule::parse_with_debug(data, debug.as_ref()).with_context(|| format!("{}", path.display()))
 }
 
 /// Rewrites `prog` into `output`; returns the summary line.
@@ -337,8 +340,9 @@ pub(crate) fn rewrite(
     if same_file(prog, output) {
         bail!("refusing to overwrite the input {}; choose another -o", prog.display());
     }
-    let module = parse(prog, &data)?;
-    let selection = lopi_patch::select(&module, filter, timing);
+    let mut module = parse(prog, &data)?;
+    let analysis = lopi_patch::analyse(&mut module);
+    let selection = lopi_patch::select(&module, &analysis, filter, timing);
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
         source: absolute(prog).display().to_string(),

@@ -135,6 +135,7 @@ pub fn info_json(path: &Path, module: &ElfModule<'_>, selection: &Selection, sum
         "path": path.display().to_string(),
         "kind": module.kind,
         "symbols": module.has_symtab,
+        "debug_file": module.debug_file.as_ref().map(|p| p.display().to_string()),
         "functions": functions,
         "summary": {
             "found": summary.found,
@@ -151,6 +152,11 @@ pub fn info_json(path: &Path, module: &ElfModule<'_>, selection: &Selection, sum
 
 pub fn info_text(module: &ElfModule<'_>, selection: &Selection, summary: &Summary) -> String {
     let mut out = String::new();
+    let _ = match (&module.debug_file, module.has_symtab) {
+        (Some(path), _) => writeln!(out, "symbols: {}", path.display()),
+        (None, true) => writeln!(out, "symbols: .symtab"),
+        (None, false) => writeln!(out, "symbols: none (stripped, no debug file found): functions from .dynsym and .eh_frame"),
+    };
     let _ = writeln!(out, "{:<18} {:>7}  {:<14} NAME", "ADDRESS", "SIZE", "PROBE");
     for ((f, o), t) in module.functions.iter().zip(&selection.outcomes).zip(&selection.timing) {
         let (status, tactic, reason) = outcome_fields(o);

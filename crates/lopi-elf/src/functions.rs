@@ -1,21 +1,25 @@
-//! Function discovery: symbols first, then `.eh_frame` FDEs for what symbols miss; the FDEs'
-//! LSDAs give the exception landing pads.
+//! Function discovery: symbols first (the file's, or its separate debug file's), then
+//! `.eh_frame` FDEs for what symbols miss; the FDEs' LSDAs give the exception landing pads.
 //!
 //! An FDE start is a function entry only if the canonical frame address there is `rsp+8`
 //! (the return address was just pushed). That rejects `.cold`/`.part` fragments, which
 //! start in the middle of their parent's frame, in stripped binaries too.
+use crate::debug_file::{DebugData, DebugFile};
 use crate::unwind::{Fde, FrameTable};
 use crate::{CodeSection, ElfError, ElfModule, Svma};
 use object::elf;
-use object::read::elf::{SectionTable, Sym as _};
+use object::read::elf::{FileHeader as _, SectionTable, Sym as _};
+use object::read::ReadRef;
 use object::LittleEndian as LE;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// Where a function was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FunctionSource {
     Symtab,
+    /// The `.symtab` of a separate debug file.
+    DebugFile,
     Dynsym,
     EhFrame,
 }
@@ -32,57 +36,69 @@ pub struct Function {
     pub aliases: Vec<String>,
 }
 
-pub(crate) fn discover(
-    module: &mut ElfModule<'_>,
-    sections: &SectionTable<'_, elf::FileHeader64<LE>>,
-) -> Result<(), ElfError> {
-    let data = module.data;
-    let frames = FrameTable::read(data, sections, |addr| {
-        module.bytes_from(Svma(addr)).and_then(|b| b.first_chunk()).map(|b| u64::from_le_bytes(*b))
-    })
-    .unwrap_or_default();
-    let fdes: BTreeMap<u64, Fde> = frames.fdes.iter().map(|f| (f.start, *f)).collect();
-    let in_code = |code: &[CodeSection], addr: u64| code.iter().any(|s| addr >= s.addr.0 && addr < s.addr.0 + s.size);
+/// Functions and fragments found so far, by address.
+struct Found<'a> {
+    code: &'a [CodeSection],
+    fdes: &'a BTreeMap<u64, Fde>,
+    by_addr: BTreeMap<u64, Function>,
+    fragments: BTreeMap<u64, u64>,
+    /// Functions named from `.dynsym` already.
+    exported: HashSet<u64>,
+}
 
-    let mut by_addr: BTreeMap<u64, Function> = BTreeMap::new();
-    let mut fragments: BTreeMap<u64, u64> = BTreeMap::new();
-    for (kind, source) in [(elf::SHT_SYMTAB, FunctionSource::Symtab), (elf::SHT_DYNSYM, FunctionSource::Dynsym)] {
-        let table = match sections.symbols(LE, data, kind) {
-            Ok(t) => t,
-            Err(_) => continue,
-        };
-        if kind == elf::SHT_SYMTAB && !table.is_empty() {
-            module.has_symtab = true;
-        }
+impl Found<'_> {
+    fn in_code(&self, addr: u64) -> bool {
+        self.code.iter().any(|s| addr >= s.addr.0 && addr < s.addr.0 + s.size)
+    }
+
+    /// Adds the function symbols of one table; returns whether the table has any symbol.
+    fn add_symbols<'d, R: ReadRef<'d>>(
+        &mut self,
+        sections: &SectionTable<'d, elf::FileHeader64<LE>, R>,
+        data: R,
+        kind: u32,
+        source: FunctionSource,
+    ) -> bool {
+        let Ok(table) = sections.symbols(LE, data, kind) else { return false };
         for sym in table.iter() {
             let st_type = sym.st_type();
             if (st_type != elf::STT_FUNC && st_type != elf::STT_GNU_IFUNC) || sym.st_shndx(LE) == elf::SHN_UNDEF {
                 continue;
             }
             let addr = sym.st_value(LE);
-            if addr == 0 || !in_code(&module.code_sections, addr) {
+            if addr == 0 || !self.in_code(addr) {
                 continue;
             }
             let name = match table.symbol_name(LE, sym) {
                 Ok(n) => String::from_utf8_lossy(n).into_owned(),
                 Err(_) => continue,
             };
-            let fde = fdes.get(&addr).copied();
+            let fde = self.fdes.get(&addr).copied();
             let size = match sym.st_size(LE) {
                 0 => fde.map_or(0, |f| f.len),
                 n => n,
             };
             let size = if addr.checked_add(size).is_some() { size } else { 0 };
             if name.contains(".cold") || fde.is_some_and(|f| !f.is_entry) {
-                fragments.insert(addr, size);
+                self.fragments.insert(addr, size);
                 continue;
             }
-            match by_addr.get_mut(&addr) {
+            match self.by_addr.get_mut(&addr) {
+                // Exported names are the ones users know (`getpid`, not `__GI___getpid`): the
+                // first dynamic name is the primary one, with the file's symbols or a debug file's.
+                Some(f) if source == FunctionSource::Dynsym && self.exported.insert(addr) => {
+                    f.size = f.size.max(size);
+                    if f.name != name {
+                        f.aliases.retain(|a| *a != name);
+                        let old = std::mem::replace(&mut f.name, name);
+                        f.aliases.push(old);
+                    }
+                }
                 Some(f) => {
                     f.size = f.size.max(size);
                     if f.name != name && !f.aliases.contains(&name) {
                         // Prefer a global name as the primary one.
-                        if sym.st_bind() == elf::STB_GLOBAL && f.source == FunctionSource::Symtab && f.name.starts_with('.') {
+                        if sym.st_bind() == elf::STB_GLOBAL && f.source != FunctionSource::Dynsym && f.name.starts_with('.') {
                             let old = std::mem::replace(&mut f.name, name);
                             f.aliases.push(old);
                         } else {
@@ -91,11 +107,49 @@ pub(crate) fn discover(
                     }
                 }
                 None => {
-                    by_addr.insert(addr, Function { name, addr: Svma(addr), size, source, aliases: Vec::new() });
+                    if source == FunctionSource::Dynsym {
+                        self.exported.insert(addr);
+                    }
+                    self.by_addr.insert(addr, Function { name, addr: Svma(addr), size, source, aliases: Vec::new() });
                 }
             }
         }
+        !table.is_empty()
     }
+
+    /// Adds a separate debug file's `.symtab`; returns whether it had symbols. A debug file
+    /// whose headers do not parse adds nothing.
+    fn add_debug_symbols<'d, R: ReadRef<'d>>(&mut self, data: R) -> bool {
+        let Ok(header) = elf::FileHeader64::<LE>::parse(data) else { return false };
+        let Ok(sections) = header.sections(LE, data) else { return false };
+        self.add_symbols(&sections, data, elf::SHT_SYMTAB, FunctionSource::DebugFile)
+    }
+}
+
+pub(crate) fn discover(
+    module: &mut ElfModule<'_>,
+    sections: &SectionTable<'_, elf::FileHeader64<LE>>,
+    debug: Option<&DebugFile>,
+) -> Result<(), ElfError> {
+    let data = module.data;
+    let frames = FrameTable::read(data, sections, |addr| {
+        module.bytes_from(Svma(addr)).and_then(|b| b.first_chunk()).map(|b| u64::from_le_bytes(*b))
+    })
+    .unwrap_or_default();
+    let fdes: BTreeMap<u64, Fde> = frames.fdes.iter().map(|f| (f.start, *f)).collect();
+    let mut found = Found { code: &module.code_sections, fdes: &fdes, by_addr: BTreeMap::new(), fragments: BTreeMap::new(), exported: HashSet::new() };
+    // The file's own symbols, then a debug file's (a stripped file has none of its own),
+    // then the dynamic ones (exported names; aliases of what the others found).
+    let has_symtab = found.add_symbols(sections, data, elf::SHT_SYMTAB, FunctionSource::Symtab);
+    let debug_symbols = debug.is_some_and(|d| match d.data() {
+        DebugData::File(cache) => found.add_debug_symbols(cache),
+        DebugData::Bytes(bytes) => found.add_debug_symbols(bytes),
+    });
+    found.add_symbols(sections, data, elf::SHT_DYNSYM, FunctionSource::Dynsym);
+    let Found { mut by_addr, mut fragments, .. } = found;
+    let in_code = |code: &[CodeSection], addr: u64| code.iter().any(|s| addr >= s.addr.0 && addr < s.addr.0 + s.size);
+    module.has_symtab = has_symtab || debug_symbols;
+    module.debug_file = debug.filter(|_| debug_symbols).map(|d| d.path.clone());
 
     // FDEs cover what symbols miss (stripped files keep .eh_frame).
     let symbol_ranges: Vec<(u64, u64)> = by_addr.values().map(|f| (f.addr.0, f.addr.0 + f.size)).collect();

@@ -5,11 +5,14 @@
 #![forbid(unsafe_code)]
 
 mod addr;
+mod debug_file;
 mod functions;
 mod lsda;
+mod references;
 mod unwind;
 
 pub use addr::{FileOffset, Svma};
+pub use debug_file::{debug_dir, DebugFile, DEBUG_DIR_VAR};
 pub use functions::{Function, FunctionSource};
 pub use unwind::Cfa;
 
@@ -105,12 +108,22 @@ pub struct ElfModule<'data> {
     pub fragments: Vec<(Svma, u64)>,
     /// C++ exception landing pads (from `.eh_frame` LSDAs), sorted: the unwinder jumps there.
     pub landing_pads: Vec<Svma>,
+    /// Symbols beyond the dynamic ones: a `.symtab`, in the file or its debug file.
     pub has_symtab: bool,
+    /// The separate debug file whose `.symtab` named the functions.
+    pub debug_file: Option<std::path::PathBuf>,
     frames: unwind::FrameTable,
 }
 
 impl<'data> ElfModule<'data> {
+    /// Parses a file on its own symbols (see [`ElfModule::parse_with_debug`]).
     pub fn parse(data: &'data [u8]) -> Result<Self, ElfError> {
+        Self::parse_with_debug(data, None)
+    }
+
+    /// Parses a file, naming its functions also from `debug`, its separate debug file (see
+    /// [`DebugFile::find`]).
+    pub fn parse_with_debug(data: &'data [u8], debug: Option<&DebugFile>) -> Result<Self, ElfError> {
         if data.len() < 4 || &data[..4] != b"\x7fELF" {
             return Err(ElfError::NotElf);
         }
@@ -234,9 +247,10 @@ impl<'data> ElfModule<'data> {
             fragments: Vec::new(),
             landing_pads: Vec::new(),
             has_symtab: false,
+            debug_file: None,
             frames: unwind::FrameTable::default(),
         };
-        functions::discover(&mut module, &sections)?;
+        functions::discover(&mut module, &sections, debug)?;
         Ok(module)
     }
 

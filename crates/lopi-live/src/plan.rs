@@ -30,6 +30,10 @@ pub struct ModulePlan {
     pub(crate) functions: usize,
     pub(crate) image: ProbeImage,
     data: Vec<u8>,
+    /// The module's functions and fragments as planned (named from its debug file, if any):
+    /// a withdrawal lays out again over exactly these.
+    function_list: Vec<lopi_elf::Function>,
+    fragments: Vec<(Svma, u64)>,
     selection: Selection,
     names: ModuleNames,
     recording: Recording,
@@ -53,16 +57,20 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError
     for request in &spec.modules {
         let path = module_path(&maps, &exe, request.library.as_deref())?;
         let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
-        let data = std::fs::read(format!("/proc/{pid}/root{path}"))
-            .or_else(|_| std::fs::read(&path))
-            .map_err(LiveError::io(format!("reading {path}")))?;
-        let module = ElfModule::parse(&data).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
+        let in_root = format!("/proc/{pid}/root{path}");
+        let (file, data) = match std::fs::read(&in_root) {
+            Ok(data) => (in_root, data),
+            Err(_) => (path.clone(), std::fs::read(&path).map_err(LiveError::io(format!("reading {path}")))?),
+        };
+        let debug = lopi_elf::DebugFile::find(std::path::Path::new(&file), &data, &lopi_elf::debug_dir());
+        let mut module = ElfModule::parse_with_debug(&data, debug.as_ref()).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
         let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
         let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
         if code.0 >= code.1 {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
-        let mut selection = lopi_patch::select(&module, &request.filter, spec.timing);
+        let analysis = lopi_patch::analyse(&mut module);
+        let mut selection = lopi_patch::select(&module, &analysis, &request.filter, spec.timing);
         if let Some(entry) = entry.filter(|_| request.library.is_none()) {
             let entry = entry.wrapping_sub(bias);
             if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
@@ -82,8 +90,22 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError
         if image.bytes.len() as u64 > len {
             return Err(LiveError::Module(format!("{path}: the probe image grew when placed")));
         }
-        drop(module);
-        modules.push(ModulePlan { path, bias, start, len, functions, image, data, selection, names, recording: spec.recording, env_len });
+        let (function_list, fragments) = (module.functions, module.fragments);
+        modules.push(ModulePlan {
+            path,
+            bias,
+            start,
+            len,
+            functions,
+            image,
+            data,
+            function_list,
+            fragments,
+            selection,
+            names,
+            recording: spec.recording,
+            env_len,
+        });
     }
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
 }
@@ -107,7 +129,9 @@ impl ModulePlan {
         if !self.selection.withdraw(site) {
             return Err(LiveError::Module(format!("{}: a thread is inside the site at {:#x}", self.path, site.0)));
         }
-        let module = ElfModule::parse(&self.data).map_err(|e| LiveError::Module(format!("{}: {e}", self.path)))?;
+        let mut module = ElfModule::parse(&self.data).map_err(|e| LiveError::Module(format!("{}: {e}", self.path)))?;
+        module.functions = self.function_list.clone();
+        module.fragments = self.fragments.clone();
         let at = self.start.wrapping_sub(self.bias);
         self.image = build(&module, &self.selection, &self.names, self.recording, self.env_len, at, &self.path)?;
         Ok(())

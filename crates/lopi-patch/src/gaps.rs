@@ -59,6 +59,16 @@ impl Gaps {
         }
     }
 
+    /// Adds `[start, end)`, dead code lent by a site (see `lend.rs`), unless it overlaps
+    /// free padding already.
+    pub fn lend(&mut self, start: u64, end: u64) -> bool {
+        let before = self.free.range(..end).next_back().is_some_and(|(_, &e)| e > start);
+        if !before {
+            self.free.insert(start, end);
+        }
+        !before
+    }
+
     /// Claims exactly `[at, at+len)` if it is free padding.
     pub fn take_at(&mut self, at: u64, len: usize) -> bool {
         let fits = self.free.range(..=at).next_back().is_some_and(|(_, &end)| at + len as u64 <= end);
@@ -120,5 +130,14 @@ mod tests {
         assert_eq!(g.take_near(0, 200, 5), None);
         assert!(g.take_at(103, 3));
         assert!(g.free.is_empty());
+    }
+
+    #[test]
+    fn lent_room_never_overlaps_padding() {
+        let mut g = Gaps { free: BTreeMap::from([(100, 110)]) };
+        assert!(!g.lend(105, 120));
+        assert!(!g.lend(90, 101));
+        assert!(g.lend(110, 120));
+        assert_eq!(g.take_near(110, 115, 5), Some(115));
     }
 }

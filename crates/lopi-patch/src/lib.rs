@@ -12,7 +12,9 @@
 #![forbid(unsafe_code)]
 
 mod exits;
+mod fragments;
 mod gaps;
+mod lend;
 mod targets;
 
 pub use exits::UntimedReason;
@@ -20,7 +22,7 @@ use exits::{CodeMap, Region};
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use targets::Targets;
 
 /// How a probed function's entry is patched.
@@ -225,10 +227,31 @@ pub struct PatchPlan {
     pub exit_sites: usize,
 }
 
+/// What the planner learns from a module's code before it chooses sites.
+pub struct Analysis {
+    targets: Targets,
+    /// FDE-only functions found to be fragments of another function.
+    pub fragments_recognised: usize,
+}
+
+/// Sweeps `module`'s code once for branch targets, and moves the cold fragments that
+/// `.eh_frame` alone took for functions from `module.functions` to `module.fragments`
+/// (see `fragments.rs`). Run it before anything reads the function list: [`select`] needs its
+/// result, and outcomes, metadata and reports index that list.
+pub fn analyse(module: &mut ElfModule<'_>) -> Analysis {
+    let mut targets = targets::collect(module);
+    let fragments_recognised = fragments::recognise(module, &targets);
+    if fragments_recognised > 0 {
+        targets.reread_tables(module);
+    }
+    Analysis { targets, fragments_recognised }
+}
+
 /// Chooses a tactic for every selected function, and with `timing` its exit sites.
-pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selection {
-    let targets = targets::collect(module);
-    let mut gaps = Gaps::find(module, &targets);
+/// `analysis` comes from [`analyse`] on this module.
+pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timing: bool) -> Selection {
+    let targets = &analysis.targets;
+    let mut gaps = Gaps::find(module, targets);
     let starts: Vec<u64> = {
         let mut s: Vec<u64> =
             module.functions.iter().map(|f| f.addr.0).chain(module.fragments.iter().map(|f| f.0 .0)).collect();
@@ -251,7 +274,7 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
             n => (function.addr.0 + n).min(next_start),
         };
         ends[index] = end;
-        match entry_site(module, index, end, &targets, &mut gaps) {
+        match entry_site(module, index, end, targets, &mut gaps) {
             Ok(Choice::Direct(site)) => {
                 if let Some(tactic) = site.entry {
                     outcomes[index] = Outcome::Probed(tactic);
@@ -262,21 +285,28 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
             Err(reason) => outcomes[index] = Outcome::Skipped(reason),
         }
     }
-    // Bounces go last, into whatever padding the direct tactics left free.
+    // Bounces go last, into whatever padding the direct tactics left free, or into room a
+    // neighbouring entry site lends (once).
+    let mut lent = HashSet::new();
     for (index, entry) in need_bounce {
-        match bounce_site(index, entry, &mut gaps) {
-            Ok(site) => {
-                if let Some(tactic) = site.entry {
-                    outcomes[index] = Outcome::Probed(tactic);
-                }
-                sites.push(site);
+        // The rel8 displacement counts from the end of the 2-byte jump.
+        let from = entry.patch_at.0 + JMP8_LEN as u64;
+        let (lo, hi) = (from.saturating_sub(128), from + 127 - JMP32_LEN as u64);
+        let bounce = gaps.take_near(lo, hi, JMP32_LEN).or_else(|| {
+            lend::lend_room(module, &mut sites, &mut lent, &ends, targets, &mut gaps, lo, hi).then(|| gaps.take_near(lo, hi, JMP32_LEN)).flatten()
+        });
+        match bounce {
+            Some(bounce) => {
+                outcomes[index] = Outcome::Probed(Tactic::Jmp8ViaBounce);
+                let covered = entry.len;
+                sites.push(entry.into_site(index, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce))));
             }
-            Err(reason) => outcomes[index] = Outcome::Skipped(reason),
+            None => outcomes[index] = Outcome::Skipped(SkipReason::NoBounceSpace),
         }
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
     if timing {
-        plan_timing(module, &ends, &targets, &mut gaps, &mut sites, &mut timing_outcomes);
+        plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes);
     }
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes }
@@ -585,15 +615,6 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
     })
 }
 
-/// Tactic 3, for an entry that tactics 1 and 2 could not take.
-fn bounce_site(index: usize, entry: Entry, gaps: &mut Gaps) -> Result<Site, SkipReason> {
-    // The rel8 displacement counts from the end of the 2-byte jump.
-    let from = entry.patch_at.0 + JMP8_LEN as u64;
-    let bounce = gaps.take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN).ok_or(SkipReason::NoBounceSpace)?;
-    let covered = entry.len;
-    Ok(entry.into_site(index, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce))))
-}
-
 impl Selection {
     /// Number of counters the layout must provide (an upper bound: a site that cannot be
     /// encoded is dropped).
@@ -614,7 +635,7 @@ impl Selection {
             match self.try_lay_out(module, layout) {
                 Ok(plan) => return plan,
                 Err(Failed::Exit(site)) => self.demote(site, UntimedReason::RelocationFailed),
-                Err(Failed::Entry(site, reason)) => self.drop_entry(site, reason),
+                Err(Failed::Entry(site, reason)) => self.remove_entry(site, reason),
             }
         }
     }
@@ -628,20 +649,29 @@ impl Selection {
         if self.sites[index].entry.is_none() {
             self.demote(index, UntimedReason::ThreadInside);
         } else {
-            self.drop_entry(index, SkipReason::ThreadInside);
+            self.remove_entry(index, SkipReason::ThreadInside);
         }
         true
     }
 
-    /// Skips the function of entry site `index`, with the exit sites only it needed.
-    fn drop_entry(&mut self, index: usize, reason: SkipReason) {
-        let function = self.sites.remove(index).function;
-        self.outcomes[function] = Outcome::Skipped(reason);
-        self.timing[function] = TimingOutcome::Off;
-        for site in &mut self.sites {
-            site.owners.retain(|&o| o != function);
+    /// Gives up the entry site at `index`: its function is skipped for `reason` and no longer
+    /// needs its exit sites; sites whose bounce was in its moved bytes (see `lend.rs`) go too.
+    fn remove_entry(&mut self, index: usize, reason: SkipReason) {
+        let site = self.sites.remove(index);
+        self.outcomes[site.function] = Outcome::Skipped(reason);
+        self.timing[site.function] = TimingOutcome::Off;
+        for s in &mut self.sites {
+            s.owners.retain(|&o| o != site.function);
         }
         self.sites.retain(|s| s.entry.is_some() || !s.owners.is_empty());
+        let lent = site.patch_at.0..site.patch_at.0 + site.covered as u64;
+        while let Some(i) = self.sites.iter().position(|s| s.bounce.is_some_and(|b| lent.contains(&b.0))) {
+            if self.sites[i].entry.is_some() {
+                self.remove_entry(i, SkipReason::NoBounceSpace);
+            } else {
+                self.demote(i, UntimedReason::NoBounceSpace);
+            }
+        }
     }
 
     /// Counts `function` without timing it (its entry stops calling the entry probe; exit
@@ -755,7 +785,7 @@ impl Selection {
             layout,
             probed,
             rseq_sections,
-            code_patches,
+            code_patches: lend::merge_nested(code_patches),
             trampoline_code: code,
             outcomes: self.outcomes.clone(),
             timing: self.timing.clone(),

@@ -1,9 +1,10 @@
 //! Every address control flow may reach other than by falling through: direct branch and
 //! call targets, code addresses taken by `lea` (computed goto, function pointers), jump
 //! table entries and C++ exception landing pads. A patch must not cover any of them except at
-//! its first byte.
-use lopi_elf::{ElfModule, Svma};
-use std::collections::BTreeSet;
+//! its first byte. The same sweep records who reaches what (calls, jumps between functions,
+//! code addresses named by operands), from which `fragments` tells cold parts from functions.
+use lopi_elf::{ElfModule, ModuleKind, Svma};
+use std::collections::{BTreeSet, HashSet};
 
 /// Known code starts in one section, in address order; decoding restarts at each so that
 /// data or padding cannot desynchronise the sweep for long.
@@ -30,6 +31,35 @@ pub struct Targets {
     pub loops: BTreeSet<u64>,
     /// Targets reached by indirect jumps: jump-table entries and `lea`-taken labels.
     pub indirect: BTreeSet<u64>,
+    /// Targets of direct calls.
+    pub calls: HashSet<u64>,
+    /// Direct jumps that leave the stretch of code between two known starts.
+    pub jumps: Vec<Jump>,
+    /// Code addresses named by instruction operands other than as a branch target (`lea`
+    /// and other rip-relative operands; absolute constants in non-PIC files).
+    pub referenced: HashSet<u64>,
+    /// Jump tables whose reading stopped at an entry in code outside the function and its
+    /// known fragments: read again once fragments are known.
+    tables: Vec<Table>,
+}
+
+/// A direct jump.
+#[derive(Clone, Copy)]
+pub struct Jump {
+    pub from: u64,
+    pub to: u64,
+    pub conditional: bool,
+}
+
+/// A jump table read from the code between `lo` and `hi`, whose reading stopped at an entry
+/// for `stop`.
+#[derive(Clone, Copy)]
+struct Table {
+    base: u64,
+    relative: bool,
+    lo: u64,
+    hi: u64,
+    stop: u64,
 }
 
 impl Targets {
@@ -60,7 +90,25 @@ pub fn collect(module: &ElfModule<'_>) -> Targets {
     targets
 }
 
+impl Targets {
+    /// Reads again the tables that stopped at code now known to be a fragment, after fragments
+    /// moved from the functions (more entries may be parts of their function).
+    pub fn reread_tables(&mut self, module: &ElfModule<'_>) {
+        for t in std::mem::take(&mut self.tables) {
+            if !in_fragment(module, t.stop) {
+                continue;
+            }
+            if t.relative {
+                relative_jump_table(module, t.base, t.lo, t.hi, self);
+            } else {
+                absolute_jump_table(module, t.base, t.lo, t.hi, self);
+            }
+        }
+    }
+}
+
 fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut Targets) {
+    let non_pic = module.kind == ModuleKind::Executable;
     let mut ip = from;
     while ip < to {
         let offset = (ip - from) as usize;
@@ -70,13 +118,28 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
         };
         if let Some(t) = lopi_x86::branch_target(&insn) {
             targets.all.insert(t);
-            let is_call = matches!(lopi_x86::flow(&insn), lopi_x86::Flow::Call);
-            if !is_call && (from..to).contains(&t) {
+            let flow = lopi_x86::flow(&insn);
+            if flow == lopi_x86::Flow::Call {
+                targets.calls.insert(t);
+            } else if (from..to).contains(&t) {
                 targets.loops.insert(t);
+            } else {
+                targets.jumps.push(Jump { from: ip, to: t, conditional: flow == lopi_x86::Flow::ConditionalJump });
+            }
+        }
+        if non_pic {
+            for c in lopi_x86::absolute_constants(&insn) {
+                if module.code_section_of(Svma(c)).is_some() {
+                    targets.referenced.insert(c);
+                }
             }
         }
         if let Some(addr) = lopi_x86::rip_relative_address(&insn) {
-            if lopi_x86::is_lea(&insn) && module.code_section_of(Svma(addr)).is_some() {
+            let in_code = module.code_section_of(Svma(addr)).is_some();
+            if in_code {
+                targets.referenced.insert(addr);
+            }
+            if lopi_x86::is_lea(&insn) && in_code {
                 targets.all.insert(addr);
                 targets.indirect.insert(addr);
             } else if module.is_readonly_data(Svma(addr)) {
@@ -99,6 +162,9 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
         let rel = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
         let target = table.wrapping_add(rel as i64 as u64);
         if !(lo..hi).contains(&target) && !in_fragment(module, target) {
+            if module.code_section_of(Svma(target)).is_some() {
+                targets.tables.push(Table { base: table, relative: true, lo, hi, stop: target });
+            }
             break;
         }
         targets.all.insert(target);
@@ -118,6 +184,9 @@ fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
         let mine = (lo..hi).contains(&target) || in_fragment(module, target);
         let label = module.code_section_of(Svma(target)).is_some() && !is_function_entry(module, target);
         if !(mine || (i > 0 && label)) {
+            if module.code_section_of(Svma(target)).is_some() {
+                targets.tables.push(Table { base: table, relative: false, lo, hi, stop: target });
+            }
             break;
         }
         targets.all.insert(target);

@@ -40,8 +40,9 @@ fn build_sample() -> Vec<u8> {
 }
 
 fn pipeline(bytes: &[u8]) {
-    let Ok(module) = ElfModule::parse(bytes) else { return };
-    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
+    let Ok(mut module) = ElfModule::parse(bytes) else { return };
+    let analysis = lopi_patch::analyse(&mut module);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
     let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 });
 }
@@ -130,8 +131,9 @@ fn mutated_data_files_never_panic() {
 fn mutated_timed_data_files_never_panic() {
     use std::os::unix::fs::PermissionsExt;
     let original = build_sample();
-    let module = ElfModule::parse(&original).unwrap();
-    let selection = lopi_patch::select(&module, &lopi_patch::Filter::default(), true);
+    let mut module = ElfModule::parse(&original).unwrap();
+    let analysis = lopi_patch::analyse(&mut module);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
     let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 }).unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
@@ -194,5 +196,72 @@ fn mutated_timed_data_files_never_panic() {
         }
         let result = std::panic::catch_unwind(|| exercise(&bytes));
         assert!(result.is_ok(), "case {case} panicked");
+    }
+}
+
+/// The names fixture (functions with `.cold` parts) built with -g, then stripped and split:
+/// (stripped file, its separate debug file).
+fn build_split_sample(pie: bool) -> (Vec<u8>, Vec<u8>) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/names/cold_parts.c");
+    let exe = dir.join(if pie { "cold-pie" } else { "cold-nopie" });
+    let pic = if pie { ["-fPIE", "-pie"] } else { ["-fno-pie", "-no-pie"] };
+    let run = |cmd: &mut Command| assert!(cmd.status().expect("cc and binutils must be installed").success(), "{cmd:?} failed");
+    run(Command::new("cc").args(["-g", "-O2"]).args(pic).arg("-o").arg(&exe).arg(&src));
+    run(Command::new("objcopy").arg("--only-keep-debug").arg(&exe).arg(exe.with_extension("debug")));
+    run(Command::new("strip").arg(&exe));
+    (std::fs::read(&exe).unwrap(), std::fs::read(exe.with_extension("debug")).unwrap())
+}
+
+fn pipeline_with_debug(stripped: &[u8], debug: Vec<u8>) {
+    let Some(debug) = lopi_elf::DebugFile::from_bytes(stripped, "debug".into(), debug) else { return };
+    let Ok(mut module) = ElfModule::parse_with_debug(stripped, Some(&debug)) else { return };
+    let analysis = lopi_patch::analyse(&mut module);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
+    let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
+    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 });
+}
+
+/// Stripped files (functions from `.eh_frame`, `.cold` parts told apart by the planner, code
+/// references from relocations and data) and separate debug files (symbols read from a file
+/// that is not the one planned), mutated: values or errors, never panics.
+#[test]
+fn mutated_stripped_and_debug_files_never_panic() {
+    let mut rng = Rng(0x0bad_c0de_dead_beef);
+    for pie in [true, false] {
+        let (stripped, debug) = build_split_sample(pie);
+        let mut module = ElfModule::parse(&stripped).unwrap();
+        assert!(lopi_patch::analyse(&mut module).fragments_recognised > 0, "the sample has frameless .cold parts");
+        let named = lopi_elf::DebugFile::from_bytes(&stripped, "debug".into(), debug.clone()).expect("the debug file matches");
+        let module = ElfModule::parse_with_debug(&stripped, Some(&named)).unwrap();
+        assert!(module.functions.iter().any(|f| f.name == "checked_double"), "names from the debug file");
+        for case in 0..1500 {
+            let mut bytes = stripped.clone();
+            for _ in 0..1 + rng.below(16) {
+                let at = rng.below(bytes.len());
+                bytes[at] ^= 1 << rng.below(8);
+            }
+            assert!(std::panic::catch_unwind(|| pipeline(&bytes)).is_ok(), "stripped pie={pie} case {case} panicked");
+            // Symbols, strings and section headers sit at the end of a debug file.
+            let mut bytes = debug.clone();
+            let tail = bytes.len().saturating_sub(5000);
+            match case % 3 {
+                0 => {
+                    for _ in 0..1 + rng.below(8) {
+                        let at = tail + rng.below(bytes.len() - tail);
+                        bytes[at] = rng.next() as u8;
+                    }
+                }
+                1 => {
+                    for _ in 0..1 + rng.below(32) {
+                        let at = tail + rng.below(bytes.len() - tail);
+                        bytes[at] ^= 1 << rng.below(8);
+                    }
+                }
+                _ => bytes.truncate(tail + rng.below(bytes.len() - tail)),
+            }
+            assert!(std::panic::catch_unwind(|| pipeline_with_debug(&stripped, bytes)).is_ok(), "debug file pie={pie} case {case} panicked");
+        }
     }
 }

@@ -118,6 +118,17 @@ pub fn absolute_table_base(insn: &Instruction) -> Option<u64> {
     None
 }
 
+/// Constants of `insn` wide enough to be absolute addresses in a non-PIC file: 32/64-bit
+/// immediates (`mov $f, %edi`, `push $f`) and the displacement of a memory operand with no
+/// base register (`mov f(,%rax,8), %rdx`). Rip-relative operands are not among them.
+pub fn absolute_constants(insn: &Instruction) -> impl Iterator<Item = u64> + '_ {
+    (0..insn.op_count()).filter_map(move |op| match insn.op_kind(op) {
+        OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64 => Some(insn.immediate(op)),
+        OpKind::Memory if insn.memory_base() == Register::None => Some(insn.memory_displacement64()),
+        _ => None,
+    })
+}
+
 /// True when every byte is alignment padding: `int3`, or nop encodings.
 pub fn is_padding(bytes: &[u8], ip: u64) -> bool {
     if bytes.iter().all(|&b| b == 0xcc) {

@@ -209,3 +209,18 @@ fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     assert!(insns[counting..].iter().any(|i| i.mnemonic() == Jmp && i.near_branch_target() == body_at), "back to the body");
     assert!(t.section.start > TO && t.section.abort > t.section.start);
 }
+
+#[test]
+fn absolute_constants_are_immediates_and_baseless_displacements() {
+    let consts = |bytes: &[u8]| -> Vec<u64> { decode(bytes, FROM).flat_map(|i| absolute_constants(&i).collect::<Vec<_>>()).collect() };
+    // mov edi,0x42147b; push 0x401000; mov rax,0x1122334455667788
+    assert_eq!(consts(&[0xbf, 0x7b, 0x14, 0x42, 0x00]), vec![0x42147b]);
+    assert_eq!(consts(&[0x68, 0x00, 0x10, 0x40, 0x00]), vec![0x401000]);
+    assert_eq!(consts(&[0x48, 0xb8, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]), vec![0x1122334455667788]);
+    // jmp [rax*8+0x402000]: a non-PIC table base
+    assert_eq!(consts(&[0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00]), vec![0x402000]);
+    // lea rax,[rip+0x100]; mov rcx,[rbx+0x400000]; add eax,1: none
+    assert!(consts(&[0x48, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00]).is_empty());
+    assert!(consts(&[0x48, 0x8b, 0x8b, 0x00, 0x00, 0x40, 0x00]).is_empty());
+    assert!(consts(&[0x83, 0xc0, 0x01]).is_empty());
+}
