@@ -10,7 +10,7 @@ use super::thread::Thread;
 use super::{counter, mode_word, rdtsc};
 use crate::abi::{self, RuntimeVars, Switch};
 use crate::sys;
-use core::ptr::write_volatile;
+use core::ptr::{read_volatile, write_volatile};
 
 /// When a new thread first checks: soon, so that a short run does not pay for long.
 pub(super) fn first_check(v: &RuntimeVars, start: u64) -> u64 {
@@ -51,9 +51,9 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
         }
         // The exit probe takes this time out of the open calls with the rest of its slow path.
         let cost = rdtsc().wrapping_sub(started);
-        // Checks get rarer as the run goes on, and never cost more than 2% of it.
-        let hz = (*v).tsc_hz;
-        let interval = (elapsed / 4).min(hz / 10).max(hz / 1000).max(cost.saturating_mul(50));
+        // Every 2 ms, so that a phase of the program that calls new short functions is caught
+        // early, but never costing more than 2% of the run (a large tree takes longer to scan).
+        let interval = ((*v).tsc_hz / 500).max(cost.saturating_mul(50));
         (*h).next_check_tsc = now.saturating_add(interval);
         (*h).last_check_tsc = now;
     }
@@ -94,16 +94,64 @@ unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u6
         if cost <= allowed {
             return;
         }
-        while cost > target {
-            let worth = (cost - target) / 100;
-            let candidate = |e: &&mut Entry| {
-                e.func != 0 && e.calls > 0 && e.calls.saturating_mul(pair) >= worth && mine(e.func) && *slot(e.func) == abi::mode::TIMED
-            };
-            let Some(top) = table.iter_mut().filter(candidate).min_by_key(|e| e.ticks / e.calls) else { return };
-            write_volatile(slot(top.func), abi::mode::COUNTING);
-            cost = cost.saturating_sub(top.calls.saturating_mul(pair));
-            log(t, Switch { tsc: now, func: top.func, calls: top.calls, window_ticks: elapsed });
+        // This module's timed functions whose timing costs a noticeable part of the excess,
+        // shortest first, moved to the front of the table and sorted there (no allocator).
+        let worth = (cost - target) / 100;
+        let mut len = 0;
+        for i in 0..table.len() {
+            let e = table[i];
+            if e.func != 0 && e.calls > 0 && e.calls.saturating_mul(pair) >= worth && mine(e.func) && *slot(e.func) == abi::mode::TIMED {
+                swap(table, len, i);
+                len += 1;
+            }
         }
+        let candidates = &mut table[..len];
+        sort_by_average(candidates);
+        for e in candidates.iter() {
+            if cost <= target {
+                break;
+            }
+            write_volatile(slot(e.func), abi::mode::COUNTING);
+            cost = cost.saturating_sub(e.calls.saturating_mul(pair));
+            log(t, Switch { tsc: now, func: e.func, calls: e.calls, window_ticks: elapsed });
+        }
+    }
+}
+
+/// Swaps two entries one word at a time: a whole-entry copy may be compiled to vector
+/// moves, and the probes' callers do not save vector registers (the blob's build checks).
+fn swap(entries: &mut [Entry], i: usize, j: usize) {
+    if i == j {
+        return;
+    }
+    let (a, b) = (&raw mut entries[i], &raw mut entries[j]);
+    // SAFETY: two distinct, valid entries of the slice.
+    unsafe {
+        for field in [core::mem::offset_of!(Entry, func), core::mem::offset_of!(Entry, calls), core::mem::offset_of!(Entry, ticks)] {
+            let (x, y) = ((a as *mut u8).add(field) as *mut u64, (b as *mut u8).add(field) as *mut u64);
+            let t = read_volatile(x);
+            write_volatile(x, read_volatile(y));
+            write_volatile(y, t);
+        }
+    }
+}
+
+/// Shell sort by average call duration, shortest first: in place, O(n^1.3)-ish, no recursion.
+fn sort_by_average(entries: &mut [Entry]) {
+    let key = |e: &Entry| e.ticks / e.calls.max(1);
+    let mut gap = 1;
+    while gap < entries.len() / 3 {
+        gap = gap * 3 + 1;
+    }
+    while gap > 0 {
+        for i in gap..entries.len() {
+            let mut j = i;
+            while j >= gap && key(&entries[j - gap]) > key(&entries[j]) {
+                swap(entries, j - gap, j);
+                j -= gap;
+            }
+        }
+        gap /= 3;
     }
 }
 
