@@ -114,6 +114,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         modes: Svma(modes),
         stride,
         stubs,
+        clean_copies: request.recording.budget_ppm > 0,
     };
     let plan = selection.lay_out(module, layout);
 

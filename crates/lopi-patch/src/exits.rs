@@ -237,6 +237,7 @@ pub(crate) fn site(
         bounce,
         exits: vec![(last.ip(), exit.kind)],
         nops: Vec::new(),
+        copy: None,
     };
     if len >= JMP32_LEN {
         return Ok(site(len, None));

@@ -145,6 +145,9 @@ struct Site {
     exits: Vec<(u64, ExitKind)>,
     /// One-byte `ret`s right before this exit site that become `nop`s and fall into it.
     nops: Vec<Svma>,
+    /// Timed entry sites of small leaf functions: the whole function, which the trampoline
+    /// runs as a clean copy (no exit probes) once the budget switches it to counting.
+    copy: Option<Vec<Insn>>,
 }
 
 /// Where the installer puts the probe's code and data, in the module's address space.
@@ -164,6 +167,8 @@ pub struct Layout {
     pub stride: u32,
     /// The runtime's entry and exit probe stubs; needed when any function is timed.
     pub stubs: Option<Stubs>,
+    /// Give switched small leaf functions a clean copy to run (a perturbation budget is set).
+    pub clean_copies: bool,
 }
 
 impl Layout {
@@ -334,6 +339,7 @@ fn plan_timing(
                 let site = &mut sites[entry_index];
                 site.timed = true;
                 site.exits = plan.entry_exits;
+                site.copy = plan.copy;
                 for &i in &plan.shared {
                     sites[i].owners.push(f);
                 }
@@ -355,6 +361,8 @@ struct TimedPlan {
     sites: Vec<Site>,
     /// Indices of existing fragment exit sites it also needs.
     shared: Vec<usize>,
+    /// The whole function, when a clean copy of it can run once it is switched to counting.
+    copy: Option<Vec<Insn>>,
 }
 
 /// Plans a function's exits; newly planned fragments are recorded in `fragments`.
@@ -444,7 +452,25 @@ fn timed_exits(
     for (start, result) in planned_fragments {
         fragments.insert(start, result);
     }
-    Ok(TimedPlan { entry_exits, sites: new_sites, shared })
+    let copy = clean_copy(&found, own);
+    Ok(TimedPlan { entry_exits, sites: new_sites, shared, copy })
+}
+
+/// Largest function copied for the perturbation budget: the functions it switches are short.
+const MAX_CLEAN_COPY: u64 = 512;
+
+/// The function's instructions, when a copy of them can run in place of the probed original
+/// once the budget switches it to counting: a small leaf (no calls, so no unwinder ever needs
+/// to find the copy; no indirect jumps, whose tables point into the original) that never
+/// leaves its own bytes except by returning or by a jump elsewhere.
+fn clean_copy(found: &exits::FunctionExits, own: Region) -> Option<Vec<Insn>> {
+    if found.code.len() != 1 || own.end - own.start > MAX_CLEAN_COPY {
+        return None;
+    }
+    let (_, insns) = found.code.get(&own.start)?;
+    let leaf = insns.iter().all(|i| !matches!(lopi_x86::flow(i), Flow::Call | Flow::IndirectCall | Flow::IndirectJump));
+    let ends_terminal = insns.last().is_some_and(|i| lopi_x86::flow(i).is_terminal());
+    (leaf && ends_terminal).then(|| insns.clone())
 }
 
 /// The instructions at a patch point that may be moved: stops before a branch target, after
@@ -475,6 +501,7 @@ impl Entry {
             bounce,
             exits: Vec::new(),
             nops: Vec::new(),
+            copy: None,
         }
     }
 }
@@ -612,6 +639,7 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
         bounce: None,
         exits: Vec::new(),
         nops: Vec::new(),
+        copy: None,
     })
 }
 
@@ -738,7 +766,8 @@ impl Selection {
                                 counter: access,
                                 mode: layout.mode_of(counter),
                             };
-                            lopi_x86::timed_trampoline(&timed, &body, trampoline.0)
+                            let copy = site.copy.as_deref().filter(|_| layout.clean_copies);
+                            lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
                         }
                         _ => lopi_x86::counting_trampoline(&access, &body, trampoline.0),
                     }

@@ -188,7 +188,7 @@ fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
     let mode = TO + 0x20_0100;
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode };
-    let t = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, TO).unwrap();
+    let t = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, None, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
@@ -223,4 +223,26 @@ fn absolute_constants_are_immediates_and_baseless_displacements() {
     assert!(consts(&[0x48, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00]).is_empty());
     assert!(consts(&[0x48, 0x8b, 0x8b, 0x00, 0x00, 0x40, 0x00]).is_empty());
     assert!(consts(&[0x83, 0xc0, 0x01]).is_empty());
+}
+
+#[test]
+fn a_switched_leaf_runs_its_clean_copy() {
+    // lea eax,[rdi+1]; ret: a leaf, timed; once switched its count continues in a copy.
+    let body: Vec<_> = decode(&[0x8d, 0x47, 0x01, 0xc3], FROM).collect();
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100 };
+    let with_probes = Body { insns: &body, exits: &[(FROM + 3, ExitKind::Return)], resume: None };
+    let t = timed_trampoline(&timed, &with_probes, Some(&body), TO).unwrap();
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
+    use iced_x86::Mnemonic::*;
+    // The copy is the last code: the function itself, without probes, 16-byte aligned.
+    let n = insns.len();
+    assert_eq!([insns[n - 2].mnemonic(), insns[n - 1].mnemonic()], [Lea, Ret]);
+    let copy_at = insns[n - 2].ip();
+    assert_eq!(copy_at % 16, 0);
+    // The counting path (from the mode check's target) jumps there, not into the probed body.
+    let top = insns[1].near_branch_target();
+    let counting = insns.iter().position(|i| i.ip() == top).expect("counting code");
+    let jumps: Vec<u64> = insns[counting..n - 2].iter().filter(|i| i.mnemonic() == Jmp).map(|i| i.near_branch_target()).collect();
+    assert!(jumps.contains(&copy_at), "{jumps:x?}");
+    assert!(!jumps.contains(&insns[4].ip()), "the switched path must not run the probed body");
 }

@@ -221,7 +221,9 @@ pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Vec
 
 /// Builds a timed function's trampoline at `ip`: the entry probe, then the body with exit
 /// probes; once the budget switched the function to counting (its mode word is non-zero),
-/// the entry counts as a counting trampoline does and the exit probes are skipped.
+/// the entry counts as a counting trampoline does and the exit probes are skipped. With
+/// `copy` (the whole function, a small leaf), a switched call runs a clean copy of it placed
+/// after the trampoline instead of the probed original.
 ///
 /// ```text
 ///         cmp dword [mode],0 ; jne top
@@ -232,10 +234,33 @@ pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Vec
 ///         jmp resume
 /// top:    <counting code, see the module docs> ; jmp body
 /// ```
-pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruction]>, ip: u64) -> Result<Trampoline, RelocError> {
+    let Some(copy) = copy else { return timed_code(t, body, None, ip) };
+    // The copy follows the trampoline, whose length depends (through the jump's encoding) on
+    // where the copy is: place it until that settles.
+    let mut copy_at = ip + 0x1000;
+    for _ in 0..4 {
+        let mut trampoline = timed_code(t, body, Some(copy_at), ip)?;
+        let at = (ip + trampoline.bytes.len() as u64).next_multiple_of(16);
+        if at == copy_at {
+            let block = InstructionBlock::new(copy, copy_at);
+            let encoded = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
+            trampoline.bytes.resize((copy_at - ip) as usize, 0xcc);
+            trampoline.bytes.extend(encoded.code_buffer);
+            return Ok(trampoline);
+        }
+        copy_at = at;
+    }
+    Err(RelocError::Encode("the trampoline's length does not settle".into()))
+}
+
+/// The timed trampoline; once switched, the counting code continues in the body, or in a
+/// clean copy of the whole function at `copy_at` (a small leaf: its exits then cost nothing).
+fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let index = i32::try_from(t.counter.index).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
     let body_ip = body_ip(body)?;
+    let counted = copy_at.unwrap_or(body_ip);
     let mut insns = vec![
         Instruction::with2(Code::Cmp_rm32_imm8, rip(t.mode), 0).map_err(err)?,
         Instruction::with_branch(Code::Jne_rel32_64, TOP).map_err(err)?,
@@ -244,8 +269,8 @@ pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, ip: u64) -> Result<Tram
     ];
     let exit = ExitProbe { stub: t.exit_stub, counter: Some(t.counter.index), mode: Some(t.mode) };
     insns.extend(body_with_exits(body, Some(exit))?);
-    insns.extend(counting_code(&t.counter, body_ip)?);
-    insns.push(Instruction::with_branch(Code::Jmp_rel32_64, body_ip).map_err(err)?);
+    insns.extend(counting_code(&t.counter, counted)?);
+    insns.push(Instruction::with_branch(Code::Jmp_rel32_64, counted).map_err(err)?);
     insns.extend(abort_code()?);
     encode_with_section(&insns, ip)
 }
