@@ -50,10 +50,20 @@ pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
 }
 
 /// What a slow path costs beyond the fast path it replaces (about half a call's probe cost,
-/// which the report removes per call) is taken out of the open calls.
-unsafe fn pause_excess(t: &Thread, began: u64) {
+/// which the report removes per call) is taken out of the open calls. An ordinary slow path
+/// takes microseconds: beyond 20 us the thread was descheduled (or took a page fault), which
+/// a wall-clock profile charges as it would anywhere else; only growing the tree or stack and
+/// checking the budget (`heavy`) are taken out whole.
+unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
     // SAFETY: the header is this thread's.
-    unsafe { t.pause(rdtsc().wrapping_sub(began).saturating_sub((*t.h).probe_pair_ticks / 2)) };
+    unsafe {
+        let h = t.h;
+        let mut excess = rdtsc().wrapping_sub(began).saturating_sub((*h).probe_pair_ticks / 2);
+        if !heavy {
+            excess = excess.min((*h).tsc_hz / 50_000);
+        }
+        t.pause(excess);
+    }
 }
 
 unsafe fn enter(t: &Thread, v: *const RuntimeVars, index: u64, counter: u64, rsp: u64, began: u64) {
@@ -61,6 +71,7 @@ unsafe fn enter(t: &Thread, v: *const RuntimeVars, index: u64, counter: u64, rsp
     unsafe {
         let h = t.h;
         let parent = t.top_node();
+        let capacities = ((*h).node_cap, (*h).stack_cap);
         if (*h).depth >= (*h).stack_cap && !t.grow_stack(v) {
             (*h).too_deep += 1;
             count_untimed(counter);
@@ -75,7 +86,7 @@ unsafe fn enter(t: &Thread, v: *const RuntimeVars, index: u64, counter: u64, rsp
                 (abi::MERGED_NODE, abi::FRAME_UNTIMED)
             }
         };
-        pause_excess(t, began);
+        pause_excess(t, began, ((*h).node_cap, (*h).stack_cap) != capacities);
         let depth = (*h).depth;
         let f = t.frame(depth);
         *f = Frame { rsp, node, flags, start_tsc: 0 };
@@ -120,10 +131,11 @@ pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32) {
             t.note_unmatched(if index < u64::from(u32::MAX) { counter(index) } else { 0 });
         }
         (*h).last_tsc = now;
-        if tsc >= (*h).next_check_tsc {
+        let check = tsc >= (*h).next_check_tsc;
+        if check {
             super::budget::check(&t, v, tsc);
         }
-        pause_excess(&t, tsc);
+        pause_excess(&t, tsc, check);
         write_volatile(&mut (*h).busy, 0);
     }
 }
