@@ -793,10 +793,11 @@ fn real_sqlite3_attach() {
     let w = run(Command::new(&rewritten).arg(&db).arg(rounds(40)).env("LOPI_OUTPUT", &whole));
     assert_eq!(w.code, 0, "[{tag}] the rewritten shell failed");
 
-    // The original, many rounds, attached for one second in the middle.
-    let want = run(&mut shell(rounds(300)));
+    // The original, many rounds (1500: 3-5 s, so that it cannot end while attached on a fast
+    // machine), attached for one second in the middle.
+    let want = run(&mut shell(rounds(1500)));
     let data = fresh_data(&dir, "attached.lopi");
-    let child = shell(rounds(300)).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+    let child = shell(rounds(1500)).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
