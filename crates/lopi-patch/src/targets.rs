@@ -45,8 +45,8 @@ impl Targets {
 /// Linear sweep of every code section, resynchronised at known function starts, plus the
 /// landing pads the unwinder jumps to.
 pub fn collect(module: &ElfModule<'_>) -> Targets {
-    let mut targets = Targets::default();
-    targets.all.extend(module.landing_pads.iter().map(|p| p.0));
+    let mut found = Found::default();
+    found.all.extend(module.landing_pads.iter().map(|p| p.0));
     for section in &module.code_sections {
         let Some(bytes) = module.bytes_from(section.addr) else { continue };
         let (start, end) = (section.addr.0, section.addr.0 + section.size.min(bytes.len() as u64));
@@ -54,13 +54,58 @@ pub fn collect(module: &ElfModule<'_>) -> Targets {
         for (i, &from) in points.iter().enumerate() {
             let to = points.get(i + 1).copied().unwrap_or(end);
             let code = &bytes[(from - start) as usize..(to - start) as usize];
-            sweep(module, code, from, to, &mut targets);
+            sweep(module, code, from, to, &mut found);
         }
     }
-    targets
+    Targets { all: found.all.into_set(), loops: found.loops.into_set(), indirect: found.indirect.into_set() }
 }
 
-fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut Targets) {
+/// Targets as found, with repeats: a big program names the same targets millions of times
+/// (consecutive jump tables are read together), and sorting now and then is far cheaper
+/// than inserting each into a tree.
+#[derive(Default)]
+struct Found {
+    all: Addresses,
+    loops: Addresses,
+    indirect: Addresses,
+}
+
+impl Found {
+    fn indirect(&mut self, target: u64) {
+        self.all.push(target);
+        self.indirect.push(target);
+    }
+}
+
+/// Addresses, deduplicated whenever repeats have doubled the list.
+#[derive(Default)]
+struct Addresses {
+    list: Vec<u64>,
+    unique: usize,
+}
+
+impl Addresses {
+    fn push(&mut self, addr: u64) {
+        self.list.push(addr);
+        if self.list.len() > 2 * self.unique + 4096 {
+            self.list.sort_unstable();
+            self.list.dedup();
+            self.unique = self.list.len();
+        }
+    }
+
+    fn extend(&mut self, addrs: impl Iterator<Item = u64>) {
+        addrs.for_each(|a| self.push(a));
+    }
+
+    fn into_set(mut self) -> BTreeSet<u64> {
+        self.list.sort_unstable();
+        self.list.dedup();
+        self.list.into_iter().collect()
+    }
+}
+
+fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut Found) {
     let mut ip = from;
     while ip < to {
         let offset = (ip - from) as usize;
@@ -69,16 +114,15 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
             continue;
         };
         if let Some(t) = lopi_x86::branch_target(&insn) {
-            targets.all.insert(t);
+            targets.all.push(t);
             let is_call = matches!(lopi_x86::flow(&insn), lopi_x86::Flow::Call);
             if !is_call && (from..to).contains(&t) {
-                targets.loops.insert(t);
+                targets.loops.push(t);
             }
         }
         if let Some(addr) = lopi_x86::rip_relative_address(&insn) {
             if lopi_x86::is_lea(&insn) && module.code_section_of(Svma(addr)).is_some() {
-                targets.all.insert(addr);
-                targets.indirect.insert(addr);
+                targets.indirect(addr);
             } else if module.is_readonly_data(Svma(addr)) {
                 relative_jump_table(module, addr, from, to, targets);
             }
@@ -93,7 +137,7 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
 /// GCC's PIC jump table: 32-bit offsets from the table's own address. Entries are read
 /// while they land inside the current function or a fragment (a `.cold` part may hold some
 /// cases); over-reading only adds targets, which only makes the planner more careful.
-fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
+fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Found) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
     for entry in bytes.chunks_exact(4).take(4096) {
         let rel = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
@@ -101,8 +145,7 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
         if !(lo..hi).contains(&target) && !in_fragment(module, target) {
             break;
         }
-        targets.all.insert(target);
-        targets.indirect.insert(target);
+        targets.indirect(target);
     }
 }
 
@@ -111,17 +154,16 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
 /// own, or in its `.cold` part, which a stripped file may not tell apart from a function);
 /// the first entry must be in the current function or a fragment. Data after a table rarely
 /// looks like code addresses, and a false target only makes the planner more careful.
-fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
+fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Found) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
     let entries = bytes.chunks_exact(8).take(4096).map(|e| u64::from_le_bytes(e.try_into().unwrap_or([0; 8])));
     for (i, target) in entries.enumerate() {
         let mine = (lo..hi).contains(&target) || in_fragment(module, target);
-        let label = module.code_section_of(Svma(target)).is_some() && !is_function_entry(module, target);
-        if !(mine || (i > 0 && label)) {
+        let label = || module.code_section_of(Svma(target)).is_some() && !is_function_entry(module, target);
+        if !(mine || (i > 0 && label())) {
             break;
         }
-        targets.all.insert(target);
-        targets.indirect.insert(target);
+        targets.indirect(target);
     }
 }
 
