@@ -4,13 +4,15 @@
 mod demo;
 mod exports;
 mod live;
+mod progress;
 mod show;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use exports::{ExportFormat, WeightArg};
+use lopi_cache::{Lookup, PlanCache, ReadFile};
 use lopi_elf::ElfModule;
-use lopi_patch::Filter;
+use lopi_patch::{Filter, Selection};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -18,6 +20,9 @@ use std::path::{Path, PathBuf};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Plan every module anew and keep no plan (as LOPI_CACHE=off); see `lopi cache`.
+    #[arg(long, global = true)]
+    no_cache: bool,
 }
 
 #[derive(Subcommand)]
@@ -112,6 +117,12 @@ enum Command {
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
     },
+    /// Show where plans are cached (so that a program is planned once), or clear the cache.
+    Cache {
+        /// Remove every cached plan.
+        #[arg(long)]
+        clear: bool,
+    },
     /// Build a small built-in C program, rewrite it, run it and show its report.
     Demo {
         /// Keep the demo's files here instead of a temporary directory.
@@ -151,11 +162,11 @@ struct LiveSelect {
 }
 
 impl LiveSelect {
-    fn probes(self, trace: bool) -> Result<live::Probes> {
+    fn probes(self, trace: bool, cache: Option<PlanCache>) -> Result<live::Probes> {
         if !self.probe.contains(&Probe::Entry) {
             bail!("--probe needs `entry`: exits are timed against their entries (use --probe entry,exit)");
         }
-        Ok(live::Probes { include: self.include, exclude: self.exclude, timing: self.probe.contains(&Probe::Exit), trace })
+        Ok(live::Probes { include: self.include, exclude: self.exclude, timing: self.probe.contains(&Probe::Exit), trace, cache })
     }
 }
 
@@ -196,11 +207,15 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    let cache = progress::plan_cache(cli.no_cache);
     match cli.command {
         Command::Info { prog, select, format } => {
-            let data = read(&prog)?;
-            let module = parse(&prog, &data)?;
-            let selection = lopi_patch::select(&module, &select.filter()?, select.timing()?);
+            let file = read(&prog)?;
+            let module = parse(&prog, &file.data)?;
+            let bar = progress::Bar::new(&format!("planning {}", prog.display()), true);
+            let (selection, lookup) = plan(&file, &module, &select.filter()?, select.timing()?, cache.as_ref(), &bar);
+            drop(bar);
+            note(&lookup);
             let summary = show::Summary::new(&module, &selection.outcomes, &selection.timing);
             match format {
                 Format::Json => print_json(&show::info_json(&prog, &module, &selection, &summary)),
@@ -210,8 +225,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rewrite { prog, output, select, trace } => {
             let timing = trace || select.timing()?;
             let recording = lopi_rewrite::Recording { trace };
-            let summary = rewrite(&prog, &output, &select.filter()?, timing, recording)?;
-            eprintln!("lopi: wrote {}: {summary}", output.display());
+            let (summary, lookup) = rewrite(&prog, &output, &select.filter()?, timing, recording, cache.as_ref())?;
+            let (from, note_text) = progress::lookup_text(&lookup);
+            eprintln!("lopi: wrote {}: {summary}{from}", output.display());
+            if let Some(text) = note_text {
+                eprintln!("lopi: note: {text}");
+            }
             Ok(())
         }
         Command::Report { data, format, top, callers, callees } => {
@@ -241,8 +260,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
-        Command::Run { select, trace, quiet, arg0, command } => live::run(&select.probes(trace)?, &command, arg0, quiet),
-        Command::Attach { pid, select, trace, duration } => live::attach(&select.probes(trace)?, pid, duration),
+        Command::Run { select, trace, quiet, arg0, command } => live::run(&select.probes(trace, cache)?, &command, arg0, quiet),
+        Command::Attach { pid, select, trace, duration } => live::attach(&select.probes(trace, cache)?, pid, duration),
+        Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { dir } => demo::run(dir),
     }
 }
@@ -276,29 +296,73 @@ pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
     lopi_trace::DataFile::parse(&map).with_context(|| format!("reading {}", path.display()))
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+fn read(path: &Path) -> Result<ReadFile> {
+    lopi_cache::read_file(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The planner's selection for `module`, read from `file`: from the plan cache when it holds
+/// one for the same inputs, else planned (and cached).
+fn plan(file: &ReadFile, module: &ElfModule<'_>, filter: &Filter, timing: bool, cache: Option<&PlanCache>, bar: &progress::Bar) -> (Selection, Lookup) {
+    let key = file.id.map(|id| lopi_cache::plan_key(id, &file.data, filter, timing));
+    lopi_cache::selection(cache, key.as_ref(), module, || lopi_patch::select_with(module, filter, timing, bar))
+}
+
+fn note(lookup: &Lookup) {
+    if let (_, Some(text)) = progress::lookup_text(lookup) {
+        eprintln!("lopi: note: {text}");
+    }
+}
+
+/// `lopi cache [--clear]`.
+fn show_cache(cache: Option<&PlanCache>, clear: bool) -> Result<()> {
+    let Some(cache) = cache else {
+        eprintln!("lopi: the plan cache is off ({}=off or --no-cache)", progress::CACHE_ENV);
+        return Ok(());
+    };
+    let store = cache.store();
+    let dir = store.dir().display();
+    if clear {
+        let removed = store.clear().with_context(|| format!("clearing {dir}"))?;
+        eprintln!("lopi: removed {removed} cached plans from {dir}");
+        return Ok(());
+    }
+    let entries = match store.entries() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        other => other.with_context(|| format!("reading {dir}"))?,
+    };
+    let bytes: u64 = entries.iter().map(|(_, len)| len).sum();
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    print(&format!(
+        "{dir}: {} cached plans, {:.1} MiB (bound {:.0} MiB; least recently used go first)
+",
+        entries.len(),
+        mib(bytes),
+        mib(lopi_cache::DEFAULT_LIMIT)
+    ))
 }
 
 fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<ElfModule<'d>> {
     ElfModule::parse(data).with_context(|| format!("{}", path.display()))
 }
 
-/// Rewrites `prog` into `output`; returns the summary line.
+/// Rewrites `prog` into `output`; returns the summary line and where the plan came from.
 pub(crate) fn rewrite(
     prog: &Path,
     output: &Path,
     filter: &Filter,
     timing: bool,
     recording: lopi_rewrite::Recording,
-) -> Result<show::Summary> {
+    cache: Option<&PlanCache>,
+) -> Result<(show::Summary, Lookup)> {
     use std::os::unix::fs::PermissionsExt;
-    let data = read(prog)?;
+    let file = read(prog)?;
     if same_file(prog, output) {
         bail!("refusing to overwrite the input {}; choose another -o", prog.display());
     }
-    let module = parse(prog, &data)?;
-    let selection = lopi_patch::select(&module, filter, timing);
+    let module = parse(prog, &file.data)?;
+    let bar = progress::Bar::new(&format!("rewriting {}", prog.display()), true);
+    let (selection, lookup) = plan(&file, &module, filter, timing, cache, &bar);
+    bar.step("laying out and writing");
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
         source: absolute(prog).display().to_string(),
@@ -306,7 +370,7 @@ pub(crate) fn rewrite(
     let rewritten = lopi_rewrite::rewrite(&module, selection, &names, recording).with_context(|| format!("{}", prog.display()))?;
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
-    Ok(show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing))
+    Ok((show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing), lookup))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -86,6 +86,8 @@ pub struct Spec {
     pub recording: Recording,
     /// Environment the runtime sees: `LOPI_OUTPUT` (absolute) and its knobs.
     pub env: Vec<(String, String)>,
+    /// Where planned selections are kept and looked up; `None`: plan every time.
+    pub cache: Option<lopi_cache::PlanCache>,
 }
 
 /// A module with probes in it.

@@ -6,7 +6,8 @@ use crate::procfs::{self, Mapping};
 use crate::{load_bias, module_path, placement, EnvBlock, LiveError, Spec};
 use lopi_elf::{ElfModule, Svma};
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
-use lopi_patch::Selection;
+use lopi_cache::Lookup;
+use lopi_patch::{Progress, Selection};
 use lopi_rt_abi::{page_align, PAGE_SIZE};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,8 @@ pub struct ModulePlan {
     pub(crate) start: u64,
     pub(crate) len: u64,
     pub(crate) functions: usize,
+    /// Whether the selection came from the plan cache.
+    pub lookup: Lookup,
     pub(crate) image: ProbeImage,
     data: Vec<u8>,
     selection: Selection,
@@ -38,7 +41,7 @@ pub struct ModulePlan {
 
 /// Plans `spec` for process `pid`. `entry`: where `lopi run` stopped the program, whose
 /// function (`_start`) is then counted, not timed, as in a rewritten file.
-pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError> {
+pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) -> Result<Plan, LiveError> {
     let started = Instant::now();
     let unreadable = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::PermissionDenied => LiveError::PermissionDenied { pid, hint: crate::permission_hint() },
@@ -53,16 +56,20 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError
     for request in &spec.modules {
         let path = module_path(&maps, &exe, request.library.as_deref())?;
         let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
-        let data = std::fs::read(format!("/proc/{pid}/root{path}"))
-            .or_else(|_| std::fs::read(&path))
+        let file = lopi_cache::read_file(format!("/proc/{pid}/root{path}").as_ref())
+            .or_else(|_| lopi_cache::read_file(path.as_ref()))
             .map_err(LiveError::io(format!("reading {path}")))?;
+        let data = file.data;
         let module = ElfModule::parse(&data).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
         let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
         let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
         if code.0 >= code.1 {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
-        let mut selection = lopi_patch::select(&module, &request.filter, spec.timing);
+        let key = file.id.map(|id| lopi_cache::plan_key(id, &data, &request.filter, spec.timing));
+        let (mut selection, lookup) = lopi_cache::selection(spec.cache.as_ref(), key.as_ref(), &module, || {
+            lopi_patch::select_with(&module, &request.filter, spec.timing, progress)
+        });
         if let Some(entry) = entry.filter(|_| request.library.is_none()) {
             let entry = entry.wrapping_sub(bias);
             if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
@@ -83,7 +90,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError
             return Err(LiveError::Module(format!("{path}: the probe image grew when placed")));
         }
         drop(module);
-        modules.push(ModulePlan { path, bias, start, len, functions, image, data, selection, names, recording: spec.recording, env_len });
+        modules.push(ModulePlan { path, bias, start, len, functions, lookup, image, data, selection, names, recording: spec.recording, env_len });
     }
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
 }

@@ -17,7 +17,7 @@ use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeMap, HashSet};
 
 /// Why a probed function's calls are counted but not timed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, thiserror::Error)]
 #[serde(rename_all = "kebab-case")]
 pub enum UntimedReason {
     #[error("an exit (ret or tail jump) has fewer than 2 movable bytes before it and no padding after it")]

@@ -13,9 +13,11 @@
 
 mod exits;
 mod gaps;
+mod stored;
 mod targets;
 
 pub use exits::UntimedReason;
+pub use stored::StoredError;
 use exits::{CodeMap, Region};
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
@@ -24,7 +26,7 @@ use std::collections::HashMap;
 use targets::Targets;
 
 /// How a probed function's entry is patched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Tactic {
     Jmp32,
@@ -46,7 +48,7 @@ impl Tactic {
 }
 
 /// Why a function has no probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, thiserror::Error)]
 #[serde(rename_all = "kebab-case")]
 pub enum SkipReason {
     #[error("entry instructions cover fewer than 2 bytes before a branch target or the next function")]
@@ -89,7 +91,7 @@ impl SkipReason {
 }
 
 /// What happens to one discovered function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     Probed(Tactic),
     Skipped(SkipReason),
@@ -112,7 +114,7 @@ impl Filter {
 }
 
 /// Whether a probed function's calls are timed (entry and exit probes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TimingOutcome {
     /// Timing was not asked for, or the function has no probe.
     Off,
@@ -122,7 +124,7 @@ pub enum TimingOutcome {
 }
 
 /// A chosen patch, before addresses in the trampoline area are known.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Site {
     function: usize,
     /// `Some` for a function's entry site, `None` for an exit site.
@@ -171,8 +173,9 @@ pub struct Stubs {
 /// Size of one `struct rseq_cs` slot.
 pub const RSEQ_CS_SIZE: u64 = 32;
 
-/// Sites chosen for a module, waiting for a [`Layout`].
-#[derive(Clone)]
+/// Sites chosen for a module, waiting for a [`Layout`]. Address independent: the plan cache
+/// keeps it (see `stored.rs`).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct Selection {
     sites: Vec<Site>,
     pub outcomes: Vec<Outcome>,
@@ -215,9 +218,49 @@ pub struct PatchPlan {
     pub exit_sites: usize,
 }
 
+/// Told how planning goes, for a progress display (the planner never prints).
+pub trait Progress {
+    /// `done` of `total` units of `stage` are finished.
+    fn update(&self, stage: Stage, done: u64, total: u64);
+}
+
+/// No display.
+impl Progress for () {
+    fn update(&self, _: Stage, _: u64, _: u64) {}
+}
+
+/// The steps of [`select`], in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Sweeping the code for branch targets (units: bytes).
+    Targets,
+    /// Choosing entry sites (units: functions).
+    Entries,
+    /// Finding and planning exits (units: entry sites).
+    Exits,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Targets => "branch targets",
+            Stage::Entries => "entries",
+            Stage::Exits => "exits",
+        }
+    }
+}
+
+/// How often (in functions or sites) the loops below tell their progress.
+const PROGRESS_EVERY: usize = 256;
+
 /// Chooses a tactic for every selected function, and with `timing` its exit sites.
 pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selection {
-    let targets = targets::collect(module);
+    select_with(module, filter, timing, &())
+}
+
+/// [`select`], telling `progress` how it goes.
+pub fn select_with(module: &ElfModule<'_>, filter: &Filter, timing: bool, progress: &dyn Progress) -> Selection {
+    let targets = targets::collect(module, progress);
     let mut gaps = Gaps::find(module, &targets);
     let starts: Vec<u64> = {
         let mut s: Vec<u64> =
@@ -230,7 +273,11 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
     let mut ends = vec![0u64; module.functions.len()];
     let mut sites = Vec::new();
     let mut need_bounce = Vec::new();
+    let functions = module.functions.len() as u64;
     for (index, function) in module.functions.iter().enumerate() {
+        if index % PROGRESS_EVERY == 0 {
+            progress.update(Stage::Entries, index as u64, functions);
+        }
         let names: Vec<&str> = std::iter::once(function.name.as_str()).chain(function.aliases.iter().map(String::as_str)).collect();
         if !filter.selects(&names) {
             continue;
@@ -266,7 +313,7 @@ pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selectio
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
     if timing {
-        plan_timing(module, &ends, &targets, &mut gaps, &mut sites, &mut timing_outcomes);
+        plan_timing(module, &ends, &targets, &mut gaps, &mut sites, &mut timing_outcomes, progress);
     }
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes }
@@ -281,12 +328,17 @@ fn plan_timing(
     gaps: &mut Gaps,
     sites: &mut Vec<Site>,
     outcomes: &mut [TimingOutcome],
+    progress: &dyn Progress,
 ) {
     let map = CodeMap::new(module);
     // Exit sites of fragments already planned (a stripped file's fragment may be reached
     // from several functions): fragment start -> indices in `sites`, or why not.
     let mut fragments: HashMap<u64, Result<Vec<usize>, UntimedReason>> = HashMap::new();
-    for entry_index in 0..sites.len() {
+    let entries = sites.len();
+    for entry_index in 0..entries {
+        if entry_index % PROGRESS_EVERY == 0 {
+            progress.update(Stage::Exits, entry_index as u64, entries as u64);
+        }
         let f = sites[entry_index].function;
         let result = timed_exits(module, f, ends[f], &sites[entry_index], &map, targets, gaps, &mut fragments, sites.len());
         match result {

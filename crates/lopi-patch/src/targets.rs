@@ -2,6 +2,7 @@
 //! call targets, code addresses taken by `lea` (computed goto, function pointers), jump
 //! table entries and C++ exception landing pads. A patch must not cover any of them except at
 //! its first byte.
+use crate::{Progress, Stage};
 use lopi_elf::{ElfModule, Svma};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,10 +44,12 @@ impl Targets {
 }
 
 /// Linear sweep of every code section, resynchronised at known function starts, plus the
-/// landing pads the unwinder jumps to.
-pub fn collect(module: &ElfModule<'_>) -> Targets {
+/// landing pads the unwinder jumps to. Progress counts code bytes.
+pub fn collect(module: &ElfModule<'_>, progress: &dyn Progress) -> Targets {
     let mut found = Found::default();
     found.all.extend(module.landing_pads.iter().map(|p| p.0));
+    let total: u64 = module.code_sections.iter().map(|s| s.size).sum();
+    let mut swept = 0;
     for section in &module.code_sections {
         let Some(bytes) = module.bytes_from(section.addr) else { continue };
         let (start, end) = (section.addr.0, section.addr.0 + section.size.min(bytes.len() as u64));
@@ -55,7 +58,11 @@ pub fn collect(module: &ElfModule<'_>) -> Targets {
             let to = points.get(i + 1).copied().unwrap_or(end);
             let code = &bytes[(from - start) as usize..(to - start) as usize];
             sweep(module, code, from, to, &mut found);
+            if i % 256 == 0 {
+                progress.update(Stage::Targets, swept + (from - start), total);
+            }
         }
+        swept += section.size;
     }
     Targets { all: found.all.into_set(), loops: found.loops.into_set(), indirect: found.indirect.into_set() }
 }

@@ -69,7 +69,7 @@ pub struct RseqSection {
 }
 
 /// How a moved instruction leaves its function: where an exit probe goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ExitKind {
     /// `ret`: the probe runs right before it.
     Return,

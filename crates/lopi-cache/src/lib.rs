@@ -1,0 +1,172 @@
+//! The plan cache: the planner's [`Selection`] of a module, kept on disk so that running or
+//! rewriting the same program again does not plan it again.
+//!
+//! A selection is address independent (laying it out at an address is cheap), so one entry
+//! serves every process of a program. It is keyed by every input of planning ([`plan_key`]):
+//! lopi's own build, the module file's identity and build-id, and the probe options. The key
+//! is a list, so callers can add inputs (a separate debug file that supplies symbols).
+#![forbid(unsafe_code)]
+
+mod store;
+
+use lopi_elf::ElfModule;
+use lopi_patch::{Filter, Selection};
+use std::fs::{File, Metadata};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+pub use store::{Key, Store, Unusable};
+
+/// Bytes the entries of one cache directory may take together (cc1's plan is ~9 MB).
+pub const DEFAULT_LIMIT: u64 = 256 << 20;
+
+/// Which file, as it was: a different file at the same path, or the same file changed, has
+/// another identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    /// Modification and status-change times, in ns: `touch` changes the first, a write with
+    /// the modification time put back (`touch -r`) still changes the second.
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl FileId {
+    pub fn of(meta: &Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        FileId { dev: meta.dev(), ino: meta.ino(), size: meta.size(), mtime_ns: ns(meta.mtime(), meta.mtime_nsec()), ctime_ns: ns(meta.ctime(), meta.ctime_nsec()) }
+    }
+}
+
+impl std::fmt::Display for FileId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dev {} inode {} size {} mtime {} ctime {}", self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+    }
+}
+
+/// A file's bytes, and its identity if it did not change while it was read.
+pub struct ReadFile {
+    pub data: Vec<u8>,
+    pub id: Option<FileId>,
+}
+
+/// Reads `path` through one open file, taking its identity before and after.
+pub fn read_file(path: &Path) -> io::Result<ReadFile> {
+    let mut file = File::open(path)?;
+    let before = FileId::of(&file.metadata()?);
+    let mut data = Vec::with_capacity(before.size as usize);
+    file.read_to_end(&mut data)?;
+    let after = FileId::of(&file.metadata()?);
+    Ok(ReadFile { data, id: (before == after).then_some(before) })
+}
+
+/// lopi's own build: the GNU build-id of the running executable (a hash of all its bytes,
+/// so any change to lopi's code changes it), else the executable file's identity.
+pub fn lopi_build() -> &'static str {
+    static BUILD: OnceLock<String> = OnceLock::new();
+    BUILD.get_or_init(|| {
+        let exe = Path::new("/proc/self/exe");
+        // Read on demand: only the headers and the note, not the whole executable.
+        let build_id = File::open(exe).ok().and_then(|f| {
+            let file = object::read::ReadCache::new(f);
+            let elf = object::File::parse(&file).ok()?;
+            object::Object::build_id(&elf).ok().flatten().map(hex)
+        });
+        match build_id {
+            Some(id) => format!("build-id {id}"),
+            None => match std::fs::metadata(exe) {
+                Ok(meta) => format!("executable {}", FileId::of(&meta)),
+                // No way to tell builds apart: a key no lookup can match.
+                Err(e) => format!("unknown ({e}, pid {})", std::process::id()),
+            },
+        }
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The inputs of [`lopi_patch::select`] on a module read from a file with identity `file`.
+pub fn plan_key(file: FileId, data: &[u8], filter: &Filter, timing: bool) -> Key {
+    let globs = |patterns: &[glob::Pattern]| patterns.iter().map(|p| p.as_str()).collect::<Vec<_>>().join("\0");
+    let mut key = Key::new().with("lopi", lopi_build()).with("module", file.to_string());
+    let build_id = object::File::parse(data).ok().and_then(|elf| object::Object::build_id(&elf).ok().flatten().map(hex));
+    if let Some(id) = build_id {
+        key = key.with("module-build-id", id);
+    }
+    key.with("timing", if timing { "entry,exit" } else { "entry" })
+        .with("functions", globs(&filter.include))
+        .with("exclude", globs(&filter.exclude))
+}
+
+/// Plan entries in a directory.
+#[derive(Clone, Debug)]
+pub struct PlanCache {
+    store: Store,
+}
+
+/// Where a selection came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// No cache (disabled).
+    Off,
+    /// From the cache.
+    Hit,
+    /// Planned, and stored for next time.
+    Stored,
+    /// Planned, not stored: why.
+    NotStored(String),
+    /// A stored entry could not be used (why); planned again, and the entry replaced.
+    Replaced(String),
+}
+
+impl PlanCache {
+    pub fn new(dir: PathBuf) -> Self {
+        PlanCache::with_limit(dir, DEFAULT_LIMIT)
+    }
+
+    pub fn with_limit(dir: PathBuf, limit: u64) -> Self {
+        PlanCache { store: Store::new(dir, limit) }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The selection stored under `key` if there is a sound one for `module`, else `plan()`'s,
+    /// stored.
+    pub fn selection(&self, key: &Key, module: &ElfModule<'_>, plan: impl FnOnce() -> Selection) -> (Selection, Lookup) {
+        let unusable = match self.store.get(key) {
+            Ok(Some(bytes)) => match Selection::from_bytes(&bytes, module) {
+                Ok(selection) => return (selection, Lookup::Hit),
+                Err(e) => Some(e.to_string()),
+            },
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        let selection = plan();
+        let stored = selection.to_bytes().map_err(|e| e.to_string()).and_then(|b| self.store.put(key, &b).map_err(|e| {
+            format!("writing to {}: {e}", self.store.dir().display())
+        }));
+        let lookup = match (stored, unusable) {
+            (Err(why), _) => Lookup::NotStored(why),
+            (Ok(()), Some(why)) => Lookup::Replaced(why),
+            (Ok(()), None) => Lookup::Stored,
+        };
+        (selection, lookup)
+    }
+}
+
+/// The selection for `module`: through `cache` when there is one and the file's identity is
+/// known (`key`), else planned.
+pub fn selection(cache: Option<&PlanCache>, key: Option<&Key>, module: &ElfModule<'_>, plan: impl FnOnce() -> Selection) -> (Selection, Lookup) {
+    match (cache, key) {
+        (Some(cache), Some(key)) => cache.selection(key, module, plan),
+        (Some(_), None) => (plan(), Lookup::NotStored("the file changed while it was read".into())),
+        (None, _) => (plan(), Lookup::Off),
+    }
+}
