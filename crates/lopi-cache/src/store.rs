@@ -222,3 +222,80 @@ fn touch(file: &File) {
         let _ = file.set_modified(now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_store(name: &str, limit: u64) -> Store {
+        let dir = std::env::temp_dir().join(format!("lopi-cache-store-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        Store::new(dir, limit)
+    }
+
+    #[test]
+    fn stores_and_finds_by_the_whole_key() {
+        let store = temp_store("keys", 1 << 20);
+        let key = Key::new().with("a", "1").with("b", "2");
+        assert!(store.get(&key).unwrap().is_none());
+        store.put(&key, b"payload").unwrap();
+        assert_eq!(store.get(&key).unwrap().as_deref(), Some(&b"payload"[..]));
+        // Another value, another order, a value moved across the name boundary: other keys.
+        for other in [Key::new().with("a", "1").with("b", "3"), Key::new().with("b", "2").with("a", "1"), Key::new().with("a", "12").with("b", "")] {
+            assert!(store.get(&other).unwrap().is_none(), "{other:?}");
+        }
+        // An entry of another key under this key's name is not trusted.
+        let other = Key::new().with("a", "2");
+        store.put(&other, b"other").unwrap();
+        fs::copy(store.path(&other.bytes()), store.path(&key.bytes())).unwrap();
+        assert!(matches!(store.get(&key), Err(Unusable::Damaged { what: "another key under the same name", .. })));
+        store.put(&key, b"again").unwrap();
+        assert_eq!(store.get(&key).unwrap().as_deref(), Some(&b"again"[..]));
+        assert_eq!(store.entries().unwrap().len(), 2);
+        assert_eq!(store.clear().unwrap(), 2);
+        assert!(store.get(&key).unwrap().is_none());
+        let _ = fs::remove_dir_all(store.dir());
+    }
+
+    #[test]
+    fn every_truncation_and_flipped_bit_is_caught() {
+        let store = temp_store("damage", 1 << 20);
+        let key = Key::new().with("k", "v");
+        store.put(&key, &[7u8; 100]).unwrap();
+        let path = store.path(&key.bytes());
+        let good = fs::read(&path).unwrap();
+        for len in 0..good.len() {
+            fs::write(&path, &good[..len]).unwrap();
+            assert!(store.get(&key).is_err(), "truncated to {len} bytes");
+        }
+        for at in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[at] ^= 1 << bit;
+                fs::write(&path, &bad).unwrap();
+                assert!(store.get(&key).is_err(), "bit {bit} of byte {at} flipped");
+            }
+        }
+        let _ = fs::remove_dir_all(store.dir());
+    }
+
+    #[test]
+    fn least_recently_used_entries_go_first() {
+        let store = temp_store("evict", 3000);
+        let key = |i: u32| Key::new().with("i", i.to_string());
+        for i in 0..3 {
+            store.put(&key(i), &[0; 800]).unwrap();
+            // Older modification times for the earlier entries (what a lookup refreshes).
+            let age = Duration::from_secs(3600 * u64::from(3 - i));
+            File::options().append(true).open(store.path(&key(i).bytes())).unwrap().set_modified(SystemTime::now() - age).unwrap();
+        }
+        // Entry 0 is used: it becomes the most recent.
+        assert!(store.get(&key(0)).unwrap().is_some());
+        store.put(&key(3), &[0; 800]).unwrap();
+        let kept: Vec<bool> = (0..4).map(|i| store.get(&key(i)).unwrap().is_some()).collect();
+        assert_eq!(kept, [true, false, true, true], "entry 1 was the least recently used");
+        // An entry larger than the bound is refused, not stored.
+        assert!(store.put(&key(9), &[0; 4000]).is_err());
+        let _ = fs::remove_dir_all(store.dir());
+    }
+}

@@ -10,7 +10,7 @@ mod show;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use exports::{ExportFormat, WeightArg};
-use lopi_cache::{Lookup, PlanCache, ReadFile};
+use lopi_cache::{Lookup, ModuleFile, PlanCache};
 use lopi_elf::ElfModule;
 use lopi_patch::{Filter, Selection};
 use std::path::{Path, PathBuf};
@@ -211,7 +211,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info { prog, select, format } => {
             let file = read(&prog)?;
-            let module = parse(&prog, &file.data)?;
+            let module = parse(&prog, &file)?;
             let bar = progress::Bar::new(&format!("planning {}", prog.display()), true);
             let (selection, lookup) = plan(&file, &module, &select.filter()?, select.timing()?, cache.as_ref(), &bar);
             drop(bar);
@@ -296,14 +296,14 @@ pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
     lopi_trace::DataFile::parse(&map).with_context(|| format!("reading {}", path.display()))
 }
 
-fn read(path: &Path) -> Result<ReadFile> {
+fn read(path: &Path) -> Result<ModuleFile> {
     lopi_cache::read_file(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// The planner's selection for `module`, read from `file`: from the plan cache when it holds
 /// one for the same inputs, else planned (and cached).
-fn plan(file: &ReadFile, module: &ElfModule<'_>, filter: &Filter, timing: bool, cache: Option<&PlanCache>, bar: &progress::Bar) -> (Selection, Lookup) {
-    let key = file.id.map(|id| lopi_cache::plan_key(id, &file.data, filter, timing));
+fn plan(file: &ModuleFile, module: &ElfModule<'_>, filter: &Filter, timing: bool, cache: Option<&PlanCache>, bar: &progress::Bar) -> (Selection, Lookup) {
+    let key = file.id.map(|id| lopi_cache::plan_key(id, file, filter, timing));
     lopi_cache::selection(cache, key.as_ref(), module, || lopi_patch::select_with(module, filter, timing, bar))
 }
 
@@ -359,7 +359,7 @@ pub(crate) fn rewrite(
     if same_file(prog, output) {
         bail!("refusing to overwrite the input {}; choose another -o", prog.display());
     }
-    let module = parse(prog, &file.data)?;
+    let module = parse(prog, &file)?;
     let bar = progress::Bar::new(&format!("rewriting {}", prog.display()), true);
     let (selection, lookup) = plan(&file, &module, filter, timing, cache, &bar);
     bar.step("laying out and writing");

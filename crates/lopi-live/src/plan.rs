@@ -6,10 +6,13 @@ use crate::procfs::{self, Mapping};
 use crate::{load_bias, module_path, placement, EnvBlock, LiveError, Spec};
 use lopi_elf::{ElfModule, Svma};
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
-use lopi_cache::Lookup;
+use lopi_cache::{Lookup, ModuleFile};
 use lopi_patch::{Progress, Selection};
 use lopi_rt_abi::{page_align, PAGE_SIZE};
 use std::time::{Duration, Instant};
+
+/// Room below a module besides twice its code, for the first layout (runtime, metadata).
+const BELOW_ROOM: u64 = 1 << 20;
 
 /// Every module's image, placed.
 pub struct Plan {
@@ -32,7 +35,7 @@ pub struct ModulePlan {
     /// Whether the selection came from the plan cache.
     pub lookup: Lookup,
     pub(crate) image: ProbeImage,
-    data: Vec<u8>,
+    data: ModuleFile,
     selection: Selection,
     names: ModuleNames,
     recording: Recording,
@@ -56,17 +59,16 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
     for request in &spec.modules {
         let path = module_path(&maps, &exe, request.library.as_deref())?;
         let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
-        let file = lopi_cache::read_file(format!("/proc/{pid}/root{path}").as_ref())
-            .or_else(|_| lopi_cache::read_file(path.as_ref()))
+        let data = lopi_cache::map_file(format!("/proc/{pid}/root{path}").as_ref())
+            .or_else(|_| lopi_cache::map_file(path.as_ref()))
             .map_err(LiveError::io(format!("reading {path}")))?;
-        let data = file.data;
         let module = ElfModule::parse(&data).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
         let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
         let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
         if code.0 >= code.1 {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
-        let key = file.id.map(|id| lopi_cache::plan_key(id, &data, &request.filter, spec.timing));
+        let key = data.id.map(|id| lopi_cache::plan_key(id, &data, &request.filter, spec.timing));
         let (mut selection, lookup) = lopi_cache::selection(spec.cache.as_ref(), key.as_ref(), &module, || {
             lopi_patch::select_with(&module, &request.filter, spec.timing, progress)
         });
@@ -78,14 +80,24 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         }
         let names = ModuleNames { module: path.clone(), source: path.clone() };
         let functions = module.functions.len();
-        let sizing = build(&module, &selection, &names, spec.recording, env_len, page_align(module.end_of_image().0), &path)?;
-        // Laying out at another address can only change jump encodings a little.
-        let len = page_align(sizing.bytes.len() as u64) + PAGE_SIZE;
-        let start = placement::find_hole(&busy, code, len)
-            .ok_or_else(|| LiveError::Module(format!("{path}: no free address space within ±2 GiB of its code")))?;
+        // Laid out first below the module, with room for an image twice the size of its code
+        // (images are far smaller): used there when the space is free, which spares a
+        // second layout; else placed in the nearest hole and laid out again.
+        let low = mapped.iter().map(|m| m.start).min().unwrap_or(code.0);
+        let below = low.checked_sub(page_align(2 * (code.1 - code.0) + BELOW_ROOM));
+        let first_at = below.unwrap_or_else(|| bias.wrapping_add(page_align(module.end_of_image().0)));
+        let first = build(&module, &selection, &names, spec.recording, env_len, first_at.wrapping_sub(bias), &path)?;
+        // Laying out at another address (or again, without a site) can only change jump
+        // encodings a little.
+        let len = page_align(first.bytes.len() as u64) + PAGE_SIZE;
+        let start = match below.filter(|&at| placement::fits(&busy, code, at, len)) {
+            Some(at) => at,
+            None => placement::find_hole(&busy, code, len)
+                .ok_or_else(|| LiveError::Module(format!("{path}: no free address space within ±2 GiB of its code")))?,
+        };
         busy.push((start, start + len + PAGE_SIZE));
         busy.sort_unstable();
-        let image = build(&module, &selection, &names, spec.recording, env_len, start.wrapping_sub(bias), &path)?;
+        let image = if start == first_at { first } else { build(&module, &selection, &names, spec.recording, env_len, start.wrapping_sub(bias), &path)? };
         if image.bytes.len() as u64 > len {
             return Err(LiveError::Module(format!("{path}: the probe image grew when placed")));
         }

@@ -232,6 +232,8 @@ pub(crate) fn site(
         timed: true,
         patch_at,
         covered,
+        moved_from: patch_at,
+        moved_len: len,
         relocated: insns[first..=exit.index].to_vec(),
         resume: (!terminal).then(|| Svma(last.next_ip())),
         bounce,

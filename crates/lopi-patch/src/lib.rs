@@ -137,6 +137,11 @@ struct Site {
     patch_at: Svma,
     /// Bytes of original code the patch covers (jump plus int3 filler).
     covered: usize,
+    /// The original code `relocated` is made of; a stored selection keeps only this and
+    /// decodes it again from the file.
+    moved_from: Svma,
+    moved_len: usize,
+    #[serde(skip)]
     relocated: Vec<Insn>,
     /// Where the trampoline continues; `None` when the relocated code ends in ret/jmp.
     resume: Option<Svma>,
@@ -482,6 +487,8 @@ impl Entry {
             timed: false,
             patch_at: self.patch_at,
             covered,
+            moved_from: self.patch_at,
+            moved_len: self.len,
             resume: (!self.ends_terminal).then(|| self.patch_at + self.len as u64),
             relocated: self.insns,
             bounce,
@@ -619,6 +626,8 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
         timed: false,
         patch_at,
         covered: JMP32_LEN,
+        moved_from: start,
+        moved_len: bytes.len(),
         relocated: insns,
         resume: None,
         bounce: None,

@@ -1,10 +1,14 @@
-//! A [`Selection`] as bytes, for lopi's plan cache. What is read back is checked against the
-//! module before use: every index must name one of its functions and every patch must have
-//! a size a site can have, so that a damaged or stale entry can never make an installer
-//! index out of bounds or write past a site. (The cache checksums its entries and keys them
-//! by lopi's build; this check is what remains if both were defeated.)
-use crate::Selection;
-use lopi_elf::ElfModule;
+//! A [`Selection`] as bytes, for lopi's plan cache. The moved instructions are not stored:
+//! each site keeps the range of original code they were made of, decoded again from the
+//! module when read back, so stored bytes can never put instructions the file does not have
+//! into a trampoline. The rest is checked against the module: every index must name one of
+//! its functions and every patch must have a size a site can have, so that a damaged or stale
+//! entry can never make an installer index out of bounds or write past a site. (The cache
+//! also checksums its entries and keys them by lopi's build; these checks are what remains
+//! if both were defeated.)
+use crate::{Insn, Selection};
+use lopi_elf::{ElfModule, Svma};
+use lopi_x86::Flow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoredError {
@@ -18,6 +22,8 @@ pub enum StoredError {
 
 /// More bytes than any site covers (an entry's instructions up to the 5th byte, plus one).
 const MAX_COVERED: usize = 64;
+/// The largest code a site moves: a whole function (the planner's limit is 4 KiB).
+const MAX_MOVED: usize = 1 << 16;
 
 impl Selection {
     pub fn to_bytes(&self) -> Result<Vec<u8>, StoredError> {
@@ -26,11 +32,15 @@ impl Selection {
 
     /// Reads what [`Selection::to_bytes`] wrote for `module`.
     pub fn from_bytes(bytes: &[u8], module: &ElfModule<'_>) -> Result<Selection, StoredError> {
-        let (selection, rest): (Selection, _) = postcard::take_from_bytes(bytes)?;
+        let (mut selection, rest): (Selection, _) = postcard::take_from_bytes(bytes)?;
         if !rest.is_empty() {
             return Err(StoredError::Trailing(rest.len()));
         }
         selection.check(module.functions.len())?;
+        for site in &mut selection.sites {
+            site.relocated = moved(module, site.moved_from, site.moved_len)
+                .ok_or(StoredError::Mismatch("a site's moved code does not decode as it did when planned"))?;
+        }
         Ok(selection)
     }
 
@@ -43,10 +53,31 @@ impl Selection {
             if site.function >= functions || site.owners.iter().any(|&o| o >= functions) {
                 return fail("a site names a function that does not exist");
             }
-            if site.covered == 0 || site.covered > MAX_COVERED || site.nops.len() > MAX_COVERED {
+            if site.covered == 0 || site.covered > MAX_COVERED || site.nops.len() > MAX_COVERED || site.moved_len > MAX_MOVED {
                 return fail("a site covers an impossible number of bytes");
             }
         }
         Ok(())
     }
+}
+
+/// The instructions the planner moved for `len` bytes of code at `from`: decoded whole, a
+/// call (only ever the last, ending an entry site) emulated as the planner emulates it.
+fn moved(module: &ElfModule<'_>, from: Svma, len: usize) -> Option<Vec<Insn>> {
+    let bytes = module.bytes_from(from)?.get(..len)?;
+    let mut insns = Vec::new();
+    let mut at = 0;
+    while at < len {
+        let insn = lopi_x86::decode_one(&bytes[at..], from.0 + at as u64)?;
+        at += insn.len();
+        if matches!(lopi_x86::flow(&insn), Flow::Call | Flow::IndirectCall) {
+            if at != len {
+                return None;
+            }
+            insns.extend(lopi_x86::emulate_call(&insn)?);
+        } else {
+            insns.push(insn);
+        }
+    }
+    Some(insns)
 }
