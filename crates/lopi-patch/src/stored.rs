@@ -67,8 +67,7 @@ fn moved(module: &ElfModule<'_>, from: Svma, len: usize) -> Option<Vec<Insn>> {
     let bytes = module.bytes_from(from)?.get(..len)?;
     let mut insns = Vec::new();
     let mut at = 0;
-    while at < len {
-        let insn = lopi_x86::decode_one(&bytes[at..], from.0 + at as u64)?;
+    for insn in lopi_x86::decode(bytes, from.0) {
         at += insn.len();
         if matches!(lopi_x86::flow(&insn), Flow::Call | Flow::IndirectCall) {
             if at != len {
@@ -79,5 +78,5 @@ fn moved(module: &ElfModule<'_>, from: Svma, len: usize) -> Option<Vec<Insn>> {
             insns.push(insn);
         }
     }
-    Some(insns)
+    (at == len).then_some(insns)
 }
