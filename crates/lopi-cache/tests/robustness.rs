@@ -48,7 +48,7 @@ fn build_sample() -> Vec<u8> {
     std::fs::read(exe).unwrap()
 }
 
-fn lay_out(module: &ElfModule<'_>, selection: Selection) -> Vec<u8> {
+fn image(module: &ElfModule<'_>, selection: Selection) -> lopi_image::ProbeImage {
     let names = lopi_image::ModuleNames { module: "m".into(), source: "s".into() };
     let request = lopi_image::Request {
         names: &names,
@@ -58,7 +58,11 @@ fn lay_out(module: &ElfModule<'_>, selection: Selection) -> Vec<u8> {
         header_room: 0,
         fork_handlers: false,
     };
-    lopi_image::build(module, selection, &request).map(|image| image.bytes).unwrap_or_default()
+    lopi_image::build(module, selection, &request).unwrap()
+}
+
+fn lay_out(module: &ElfModule<'_>, selection: Selection) -> Vec<u8> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| image(module, selection).bytes)).unwrap_or_default()
 }
 
 #[test]
@@ -132,5 +136,42 @@ fn damaged_entries_are_replaced_by_what_planning_gives() {
         assert!(matches!(lookup, Lookup::Replaced(_)), "case {case}: {lookup:?}");
         assert_eq!(selection.to_bytes().unwrap(), expected, "case {case}");
         assert_eq!(std::fs::read(&entry).unwrap(), good, "case {case}: the entry was written again");
+    }
+}
+
+#[test]
+fn mutated_images_never_panic() {
+    let original = build_sample();
+    let module = ElfModule::parse(&original).unwrap();
+    let built = image(&module, lopi_patch::select(&module, &Filter::default(), true));
+    let bytes = built.to_bytes().unwrap();
+    let back = lopi_image::ProbeImage::from_bytes(&bytes).unwrap();
+    assert!(back.bytes == built.bytes && back.plan.code_patches.len() == built.plan.code_patches.len());
+    // The plan comes first, then the image's bytes (mostly zeros and the runtime), then its
+    // regions and entry points: mutations go to the first and the last.
+    let plan_end = bytes.len() - built.bytes.len() - 64;
+    let mut rng = Rng(0x1a5e_0000_0000_0003);
+    for case in 0..4000 {
+        let mut mutated = bytes.clone();
+        match case % 3 {
+            0 => {
+                for _ in 0..1 + rng.below(4) {
+                    let at = if rng.below(2) == 0 { rng.below(plan_end) } else { bytes.len() - 1 - rng.below(48) };
+                    mutated[at] = rng.next() as u8;
+                }
+            }
+            1 => {
+                let at = rng.below(mutated.len());
+                mutated[at] ^= 1 << rng.below(8);
+            }
+            _ => mutated.truncate(rng.below(bytes.len())),
+        }
+        let result = std::panic::catch_unwind(|| {
+            if let Ok(image) = lopi_image::ProbeImage::from_bytes(&mutated) {
+                let off = |a: u64| a.wrapping_sub(image.rw.start) as usize;
+                let _ = (&image.bytes[off(image.rx.start)..off(image.r.end)], &image.bytes[off(image.init)]);
+            }
+        });
+        assert!(result.is_ok(), "case {case} panicked");
     }
 }

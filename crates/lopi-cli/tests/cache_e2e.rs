@@ -111,7 +111,25 @@ fn a_second_run_takes_the_plan_from_the_cache_and_records_the_same() {
         assert_eq!(own(&planned), expected(), "{probes}: planned");
         assert_eq!(cached, planned, "{probes}: every function's calls, from the cache and planned");
     }
-    assert_eq!(case.entries(), 2, "one entry per set of options");
+    assert_eq!(case.entries(), 4, "per set of options, the selection and the image laid out below the program");
+}
+
+#[test]
+fn an_image_laid_out_with_other_room_takes_the_selection_from_the_cache() {
+    let case = Case::new("room");
+    let (_, planned) = case.run(&["--probe", "entry,exit"], &[]);
+    // A LOPI_OUTPUT 1000 bytes longer needs more room in the image for the runtime's
+    // environment: another image, from the cached selection.
+    let long = case.dir.join("x".repeat(200)).join("x".repeat(200)).join("x".repeat(200)).join("x".repeat(200)).join("x".repeat(200));
+    std::fs::create_dir_all(&long).unwrap();
+    let data = long.join("long.lopi");
+    let out = case.lopi(
+        &["run", "--probe", "entry,exit", "--", case.prog.to_str().unwrap(), "20", "100"],
+        &[("LOPI_OUTPUT", data.to_str().unwrap())],
+    );
+    assert!(out.stderr_str().contains(FROM_CACHE), "{}", out.stderr_str());
+    assert_eq!(case.calls(&data), planned);
+    assert_eq!(case.entries(), 3, "one selection, two images");
 }
 
 #[test]
@@ -167,36 +185,54 @@ fn with_other_build_id(lopi: &[u8]) -> Vec<u8> {
 fn damaged_entries_are_replaced() {
     let case = Case::new("damaged");
     let (_, planned) = case.run(&["--probe", "entry,exit"], &[]);
-    let entry = std::fs::read_dir(case.cache_dir()).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "plan")).unwrap();
-    let good = std::fs::read(&entry).unwrap();
-    let damages: Vec<(&str, Vec<u8>)> = vec![
-        ("empty", Vec::new()),
-        ("truncated", good[..good.len() / 2].to_vec()),
-        ("a flipped bit", {
-            let mut b = good.clone();
-            b[good.len() / 3] ^= 4;
+    // The selection and the image laid out from it (the larger).
+    let mut entries: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(case.cache_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "plan"))
+        .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+        .collect();
+    entries.sort_by_key(|(_, bytes)| bytes.len());
+    assert_eq!(entries.len(), 2);
+    type Damage = fn(&[u8]) -> Vec<u8>;
+    let damages: Vec<(&str, Damage)> = vec![
+        ("empty", |_| Vec::new()),
+        ("truncated", |b| b[..b.len() / 2].to_vec()),
+        ("a flipped bit", |b| {
+            let mut b = b.to_vec();
+            let at = b.len() / 3;
+            b[at] ^= 4;
             b
         }),
-        ("garbage", (0..good.len()).map(|i| (i * 7919 % 251) as u8).collect()),
-        ("another format", {
-            let mut b = good.clone();
+        ("garbage", |b| (0..b.len()).map(|i| (i * 7919 % 251) as u8).collect()),
+        ("another format", |b| {
+            let mut b = b.to_vec();
             b[8] ^= 1;
             b
         }),
     ];
     let data = case.dir.join("damaged.lopi");
-    for (what, bytes) in damages {
-        std::fs::write(&entry, &bytes).unwrap();
-        let out = case.lopi(
-            &["run", "--probe", "entry,exit", "--", case.prog.to_str().unwrap(), "20", "100"],
-            &[("LOPI_OUTPUT", data.to_str().unwrap())],
-        );
-        let stderr = out.stderr_str();
-        assert!(stderr.contains(REPLACED) && !stderr.contains(FROM_CACHE), "{what}:\n{stderr}");
-        assert_eq!(case.calls(&data), planned, "{what}: planned again, same record");
-        std::fs::remove_file(&data).unwrap();
-        assert_eq!(std::fs::read(&entry).unwrap(), good, "{what}: the entry was written again");
-        assert!(case.run(&["--probe", "entry,exit"], &[]).0, "{what}: the next run uses it");
+    for (what, damage) in damages {
+        // The image alone, or both (a damaged selection alone is not read while the image
+        // serves; lopi-cache's robustness tests replace damaged selections).
+        for damaged in [&entries[1..], &entries[..]] {
+            for (path, good) in damaged {
+                std::fs::write(path, damage(good)).unwrap();
+            }
+            let out = case.lopi(
+                &["run", "--probe", "entry,exit", "--", case.prog.to_str().unwrap(), "20", "100"],
+                &[("LOPI_OUTPUT", data.to_str().unwrap())],
+            );
+            let stderr = out.stderr_str();
+            let which = damaged.len();
+            assert!(stderr.contains(REPLACED), "{what} ({which} entries):\n{stderr}");
+            assert_eq!(case.calls(&data), planned, "{what}: planned again, same record");
+            std::fs::remove_file(&data).unwrap();
+            for (path, good) in &entries {
+                assert!(std::fs::read(path).unwrap() == *good, "{what}: {} written again", path.display());
+            }
+            assert!(case.run(&["--probe", "entry,exit"], &[]).0, "{what}: the next run uses them");
+        }
     }
 }
 

@@ -3,16 +3,18 @@
 //! the checks that need the threads held (where they stand, the code bytes) and the writes
 //! happen while the process is paused.
 use crate::procfs::{self, Mapping};
-use crate::{load_bias, module_path, placement, EnvBlock, LiveError, Spec};
+use crate::{load_bias, module_path, placement, EnvBlock, LiveError, ModuleRequest, Spec};
 use lopi_elf::{ElfModule, Svma};
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
-use lopi_cache::{Lookup, ModuleFile};
+use lopi_cache::{Key, Lookup, ModuleFile, PlanCache};
 use lopi_patch::{Progress, Selection};
 use lopi_rt_abi::{page_align, PAGE_SIZE};
 use std::time::{Duration, Instant};
 
 /// Room below a module besides twice its code, for the first layout (runtime, metadata).
 const BELOW_ROOM: u64 = 1 << 20;
+/// The runtime's environment room is a multiple of this.
+const ENV_ROOM: usize = 512;
 
 /// Every module's image, placed.
 pub struct Plan {
@@ -32,14 +34,59 @@ pub struct ModulePlan {
     pub(crate) start: u64,
     pub(crate) len: u64,
     pub(crate) functions: usize,
-    /// Whether the selection came from the plan cache.
+    /// Whether the plan came from the plan cache.
     pub lookup: Lookup,
     pub(crate) image: ProbeImage,
     data: ModuleFile,
-    selection: Selection,
+    /// `None` when the image itself came from the cache (fetched again if a site must go).
+    selection: Option<Selection>,
+    source: Source,
+    shape: Shape,
+}
+
+/// Where a module's selection comes from.
+struct Source {
+    request: ModuleRequest,
+    timing: bool,
+    /// Counted only: the function `lopi run` stopped the program in.
+    entry_function: Option<usize>,
+    cache: Option<PlanCache>,
+    key: Option<Key>,
+}
+
+impl Source {
+    fn selection(&self, module: &ElfModule<'_>, progress: &dyn Progress) -> (Selection, Lookup) {
+        let (mut selection, lookup) = lopi_cache::selection(self.cache.as_ref(), self.key.as_ref(), module, || {
+            lopi_patch::select_with(module, &self.request.filter, self.timing, progress)
+        });
+        if let Some(f) = self.entry_function {
+            selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
+        }
+        (selection, lookup)
+    }
+}
+
+/// What laying out a module's image takes besides its selection.
+struct Shape {
     names: ModuleNames,
     recording: Recording,
     env_len: usize,
+    bias: u64,
+}
+
+impl Shape {
+    /// Lays `selection` out at run-time address `start`.
+    fn build(&self, module: &ElfModule<'_>, selection: &Selection, start: u64) -> Result<ProbeImage, LiveError> {
+        let request = Request {
+            names: &self.names,
+            recording: self.recording,
+            at: start.wrapping_sub(self.bias),
+            entry_room: 16,
+            header_room: self.env_len,
+            fork_handlers: false,
+        };
+        lopi_image::build(module, selection.clone(), &request).map_err(|e| LiveError::Module(format!("{}: {e}", self.names.module)))
+    }
 }
 
 /// Plans `spec` for process `pid`. `entry`: where `lopi run` stopped the program, whose
@@ -54,7 +101,8 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
     let maps = procfs::maps(pid).map_err(unreadable)?;
     let exe = procfs::exe(pid).map_err(unreadable)?.display().to_string();
     let mut busy = placement::occupied(&maps, procfs::start_brk(pid));
-    let env_len = EnvBlock::new(&spec.env).len();
+    // Rounded, so that the room does not change with the digits of a pid in LOPI_OUTPUT.
+    let env_len = EnvBlock::new(&spec.env).len().next_multiple_of(ENV_ROOM);
     let mut modules = Vec::new();
     for request in &spec.modules {
         let path = module_path(&maps, &exe, request.library.as_deref())?;
@@ -68,67 +116,105 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         if code.0 >= code.1 {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
-        let key = data.id.map(|id| lopi_cache::plan_key(id, &data, &request.filter, spec.timing));
-        let (mut selection, lookup) = lopi_cache::selection(spec.cache.as_ref(), key.as_ref(), &module, || {
-            lopi_patch::select_with(&module, &request.filter, spec.timing, progress)
-        });
-        if let Some(entry) = entry.filter(|_| request.library.is_none()) {
+        let entry_function = entry.filter(|_| request.library.is_none()).and_then(|entry| {
             let entry = entry.wrapping_sub(bias);
-            if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
-                selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
-            }
-        }
+            module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1))
+        });
+        let key = data.id.map(|id| lopi_cache::plan_key(id, &data, &request.filter, spec.timing));
+        let source = Source { request: request.clone(), timing: spec.timing, entry_function, cache: spec.cache.clone(), key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
-        let functions = module.functions.len();
+        let shape = Shape { names, recording: spec.recording, env_len, bias };
         // Laid out first below the module, with room for an image twice the size of its code
         // (images are far smaller): used there when the space is free, which spares a
-        // second layout; else placed in the nearest hole and laid out again.
+        // second layout; else placed in the nearest hole and laid out again. The image
+        // below the module is the same in every process of the program: it is cached too.
         let low = mapped.iter().map(|m| m.start).min().unwrap_or(code.0);
         let below = low.checked_sub(page_align(2 * (code.1 - code.0) + BELOW_ROOM));
-        let first_at = below.unwrap_or_else(|| bias.wrapping_add(page_align(module.end_of_image().0)));
-        let first = build(&module, &selection, &names, spec.recording, env_len, first_at.wrapping_sub(bias), &path)?;
-        // Laying out at another address (or again, without a site) can only change jump
-        // encodings a little.
-        let len = page_align(first.bytes.len() as u64) + PAGE_SIZE;
-        let start = match below.filter(|&at| placement::fits(&busy, code, at, len)) {
-            Some(at) => at,
-            None => placement::find_hole(&busy, code, len)
-                .ok_or_else(|| LiveError::Module(format!("{path}: no free address space within ±2 GiB of its code")))?,
+        let image_key = source.key.as_ref().zip(below).map(|(key, at)| {
+            let at = at.wrapping_sub(bias);
+            key.clone().with("image", format!("at {at:#x} path {path} trace {} env {env_len} entry {entry_function:?}", spec.recording.trace))
+        });
+        let (stored, unusable) = stored_image(spec.cache.as_ref(), image_key.as_ref());
+        let stored = stored.zip(below).map(|(image, at)| (at, page_align(image.bytes.len() as u64) + PAGE_SIZE, image));
+        let (start, len, image, mut lookup, selection) = match stored.filter(|&(at, len, _)| placement::fits(&busy, code, at, len)) {
+            Some((at, len, image)) => (at, len, image, Lookup::Hit, None),
+            None => {
+                let (selection, lookup) = source.selection(&module, progress);
+                let (start, len, image) = lay_out(&module, &selection, &shape, &busy, code, below)?;
+                (start, len, image, lookup, Some(selection))
+            }
         };
+        if let (Some(why), Lookup::Hit | Lookup::Stored) = (unusable, &lookup) {
+            lookup = Lookup::Replaced(why);
+        }
+        if let (Some(cache), Some(key), Some(_), true) = (&spec.cache, &image_key, &selection, Some(start) == below) {
+            let stored = image.to_bytes().map_err(|e| e.to_string()).and_then(|b| cache.store().put(key, &b).map_err(|e| e.to_string()));
+            if let (Err(why), Lookup::Hit | Lookup::Stored) = (stored, &lookup) {
+                lookup = Lookup::NotStored(why);
+            }
+        }
         busy.push((start, start + len + PAGE_SIZE));
         busy.sort_unstable();
-        let image = if start == first_at { first } else { build(&module, &selection, &names, spec.recording, env_len, start.wrapping_sub(bias), &path)? };
-        if image.bytes.len() as u64 > len {
-            return Err(LiveError::Module(format!("{path}: the probe image grew when placed")));
-        }
+        let functions = module.functions.len();
         drop(module);
-        modules.push(ModulePlan { path, bias, start, len, functions, lookup, image, data, selection, names, recording: spec.recording, env_len });
+        modules.push(ModulePlan { path, bias, start, len, functions, lookup, image, data, selection, source, shape });
     }
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
 }
 
-fn build(
+/// The image stored under `key`, and why a stored one could not be used.
+fn stored_image(cache: Option<&PlanCache>, key: Option<&Key>) -> (Option<ProbeImage>, Option<String>) {
+    let (Some(cache), Some(key)) = (cache, key) else { return (None, None) };
+    match cache.store().get(key) {
+        Ok(None) => (None, None),
+        Ok(Some(bytes)) => match ProbeImage::from_bytes(&bytes) {
+            Ok(image) => (Some(image), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) => (None, Some(e.to_string())),
+    }
+}
+
+/// Lays `selection` out below the module at `below` if it fits there, else in the nearest
+/// hole: its start, the length to map, the image.
+fn lay_out(
     module: &ElfModule<'_>,
     selection: &Selection,
-    names: &ModuleNames,
-    recording: Recording,
-    env_len: usize,
-    at: u64,
-    path: &str,
-) -> Result<ProbeImage, LiveError> {
-    let request = Request { names, recording, at, entry_room: 16, header_room: env_len, fork_handlers: false };
-    lopi_image::build(module, selection.clone(), &request).map_err(|e| LiveError::Module(format!("{path}: {e}")))
+    shape: &Shape,
+    busy: &[(u64, u64)],
+    code: (u64, u64),
+    below: Option<u64>,
+) -> Result<(u64, u64, ProbeImage), LiveError> {
+    let first_at = below.unwrap_or_else(|| shape.bias.wrapping_add(page_align(module.end_of_image().0)));
+    let first = shape.build(module, selection, first_at)?;
+    // Laying out at another address (or again, without a site) can only change jump
+    // encodings a little.
+    let len = page_align(first.bytes.len() as u64) + PAGE_SIZE;
+    let start = match below.filter(|&at| placement::fits(busy, code, at, len)) {
+        Some(at) => at,
+        None => placement::find_hole(busy, code, len)
+            .ok_or_else(|| LiveError::Module(format!("{}: no free address space within ±2 GiB of its code", shape.names.module)))?,
+    };
+    let image = if start == first_at { first } else { shape.build(module, selection, start)? };
+    if image.bytes.len() as u64 > len {
+        return Err(LiveError::Module(format!("{}: the probe image grew when placed", shape.names.module)));
+    }
+    Ok((start, len, image))
 }
 
 impl ModulePlan {
     /// Gives up the site at `site` (a thread is stopped inside it) and lays out again.
     pub(crate) fn withdraw(&mut self, site: Svma) -> Result<(), LiveError> {
-        if !self.selection.withdraw(site) {
+        let module = ElfModule::parse(&self.data).map_err(|e| LiveError::Module(format!("{}: {e}", self.path)))?;
+        let mut selection = match self.selection.take() {
+            Some(selection) => selection,
+            None => self.source.selection(&module, &()).0,
+        };
+        if !selection.withdraw(site) {
             return Err(LiveError::Module(format!("{}: a thread is inside the site at {:#x}", self.path, site.0)));
         }
-        let module = ElfModule::parse(&self.data).map_err(|e| LiveError::Module(format!("{}: {e}", self.path)))?;
-        let at = self.start.wrapping_sub(self.bias);
-        self.image = build(&module, &self.selection, &self.names, self.recording, self.env_len, at, &self.path)?;
+        self.image = self.shape.build(&module, &selection, self.start)?;
+        self.selection = Some(selection);
         Ok(())
     }
 }

@@ -153,7 +153,7 @@ struct Site {
 }
 
 /// Where the installer puts the probe's code and data, in the module's address space.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Layout {
     pub trampolines: Svma,
     /// Shared counters (one u64 per probed function), incremented with `lock`.
@@ -169,7 +169,7 @@ pub struct Layout {
 }
 
 /// Addresses of the runtime's probe stubs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Stubs {
     pub enter: Svma,
     pub exit: Svma,
@@ -188,7 +188,7 @@ pub struct Selection {
 }
 
 /// A probed function, in counter order.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ProbedFunction {
     pub function: usize,
     pub counter: u32,
@@ -199,7 +199,7 @@ pub struct ProbedFunction {
 }
 
 /// Bytes to write over the original code.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CodePatch {
     pub at: Svma,
     pub bytes: Vec<u8>,
@@ -208,6 +208,7 @@ pub struct CodePatch {
 }
 
 /// Everything an installer needs.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct PatchPlan {
     pub layout: Layout,
     pub probed: Vec<ProbedFunction>,
