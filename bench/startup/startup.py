@@ -8,7 +8,7 @@ takes.
      rewritten       `lopi rewrite --probe entry,exit` (rewritten once, before the rounds);
      live            a launcher named zstd that execs `lopi run -q --probe entry,exit --arg0 $0 --
                      zstd ARGS` (bench/suites' live launcher), the plan cache warm (the warm-up
-                     round fills it);
+                     round fills it: the selection and the image laid out below zstd);
      live, no cache  the same with LOPI_CACHE=off: every process is planned anew.
    Metric: the battery's wall time. Each battery's output must equal the original's.
 2. One process, `zstd -q -c -1` of a 100 kB file, run K times in a row per configuration (same
@@ -143,18 +143,25 @@ def main() -> int:
     def env_of(cfg: str) -> dict:
         return {**common, "LOPI_CACHE": "off"} if cfg == "live, no cache" else dict(common)
 
-    programs_to_run = [("zstd (source build)", paths["ZSTD_SRC_BIN"])]
+    # Copies: prepare.sh may rebuild the shared originals while this runs.
+    inputs = a.work / "inputs"
+    inputs.mkdir(exist_ok=True)
+    copied = {}
+    for key, name in [("ZSTD_SRC_BIN", "zstd-source"), ("DEB_ZSTD", "zstd-debian"), ("DATAGEN", "datagen")]:
+        copied[key] = str(inputs / name)
+        shutil.copy2(paths[key], copied[key])
+    programs_to_run = [("source", "zstd (source build)", copied["ZSTD_SRC_BIN"])]
     if not a.quick:
-        programs_to_run.append(("zstd (Debian, stripped)", paths["DEB_ZSTD"]))
+        programs_to_run.append(("debian", "zstd (Debian, stripped)", copied["DEB_ZSTD"]))
     raw: dict = {}
     battery_rows, single_rows = [], []
     sample = a.work / "sample.bin"
-    subprocess.run([paths["DATAGEN"], "-g100K", "-P50", "-s7"], stdout=sample.open("wb"), check=True)
-    for tag, zstd in programs_to_run:
-        bins = programs(lopi, zstd, a.work, tag.split()[1].strip("()").lower())
+    subprocess.run([copied["DATAGEN"], "-g100K", "-P50", "-s7"], stdout=sample.open("wb"), check=True)
+    for short, tag, zstd in programs_to_run:
+        bins = programs(lopi, zstd, a.work, short)
         scratch = a.work / "scratch"
         h.log(f"{tag}: battery, n={n}")
-        argv = lambda z: ["bash", str(BATTERY), z, paths["DATAGEN"], str(scratch)]  # noqa: E731
+        argv = lambda z: ["bash", str(BATTERY), z, copied["DATAGEN"], str(scratch)]  # noqa: E731
         res = h.run_interleaved(variants(bins, argv, env_of, data), n, log=h.log)
         base = next((r.stdout for r in res["original"] if r.ok), "")
         battery_rows += battery_table(tag, res, base)
@@ -179,7 +186,7 @@ def main() -> int:
     for v in rw:
         st = h.stats(res[v.name])
         said = next((r.stderr.strip().splitlines()[-1] for r in res[v.name] if r.ok and r.stderr.strip()), "")
-        cc1_rows.append([v.name, h.fmt_range(st) if st else "failed", said])
+        cc1_rows.append([v.name, h.fmt_range(st) if st else "failed", said.split(": ", 2)[-1]])
 
     machine = h.machine_info(REPO, [("lopi binary", lopi_info), ("zstd", f"{paths.get('ZSTD_VERSION', '?')} (source build and Debian's)"),
                                     ("cc1", f"{cc1} ({os.path.getsize(cc1) / 1e6:.0f} MB)")])
@@ -203,7 +210,7 @@ def main() -> int:
         "",
         "## Static rewrite of cc1",
         "",
-        h.markdown_table(["plan", "lopi rewrite, s: median [min–max]", "lopi said"], cc1_rows),
+        h.markdown_table(["plan", "lopi rewrite: median [min–max]", "lopi's summary"], cc1_rows),
         "",
     ]
     text = "\n".join(md)

@@ -13,10 +13,13 @@
 
 mod exits;
 mod gaps;
+mod progress;
 mod stored;
 mod targets;
 
 pub use exits::UntimedReason;
+use progress::PROGRESS_EVERY;
+pub use progress::{Progress, Stage};
 pub use stored::StoredError;
 use exits::{CodeMap, Region};
 use gaps::Gaps;
@@ -179,8 +182,8 @@ pub struct Stubs {
 pub const RSEQ_CS_SIZE: u64 = 32;
 
 /// Sites chosen for a module, waiting for a [`Layout`]. Address independent: the plan cache
-/// keeps it (see `stored.rs`).
-#[derive(Clone, serde::Serialize, serde::Deserialize)]
+/// keeps it ([`Selection::to_bytes`]).
+#[derive(Clone)]
 pub struct Selection {
     sites: Vec<Site>,
     pub outcomes: Vec<Outcome>,
@@ -223,41 +226,6 @@ pub struct PatchPlan {
     /// Exit sites patched.
     pub exit_sites: usize,
 }
-
-/// Told how planning goes, for a progress display (the planner never prints).
-pub trait Progress {
-    /// `done` of `total` units of `stage` are finished.
-    fn update(&self, stage: Stage, done: u64, total: u64);
-}
-
-/// No display.
-impl Progress for () {
-    fn update(&self, _: Stage, _: u64, _: u64) {}
-}
-
-/// The steps of [`select`], in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
-    /// Sweeping the code for branch targets (units: bytes).
-    Targets,
-    /// Choosing entry sites (units: functions).
-    Entries,
-    /// Finding and planning exits (units: entry sites).
-    Exits,
-}
-
-impl Stage {
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Targets => "branch targets",
-            Stage::Entries => "entries",
-            Stage::Exits => "exits",
-        }
-    }
-}
-
-/// How often (in functions or sites) the loops below tell their progress.
-const PROGRESS_EVERY: usize = 256;
 
 /// Chooses a tactic for every selected function, and with `timing` its exit sites.
 pub fn select(module: &ElfModule<'_>, filter: &Filter, timing: bool) -> Selection {

@@ -6,7 +6,7 @@
 //! entry can never make an installer index out of bounds or write past a site. (The cache
 //! also checksums its entries and keys them by lopi's build; these checks are what remains
 //! if both were defeated.)
-use crate::{Insn, Selection};
+use crate::{Insn, Outcome, Selection, Site, TimingOutcome};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::Flow;
 
@@ -20,6 +20,22 @@ pub enum StoredError {
     Mismatch(&'static str),
 }
 
+/// What is stored of a selection; its sites' moved instructions are left out.
+#[derive(serde::Serialize)]
+struct Stored<'s> {
+    sites: &'s [Site],
+    outcomes: &'s [Outcome],
+    timing: &'s [TimingOutcome],
+}
+
+/// [`Stored`], read back.
+#[derive(serde::Deserialize)]
+struct Read {
+    sites: Vec<Site>,
+    outcomes: Vec<Outcome>,
+    timing: Vec<TimingOutcome>,
+}
+
 /// More bytes than any site covers (an entry's instructions up to the 5th byte, plus one).
 const MAX_COVERED: usize = 64;
 /// The largest code a site moves: a whole function (the planner's limit is 4 KiB).
@@ -27,15 +43,16 @@ const MAX_MOVED: usize = 1 << 16;
 
 impl Selection {
     pub fn to_bytes(&self) -> Result<Vec<u8>, StoredError> {
-        Ok(postcard::to_stdvec(self)?)
+        Ok(postcard::to_stdvec(&Stored { sites: &self.sites, outcomes: &self.outcomes, timing: &self.timing })?)
     }
 
     /// Reads what [`Selection::to_bytes`] wrote for `module`.
     pub fn from_bytes(bytes: &[u8], module: &ElfModule<'_>) -> Result<Selection, StoredError> {
-        let (mut selection, rest): (Selection, _) = postcard::take_from_bytes(bytes)?;
+        let (stored, rest): (Read, _) = postcard::take_from_bytes(bytes)?;
         if !rest.is_empty() {
             return Err(StoredError::Trailing(rest.len()));
         }
+        let mut selection = Selection { sites: stored.sites, outcomes: stored.outcomes, timing: stored.timing };
         selection.check(module.functions.len())?;
         for site in &mut selection.sites {
             site.relocated = moved(module, site.moved_from, site.moved_len)
