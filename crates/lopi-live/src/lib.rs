@@ -672,10 +672,14 @@ pub(crate) fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) ->
 }
 
 /// Run-time address minus file address, from the mapping of file offset 0.
-pub(crate) fn load_bias(module: &lopi_elf::ElfModule<'_>, mapped: &[&Mapping]) -> Option<u64> {
+/// From the program headers only: a plan from the cache needs no more of the file.
+pub(crate) fn load_bias(data: &[u8], mapped: &[&Mapping]) -> Option<u64> {
+    use object::read::elf::{FileHeader, ProgramHeader};
     let first = mapped.iter().filter(|m| m.offset == 0).map(|m| m.start).min()?;
-    let load = module.program_headers.iter().find(|p| p.p_type == 1 && p.p_offset == 0)?;
-    Some(first.wrapping_sub(load.p_vaddr & !(PAGE_SIZE - 1)))
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let load = header.program_headers(endian, data).ok()?.iter().find(|p| p.p_type(endian) == object::elf::PT_LOAD && p.p_offset(endian) == 0)?;
+    Some(first.wrapping_sub(load.p_vaddr(endian) & !(PAGE_SIZE - 1)))
 }
 
 fn check_architecture(pid: i32) -> Result<(), LiveError> {

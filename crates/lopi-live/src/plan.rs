@@ -48,13 +48,20 @@ pub struct ModulePlan {
 struct Source {
     request: ModuleRequest,
     timing: bool,
-    /// Counted only: the function `lopi run` stopped the program in.
+    /// Where `lopi run` stopped the program (a module address), and the function there,
+    /// which is counted only.
+    entry: Option<u64>,
     entry_function: Option<usize>,
     cache: Option<PlanCache>,
     key: Option<Key>,
 }
 
 impl Source {
+    fn find_entry_function(&mut self, module: &ElfModule<'_>) {
+        self.entry_function =
+            self.entry.and_then(|entry| module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)));
+    }
+
     fn selection(&self, module: &ElfModule<'_>, progress: &dyn Progress) -> (Selection, Lookup) {
         let (mut selection, lookup) = lopi_cache::selection(self.cache.as_ref(), self.key.as_ref(), module, || {
             lopi_patch::select_with(module, &self.request.filter, self.timing, progress)
@@ -110,18 +117,17 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         let data = lopi_cache::map_file(format!("/proc/{pid}/root{path}").as_ref())
             .or_else(|_| lopi_cache::map_file(path.as_ref()))
             .map_err(LiveError::io(format!("reading {path}")))?;
-        let module = ElfModule::parse(&data).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
-        let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
+        // Without a bias, the parser says best what is wrong with the file, if anything.
+        let bias = load_bias(&data, &mapped)
+            .ok_or_else(|| parse(&data, &path).err().unwrap_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded"))))?;
         let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
         if code.0 >= code.1 {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
-        let entry_function = entry.filter(|_| request.library.is_none()).and_then(|entry| {
-            let entry = entry.wrapping_sub(bias);
-            module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1))
-        });
+        // The program's entry point, as a module address.
+        let entry = entry.filter(|_| request.library.is_none()).map(|entry| entry.wrapping_sub(bias));
         let key = data.id.map(|id| lopi_cache::plan_key(id, &data, &request.filter, spec.timing));
-        let source = Source { request: request.clone(), timing: spec.timing, entry_function, cache: spec.cache.clone(), key };
+        let mut source = Source { request: request.clone(), timing: spec.timing, entry, entry_function: None, cache: spec.cache.clone(), key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
         let shape = Shape { names, recording: spec.recording, env_len, bias };
         // Laid out first below the module, with room for an image twice the size of its code
@@ -132,13 +138,15 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         let below = low.checked_sub(page_align(2 * (code.1 - code.0) + BELOW_ROOM));
         let image_key = source.key.as_ref().zip(below).map(|(key, at)| {
             let at = at.wrapping_sub(bias);
-            key.clone().with("image", format!("at {at:#x} path {path} trace {} env {env_len} entry {entry_function:?}", spec.recording.trace))
+            key.clone().with("image", format!("at {at:#x} path {path} trace {} env {env_len} entry {entry:x?}", spec.recording.trace))
         });
         let (stored, unusable) = stored_image(spec.cache.as_ref(), image_key.as_ref());
         let stored = stored.zip(below).map(|(image, at)| (at, page_align(image.bytes.len() as u64) + PAGE_SIZE, image));
         let (start, len, image, mut lookup, selection) = match stored.filter(|&(at, len, _)| placement::fits(&busy, code, at, len)) {
             Some((at, len, image)) => (at, len, image, Lookup::Hit, None),
             None => {
+                let module = parse(&data, &path)?;
+                source.find_entry_function(&module);
                 let (selection, lookup) = source.selection(&module, progress);
                 let (start, len, image) = lay_out(&module, &selection, &shape, &busy, code, below)?;
                 (start, len, image, lookup, Some(selection))
@@ -155,11 +163,14 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         }
         busy.push((start, start + len + PAGE_SIZE));
         busy.sort_unstable();
-        let functions = module.functions.len();
-        drop(module);
+        let functions = image.plan.outcomes.len();
         modules.push(ModulePlan { path, bias, start, len, functions, lookup, image, data, selection, source, shape });
     }
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
+}
+
+fn parse<'d>(data: &'d [u8], path: &str) -> Result<ElfModule<'d>, LiveError> {
+    ElfModule::parse(data).map_err(|e| LiveError::Module(format!("{path}: {e}")))
 }
 
 /// The image stored under `key`, and why a stored one could not be used.
@@ -205,10 +216,13 @@ fn lay_out(
 impl ModulePlan {
     /// Gives up the site at `site` (a thread is stopped inside it) and lays out again.
     pub(crate) fn withdraw(&mut self, site: Svma) -> Result<(), LiveError> {
-        let module = ElfModule::parse(&self.data).map_err(|e| LiveError::Module(format!("{}: {e}", self.path)))?;
+        let module = parse(&self.data, &self.path)?;
         let mut selection = match self.selection.take() {
             Some(selection) => selection,
-            None => self.source.selection(&module, &()).0,
+            None => {
+                self.source.find_entry_function(&module);
+                self.source.selection(&module, &()).0
+            }
         };
         if !selection.withdraw(site) {
             return Err(LiveError::Module(format!("{}: a thread is inside the site at {:#x}", self.path, site.0)));
