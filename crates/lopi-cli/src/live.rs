@@ -116,7 +116,7 @@ pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet:
     let output = output_path(&exe_name(pid), pid);
     let spec = probes.spec(&output)?;
     let installed = Instant::now();
-    let bar = Bar::new(&format!("planning {}", program.to_string_lossy()), !quiet);
+    let bar = Bar::new(&format!("planning {}", progress::file_name(program.as_ref())), !quiet);
     let planned = lopi_live::plan(pid, &spec, target.entry(), &bar);
     drop(bar);
     let mut plan = None;

@@ -212,7 +212,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Info { prog, select, format } => {
             let file = read(&prog)?;
             let module = parse(&prog, &file)?;
-            let bar = progress::Bar::new(&format!("planning {}", prog.display()), true);
+            let bar = progress::Bar::new(&format!("planning {}", progress::file_name(&prog)), true);
             let (selection, lookup) = plan(&file, &module, &select.filter()?, select.timing()?, cache.as_ref(), &bar);
             drop(bar);
             note(&lookup);
@@ -360,7 +360,7 @@ pub(crate) fn rewrite(
         bail!("refusing to overwrite the input {}; choose another -o", prog.display());
     }
     let module = parse(prog, &file)?;
-    let bar = progress::Bar::new(&format!("rewriting {}", prog.display()), true);
+    let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
     let (selection, lookup) = plan(&file, &module, filter, timing, cache, &bar);
     bar.step("laying out and writing");
     let names = lopi_rewrite::ModuleNames {

@@ -37,6 +37,11 @@ pub fn lookup_text(lookup: &Lookup) -> (&'static str, Option<String>) {
     }
 }
 
+/// A path's last part: what a one-line bar has room for.
+pub fn file_name(path: &std::path::Path) -> String {
+    path.file_name().unwrap_or(path.as_os_str()).to_string_lossy().into_owned()
+}
+
 /// Planning already this long gets a bar.
 const SHOW_AFTER: Duration = Duration::from_secs(1);
 
