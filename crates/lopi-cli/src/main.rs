@@ -323,22 +323,25 @@ fn show_cache(cache: Option<&PlanCache>, clear: bool) -> Result<()> {
     let dir = store.dir().display();
     if clear {
         let removed = store.clear().with_context(|| format!("clearing {dir}"))?;
-        eprintln!("lopi: removed {removed} cached plans from {dir}");
+        eprintln!("lopi: removed {} from {dir}", entries(removed));
         return Ok(());
     }
-    let entries = match store.entries() {
+    let listed = match store.entries() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         other => other.with_context(|| format!("reading {dir}"))?,
     };
-    let bytes: u64 = entries.iter().map(|(_, len)| len).sum();
+    let bytes: u64 = listed.iter().map(|(_, len)| len).sum();
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     print(&format!(
-        "{dir}: {} cached plans, {:.1} MiB (bound {:.0} MiB; least recently used go first)
-",
-        entries.len(),
+        "{dir}: {} (plans and laid-out images), {:.1} MiB of at most {:.0} MiB (the least recently used go first)\n",
+        entries(listed.len()),
         mib(bytes),
         mib(lopi_cache::DEFAULT_LIMIT)
     ))
+}
+
+fn entries(n: usize) -> String {
+    format!("{n} {}", if n == 1 { "entry" } else { "entries" })
 }
 
 fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<ElfModule<'d>> {

@@ -269,8 +269,8 @@ fn rewrite_and_info_from_the_cache_give_the_same_files() {
         assert!(info == &files[0].2, "{name}: lopi info differs");
     }
     let out = case.lopi(&["cache"], &[]);
-    assert!(out.stdout_str().contains("1 cached plans"), "{}", out.stdout_str());
+    assert!(out.stdout_str().contains(": 1 entry "), "{}", out.stdout_str());
     let out = case.lopi(&["cache", "--clear"], &[]);
-    assert!(out.stderr_str().contains("removed 1 cached plans"), "{}", out.stderr_str());
+    assert!(out.stderr_str().contains("removed 1 entry"), "{}", out.stderr_str());
     assert_eq!(case.entries(), 0);
 }
