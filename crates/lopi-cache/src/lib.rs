@@ -4,7 +4,9 @@
 //! A selection is address independent (laying it out at an address is cheap), so one entry
 //! serves every process of a program. It is keyed by every input of planning ([`plan_key`]):
 //! lopi's own build, the module file's identity and build-id, and the probe options. The key
-//! is a list, so callers can add inputs (a separate debug file that supplies symbols).
+//! is a list, so callers can add inputs (a separate debug file that supplies symbols); the
+//! live installer keeps the image it laid out for a program under the plan's key plus the
+//! image's own inputs ([`PlanCache::store`]).
 #![deny(unsafe_code)]
 
 mod store;
@@ -17,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 pub use store::{Key, Store, Unusable};
 
-/// Bytes the entries of one cache directory may take together (cc1's plan is ~9 MB).
+/// Bytes the entries of one cache directory may take together (cc1's plan is ~3 MB).
 pub const DEFAULT_LIMIT: u64 = 256 << 20;
 
 /// Which file, as it was: a different file at the same path, or the same file changed, has
@@ -162,11 +164,7 @@ pub enum Lookup {
 
 impl PlanCache {
     pub fn new(dir: PathBuf) -> Self {
-        PlanCache::with_limit(dir, DEFAULT_LIMIT)
-    }
-
-    pub fn with_limit(dir: PathBuf, limit: u64) -> Self {
-        PlanCache { store: Store::new(dir, limit) }
+        PlanCache { store: Store::new(dir, DEFAULT_LIMIT) }
     }
 
     pub fn store(&self) -> &Store {

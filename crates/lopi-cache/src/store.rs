@@ -43,10 +43,6 @@ impl Key {
         self
     }
 
-    pub fn inputs(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.inputs.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
-    }
-
     /// Length-prefixed names and values: two different lists never give the same bytes.
     fn bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();

@@ -119,7 +119,7 @@ enum Command {
     },
     /// Show where plans are cached (so that a program is planned once), or clear the cache.
     Cache {
-        /// Remove every cached plan.
+        /// Remove every entry (cached plans and laid-out images).
         #[arg(long)]
         clear: bool,
     },

@@ -48,25 +48,19 @@ pub struct ModulePlan {
 struct Source {
     request: ModuleRequest,
     timing: bool,
-    /// Where `lopi run` stopped the program (a module address), and the function there,
-    /// which is counted only.
+    /// Where `lopi run` stopped the program (a module address): its function is counted only.
     entry: Option<u64>,
-    entry_function: Option<usize>,
     cache: Option<PlanCache>,
     key: Option<Key>,
 }
 
 impl Source {
-    fn find_entry_function(&mut self, module: &ElfModule<'_>) {
-        self.entry_function =
-            self.entry.and_then(|entry| module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)));
-    }
-
     fn selection(&self, module: &ElfModule<'_>, progress: &dyn Progress) -> (Selection, Lookup) {
         let (mut selection, lookup) = lopi_cache::selection(self.cache.as_ref(), self.key.as_ref(), module, || {
             lopi_patch::select_with(module, &self.request.filter, self.timing, progress)
         });
-        if let Some(f) = self.entry_function {
+        let at_entry = |f: &lopi_elf::Function| self.entry.is_some_and(|e| f.addr.0 <= e && e < f.addr.0 + f.size.max(1));
+        if let Some(f) = module.functions.iter().position(at_entry) {
             selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
         }
         (selection, lookup)
@@ -127,7 +121,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         // The program's entry point, as a module address.
         let entry = entry.filter(|_| request.library.is_none()).map(|entry| entry.wrapping_sub(bias));
         let key = data.id.map(|id| lopi_cache::plan_key(id, &data, &request.filter, spec.timing));
-        let mut source = Source { request: request.clone(), timing: spec.timing, entry, entry_function: None, cache: spec.cache.clone(), key };
+        let source = Source { request: request.clone(), timing: spec.timing, entry, cache: spec.cache.clone(), key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
         let shape = Shape { names, recording: spec.recording, env_len, bias };
         // Laid out first below the module, with room for an image twice the size of its code
@@ -146,7 +140,6 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
             Some((at, len, image)) => (at, len, image, Lookup::Hit, None),
             None => {
                 let module = parse(&data, &path)?;
-                source.find_entry_function(&module);
                 let (selection, lookup) = source.selection(&module, progress);
                 let (start, len, image) = lay_out(&module, &selection, &shape, &busy, code, below)?;
                 (start, len, image, lookup, Some(selection))
@@ -219,10 +212,7 @@ impl ModulePlan {
         let module = parse(&self.data, &self.path)?;
         let mut selection = match self.selection.take() {
             Some(selection) => selection,
-            None => {
-                self.source.find_entry_function(&module);
-                self.source.selection(&module, &()).0
-            }
+            None => self.source.selection(&module, &()).0,
         };
         if !selection.withdraw(site) {
             return Err(LiveError::Module(format!("{}: a thread is inside the site at {:#x}", self.path, site.0)));
