@@ -1,7 +1,9 @@
 //! `lopi run` and `lopi attach`: probes spliced into a running process (lopi-live).
 use crate::show::Summary;
 use anyhow::{bail, Context, Result};
-use lopi_live::{Installation, ModuleRequest, Spec, Target};
+use crate::progress::{self, Bar};
+use lopi_cache::PlanCache;
+use lopi_live::{Installation, ModuleRequest, Plan, Spec, Target};
 use lopi_patch::Filter;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -18,6 +20,7 @@ pub struct Probes {
     pub trace: bool,
     /// Perturbation budget, parts per million (0: none).
     pub budget_ppm: u32,
+    pub cache: Option<PlanCache>,
 }
 
 impl Probes {
@@ -56,6 +59,7 @@ impl Probes {
             timing: self.timing || self.trace,
             recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
+            cache: self.cache.clone(),
         })
     }
 }
@@ -77,17 +81,25 @@ fn exe_name(pid: i32) -> String {
         .unwrap_or_else(|| "lopi".into())
 }
 
-fn describe(installation: &Installation) -> String {
+fn describe(installation: &Installation, plan: &Plan) -> String {
     let mut out = String::new();
+    let mut notes = String::new();
     for m in &installation.modules {
         let summary = Summary::from_outcomes(m.functions, &m.outcomes, &m.timing);
         out += &format!("lopi:   {}: {summary}", m.path);
         if m.exit_sites > 0 {
             out += &format!(", {} exit sites", m.exit_sites);
         }
+        if let Some(planned) = plan.modules.iter().find(|p| p.path == m.path) {
+            let (from, note) = progress::lookup_text(&planned.lookup);
+            out += from;
+            if let Some(note) = note {
+                notes += &format!("lopi: note: {}: {note}\n", m.path);
+            }
+        }
         out += "\n";
     }
-    out
+    out + &notes
 }
 
 /// `lopi run -- PROG ARGS`: launches PROG, installs the probes at its entry point, lets it
@@ -106,8 +118,11 @@ pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet:
     let output = output_path(&exe_name(pid), pid);
     let spec = probes.spec(&output)?;
     let installed = Instant::now();
-    let planned = lopi_live::plan(pid, &spec, target.entry());
-    let installation = match planned.and_then(|mut plan| target.install(&mut plan)) {
+    let bar = Bar::new(&format!("planning {}", progress::file_name(program.as_ref())), !quiet);
+    let planned = lopi_live::plan(pid, &spec, target.entry(), &bar);
+    drop(bar);
+    let mut plan = None;
+    let installation = match planned.and_then(|p| target.install(plan.insert(p))) {
         Ok(i) => i,
         Err(e) => {
             drop(target);
@@ -120,7 +135,9 @@ pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet:
     target.release();
     if !quiet {
         eprintln!("lopi: recording pid {pid} to {output}");
-        eprint!("{}", describe(&installation));
+        if let Some(plan) = &plan {
+            eprint!("{}", describe(&installation, plan));
+        }
         eprintln!(
             "lopi: {} sites installed in {install_ms:.1} ms ({:.1} ms from launch to the program's entry)",
             installation.sites(),
@@ -170,7 +187,10 @@ pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<(
     let spec = probes.spec(&output)?;
     lopi_live::preflight(pid)?;
     // Planning needs no pause: the process runs on meanwhile.
-    let mut plan = lopi_live::plan(pid, &spec, None).with_context(|| format!("planning probes for process {pid}"))?;
+    let bar = Bar::new(&format!("planning process {pid}"), true);
+    let planned = lopi_live::plan(pid, &spec, None, &bar);
+    drop(bar);
+    let mut plan = planned.with_context(|| format!("planning probes for process {pid}"))?;
     let started = Instant::now();
     let mut target = Target::attach(pid)?;
     let stopped_ms = lopi_live::millis(started);
@@ -179,7 +199,7 @@ pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<(
     target.release();
     let pause_ms = lopi_live::millis(started);
     eprintln!("lopi: recording to {output}");
-    eprint!("{}", describe(&installation));
+    eprint!("{}", describe(&installation, &plan));
     eprintln!(
         "lopi: attached to {pid} ({threads} threads): {} sites; process paused {pause_ms:.1} ms ({stopped_ms:.1} ms to stop its threads; planned beforehand in {:.1} ms)",
         installation.sites(),
@@ -276,12 +296,12 @@ mod tests {
 
     #[test]
     fn library_patterns_go_to_their_library() {
-        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], timing: false, trace: false, budget_ppm: 0 };
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], timing: false, trace: false, budget_ppm: 0, cache: None };
         let spec = probes.spec("/tmp/x").unwrap();
         assert_eq!(spec.modules.len(), 2);
         assert_eq!(spec.modules[0].library, None);
         assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
-        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], timing: false, trace: false, budget_ppm: 0 };
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], timing: false, trace: false, budget_ppm: 0, cache: None };
         assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
     }
 }

@@ -4,13 +4,15 @@
 mod demo;
 mod exports;
 mod live;
+mod progress;
 mod show;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use exports::{ExportFormat, WeightArg};
+use lopi_cache::{Lookup, ModuleFile, PlanCache};
 use lopi_elf::ElfModule;
-use lopi_patch::Filter;
+use lopi_patch::{Filter, Selection};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -18,6 +20,9 @@ use std::path::{Path, PathBuf};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Plan every module anew and keep no plan (as LOPI_CACHE=off); see `lopi cache`.
+    #[arg(long, global = true)]
+    no_cache: bool,
 }
 
 #[derive(Subcommand)]
@@ -118,6 +123,12 @@ enum Command {
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
     },
+    /// Show where plans are cached (so that a program is planned once), or clear the cache.
+    Cache {
+        /// Remove every entry (cached plans and laid-out images).
+        #[arg(long)]
+        clear: bool,
+    },
     /// Build a small built-in C program, rewrite it, run it and show its report.
     Demo {
         /// Keep the demo's files here instead of a temporary directory.
@@ -157,13 +168,13 @@ struct LiveSelect {
 }
 
 impl LiveSelect {
-    fn probes(self, trace: bool, budget: Budget) -> Result<live::Probes> {
+    fn probes(self, trace: bool, budget: Budget, cache: Option<PlanCache>) -> Result<live::Probes> {
         if !self.probe.contains(&Probe::Entry) {
             bail!("--probe needs `entry`: exits are timed against their entries (use --probe entry,exit)");
         }
         let timing = self.probe.contains(&Probe::Exit) || trace;
         let budget_ppm = budget.ppm(timing)?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, timing, trace, budget_ppm })
+        Ok(live::Probes { include: self.include, exclude: self.exclude, timing, trace, budget_ppm, cache })
     }
 }
 
@@ -234,12 +245,16 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    let cache = progress::plan_cache(cli.no_cache);
     match cli.command {
         Command::Info { prog, select, format } => {
-            let data = read(&prog)?;
-            let mut module = parse(&prog, &data)?;
-            let analysis = lopi_patch::analyse(&mut module);
-            let selection = lopi_patch::select(&module, &analysis, &select.filter()?, select.timing()?);
+            let file = read(&prog)?;
+            let debug = debug_file(&prog, &file);
+            let mut module = parse(&prog, &file, debug.as_ref())?;
+            let bar = progress::Bar::new(&format!("planning {}", progress::file_name(&prog)), true);
+            let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &select.filter()?, select.timing()?, cache.as_ref(), &bar);
+            drop(bar);
+            note(&lookup);
             let summary = show::Summary::new(&module, &selection.outcomes, &selection.timing);
             match format {
                 Format::Json => print_json(&show::info_json(&prog, &module, &selection, &summary)),
@@ -249,8 +264,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rewrite { prog, output, select, trace, budget } => {
             let timing = trace || select.timing()?;
             let recording = lopi_rewrite::Recording { trace, budget_ppm: budget.ppm(timing)? };
-            let summary = rewrite(&prog, &output, &select.filter()?, timing, recording)?;
-            eprintln!("lopi: wrote {}: {summary}", output.display());
+            let (summary, lookup) = rewrite(&prog, &output, &select.filter()?, timing, recording, cache.as_ref())?;
+            let (from, note_text) = progress::lookup_text(&lookup);
+            eprintln!("lopi: wrote {}: {summary}{from}", output.display());
+            if let Some(text) = note_text {
+                eprintln!("lopi: note: {text}");
+            }
             Ok(())
         }
         Command::Report { data, format, top, callers, callees } => {
@@ -281,9 +300,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
         Command::Run { select, trace, budget, quiet, arg0, command } => {
-            live::run(&select.probes(trace, budget)?, &command, arg0, quiet)
+            live::run(&select.probes(trace, budget, cache)?, &command, arg0, quiet)
         }
-        Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget)?, pid, duration),
+        Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
+        Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { dir } => demo::run(dir),
     }
 }
@@ -317,32 +337,96 @@ pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
     lopi_trace::DataFile::parse(&map).with_context(|| format!("reading {}", path.display()))
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+fn read(path: &Path) -> Result<ModuleFile> {
+    lopi_cache::read_file(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The planner's selection for `module`, read from `file`: from the plan cache when it holds
+/// one for the same inputs, else planned (and cached).
+/// The module's selection, from the plan cache or planned (the module is analysed either way).
+fn plan(
+    file: &ModuleFile,
+    debug: Option<&lopi_elf::DebugFile>,
+    module: &mut ElfModule<'_>,
+    filter: &Filter,
+    timing: bool,
+    cache: Option<&PlanCache>,
+    bar: &progress::Bar,
+) -> (Selection, Lookup) {
+    let key = file.id.map(|id| lopi_cache::plan_key(id, file, debug, filter, timing));
+    lopi_cache::selection(cache, key.as_ref(), module, |module| {
+        let analysis = lopi_patch::analyse_with(module, bar);
+        let selection = lopi_patch::select_with(module, &analysis, filter, timing, bar);
+        (analysis.fragments, selection)
+    })
+}
+
+fn note(lookup: &Lookup) {
+    if let (_, Some(text)) = progress::lookup_text(lookup) {
+        eprintln!("lopi: note: {text}");
+    }
+}
+
+/// `lopi cache [--clear]`.
+fn show_cache(cache: Option<&PlanCache>, clear: bool) -> Result<()> {
+    let Some(cache) = cache else {
+        eprintln!("lopi: the plan cache is off ({}=off or --no-cache)", progress::CACHE_ENV);
+        return Ok(());
+    };
+    let store = cache.store();
+    let dir = store.dir().display();
+    if clear {
+        let removed = store.clear().with_context(|| format!("clearing {dir}"))?;
+        eprintln!("lopi: removed {} from {dir}", entries(removed));
+        return Ok(());
+    }
+    let listed = match store.entries() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        other => other.with_context(|| format!("reading {dir}"))?,
+    };
+    let bytes: u64 = listed.iter().map(|(_, len)| len).sum();
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    print(&format!(
+        "{dir}: {} (plans and laid-out images), {:.1} MiB of at most {:.0} MiB (the least recently used go first)\n",
+        entries(listed.len()),
+        mib(bytes),
+        mib(lopi_cache::DEFAULT_LIMIT)
+    ))
+}
+
+fn entries(n: usize) -> String {
+    format!("{n} {}", if n == 1 { "entry" } else { "entries" })
+}
+
+/// The separate debug file of `path`, if it has one.
+fn debug_file(path: &Path, data: &[u8]) -> Option<lopi_elf::DebugFile> {
+    lopi_elf::DebugFile::find(path, data, &lopi_elf::debug_dir())
 }
 
 /// Parses `path` for planning, with the symbols of its separate debug file if it has one.
-fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<ElfModule<'d>> {
-    let debug = lopi_elf::DebugFile::find(path, data, &lopi_elf::debug_dir());
-    ElfModule::parse_with_debug(data, debug.as_ref()).with_context(|| format!("{}", path.display()))
+fn parse<'d>(path: &Path, data: &'d [u8], debug: Option<&lopi_elf::DebugFile>) -> Result<ElfModule<'d>> {
+    ElfModule::parse_with_debug(data, debug).with_context(|| format!("{}", path.display()))
 }
 
-/// Rewrites `prog` into `output`; returns the summary line.
+/// Rewrites `prog` into `output`; returns the summary line and where the plan came from.
 pub(crate) fn rewrite(
     prog: &Path,
     output: &Path,
     filter: &Filter,
     timing: bool,
     recording: lopi_rewrite::Recording,
-) -> Result<show::Summary> {
+    cache: Option<&PlanCache>,
+) -> Result<(show::Summary, Lookup)> {
     use std::os::unix::fs::PermissionsExt;
-    let data = read(prog)?;
+    let file = read(prog)?;
     if same_file(prog, output) {
         bail!("refusing to overwrite the input {}; choose another -o", prog.display());
     }
-    let mut module = parse(prog, &data)?;
-    let analysis = lopi_patch::analyse(&mut module);
-    let selection = lopi_patch::select(&module, &analysis, filter, timing);
+    let debug = debug_file(prog, &file);
+    let mut module = parse(prog, &file, debug.as_ref())?;
+    let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
+    let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, filter, timing, cache, &bar);
+    bar.step("laying out and writing");
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
         source: absolute(prog).display().to_string(),
@@ -350,7 +434,7 @@ pub(crate) fn rewrite(
     let rewritten = lopi_rewrite::rewrite(&module, selection, &names, recording).with_context(|| format!("{}", prog.display()))?;
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
-    Ok(show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing))
+    Ok((show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing), lookup))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -1,8 +1,8 @@
 //! Address kinds, after samply: never pass a bare `u64` where one of these is meant.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Stated virtual memory address: an address as the ELF file gives it (`p_vaddr`, `st_value`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 pub struct Svma(pub u64);
 
 /// Offset of a byte in the ELF file.

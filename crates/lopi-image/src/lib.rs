@@ -27,6 +27,15 @@ pub enum ImageError {
     TooLarge,
 }
 
+/// Why a stored image cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoredImageError {
+    #[error("cannot encode or decode the image: {0}")]
+    Format(#[from] postcard::Error),
+    #[error("the stored image is inconsistent: {0}")]
+    Inconsistent(&'static str),
+}
+
 /// Names recorded in the module metadata.
 pub struct ModuleNames {
     /// Where the instrumented module lives (shown by reports).
@@ -61,6 +70,7 @@ pub struct Request<'a> {
 }
 
 /// A laid-out image: `bytes` cover `rw.start..r.end`; gaps between regions are zero.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct ProbeImage {
     pub plan: PatchPlan,
     pub bytes: Vec<u8>,
@@ -80,6 +90,36 @@ impl ProbeImage {
     fn slice_mut(&mut self, at: u64, len: usize) -> &mut [u8] {
         let start = (at - self.rw.start) as usize;
         &mut self.bytes[start..start + len]
+    }
+
+    /// The image as bytes, for the plan cache (an image laid out at the same place in the
+    /// module in every process of a program is built once).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, StoredImageError> {
+        Ok(postcard::to_stdvec(self)?)
+    }
+
+    /// Reads what [`ProbeImage::to_bytes`] wrote, checking that the regions, entry points
+    /// and patches are where an image has them: an installer can use it without indexing
+    /// out of bounds or writing past a site.
+    pub fn from_bytes(bytes: &[u8]) -> Result<ProbeImage, StoredImageError> {
+        let (image, rest): (ProbeImage, _) = postcard::take_from_bytes(bytes)?;
+        let fail = |what| Err(StoredImageError::Inconsistent(what));
+        if !rest.is_empty() {
+            return fail("bytes after its end");
+        }
+        let off = |at: u64| at.wrapping_sub(image.rw.start);
+        let len = image.bytes.len() as u64;
+        let ordered = [image.rw.end, image.rx.start, image.rx.end, image.r.start].iter().map(|&a| off(a)).collect::<Vec<_>>();
+        if off(image.r.end) != len || ordered.windows(2).any(|w| w[0] > w[1]) || ordered[3] > len {
+            return fail("regions out of order");
+        }
+        if [image.entry_code, image.init, image.descriptor, image.vars].iter().any(|&a| off(a) >= len) {
+            return fail("an entry point outside the image");
+        }
+        if image.plan.code_patches.iter().any(|p| p.bytes.len() != p.original.len() || p.bytes.is_empty() || p.bytes.len() > 64) {
+            return fail("a patch of an impossible size");
+        }
+        Ok(image)
     }
 }
 

@@ -86,6 +86,8 @@ pub struct Spec {
     pub recording: Recording,
     /// Environment the runtime sees: `LOPI_OUTPUT` (absolute) and its knobs.
     pub env: Vec<(String, String)>,
+    /// Where planned selections are kept and looked up; `None`: plan every time.
+    pub cache: Option<lopi_cache::PlanCache>,
 }
 
 /// A module with probes in it.
@@ -413,14 +415,18 @@ impl Target {
 
     /// Refuses a module whose code in memory is not the file's: it was modified (another
     /// tool, a previous lopi still attached) or the file changed on disk.
+    /// (One read per code page: thousands of sites cost a few reads, not thousands.)
     fn check_originals(&self, path: &str, patches: &[CodePatch], bias: u64) -> Result<(), LiveError> {
-        for p in patches {
-            let at = p.at.0.wrapping_add(bias);
-            let now = self.mem.read(at, p.original.len()).map_err(LiveError::io(format!("reading code at {at:#x}")))?;
-            if now != p.original {
-                return Err(LiveError::Module(format!(
-                    "{path}: the code at {at:#x} differs from the file (already instrumented, patched by another tool, or the file changed on disk)"
-                )));
+        for (start, end, on_page) in by_page(patches, bias, |p| p.original.len()) {
+            let now = self.mem.read(start, (end - start) as usize).map_err(LiveError::io(format!("reading code at {start:#x}")))?;
+            for p in on_page {
+                let at = p.at.0.wrapping_add(bias);
+                let offset = (at - start) as usize;
+                if now[offset..offset + p.original.len()] != p.original {
+                    return Err(LiveError::Module(format!(
+                        "{path}: the code at {at:#x} differs from the file (already instrumented, patched by another tool, or the file changed on disk)"
+                    )));
+                }
             }
         }
         Ok(())
@@ -428,13 +434,7 @@ impl Target {
 
     /// Writes every patch, one read-modify-write per page.
     fn write_patches(&self, patches: &[CodePatch], bytes: impl Fn(&CodePatch) -> &Vec<u8>) -> Result<(), LiveError> {
-        let mut pages: BTreeMap<u64, Vec<&CodePatch>> = BTreeMap::new();
-        for p in patches {
-            pages.entry(p.at.0 & !(PAGE_SIZE - 1)).or_default().push(p);
-        }
-        for (page, on_page) in pages {
-            let end = on_page.iter().map(|p| p.at.0 + bytes(p).len() as u64).max().unwrap_or(page);
-            let start = on_page.iter().map(|p| p.at.0).min().unwrap_or(page);
+        for (start, end, on_page) in by_page(patches, 0, |p| bytes(p).len()) {
             let mut buf = self.mem.read(start, (end - start) as usize).map_err(LiveError::io(format!("reading code at {start:#x}")))?;
             for p in on_page {
                 let at = (p.at.0 - start) as usize;
@@ -589,6 +589,20 @@ struct Gadget {
     saved: [u8; 3],
 }
 
+/// Patches of `len(patch)` bytes at `patch.at + bias`, grouped by the page they start on:
+/// (first address, end, patches) of each page.
+fn by_page(patches: &[CodePatch], bias: u64, len: impl Fn(&CodePatch) -> usize) -> Vec<(u64, u64, Vec<&CodePatch>)> {
+    let mut pages: BTreeMap<u64, (u64, u64, Vec<&CodePatch>)> = BTreeMap::new();
+    for p in patches {
+        let at = p.at.0.wrapping_add(bias);
+        let page = pages.entry(at & !(PAGE_SIZE - 1)).or_insert((at, at, Vec::new()));
+        page.0 = page.0.min(at);
+        page.1 = page.1.max(at + len(p) as u64);
+        page.2.push(p);
+    }
+    pages.into_values().collect()
+}
+
 /// `NAME=value` strings and the NULL-terminated pointer array the runtime reads as `envp`.
 pub(crate) struct EnvBlock {
     strings: Vec<Vec<u8>>,
@@ -658,10 +672,14 @@ pub(crate) fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) ->
 }
 
 /// Run-time address minus file address, from the mapping of file offset 0.
-pub(crate) fn load_bias(module: &lopi_elf::ElfModule<'_>, mapped: &[&Mapping]) -> Option<u64> {
+/// From the program headers only: a plan from the cache needs no more of the file.
+pub(crate) fn load_bias(data: &[u8], mapped: &[&Mapping]) -> Option<u64> {
+    use object::read::elf::{FileHeader, ProgramHeader};
     let first = mapped.iter().filter(|m| m.offset == 0).map(|m| m.start).min()?;
-    let load = module.program_headers.iter().find(|p| p.p_type == 1 && p.p_offset == 0)?;
-    Some(first.wrapping_sub(load.p_vaddr & !(PAGE_SIZE - 1)))
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let load = header.program_headers(endian, data).ok()?.iter().find(|p| p.p_type(endian) == object::elf::PT_LOAD && p.p_offset(endian) == 0)?;
+    Some(first.wrapping_sub(load.p_vaddr(endian) & !(PAGE_SIZE - 1)))
 }
 
 fn check_architecture(pid: i32) -> Result<(), LiveError> {

@@ -69,6 +69,17 @@ pub fn find_hole(busy: &[(u64, u64)], code: (u64, u64), len: u64) -> Option<u64>
     best.map(|(_, start)| start)
 }
 
+/// Whether `len` bytes at `start` (page-aligned) are free and within `jmp rel32` reach of
+/// every byte of `code`, as [`find_hole`]'s choices are.
+pub fn fits(busy: &[(u64, u64)], code: (u64, u64), start: u64, len: u64) -> bool {
+    let len = len.div_ceil(PAGE) * PAGE;
+    let Some(end) = start.checked_add(len) else { return false };
+    start.is_multiple_of(PAGE)
+        && start >= LOWEST.max(code.1.saturating_sub(REACH))
+        && end <= HIGHEST.min(code.0.saturating_add(REACH))
+        && busy.iter().all(|&(s, e)| end <= s || start >= e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +137,18 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]",
         let at = find_hole(&busy, code, 64 * PAGE).unwrap();
         assert!(free(&busy, at, 64 * PAGE) && reaches(at, 64 * PAGE, code));
         assert!(at.abs_diff(code.0) < 4 << 20, "near libc: {at:#x}");
+    }
+
+    #[test]
+    fn fits_where_free_and_within_reach() {
+        let maps = [map(0x5555_5555_4000, 0x5555_5556_0000, "/bin/x")];
+        let busy = occupied(&maps, Some(0x5555_6000_0000));
+        let code = (0x5555_5555_5000, 0x5555_5556_0000);
+        assert!(fits(&busy, code, 0x5555_5550_0000, 4 * PAGE));
+        assert!(!fits(&busy, code, 0x5555_5555_2000, 4 * PAGE), "overlaps the program");
+        assert!(!fits(&busy, code, 0x5555_5550_0100, PAGE), "not page-aligned");
+        assert!(!fits(&busy, code, 0x5555_5555_5000 - REACH - PAGE, PAGE), "out of reach");
+        assert!(!fits(&busy, code, u64::MAX - PAGE + 1, 2 * PAGE), "wraps");
     }
 
     #[test]

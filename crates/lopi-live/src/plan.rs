@@ -3,12 +3,18 @@
 //! the checks that need the threads held (where they stand, the code bytes) and the writes
 //! happen while the process is paused.
 use crate::procfs::{self, Mapping};
-use crate::{load_bias, module_path, placement, EnvBlock, LiveError, Spec};
+use crate::{load_bias, module_path, placement, EnvBlock, LiveError, ModuleRequest, Spec};
 use lopi_elf::{ElfModule, Svma};
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
-use lopi_patch::Selection;
+use lopi_cache::{Key, Lookup, ModuleFile, PlanCache};
+use lopi_patch::{Progress, Selection};
 use lopi_rt_abi::{page_align, PAGE_SIZE};
 use std::time::{Duration, Instant};
+
+/// Room below a module besides twice its code, for the first layout (runtime, metadata).
+const BELOW_ROOM: u64 = 1 << 20;
+/// The runtime's environment room is a multiple of this.
+const ENV_ROOM: usize = 512;
 
 /// Every module's image, placed.
 pub struct Plan {
@@ -28,21 +34,77 @@ pub struct ModulePlan {
     pub(crate) start: u64,
     pub(crate) len: u64,
     pub(crate) functions: usize,
+    /// Whether the plan came from the plan cache.
+    pub lookup: Lookup,
     pub(crate) image: ProbeImage,
-    data: Vec<u8>,
-    /// The module's functions and fragments as planned (named from its debug file, if any):
-    /// a withdrawal lays out again over exactly these.
-    function_list: Vec<lopi_elf::Function>,
-    fragments: Vec<(Svma, u64)>,
-    selection: Selection,
+    data: ModuleFile,
+    /// Where its symbols come from, if not from itself.
+    debug: Option<lopi_elf::DebugFile>,
+    /// `None` when the image itself came from the cache (fetched again if a site must go).
+    selection: Option<Selection>,
+    /// The functions and fragments the selection was made for (named from the debug file,
+    /// cold fragments moved off the function list).
+    analysed: Option<Analysed>,
+    source: Source,
+    shape: Shape,
+}
+
+/// A module's functions and fragments as planned.
+type Analysed = (Vec<lopi_elf::Function>, Vec<(Svma, u64)>);
+
+/// Where a module's selection comes from.
+struct Source {
+    request: ModuleRequest,
+    timing: bool,
+    /// Where `lopi run` stopped the program (a module address): its function is counted only.
+    entry: Option<u64>,
+    cache: Option<PlanCache>,
+    key: Option<Key>,
+}
+
+impl Source {
+    /// The module's selection, from the cache or planned; either way `module` is analysed
+    /// (its cold fragments moved off the function list) as the selection expects.
+    fn selection(&self, module: &mut ElfModule<'_>, progress: &dyn Progress) -> (Selection, Lookup) {
+        let (mut selection, lookup) = lopi_cache::selection(self.cache.as_ref(), self.key.as_ref(), module, |module| {
+            let analysis = lopi_patch::analyse_with(module, progress);
+            let selection = lopi_patch::select_with(module, &analysis, &self.request.filter, self.timing, progress);
+            (analysis.fragments, selection)
+        });
+        let at_entry = |f: &lopi_elf::Function| self.entry.is_some_and(|e| f.addr.0 <= e && e < f.addr.0 + f.size.max(1));
+        if let Some(f) = module.functions.iter().position(at_entry) {
+            selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
+        }
+        (selection, lookup)
+    }
+}
+
+/// What laying out a module's image takes besides its selection.
+struct Shape {
     names: ModuleNames,
     recording: Recording,
     env_len: usize,
+    bias: u64,
+}
+
+impl Shape {
+    /// Lays `selection` out at run-time address `start`.
+    fn build(&self, module: &ElfModule<'_>, selection: &Selection, start: u64) -> Result<ProbeImage, LiveError> {
+        let request = Request {
+            names: &self.names,
+            recording: self.recording,
+            at: start.wrapping_sub(self.bias),
+            entry_room: 16,
+            header_room: self.env_len,
+            fork_handlers: false,
+        };
+        lopi_image::build(module, selection.clone(), &request).map_err(|e| LiveError::Module(format!("{}: {e}", self.names.module)))
+    }
 }
 
 /// Plans `spec` for process `pid`. `entry`: where `lopi run` stopped the program, whose
 /// function (`_start`) is then counted, not timed, as in a rewritten file.
-pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError> {
+pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) -> Result<Plan, LiveError> {
     let started = Instant::now();
     let unreadable = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::PermissionDenied => LiveError::PermissionDenied { pid, hint: crate::permission_hint() },
@@ -52,88 +114,136 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>) -> Result<Plan, LiveError
     let maps = procfs::maps(pid).map_err(unreadable)?;
     let exe = procfs::exe(pid).map_err(unreadable)?.display().to_string();
     let mut busy = placement::occupied(&maps, procfs::start_brk(pid));
-    let env_len = EnvBlock::new(&spec.env).len();
+    // Rounded, so that the room does not change with the digits of a pid in LOPI_OUTPUT.
+    let env_len = EnvBlock::new(&spec.env).len().next_multiple_of(ENV_ROOM);
     let mut modules = Vec::new();
     for request in &spec.modules {
         let path = module_path(&maps, &exe, request.library.as_deref())?;
         let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
+        // Through the process's root when it has its own (a container), as its loader saw it.
         let in_root = format!("/proc/{pid}/root{path}");
-        let (file, data) = match std::fs::read(&in_root) {
+        let (file, data) = match lopi_cache::map_file(in_root.as_ref()) {
             Ok(data) => (in_root, data),
-            Err(_) => (path.clone(), std::fs::read(&path).map_err(LiveError::io(format!("reading {path}")))?),
+            Err(_) => (path.clone(), lopi_cache::map_file(path.as_ref()).map_err(LiveError::io(format!("reading {path}")))?),
         };
-        let debug = lopi_elf::DebugFile::find(std::path::Path::new(&file), &data, &lopi_elf::debug_dir());
-        let mut module = ElfModule::parse_with_debug(&data, debug.as_ref()).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
-        let bias = load_bias(&module, &mapped).ok_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))?;
+        let debug = lopi_elf::DebugFile::find(file.as_ref(), &data, &lopi_elf::debug_dir());
+        // Without a bias, the parser says best what is wrong with the file, if anything.
+        let bias = load_bias(&data, &mapped).ok_or_else(|| {
+            parse(&data, &path, debug.as_ref()).err().unwrap_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))
+        })?;
         let code = mapped.iter().filter(|m| m.executable).fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
         if code.0 >= code.1 {
             return Err(LiveError::Module(format!("{path}: no executable mapping")));
         }
-        let analysis = lopi_patch::analyse(&mut module);
-        let mut selection = lopi_patch::select(&module, &analysis, &request.filter, spec.timing);
-        if let Some(entry) = entry.filter(|_| request.library.is_none()) {
-            let entry = entry.wrapping_sub(bias);
-            if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
-                selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
+        // The program's entry point, as a module address.
+        let entry = entry.filter(|_| request.library.is_none()).map(|entry| entry.wrapping_sub(bias));
+        let key = data.id.map(|id| lopi_cache::plan_key(id, &data, debug.as_ref(), &request.filter, spec.timing));
+        let source = Source { request: request.clone(), timing: spec.timing, entry, cache: spec.cache.clone(), key };
+        let names = ModuleNames { module: path.clone(), source: path.clone() };
+        let shape = Shape { names, recording: spec.recording, env_len, bias };
+        // Laid out first below the module, with room for an image twice the size of its code
+        // (images are far smaller): used there when the space is free, which spares a
+        // second layout; else placed in the nearest hole and laid out again. The image
+        // below the module is the same in every process of the program: it is cached too.
+        let low = mapped.iter().map(|m| m.start).min().unwrap_or(code.0);
+        let below = low.checked_sub(page_align(2 * (code.1 - code.0) + BELOW_ROOM));
+        let image_key = source.key.as_ref().zip(below).map(|(key, at)| {
+            let at = at.wrapping_sub(bias);
+            key.clone().with("image", format!("at {at:#x} path {path} trace {} env {env_len} entry {entry:x?}", spec.recording.trace))
+        });
+        let (stored, unusable) = stored_image(spec.cache.as_ref(), image_key.as_ref());
+        let stored = stored.zip(below).map(|(image, at)| (at, page_align(image.bytes.len() as u64) + PAGE_SIZE, image));
+        let (start, len, image, mut lookup, selection, analysed) = match stored.filter(|&(at, len, _)| placement::fits(&busy, code, at, len)) {
+            Some((at, len, image)) => (at, len, image, Lookup::Hit, None, None),
+            None => {
+                let mut module = parse(&data, &path, debug.as_ref())?;
+                let (selection, lookup) = source.selection(&mut module, progress);
+                let (start, len, image) = lay_out(&module, &selection, &shape, &busy, code, below)?;
+                let analysed = (module.functions, module.fragments);
+                (start, len, image, lookup, Some(selection), Some(analysed))
+            }
+        };
+        if let (Some(why), Lookup::Hit | Lookup::Stored) = (unusable, &lookup) {
+            lookup = Lookup::Replaced(why);
+        }
+        if let (Some(cache), Some(key), Some(_), true) = (&spec.cache, &image_key, &selection, Some(start) == below) {
+            let stored = image.to_bytes().map_err(|e| e.to_string()).and_then(|b| cache.store().put(key, &b).map_err(|e| e.to_string()));
+            if let (Err(why), Lookup::Hit | Lookup::Stored) = (stored, &lookup) {
+                lookup = Lookup::NotStored(why);
             }
         }
-        let names = ModuleNames { module: path.clone(), source: path.clone() };
-        let functions = module.functions.len();
-        let sizing = build(&module, &selection, &names, spec.recording, env_len, page_align(module.end_of_image().0), &path)?;
-        // Laying out at another address can only change jump encodings a little.
-        let len = page_align(sizing.bytes.len() as u64) + PAGE_SIZE;
-        let start = placement::find_hole(&busy, code, len)
-            .ok_or_else(|| LiveError::Module(format!("{path}: no free address space within ±2 GiB of its code")))?;
         busy.push((start, start + len + PAGE_SIZE));
         busy.sort_unstable();
-        let image = build(&module, &selection, &names, spec.recording, env_len, start.wrapping_sub(bias), &path)?;
-        if image.bytes.len() as u64 > len {
-            return Err(LiveError::Module(format!("{path}: the probe image grew when placed")));
-        }
-        let (function_list, fragments) = (module.functions, module.fragments);
-        modules.push(ModulePlan {
-            path,
-            bias,
-            start,
-            len,
-            functions,
-            image,
-            data,
-            function_list,
-            fragments,
-            selection,
-            names,
-            recording: spec.recording,
-            env_len,
-        });
+        let functions = image.plan.outcomes.len();
+        modules.push(ModulePlan { path, bias, start, len, functions, lookup, image, data, debug, selection, analysed, source, shape });
     }
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
 }
 
-fn build(
+/// Parses a module for planning, with the symbols of its separate debug file if it has one.
+fn parse<'d>(data: &'d [u8], path: &str, debug: Option<&lopi_elf::DebugFile>) -> Result<ElfModule<'d>, LiveError> {
+    ElfModule::parse_with_debug(data, debug).map_err(|e| LiveError::Module(format!("{path}: {e}")))
+}
+
+/// The image stored under `key`, and why a stored one could not be used.
+fn stored_image(cache: Option<&PlanCache>, key: Option<&Key>) -> (Option<ProbeImage>, Option<String>) {
+    let (Some(cache), Some(key)) = (cache, key) else { return (None, None) };
+    match cache.store().get(key) {
+        Ok(None) => (None, None),
+        Ok(Some(bytes)) => match ProbeImage::from_bytes(&bytes) {
+            Ok(image) => (Some(image), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) => (None, Some(e.to_string())),
+    }
+}
+
+/// Lays `selection` out below the module at `below` if it fits there, else in the nearest
+/// hole: its start, the length to map, the image.
+fn lay_out(
     module: &ElfModule<'_>,
     selection: &Selection,
-    names: &ModuleNames,
-    recording: Recording,
-    env_len: usize,
-    at: u64,
-    path: &str,
-) -> Result<ProbeImage, LiveError> {
-    let request = Request { names, recording, at, entry_room: 16, header_room: env_len, fork_handlers: false };
-    lopi_image::build(module, selection.clone(), &request).map_err(|e| LiveError::Module(format!("{path}: {e}")))
+    shape: &Shape,
+    busy: &[(u64, u64)],
+    code: (u64, u64),
+    below: Option<u64>,
+) -> Result<(u64, u64, ProbeImage), LiveError> {
+    let first_at = below.unwrap_or_else(|| shape.bias.wrapping_add(page_align(module.end_of_image().0)));
+    let first = shape.build(module, selection, first_at)?;
+    // Laying out at another address (or again, without a site) can only change jump
+    // encodings a little.
+    let len = page_align(first.bytes.len() as u64) + PAGE_SIZE;
+    let start = match below.filter(|&at| placement::fits(busy, code, at, len)) {
+        Some(at) => at,
+        None => placement::find_hole(busy, code, len)
+            .ok_or_else(|| LiveError::Module(format!("{}: no free address space within ±2 GiB of its code", shape.names.module)))?,
+    };
+    let image = if start == first_at { first } else { shape.build(module, selection, start)? };
+    if image.bytes.len() as u64 > len {
+        return Err(LiveError::Module(format!("{}: the probe image grew when placed", shape.names.module)));
+    }
+    Ok((start, len, image))
 }
 
 impl ModulePlan {
     /// Gives up the site at `site` (a thread is stopped inside it) and lays out again.
     pub(crate) fn withdraw(&mut self, site: Svma) -> Result<(), LiveError> {
-        if !self.selection.withdraw(site) {
+        let mut module = parse(&self.data, &self.path, self.debug.as_ref())?;
+        // Parsed anew, the module gets the function list the selection indexes: the one it
+        // was planned with, or (an image from the cache) its analysis again.
+        let mut selection = match (self.selection.take(), &self.analysed) {
+            (Some(selection), Some((functions, fragments))) => {
+                module.functions = functions.clone();
+                module.fragments = fragments.clone();
+                selection
+            }
+            _ => self.source.selection(&mut module, &()).0,
+        };
+        if !selection.withdraw(site) {
             return Err(LiveError::Module(format!("{}: a thread is inside the site at {:#x}", self.path, site.0)));
         }
-        let mut module = ElfModule::parse(&self.data).map_err(|e| LiveError::Module(format!("{}: {e}", self.path)))?;
-        module.functions = self.function_list.clone();
-        module.fragments = self.fragments.clone();
-        let at = self.start.wrapping_sub(self.bias);
-        self.image = build(&module, &self.selection, &self.names, self.recording, self.env_len, at, &self.path)?;
+        self.image = self.shape.build(&module, &selection, self.start)?;
+        self.selection = Some(selection);
         Ok(())
     }
 }

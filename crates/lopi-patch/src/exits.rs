@@ -17,7 +17,7 @@ use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeMap, HashSet};
 
 /// Why a probed function's calls are counted but not timed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, thiserror::Error)]
 #[serde(rename_all = "kebab-case")]
 pub enum UntimedReason {
     #[error("an exit (ret or tail jump) has fewer than 2 movable bytes before it and no padding after it")]
@@ -232,11 +232,14 @@ pub(crate) fn site(
         timed: true,
         patch_at,
         covered,
+        moved_from: patch_at,
+        moved_len: len,
         relocated: insns[first..=exit.index].to_vec(),
         resume: (!terminal).then(|| Svma(last.next_ip())),
         bounce,
         exits: vec![(last.ip(), exit.kind)],
         nops: Vec::new(),
+        copy_from: None,
         copy: None,
     };
     if len >= JMP32_LEN {

@@ -64,12 +64,12 @@ impl Roots {
 }
 
 /// Moves the candidates that are fragments from `module.functions` to `module.fragments`;
-/// returns how many moved.
-pub(crate) fn recognise(module: &mut ElfModule<'_>, targets: &Targets) -> usize {
+/// returns their addresses.
+pub(crate) fn recognise(module: &mut ElfModule<'_>, targets: &Targets) -> Vec<u64> {
     let candidates: BTreeSet<u64> =
         module.functions.iter().filter(|f| f.source == FunctionSource::EhFrame).map(|f| f.addr.0).collect();
     if candidates.is_empty() {
-        return 0;
+        return Vec::new();
     }
     let mut taken = module.referenced_from_data(&candidates);
     taken.extend(candidates.iter().filter(|a| targets.calls.contains(a) || targets.referenced.contains(a)));
@@ -119,8 +119,16 @@ pub(crate) fn recognise(module: &mut ElfModule<'_>, targets: &Targets) -> usize 
             break;
         }
     }
-    let moved: HashSet<u64> =
+    let moved: Vec<u64> =
         regions.iter().zip(&is_function).filter(|(r, &f)| r.kind == Kind::Candidate && !f).map(|(r, _)| r.start).collect();
+    move_to_fragments(module, &moved);
+    moved
+}
+
+/// Moves the functions at `starts` to the fragments (what [`recognise`] found, applied again
+/// to a module parsed anew). Addresses that name no function are ignored.
+pub(crate) fn move_to_fragments(module: &mut ElfModule<'_>, starts: &[u64]) {
+    let moved: HashSet<u64> = starts.iter().copied().collect();
     let mut fragments = Vec::with_capacity(moved.len());
     module.functions.retain(|f| {
         let keep = !moved.contains(&f.addr.0);
@@ -131,7 +139,6 @@ pub(crate) fn recognise(module: &mut ElfModule<'_>, targets: &Targets) -> usize 
     });
     module.fragments.extend(fragments);
     module.fragments.sort_unstable_by_key(|f| f.0);
-    moved.len()
 }
 
 /// Every function, fragment and candidate, by start; a region ends at its size or at the

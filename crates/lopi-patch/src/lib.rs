@@ -15,9 +15,14 @@ mod exits;
 mod fragments;
 mod gaps;
 mod lend;
+mod progress;
+mod stored;
 mod targets;
 
 pub use exits::UntimedReason;
+use progress::PROGRESS_EVERY;
+pub use progress::{Progress, Stage};
+pub use stored::StoredError;
 use exits::{CodeMap, Region};
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
@@ -26,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use targets::Targets;
 
 /// How a probed function's entry is patched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Tactic {
     Jmp32,
@@ -48,7 +53,7 @@ impl Tactic {
 }
 
 /// Why a function has no probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, thiserror::Error)]
 #[serde(rename_all = "kebab-case")]
 pub enum SkipReason {
     #[error("entry instructions cover fewer than 2 bytes before a branch target or the next function")]
@@ -91,7 +96,7 @@ impl SkipReason {
 }
 
 /// What happens to one discovered function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     Probed(Tactic),
     Skipped(SkipReason),
@@ -114,7 +119,7 @@ impl Filter {
 }
 
 /// Whether a probed function's calls are timed (entry and exit probes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TimingOutcome {
     /// Timing was not asked for, or the function has no probe.
     Off,
@@ -124,7 +129,7 @@ pub enum TimingOutcome {
 }
 
 /// A chosen patch, before addresses in the trampoline area are known.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Site {
     function: usize,
     /// `Some` for a function's entry site, `None` for an exit site.
@@ -137,6 +142,11 @@ struct Site {
     patch_at: Svma,
     /// Bytes of original code the patch covers (jump plus int3 filler).
     covered: usize,
+    /// The original code `relocated` is made of; a stored selection keeps only this and
+    /// decodes it again from the file.
+    moved_from: Svma,
+    moved_len: usize,
+    #[serde(skip)]
     relocated: Vec<Insn>,
     /// Where the trampoline continues; `None` when the relocated code ends in ret/jmp.
     resume: Option<Svma>,
@@ -146,12 +156,15 @@ struct Site {
     /// One-byte `ret`s right before this exit site that become `nop`s and fall into it.
     nops: Vec<Svma>,
     /// Timed entry sites of small leaf functions: the whole function, which the trampoline
-    /// runs as a clean copy (no exit probes) once the budget switches it to counting.
+    /// runs as a clean copy (no exit probes) once the budget switches it to counting; stored
+    /// as its range, decoded again as `relocated` is.
+    copy_from: Option<(Svma, usize)>,
+    #[serde(skip)]
     copy: Option<Vec<Insn>>,
 }
 
 /// Where the installer puts the probe's code and data, in the module's address space.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Layout {
     pub trampolines: Svma,
     /// Shared counters (one u64 per probed function), incremented with `lock`.
@@ -179,7 +192,7 @@ impl Layout {
 }
 
 /// Addresses of the runtime's probe stubs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Stubs {
     pub enter: Svma,
     pub exit: Svma,
@@ -188,7 +201,8 @@ pub struct Stubs {
 /// Size of one `struct rseq_cs` slot.
 pub const RSEQ_CS_SIZE: u64 = 32;
 
-/// Sites chosen for a module, waiting for a [`Layout`].
+/// Sites chosen for a module, waiting for a [`Layout`]. Address independent: the plan cache
+/// keeps it ([`Selection::to_bytes`]).
 #[derive(Clone)]
 pub struct Selection {
     sites: Vec<Site>,
@@ -197,7 +211,7 @@ pub struct Selection {
 }
 
 /// A probed function, in counter order.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ProbedFunction {
     pub function: usize,
     pub counter: u32,
@@ -208,7 +222,7 @@ pub struct ProbedFunction {
 }
 
 /// Bytes to write over the original code.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CodePatch {
     pub at: Svma,
     pub bytes: Vec<u8>,
@@ -217,6 +231,7 @@ pub struct CodePatch {
 }
 
 /// Everything an installer needs.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct PatchPlan {
     pub layout: Layout,
     pub probed: Vec<ProbedFunction>,
@@ -235,8 +250,9 @@ pub struct PatchPlan {
 /// What the planner learns from a module's code before it chooses sites.
 pub struct Analysis {
     targets: Targets,
-    /// FDE-only functions found to be fragments of another function.
-    pub fragments_recognised: usize,
+    /// FDE-only functions found to be fragments of another function: their addresses, which
+    /// [`apply_fragments`] moves again in a module parsed anew (a plan from the cache).
+    pub fragments: Vec<u64>,
 }
 
 /// Sweeps `module`'s code once for branch targets, and moves the cold fragments that
@@ -244,17 +260,33 @@ pub struct Analysis {
 /// (see `fragments.rs`). Run it before anything reads the function list: [`select`] needs its
 /// result, and outcomes, metadata and reports index that list.
 pub fn analyse(module: &mut ElfModule<'_>) -> Analysis {
-    let mut targets = targets::collect(module);
-    let fragments_recognised = fragments::recognise(module, &targets);
-    if fragments_recognised > 0 {
+    analyse_with(module, &())
+}
+
+/// [`analyse`], telling `progress` how it goes.
+pub fn analyse_with(module: &mut ElfModule<'_>, progress: &dyn Progress) -> Analysis {
+    let mut targets = targets::collect(module, progress);
+    let fragments = fragments::recognise(module, &targets);
+    if !fragments.is_empty() {
         targets.reread_tables(module);
     }
-    Analysis { targets, fragments_recognised }
+    Analysis { targets, fragments }
+}
+
+/// Moves the functions at `starts` (an earlier [`Analysis::fragments`] of the same file) to
+/// the fragments, as [`analyse`] did.
+pub fn apply_fragments(module: &mut ElfModule<'_>, starts: &[u64]) {
+    fragments::move_to_fragments(module, starts);
 }
 
 /// Chooses a tactic for every selected function, and with `timing` its exit sites.
 /// `analysis` comes from [`analyse`] on this module.
 pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timing: bool) -> Selection {
+    select_with(module, analysis, filter, timing, &())
+}
+
+/// [`select`], telling `progress` how it goes.
+pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timing: bool, progress: &dyn Progress) -> Selection {
     let targets = &analysis.targets;
     let mut gaps = Gaps::find(module, targets);
     let starts: Vec<u64> = {
@@ -268,7 +300,11 @@ pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timi
     let mut ends = vec![0u64; module.functions.len()];
     let mut sites = Vec::new();
     let mut need_bounce = Vec::new();
+    let functions = module.functions.len() as u64;
     for (index, function) in module.functions.iter().enumerate() {
+        if index % PROGRESS_EVERY == 0 {
+            progress.update(Stage::Entries, index as u64, functions);
+        }
         let names: Vec<&str> = std::iter::once(function.name.as_str()).chain(function.aliases.iter().map(String::as_str)).collect();
         if !filter.selects(&names) {
             continue;
@@ -311,7 +347,7 @@ pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timi
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
     if timing {
-        plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes);
+        plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes, progress);
     }
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes }
@@ -326,12 +362,17 @@ fn plan_timing(
     gaps: &mut Gaps,
     sites: &mut Vec<Site>,
     outcomes: &mut [TimingOutcome],
+    progress: &dyn Progress,
 ) {
     let map = CodeMap::new(module);
     // Exit sites of fragments already planned (a stripped file's fragment may be reached
     // from several functions): fragment start -> indices in `sites`, or why not.
     let mut fragments: HashMap<u64, Result<Vec<usize>, UntimedReason>> = HashMap::new();
-    for entry_index in 0..sites.len() {
+    let entries = sites.len();
+    for entry_index in 0..entries {
+        if entry_index % PROGRESS_EVERY == 0 {
+            progress.update(Stage::Exits, entry_index as u64, entries as u64);
+        }
         let f = sites[entry_index].function;
         let result = timed_exits(module, f, ends[f], &sites[entry_index], &map, targets, gaps, &mut fragments, sites.len());
         match result {
@@ -339,6 +380,7 @@ fn plan_timing(
                 let site = &mut sites[entry_index];
                 site.timed = true;
                 site.exits = plan.entry_exits;
+                site.copy_from = plan.copy.as_ref().map(|_| (module.functions[f].addr, (ends[f] - module.functions[f].addr.0) as usize));
                 site.copy = plan.copy;
                 for &i in &plan.shared {
                     sites[i].owners.push(f);
@@ -496,11 +538,14 @@ impl Entry {
             timed: false,
             patch_at: self.patch_at,
             covered,
+            moved_from: self.patch_at,
+            moved_len: self.len,
             resume: (!self.ends_terminal).then(|| self.patch_at + self.len as u64),
             relocated: self.insns,
             bounce,
             exits: Vec::new(),
             nops: Vec::new(),
+            copy_from: None,
             copy: None,
         }
     }
@@ -634,11 +679,14 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
         timed: false,
         patch_at,
         covered: JMP32_LEN,
+        moved_from: start,
+        moved_len: bytes.len(),
         relocated: insns,
         resume: None,
         bounce: None,
         exits: Vec::new(),
         nops: Vec::new(),
+        copy_from: None,
         copy: None,
     })
 }

@@ -3,8 +3,9 @@
 //! table entries and C++ exception landing pads. A patch must not cover any of them except at
 //! its first byte. The same sweep records who reaches what (calls, jumps between functions,
 //! code addresses named by operands), from which `fragments` tells cold parts from functions.
+use crate::{Progress, Stage};
 use lopi_elf::{ElfModule, ModuleKind, Svma};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Known code starts in one section, in address order; decoding restarts at each so that
 /// data or padding cannot desynchronise the sweep for long.
@@ -73,10 +74,12 @@ impl Targets {
 }
 
 /// Linear sweep of every code section, resynchronised at known function starts, plus the
-/// landing pads the unwinder jumps to.
-pub fn collect(module: &ElfModule<'_>) -> Targets {
-    let mut targets = Targets::default();
-    targets.all.extend(module.landing_pads.iter().map(|p| p.0));
+/// landing pads the unwinder jumps to. Progress counts code bytes.
+pub fn collect(module: &ElfModule<'_>, progress: &dyn Progress) -> Targets {
+    let mut found = Found::default();
+    found.all.extend(module.landing_pads.iter().map(|p| p.0));
+    let total: u64 = module.code_sections.iter().map(|s| s.size).sum();
+    let mut swept = 0;
     for section in &module.code_sections {
         let Some(bytes) = module.bytes_from(section.addr) else { continue };
         let (start, end) = (section.addr.0, section.addr.0 + section.size.min(bytes.len() as u64));
@@ -84,30 +87,108 @@ pub fn collect(module: &ElfModule<'_>) -> Targets {
         for (i, &from) in points.iter().enumerate() {
             let to = points.get(i + 1).copied().unwrap_or(end);
             let code = &bytes[(from - start) as usize..(to - start) as usize];
-            sweep(module, code, from, to, &mut targets);
+            sweep(module, code, from, to, &mut found);
+            if i % 256 == 0 {
+                progress.update(Stage::Targets, swept + (from - start), total);
+            }
         }
+        swept += section.size;
     }
-    targets
+    Targets {
+        all: found.all.into_set(),
+        loops: found.loops.into_set(),
+        indirect: found.indirect.into_set(),
+        calls: found.calls.into_set().into_iter().collect(),
+        jumps: found.jumps,
+        referenced: found.referenced.into_set().into_iter().collect(),
+        tables: found.tables,
+    }
 }
 
 impl Targets {
     /// Reads again the tables that stopped at code now known to be a fragment, after fragments
     /// moved from the functions (more entries may be parts of their function).
     pub fn reread_tables(&mut self, module: &ElfModule<'_>) {
+        let mut found = Found::default();
         for t in std::mem::take(&mut self.tables) {
             if !in_fragment(module, t.stop) {
                 continue;
             }
             if t.relative {
-                relative_jump_table(module, t.base, t.lo, t.hi, self);
+                relative_jump_table(module, t.base, t.lo, t.hi, &mut found);
             } else {
-                absolute_jump_table(module, t.base, t.lo, t.hi, self);
+                absolute_jump_table(module, t.base, t.lo, t.hi, &mut found);
             }
+        }
+        self.all.extend(found.all.into_set());
+        self.indirect.extend(found.indirect.into_set());
+    }
+}
+
+/// Targets as found, with repeats: a big program names the same targets millions of times
+/// (consecutive jump tables are read together), and sorting now and then is far cheaper
+/// than inserting each into a tree.
+#[derive(Default)]
+struct Found {
+    all: Addresses,
+    loops: Addresses,
+    indirect: Addresses,
+    calls: Addresses,
+    jumps: Vec<Jump>,
+    referenced: Addresses,
+    tables: Vec<Table>,
+    /// Runs of absolute table slots that hold labels: first slot -> end.
+    labels: BTreeMap<u64, u64>,
+}
+
+impl Found {
+    fn indirect(&mut self, target: u64) {
+        self.all.push(target);
+        self.indirect.push(target);
+    }
+
+    /// The end of a known run of label slots that `slot` is one of.
+    fn labels_at(&self, slot: u64) -> Option<u64> {
+        let (&start, &end) = self.labels.range(..=slot).next_back()?;
+        (slot < end && (slot - start).is_multiple_of(8)).then_some(end)
+    }
+
+    fn add_labels(&mut self, from: Option<u64>, to: u64) {
+        if let Some(from) = from.filter(|&f| f < to) {
+            self.labels.insert(from, to);
         }
     }
 }
 
-fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut Targets) {
+/// Addresses, deduplicated whenever repeats have doubled the list.
+#[derive(Default)]
+struct Addresses {
+    list: Vec<u64>,
+    unique: usize,
+}
+
+impl Addresses {
+    fn push(&mut self, addr: u64) {
+        self.list.push(addr);
+        if self.list.len() > 2 * self.unique + 4096 {
+            self.list.sort_unstable();
+            self.list.dedup();
+            self.unique = self.list.len();
+        }
+    }
+
+    fn extend(&mut self, addrs: impl Iterator<Item = u64>) {
+        addrs.for_each(|a| self.push(a));
+    }
+
+    fn into_set(mut self) -> BTreeSet<u64> {
+        self.list.sort_unstable();
+        self.list.dedup();
+        self.list.into_iter().collect()
+    }
+}
+
+fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut Found) {
     let non_pic = module.kind == ModuleKind::Executable;
     let mut ip = from;
     while ip < to {
@@ -117,12 +198,12 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
             continue;
         };
         if let Some(t) = lopi_x86::branch_target(&insn) {
-            targets.all.insert(t);
+            targets.all.push(t);
             let flow = lopi_x86::flow(&insn);
             if flow == lopi_x86::Flow::Call {
-                targets.calls.insert(t);
+                targets.calls.push(t);
             } else if (from..to).contains(&t) {
-                targets.loops.insert(t);
+                targets.loops.push(t);
             } else {
                 targets.jumps.push(Jump { from: ip, to: t, conditional: flow == lopi_x86::Flow::ConditionalJump });
             }
@@ -130,18 +211,17 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
         if non_pic {
             for c in lopi_x86::absolute_constants(&insn) {
                 if module.code_section_of(Svma(c)).is_some() {
-                    targets.referenced.insert(c);
+                    targets.referenced.push(c);
                 }
             }
         }
         if let Some(addr) = lopi_x86::rip_relative_address(&insn) {
             let in_code = module.code_section_of(Svma(addr)).is_some();
             if in_code {
-                targets.referenced.insert(addr);
+                targets.referenced.push(addr);
             }
             if lopi_x86::is_lea(&insn) && in_code {
-                targets.all.insert(addr);
-                targets.indirect.insert(addr);
+                targets.indirect(addr);
             } else if module.is_readonly_data(Svma(addr)) {
                 relative_jump_table(module, addr, from, to, targets);
             }
@@ -156,7 +236,7 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
 /// GCC's PIC jump table: 32-bit offsets from the table's own address. Entries are read
 /// while they land inside the current function or a fragment (a `.cold` part may hold some
 /// cases); over-reading only adds targets, which only makes the planner more careful.
-fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
+fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Found) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
     for entry in bytes.chunks_exact(4).take(4096) {
         let rel = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
@@ -167,8 +247,7 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
             }
             break;
         }
-        targets.all.insert(target);
-        targets.indirect.insert(target);
+        targets.indirect(target);
     }
 }
 
@@ -177,21 +256,37 @@ fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
 /// own, or in its `.cold` part, which a stripped file may not tell apart from a function);
 /// the first entry must be in the current function or a fragment. Data after a table rarely
 /// looks like code addresses, and a false target only makes the planner more careful.
-fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Targets) {
+///
+/// Tables usually follow one another, so a read runs on through the next ones (cc1: 8 M
+/// entries read for 5,000 tables). Slots already found to hold labels, which are taken
+/// whatever the function, are skipped: the targets are the same, read once.
+fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Found) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
-    let entries = bytes.chunks_exact(8).take(4096).map(|e| u64::from_le_bytes(e.try_into().unwrap_or([0; 8])));
-    for (i, target) in entries.enumerate() {
-        let mine = (lo..hi).contains(&target) || in_fragment(module, target);
-        let label = module.code_section_of(Svma(target)).is_some() && !is_function_entry(module, target);
-        if !(mine || (i > 0 && label)) {
+    let count = (bytes.len() / 8).min(4096);
+    let slot = |i: usize| table.wrapping_add(8 * i as u64);
+    let mut labels_from = None;
+    let mut i = 0;
+    while i < count {
+        if let Some(end) = targets.labels_at(slot(i)).filter(|_| i > 0) {
+            targets.add_labels(labels_from.take(), slot(i));
+            i = (end.wrapping_sub(table) / 8) as usize;
+            continue;
+        }
+        let target = u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+        if (lo..hi).contains(&target) || in_fragment(module, target) {
+            targets.add_labels(labels_from.take(), slot(i));
+        } else if i > 0 && module.code_section_of(Svma(target)).is_some() && !is_function_entry(module, target) {
+            labels_from.get_or_insert(slot(i));
+        } else {
             if module.code_section_of(Svma(target)).is_some() {
                 targets.tables.push(Table { base: table, relative: false, lo, hi, stop: target });
             }
             break;
         }
-        targets.all.insert(target);
-        targets.indirect.insert(target);
+        targets.indirect(target);
+        i += 1;
     }
+    targets.add_labels(labels_from, slot(i));
 }
 
 fn in_fragment(module: &ElfModule<'_>, addr: u64) -> bool {

@@ -61,7 +61,7 @@ pub struct CounterAccess {
 }
 
 /// The critical section of one trampoline, for its `struct rseq_cs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RseqSection {
     pub start: u64,
     pub post_commit_offset: u64,
@@ -69,7 +69,7 @@ pub struct RseqSection {
 }
 
 /// How a moved instruction leaves its function: where an exit probe goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ExitKind {
     /// `ret`: the probe runs right before it.
     Return,
