@@ -30,9 +30,11 @@ fn dir() -> PathBuf {
     dir
 }
 
-/// A program with calls, loops, a jump table and tiny functions: sites of every kind.
-fn build_sample() -> Vec<u8> {
-    let src = dir().join("sample.c");
+/// A program with calls, loops, a jump table and tiny functions: sites of every kind. Each
+/// test builds its own (`name`): tests run in parallel, and a file rebuilt under another
+/// test's feet changes its identity.
+fn build_sample(name: &str) -> Vec<u8> {
+    let src = dir().join(format!("{name}.c"));
     std::fs::write(
         &src,
         "#include <stdio.h>\nstatic int sq(int x){return x*x;}\nint tiny(void){return 0;}\n\
@@ -42,7 +44,7 @@ fn build_sample() -> Vec<u8> {
          int main(int c,char**v){printf(\"%d %d %d\\n\",sq(c),tiny(),loop(c*9));return 0;}\n",
     )
     .unwrap();
-    let exe = dir().join("sample");
+    let exe = dir().join(name);
     let ok = Command::new("cc").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("cc must be installed").success();
     assert!(ok, "cc failed");
     std::fs::read(exe).unwrap()
@@ -67,7 +69,7 @@ fn lay_out(module: &ElfModule<'_>, selection: Selection) -> Vec<u8> {
 
 #[test]
 fn mutated_selections_never_panic() {
-    let original = build_sample();
+    let original = build_sample("selections");
     let mut module = ElfModule::parse(&original).unwrap();
     let analysis = lopi_patch::analyse(&mut module);
     let selection = lopi_patch::select(&module, &analysis, &Filter::default(), true);
@@ -101,12 +103,12 @@ fn mutated_selections_never_panic() {
 
 #[test]
 fn damaged_entries_are_replaced_by_what_planning_gives() {
-    let original = build_sample();
+    let original = build_sample("entries");
     let mut module = ElfModule::parse(&original).unwrap();
     let cache_dir = dir().join("cache");
     let _ = std::fs::remove_dir_all(&cache_dir);
     let cache = PlanCache::new(cache_dir.clone());
-    let id = lopi_cache::read_file(&dir().join("sample")).unwrap().id.expect("the sample does not change");
+    let id = lopi_cache::read_file(&dir().join("entries")).unwrap().id.expect("the sample does not change");
     let key = lopi_cache::plan_key(id, &original, None, &Filter::default(), true);
     let plan = |module: &mut ElfModule<'_>| {
         let analysis = lopi_patch::analyse(module);
@@ -148,7 +150,7 @@ fn damaged_entries_are_replaced_by_what_planning_gives() {
 
 #[test]
 fn mutated_images_never_panic() {
-    let original = build_sample();
+    let original = build_sample("images");
     let mut module = ElfModule::parse(&original).unwrap();
     let analysis = lopi_patch::analyse(&mut module);
     let built = image(&module, lopi_patch::select(&module, &analysis, &Filter::default(), true));
