@@ -158,7 +158,10 @@ fn mutated_timed_data_files_never_panic() {
     // The thread chunk is appended after the module record; its tree may have grown into an
     // extension after it (16 nodes is less than the sample needs).
     let header = &parsed.threads[0].header;
-    let chunk_at = header.chunk_file as usize;
+    let chunk_at = (0..file.len())
+        .step_by(lopi_rt_abi::PAGE_SIZE as usize)
+        .find(|&at| file[at..].starts_with(&lopi_rt_abi::THREAD_MAGIC))
+        .expect("a thread chunk");
     let exercise = |bytes: &[u8]| {
         if let Ok(d) = lopi_trace::DataFile::parse(bytes) {
             let _ = lopi_trace::Profile::from_data(&d);

@@ -51,14 +51,7 @@ pub struct ThreadHeader {
     pub stack_file: u64,
     pub node_cap: u32,
     pub stack_cap: u32,
-    /// Offset of this chunk in the data file (a forked child reads its parent's open calls
-    /// through the file: the parent's regions may have moved where the child has no mapping).
-    pub chunk_file: u64,
-    /// The runtime's own: the budget check's scratch table (address, bytes) and when it last ran.
-    pub budget_scratch: u64,
-    pub budget_scratch_len: u64,
-    pub last_check_tsc: u64,
-    pub _reserved: [u64; 3],
+    pub _reserved: [u64; 7],
     // --- the thread's hot state (offset 192) ---
     /// Non-zero while a probe of this thread runs (a signal handler's probes then skip).
     pub busy: u32,
@@ -81,16 +74,12 @@ pub struct ThreadHeader {
     pub first_drop_tsc: u64,
     /// TSC of the thread's latest probe: where frames still open at the end are closed.
     pub last_tsc: u64,
-    /// Calls timed in merged nodes (their call paths did not fit under the tree's limit).
-    pub merged_calls: u64,
     /// Calls counted but not timed because even merged nodes did not fit.
     pub untimed_calls: u64,
     /// Ticks the probes spent beyond their usual cost (growing regions, slow paths, budget
     /// checks), taken out of every call open meanwhile: the thread's clock, in which frame
     /// starts, `last_tsc` and trace events are, is the TSC minus this.
     pub paused_ticks: u64,
-    /// TSC of the first merge.
-    pub first_merge_tsc: u64,
     /// Exits whose clock read was before their entry's (a TSC step between CPUs): taken as 0.
     pub clock_backwards: u64,
     /// TSC at which the exit probe next runs the budget check (`u64::MAX`: never).
@@ -102,7 +91,7 @@ pub struct ThreadHeader {
     pub switches_dropped: u64,
 }
 
-pub const THREAD_HEADER_LEN: usize = 336;
+pub const THREAD_HEADER_LEN: usize = 320;
 const _: () = assert!(core::mem::size_of::<ThreadHeader>() == THREAD_HEADER_LEN);
 const _: () = assert!(core::mem::offset_of!(ThreadHeader, busy) == 192);
 
@@ -288,11 +277,7 @@ impl ThreadHeader {
             stack_file: f.u64(120),
             node_cap: f.u32(128),
             stack_cap: f.u32(132),
-            chunk_file: f.u64(136),
-            budget_scratch: 0,
-            budget_scratch_len: 0,
-            last_check_tsc: f.u64(160),
-            _reserved: [0; 3],
+            _reserved: [0; 7],
             busy: f.u32(192),
             depth: f.u32(196),
             node_count: f.u32(200),
@@ -305,15 +290,13 @@ impl ThreadHeader {
             trace_dropped: f.u64(248),
             first_drop_tsc: f.u64(256),
             last_tsc: f.u64(264),
-            merged_calls: f.u64(272),
-            untimed_calls: f.u64(280),
-            paused_ticks: f.u64(288),
-            first_merge_tsc: f.u64(296),
-            clock_backwards: f.u64(304),
-            next_check_tsc: f.u64(312),
-            unmatched_len: f.u32(320),
-            switch_len: f.u32(324),
-            switches_dropped: f.u64(328),
+            untimed_calls: f.u64(272),
+            paused_ticks: f.u64(280),
+            clock_backwards: f.u64(288),
+            next_check_tsc: f.u64(296),
+            unmatched_len: f.u32(304),
+            switch_len: f.u32(308),
+            switches_dropped: f.u64(312),
         })
     }
 }

@@ -55,7 +55,6 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
         // early, but never costing more than 2% of the run (a large tree takes longer to scan).
         let interval = ((*v).tsc_hz / 500).max(cost.saturating_mul(50));
         (*h).next_check_tsc = now.saturating_add(interval);
-        (*h).last_check_tsc = now;
     }
 }
 

@@ -135,7 +135,6 @@ impl Thread {
             }
             if (*h).merged_from == 0 {
                 (*h).merged_from = (*h).node_count;
-                (*h).first_merge_tsc = rdtsc();
             }
             Some(self.insert(abi::MERGED_NODE, func))
         }
@@ -382,7 +381,6 @@ impl Thread {
                 if f.flags & abi::FRAME_NESTED == 0 {
                     (*n).aux = (*n).aux.wrapping_add(dt);
                 }
-                (*h).merged_calls += 1;
                 // The reader removes the probes' cost of a call from its ancestors through
                 // the tree; a merged call is not in the tree, so the clock of every call still
                 // open stops for that cost here. What then remains of its probes in the
@@ -625,7 +623,6 @@ unsafe fn map_chunk(v: &RuntimeVars, pid: u32) -> Option<*mut ThreadHeader> {
         h.probe_pair_ticks = v.probe_pair_ticks;
         h.trace_cap = v.trace_cap;
         h.trace_offset = trace;
-        h.chunk_file = file;
         h.nodes_offset = nodes;
         h.hash_offset = hash;
         h.stack_offset = stack;
@@ -634,7 +631,6 @@ unsafe fn map_chunk(v: &RuntimeVars, pid: u32) -> Option<*mut ThreadHeader> {
         h.node_cap = node_cap;
         h.stack_cap = stack_cap;
         h.start_tsc = rdtsc();
-        h.last_check_tsc = h.start_tsc;
         h.next_check_tsc = super::budget::first_check(v, h.start_tsc);
         // The root and the merged-paths node; published last, as readers take 0 as "not ready".
         write_volatile(&mut h.node_count, abi::FIRST_FREE_NODE);
