@@ -225,14 +225,7 @@ fn cold_parts_of_stripped_functions_are_not_functions() {
         let dir = fresh_dir(&format!("names-cold-{label}"));
         let nowhere = dir.join("no-debug-dir");
         let prog = build(&dir, "prog", &source, flags);
-        let stripped = dir.join("prog.stripped");
-        must(Command::new("strip").arg("-o").arg(&stripped).arg(&prog));
-        let symbols = must(Command::new("readelf").arg("-sW").arg(&prog)).stdout_str();
-        let cold: Vec<u64> = symbols
-            .lines()
-            .filter(|l| l.contains(".cold"))
-            .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
-            .collect();
+        let (stripped, symbols, cold) = strip_and_list_cold(&dir, &prog);
         assert!(cold.len() >= 2, "{label}: the fixture should have .cold parts:\n{symbols}");
 
         let full = functions(&info(&prog, &nowhere, true));
@@ -301,14 +294,7 @@ fn cold_parts_at_the_start_of_text_are_not_functions() {
         let nowhere = dir.join("no-debug-dir");
         let prog = dir.join("prog");
         compile(Command::new("c++").arg(opt).arg("-o").arg(&prog).arg(&fixture.path)).unwrap();
-        let stripped = dir.join("prog.stripped");
-        must(Command::new("strip").arg("-o").arg(&stripped).arg(&prog));
-        let symbols = must(Command::new("readelf").arg("-sW").arg(&prog)).stdout_str();
-        let cold: Vec<u64> = symbols
-            .lines()
-            .filter(|l| l.contains(".cold"))
-            .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
-            .collect();
+        let (stripped, _, cold) = strip_and_list_cold(&dir, &prog);
         assert!(!cold.is_empty(), "{opt}: the fixture should have .cold parts");
         let full = names(&info(&prog, &nowhere, false));
         let bare = names(&info(&stripped, &nowhere, false));
@@ -321,4 +307,18 @@ fn cold_parts_at_the_start_of_text_are_not_functions() {
         }
         cleanup(&dir);
     }
+}
+
+/// `prog` stripped into `DIR/prog.stripped`; `prog`'s symbol table (`readelf -sW`) and the
+/// addresses of its `.cold` parts.
+fn strip_and_list_cold(dir: &Path, prog: &Path) -> (PathBuf, String, Vec<u64>) {
+    let stripped = dir.join("prog.stripped");
+    must(Command::new("strip").arg("-o").arg(&stripped).arg(prog));
+    let symbols = must(Command::new("readelf").arg("-sW").arg(prog)).stdout_str();
+    let cold = symbols
+        .lines()
+        .filter(|l| l.contains(".cold"))
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .collect();
+    (stripped, symbols, cold)
 }
