@@ -89,7 +89,7 @@ def variants(bins: dict[str, str], argv, env_of, data: Path) -> list[h.Variant]:
 
 def battery_table(tag: str, res: dict, base: str) -> list[list[str]]:
     rows = []
-    ref = h.stats(res["rewritten"])
+    ref, orig = h.stats(res["rewritten"]), h.stats(res["original"])
     for cfg in CONFIGS:
         st = h.stats(res[cfg])
         if not st:
@@ -97,7 +97,7 @@ def battery_table(tag: str, res: dict, base: str) -> list[list[str]]:
             continue
         outs = {r.stdout for r in res[cfg] if r.ok}
         same = "same" if outs == {base} else f"DIFFERS ({len(outs)} distinct)"
-        vs_orig = st.median / h.stats(res["original"]).median if h.stats(res["original"]) else float("nan")
+        vs_orig = st.median / orig.median if orig else float("nan")
         vs_rw = f"x{st.median / ref.median:.3f}" if ref else "-"
         rows.append([tag, cfg, h.fmt_range(st), f"x{vs_orig:.3f}", vs_rw, same])
     return rows
