@@ -155,7 +155,8 @@ pub struct ContextNode {
     /// clock instead).
     pub merged_ticks: u64,
     /// A merged node: the durations of its calls made while no other call of the same
-    /// function was open (its inclusive time). Unused in path nodes.
+    /// function was open (its inclusive time). A path node: its calls that ended without their
+    /// exit probe (left by `longjmp` or an exception), whose probes cost about half as much.
     pub aux: u64,
 }
 

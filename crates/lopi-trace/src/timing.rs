@@ -145,6 +145,9 @@ struct Raw {
     merged_ticks: u64,
     /// Merged nodes: ticks of their outermost calls.
     outer: u64,
+    /// Path nodes: calls that ended without their exit probe (left by `longjmp` or an
+    /// exception, or still open at the end).
+    unwound: u64,
 }
 
 /// Closes the frames still open when the process stopped at its last probe, as the runtime
@@ -158,7 +161,9 @@ fn close_open_frames(chunk: &crate::ThreadChunk, raw: &mut [Raw]) {
         }
         let dt = h.last_tsc.saturating_sub(frame.start_tsc);
         let n = &mut raw[frame.node as usize];
-        n.calls += u64::from(frame.flags & abi::FRAME_INHERITED == 0);
+        let counted = frame.flags & abi::FRAME_INHERITED == 0;
+        n.calls += u64::from(counted);
+        n.unwound += u64::from(counted && frame.flags & abi::FRAME_MERGED == 0);
         n.ticks = n.ticks.wrapping_add(dt);
         n.max = n.max.max(dt);
         if frame.flags & abi::FRAME_MERGED != 0 {
@@ -228,20 +233,25 @@ impl Timing {
                     max: n.max_ticks,
                     merged_ticks: n.merged_ticks,
                     outer: if is_merged(i) { n.aux } else { 0 },
+                    unwound: if is_merged(i) { 0 } else { n.aux },
                 })
                 .collect();
             close_open_frames(chunk, &mut raw);
             let ids: Vec<Option<u32>> = nodes.iter().enumerate().map(|(i, n)| (i > MERGED).then(|| function(n.func))).collect();
             // Probe cost: each call carries `inner` inside its own interval, and each call
-            // below it in the tree (descendants) adds `pair` to it. Calls below a merged call
-            // are not known one by one: their probes stay in the merged paths' inclusive time.
+            // below it in the tree (descendants) adds `pair` to it; a call whose exit probe
+            // never ran (left by longjmp or an exception, or still open) about half of each.
+            // Calls below a merged call are not known one by one: their probes stay in the
+            // merged paths' inclusive time.
             let inner = h.probe_inner_ticks as f64;
             let pair = h.probe_pair_ticks as f64;
             let mut below = vec![0u64; raw.len()];
+            let mut unwound_below = vec![0u64; raw.len()];
             for i in (1..raw.len()).rev() {
                 let parent = nodes[i].parent as usize;
                 if parent != i && !is_merged(i) {
                     below[parent] += below[i] + raw[i].calls;
+                    unwound_below[parent] += unwound_below[i] + raw[i].unwound;
                 }
             }
             let mut corrected: Vec<f64> = raw
@@ -249,7 +259,9 @@ impl Timing {
                 .enumerate()
                 .map(|(i, r)| {
                     let ticks = if is_merged(i) { r.outer } else { r.ticks };
-                    (ticks as f64 - r.calls as f64 * inner - below[i] as f64 * pair).max(0.0)
+                    let own = r.calls as f64 - r.unwound as f64 / 2.0;
+                    let descendants = below[i] as f64 - unwound_below[i] as f64 / 2.0;
+                    (ticks as f64 - own * inner - descendants * pair).max(0.0)
                 })
                 .collect();
             // Self time: the inclusive time less the children's and less the calls made from

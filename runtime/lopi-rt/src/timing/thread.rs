@@ -372,6 +372,9 @@ impl Thread {
             let n = self.node(f.node);
             if f.flags & abi::FRAME_INHERITED == 0 {
                 (*n).calls += 1;
+                if kind == abi::EVENT_UNWIND && f.flags & abi::FRAME_MERGED == 0 {
+                    (*n).aux += 1;
+                }
             }
             (*n).ticks = (*n).ticks.wrapping_add(dt);
             if dt > (*n).max_ticks {
