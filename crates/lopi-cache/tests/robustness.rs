@@ -22,6 +22,26 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }
+
+    /// A copy of `bytes` damaged as case `case` asks: a few random bytes (at offsets `pick`
+    /// chooses), one flipped bit, or a truncation.
+    fn mutate(&mut self, bytes: &[u8], case: usize, pick: impl Fn(&mut Rng) -> usize) -> Vec<u8> {
+        let mut mutated = bytes.to_vec();
+        match case % 3 {
+            0 => {
+                for _ in 0..1 + self.below(4) {
+                    let at = pick(self);
+                    mutated[at] = self.next() as u8;
+                }
+            }
+            1 => {
+                let at = self.below(mutated.len());
+                mutated[at] ^= 1 << self.below(8);
+            }
+            _ => mutated.truncate(self.below(bytes.len())),
+        }
+        mutated
+    }
 }
 
 fn dir() -> PathBuf {
@@ -78,20 +98,7 @@ fn mutated_selections_never_panic() {
     assert_eq!(lay_out(&module, back), lay_out(&module, selection), "a selection read back lays out as the original");
     let mut rng = Rng(0x5eed_cafe_0000_0001);
     for case in 0..4000 {
-        let mut mutated = bytes.clone();
-        match case % 3 {
-            0 => {
-                for _ in 0..1 + rng.below(4) {
-                    let at = rng.below(mutated.len());
-                    mutated[at] = rng.next() as u8;
-                }
-            }
-            1 => {
-                let at = rng.below(mutated.len());
-                mutated[at] ^= 1 << rng.below(8);
-            }
-            _ => mutated.truncate(rng.below(bytes.len())),
-        }
+        let mutated = rng.mutate(&bytes, case, |rng| rng.below(bytes.len()));
         let result = std::panic::catch_unwind(|| {
             if let Ok(selection) = Selection::from_bytes(&mutated, &module) {
                 lay_out(&module, selection);
@@ -162,20 +169,7 @@ fn mutated_images_never_panic() {
     let plan_end = bytes.len() - built.bytes.len() - 64;
     let mut rng = Rng(0x1a5e_0000_0000_0003);
     for case in 0..4000 {
-        let mut mutated = bytes.clone();
-        match case % 3 {
-            0 => {
-                for _ in 0..1 + rng.below(4) {
-                    let at = if rng.below(2) == 0 { rng.below(plan_end) } else { bytes.len() - 1 - rng.below(48) };
-                    mutated[at] = rng.next() as u8;
-                }
-            }
-            1 => {
-                let at = rng.below(mutated.len());
-                mutated[at] ^= 1 << rng.below(8);
-            }
-            _ => mutated.truncate(rng.below(bytes.len())),
-        }
+        let mutated = rng.mutate(&bytes, case, |rng| if rng.below(2) == 0 { rng.below(plan_end) } else { bytes.len() - 1 - rng.below(48) });
         let result = std::panic::catch_unwind(|| {
             if let Ok(image) = lopi_image::ProbeImage::from_bytes(&mutated) {
                 let off = |a: u64| a.wrapping_sub(image.rw.start) as usize;
