@@ -11,7 +11,7 @@
 //! all its exits can be probed: a missed exit would leave its frame open.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::Site;
+use crate::{Point, Site};
 use lopi_elf::{Cfa, ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeMap, HashSet};
@@ -227,7 +227,7 @@ pub(crate) fn site(
     let terminal = exit.kind != ExitKind::ConditionalTailJump;
     let site = |covered: usize, bounce: Option<Svma>| Site {
         function,
-        entry: None,
+        point: Point::Exit,
         owners: vec![function],
         timed: true,
         patch_at,

@@ -5,7 +5,7 @@
 //! a neighbour that is not placed takes the sites that borrowed its room with it.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{entry_instructions, CodePatch, Site, Tactic};
+use crate::{entry_instructions, CodePatch, Point, Site, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashSet;
@@ -28,7 +28,7 @@ pub(crate) fn lend_room(
     for site in sites.iter_mut() {
         let tail = site.patch_at.0 + JMP32_LEN as u64;
         // Entry sites move at most 64 bytes.
-        if site.entry != Some(Tactic::Jmp32) || site.bounce.is_some() || tail > hi || tail + 64 < lo || lent.contains(&site.patch_at) {
+        if site.point != Point::Entry(Tactic::Jmp32) || site.bounce.is_some() || tail > hi || tail + 64 < lo || lent.contains(&site.patch_at) {
             continue;
         }
         let function = &module.functions[site.function];

@@ -128,12 +128,22 @@ pub enum TimingOutcome {
     Untimed(UntimedReason),
 }
 
+/// Where a site's probe goes. A probe is a point the planner can patch safely plus the
+/// action the runtime runs there; the point's kind decides the action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Point {
+    /// A function's entry, patched with this tactic: counts the calls (times them, with the
+    /// entry probe, when the site is `timed`).
+    Entry(Tactic),
+    /// A `ret` or tail jump of the timed functions in `owners`: ends their timed calls.
+    Exit,
+}
+
 /// A chosen patch, before addresses in the trampoline area are known.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Site {
     function: usize,
-    /// `Some` for a function's entry site, `None` for an exit site.
-    entry: Option<Tactic>,
+    point: Point,
     /// Functions whose timing needs this site (an exit in a `.cold` part may serve several
     /// functions of a stripped file).
     owners: Vec<usize>,
@@ -317,7 +327,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
         ends[index] = end;
         match entry_site(module, index, end, targets, &mut gaps) {
             Ok(Choice::Direct(site)) => {
-                if let Some(tactic) = site.entry {
+                if let Point::Entry(tactic) = site.point {
                     outcomes[index] = Outcome::Probed(tactic);
                 }
                 sites.push(site);
@@ -430,7 +440,7 @@ fn timed_exits(
     let own = Region { start: function.addr.0, end };
     let found = exits::find(module, own, map, targets)?;
     let entry_exits = exits::kinds_among(&entry.relocated, &found);
-    let whole = entry.entry == Some(Tactic::WholeFunction);
+    let whole = entry.point == Point::Entry(Tactic::WholeFunction);
     let entry_end = entry.patch_at.0 + entry.covered as u64;
     let mut new_sites: Vec<Site> = Vec::new();
     let mut shared = Vec::new();
@@ -533,7 +543,7 @@ impl Entry {
     fn into_site(self, function: usize, tactic: Tactic, covered: usize, bounce: Option<Svma>) -> Site {
         Site {
             function,
-            entry: Some(tactic),
+            point: Point::Entry(tactic),
             owners: vec![function],
             timed: false,
             patch_at: self.patch_at,
@@ -548,6 +558,12 @@ impl Entry {
             copy_from: None,
             copy: None,
         }
+    }
+}
+
+impl Site {
+    fn is_entry(&self) -> bool {
+        matches!(self.point, Point::Entry(_))
     }
 }
 
@@ -674,7 +690,7 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
     }
     Ok(Site {
         function: index,
-        entry: Some(Tactic::WholeFunction),
+        point: Point::Entry(Tactic::WholeFunction),
         owners: vec![index],
         timed: false,
         patch_at,
@@ -695,7 +711,7 @@ impl Selection {
     /// Number of counters the layout must provide (an upper bound: a site that cannot be
     /// encoded is dropped).
     pub fn counter_count(&self) -> u64 {
-        self.sites.iter().filter(|s| s.entry.is_some()).count() as u64
+        self.sites.iter().filter(|s| s.is_entry()).count() as u64
     }
 
     /// True when some function is timed: the layout must then provide the stubs.
@@ -722,7 +738,7 @@ impl Selection {
     /// Returns false when no site patches there.
     pub fn withdraw(&mut self, patch_at: Svma) -> bool {
         let Some(index) = self.sites.iter().position(|s| s.patch_at == patch_at) else { return false };
-        if self.sites[index].entry.is_none() {
+        if !self.sites[index].is_entry() {
             self.demote(index, UntimedReason::ThreadInside);
         } else {
             self.remove_entry(index, SkipReason::ThreadInside);
@@ -739,10 +755,10 @@ impl Selection {
         for s in &mut self.sites {
             s.owners.retain(|&o| o != site.function);
         }
-        self.sites.retain(|s| s.entry.is_some() || !s.owners.is_empty());
+        self.sites.retain(|s| s.is_entry() || !s.owners.is_empty());
         let lent = site.patch_at.0..site.patch_at.0 + site.covered as u64;
         while let Some(i) = self.sites.iter().position(|s| s.bounce.is_some_and(|b| lent.contains(&b.0))) {
-            if self.sites[i].entry.is_some() {
+            if self.sites[i].is_entry() {
                 self.remove_entry(i, SkipReason::NoBounceSpace);
             } else {
                 self.demote(i, UntimedReason::NoBounceSpace);
@@ -759,12 +775,12 @@ impl Selection {
         self.timing[function] = TimingOutcome::Untimed(reason);
         for site in &mut self.sites {
             site.owners.retain(|&o| o != function);
-            if site.function == function && site.entry.is_some() {
+            if site.function == function && site.is_entry() {
                 site.timed = false;
                 site.exits.clear();
             }
         }
-        self.sites.retain(|s| s.entry.is_some() || !s.owners.is_empty());
+        self.sites.retain(|s| s.is_entry() || !s.owners.is_empty());
     }
 
     /// Takes a failed exit site's functions off timing: their entry sites stop calling the
@@ -774,8 +790,8 @@ impl Selection {
         for &f in &owners {
             self.timing[f] = TimingOutcome::Untimed(reason);
         }
-        self.sites.retain(|s| s.entry.is_some() || !s.owners.iter().any(|o| owners.contains(o)));
-        for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.entry.is_some()) {
+        self.sites.retain(|s| s.is_entry() || !s.owners.iter().any(|o| owners.contains(o)));
+        for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.is_entry()) {
             site.timed = false;
             site.exits.clear();
         }
@@ -785,7 +801,7 @@ impl Selection {
     fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, Failed> {
         // Counter indices follow the entry sites' order; exit sites name their function's.
         let counters: HashMap<usize, u32> =
-            self.sites.iter().filter(|s| s.entry.is_some()).enumerate().map(|(i, s)| (s.function, i as u32)).collect();
+            self.sites.iter().filter(|s| s.is_entry()).enumerate().map(|(i, s)| (s.function, i as u32)).collect();
         let mut probed = Vec::new();
         let mut rseq_sections = Vec::new();
         let mut code_patches = Vec::new();
@@ -794,8 +810,8 @@ impl Selection {
         for (index, site) in self.sites.iter().enumerate() {
             let trampoline = layout.trampolines + code.len() as u64;
             let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0) };
-            let encoded = match (site.entry, layout.stubs) {
-                (Some(_), stubs) => {
+            let encoded = match (site.point, layout.stubs) {
+                (Point::Entry(_), stubs) => {
                     let counter = probed.len() as u32;
                     let access = lopi_x86::CounterAccess {
                         shared: layout.counters.0 + 8 * u64::from(counter),
@@ -821,7 +837,7 @@ impl Selection {
                     }
                     .map(|t| (t.bytes, Some(t.section)))
                 }
-                (None, Some(stubs)) => {
+                (Point::Exit, Some(stubs)) => {
                     let counter = match site.owners.as_slice() {
                         [only] => counters.get(only).copied(),
                         _ => None,
@@ -829,11 +845,11 @@ impl Selection {
                     let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter, mode: counter.map(|c| layout.mode_of(c)) };
                     lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|b| (b, None))
                 }
-                (None, None) => return Err(Failed::Exit(index)),
+                (Point::Exit, None) => return Err(Failed::Exit(index)),
             };
             let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));
             let Some(((bytes, section), patches)) = placed else {
-                if site.entry.is_none() {
+                if !site.is_entry() {
                     return Err(Failed::Exit(index));
                 }
                 let reason = if site_patches(module, site, trampoline).is_none() { SkipReason::OutOfRange } else { SkipReason::RelocationFailed };
@@ -843,8 +859,8 @@ impl Selection {
             // Keep trampolines 16-byte aligned, padded with int3.
             code.resize(code.len().next_multiple_of(16), 0xcc);
             code_patches.extend(patches);
-            match (site.entry, section) {
-                (Some(tactic), Some(section)) => {
+            match (site.point, section) {
+                (Point::Entry(tactic), Some(section)) => {
                     probed.push(ProbedFunction {
                         function: site.function,
                         counter: probed.len() as u32,
