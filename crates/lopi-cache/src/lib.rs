@@ -12,7 +12,7 @@
 mod store;
 
 use lopi_elf::{DebugFile, ElfModule};
-use lopi_patch::{Filter, Selection};
+use lopi_patch::{Filter, Probes, Selection};
 use std::fs::{File, Metadata};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -130,7 +130,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The inputs of [`lopi_patch::select`] on a module read from a file with identity `file`,
 /// named from `debug` if it has a separate debug file.
-pub fn plan_key(file: FileId, data: &[u8], debug: Option<&DebugFile>, filter: &Filter, timing: bool) -> Key {
+pub fn plan_key(file: FileId, data: &[u8], debug: Option<&DebugFile>, filter: &Filter, probes: Probes) -> Key {
     let globs = |patterns: &[glob::Pattern]| patterns.iter().map(|p| p.as_str()).collect::<Vec<_>>().join("\0");
     let mut key = Key::new().with("lopi", lopi_build()).with("module", file.to_string());
     let build_id = object::File::parse(data).ok().and_then(|elf| object::Object::build_id(&elf).ok().flatten().map(hex));
@@ -141,7 +141,7 @@ pub fn plan_key(file: FileId, data: &[u8], debug: Option<&DebugFile>, filter: &F
         let id = std::fs::metadata(&debug.path).map_or_else(|e| format!("unreadable ({e})"), |m| FileId::of(&m).to_string());
         key = key.with("debug-file", format!("{} {id}", debug.path.display()));
     }
-    key.with("timing", if timing { "entry,exit" } else { "entry" })
+    key.with("probes", probes.name())
         .with("functions", globs(&filter.include))
         .with("exclude", globs(&filter.exclude))
 }

@@ -92,7 +92,7 @@ fn mutated_selections_never_panic() {
     let original = build_sample("selections");
     let mut module = ElfModule::parse(&original).unwrap();
     let analysis = lopi_patch::analyse(&mut module);
-    let selection = lopi_patch::select(&module, &analysis, &Filter::default(), true);
+    let selection = lopi_patch::select(&module, &analysis, &Filter::default(), lopi_patch::Probes::TIME);
     let bytes = selection.to_bytes().unwrap();
     let back = Selection::from_bytes(&bytes, &module).unwrap();
     assert_eq!(lay_out(&module, back), lay_out(&module, selection), "a selection read back lays out as the original");
@@ -116,10 +116,10 @@ fn damaged_entries_are_replaced_by_what_planning_gives() {
     let _ = std::fs::remove_dir_all(&cache_dir);
     let cache = PlanCache::new(cache_dir.clone());
     let id = lopi_cache::read_file(&dir().join("entries")).unwrap().id.expect("the sample does not change");
-    let key = lopi_cache::plan_key(id, &original, None, &Filter::default(), true);
+    let key = lopi_cache::plan_key(id, &original, None, &Filter::default(), lopi_patch::Probes::TIME);
     let plan = |module: &mut ElfModule<'_>| {
         let analysis = lopi_patch::analyse(module);
-        let selection = lopi_patch::select(module, &analysis, &Filter::default(), true);
+        let selection = lopi_patch::select(module, &analysis, &Filter::default(), lopi_patch::Probes::TIME);
         (analysis.fragments, selection)
     };
     let expected = plan(&mut ElfModule::parse(&original).unwrap()).1.to_bytes().unwrap();
@@ -160,7 +160,7 @@ fn mutated_images_never_panic() {
     let original = build_sample("images");
     let mut module = ElfModule::parse(&original).unwrap();
     let analysis = lopi_patch::analyse(&mut module);
-    let built = image(&module, lopi_patch::select(&module, &analysis, &Filter::default(), true));
+    let built = image(&module, lopi_patch::select(&module, &analysis, &Filter::default(), lopi_patch::Probes::TIME));
     let bytes = built.to_bytes().unwrap();
     let back = lopi_image::ProbeImage::from_bytes(&bytes).unwrap();
     assert!(back.bytes == built.bytes && back.plan.code_patches.len() == built.plan.code_patches.len());

@@ -25,7 +25,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
     }
 
     step(&format!("lopi rewrite {} -o {} --probe entry,exit", prog.display(), rewritten.display()));
-    let (summary, _) = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), true, lopi_rewrite::Recording::default(), None)?;
+    let (summary, _) = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME, lopi_rewrite::Recording::default(), None)?;
     crate::print(&format!("{summary}\n"))?;
 
     step(&format!("LOPI_OUTPUT={} {}", data.display(), rewritten.display()));

@@ -110,10 +110,11 @@ mod tests {
             self_ns: ns,
             max_ns: ns,
             merged: false,
+            syscall: None,
         };
         let event = |ns, kind| TraceEvent { ns, node: 1, kind };
         Timing {
-            functions: vec![TimedFunction { name: "main".into(), module: "/bin/prog".into(), addr: 0x1000 }],
+            functions: vec![TimedFunction { name: "main".into(), module: "/bin/prog".into(), addr: 0x1000, syscall: None }],
             threads: vec![ThreadProfile {
                 pid: 7,
                 tid: 7,
@@ -122,6 +123,7 @@ mod tests {
                 ..Default::default()
             }],
             probe_cost: Default::default(),
+            syscall_sites: Vec::new(),
         }
     }
 

@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use crate::progress::{self, Bar};
 use lopi_cache::PlanCache;
 use lopi_live::{Installation, ModuleRequest, Plan, Spec, Target};
-use lopi_patch::Filter;
+use lopi_patch::{Filter, Probes as ProbeSet};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 pub struct Probes {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
-    pub timing: bool,
+    pub probes: ProbeSet,
     pub trace: bool,
     /// Perturbation budget, parts per million (0: none).
     pub budget_ppm: u32,
@@ -38,7 +38,7 @@ impl Probes {
             let pattern = glob::Pattern::new(&glob).with_context(|| format!("bad glob {glob:?}"))?;
             modules.entry(lib).or_default().include.push(pattern);
         }
-        if self.include.is_empty() {
+        if self.include.is_empty() && self.probes.entries {
             modules.insert(None, Filter::default());
         }
         for arg in &self.exclude {
@@ -55,8 +55,8 @@ impl Probes {
             }
         }
         Ok(Spec {
-            modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter }).collect(),
-            timing: self.timing || self.trace,
+            modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter, probes: self.probes }).collect(),
+            syscalls_everywhere: self.probes.syscalls,
             recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
             cache: self.cache.clone(),
@@ -296,12 +296,12 @@ mod tests {
 
     #[test]
     fn library_patterns_go_to_their_library() {
-        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], timing: false, trace: false, budget_ppm: 0, cache: None };
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None };
         let spec = probes.spec("/tmp/x").unwrap();
         assert_eq!(spec.modules.len(), 2);
         assert_eq!(spec.modules[0].library, None);
         assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
-        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], timing: false, trace: false, budget_ppm: 0, cache: None };
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None };
         assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
     }
 }

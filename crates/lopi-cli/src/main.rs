@@ -6,13 +6,14 @@ mod exports;
 mod live;
 mod progress;
 mod show;
+mod syscalls;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use exports::{ExportFormat, WeightArg};
 use lopi_cache::{Lookup, ModuleFile, PlanCache};
 use lopi_elf::ElfModule;
-use lopi_patch::{Filter, Selection};
+use lopi_patch::{Filter, Probes, Selection};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -63,6 +64,10 @@ enum Command {
         /// Show whom FUNC calls (timed data only).
         #[arg(long, value_name = "FUNC")]
         callees: Option<String>,
+        /// Show the system calls (recorded with --probe syscall), as `strace -c` does: per
+        /// call, per thread, and the busiest call sites.
+        #[arg(long, conflicts_with_all = ["callers", "callees"])]
+        syscalls: bool,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -146,7 +151,7 @@ struct Select {
     #[arg(long = "exclude", value_name = "GLOB")]
     exclude: Vec<String>,
     /// Where probes go: `entry` counts calls; `entry,exit` also times them (per thread,
-    /// with calling contexts).
+    /// with calling contexts); `syscall` counts and times every system call the code makes.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
     probe: Vec<Probe>,
 }
@@ -162,20 +167,29 @@ struct LiveSelect {
     /// Do not probe functions whose name matches ([LIB:]GLOB; repeatable).
     #[arg(long = "exclude", value_name = "[LIB:]GLOB")]
     exclude: Vec<String>,
-    /// Where probes go: `entry` counts calls; `entry,exit` also times them.
+    /// Where probes go: `entry` counts calls; `entry,exit` also times them; `syscall` counts
+    /// and times every system call, in the executable and every loaded library.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
     probe: Vec<Probe>,
 }
 
 impl LiveSelect {
     fn probes(self, trace: bool, budget: Budget, cache: Option<PlanCache>) -> Result<live::Probes> {
-        if !self.probe.contains(&Probe::Entry) {
-            bail!("--probe needs `entry`: exits are timed against their entries (use --probe entry,exit)");
-        }
-        let timing = self.probe.contains(&Probe::Exit) || trace;
-        let budget_ppm = budget.ppm(timing)?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, timing, trace, budget_ppm, cache })
+        let mut probes = probe_set(&self.probe)?;
+        probes.exits |= trace;
+        probes.entries |= trace;
+        let budget_ppm = budget.ppm(probes.exits)?;
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache })
     }
+}
+
+/// `--probe` as a set.
+fn probe_set(probe: &[Probe]) -> Result<Probes> {
+    let probes = Probes { entries: probe.contains(&Probe::Entry), exits: probe.contains(&Probe::Exit), syscalls: probe.contains(&Probe::Syscall) };
+    if probes.exits && !probes.entries {
+        bail!("--probe exit needs `entry`: exits are timed against their entries (use --probe entry,exit)");
+    }
+    Ok(probes)
 }
 
 /// `--budget`: how much timing may slow the program down.
@@ -212,6 +226,7 @@ fn parse_budget(text: &str) -> Result<u32, String> {
 enum Probe {
     Entry,
     Exit,
+    Syscall,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -228,11 +243,8 @@ impl Select {
         Ok(Filter { include: compile(&self.include)?, exclude: compile(&self.exclude)? })
     }
 
-    fn timing(&self) -> Result<bool> {
-        if !self.probe.contains(&Probe::Entry) {
-            bail!("--probe needs `entry`: exits are timed against their entries (use --probe entry,exit)");
-        }
-        Ok(self.probe.contains(&Probe::Exit))
+    fn probes(&self) -> Result<Probes> {
+        probe_set(&self.probe)
     }
 }
 
@@ -252,19 +264,33 @@ fn run(cli: Cli) -> Result<()> {
             let debug = debug_file(&prog, &file);
             let mut module = parse(&prog, &file, debug.as_ref())?;
             let bar = progress::Bar::new(&format!("planning {}", progress::file_name(&prog)), true);
-            let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &select.filter()?, select.timing()?, cache.as_ref(), &bar);
+            let probes = select.probes()?;
+            let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &select.filter()?, probes, cache.as_ref(), &bar);
             drop(bar);
             note(&lookup);
             let summary = show::Summary::new(&module, &selection.outcomes, &selection.timing);
             match format {
-                Format::Json => print_json(&show::info_json(&prog, &module, &selection, &summary)),
-                Format::Text => print(&show::info_text(&module, &selection, &summary)),
+                Format::Json => {
+                    let mut info = show::info_json(&prog, &module, &selection, &summary);
+                    if probes.syscalls {
+                        info["syscalls"] = syscalls::info_json(&module, &selection.syscalls);
+                    }
+                    print_json(&info)
+                }
+                Format::Text if probes.entries => print(&show::info_text(&module, &selection, &summary)),
+                Format::Text => Ok(()),
+            }?;
+            if probes.syscalls && format == Format::Text {
+                print(&syscalls::info_text(&module, &selection.syscalls))?;
             }
+            Ok(())
         }
         Command::Rewrite { prog, output, select, trace, budget } => {
-            let timing = trace || select.timing()?;
-            let recording = lopi_rewrite::Recording { trace, budget_ppm: budget.ppm(timing)? };
-            let (summary, lookup) = rewrite(&prog, &output, &select.filter()?, timing, recording, cache.as_ref())?;
+            let mut probes = select.probes()?;
+            probes.entries |= trace;
+            probes.exits |= trace;
+            let recording = lopi_rewrite::Recording { trace, budget_ppm: budget.ppm(probes.exits)? };
+            let (summary, lookup) = rewrite(&prog, &output, &select.filter()?, probes, recording, cache.as_ref())?;
             let (from, note_text) = progress::lookup_text(&lookup);
             eprintln!("lopi: wrote {}: {summary}{from}", output.display());
             if let Some(text) = note_text {
@@ -272,8 +298,17 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Report { data, format, top, callers, callees } => {
+        Command::Report { data, format, top, callers, callees, syscalls } => {
             let file = read_data(&data)?;
+            if syscalls {
+                let Some(report) = lopi_trace::Syscalls::from_data(&file) else {
+                    bail!("{} has no system-call data: run or rewrite the program with --probe syscall", data.display());
+                };
+                return match format {
+                    Format::Json => print_json(&report),
+                    Format::Text => print(&syscalls::report_text(&report, top)),
+                };
+            }
             let profile = lopi_trace::Profile::from_data(&file);
             if let Some((name, is_callers)) = callers.map(|c| (c, true)).or(callees.map(|c| (c, false))) {
                 if profile.timing.is_none() {
@@ -349,14 +384,14 @@ fn plan(
     debug: Option<&lopi_elf::DebugFile>,
     module: &mut ElfModule<'_>,
     filter: &Filter,
-    timing: bool,
+    probes: Probes,
     cache: Option<&PlanCache>,
     bar: &progress::Bar,
 ) -> (Selection, Lookup) {
-    let key = file.id.map(|id| lopi_cache::plan_key(id, file, debug, filter, timing));
+    let key = file.id.map(|id| lopi_cache::plan_key(id, file, debug, filter, probes));
     lopi_cache::selection(cache, key.as_ref(), module, |module| {
         let analysis = lopi_patch::analyse_with(module, bar);
-        let selection = lopi_patch::select_with(module, &analysis, filter, timing, bar);
+        let selection = lopi_patch::select_with(module, &analysis, filter, probes, bar);
         (analysis.fragments, selection)
     })
 }
@@ -413,10 +448,10 @@ pub(crate) fn rewrite(
     prog: &Path,
     output: &Path,
     filter: &Filter,
-    timing: bool,
+    probes: Probes,
     recording: lopi_rewrite::Recording,
     cache: Option<&PlanCache>,
-) -> Result<(show::Summary, Lookup)> {
+) -> Result<(String, Lookup)> {
     use std::os::unix::fs::PermissionsExt;
     let file = read(prog)?;
     if same_file(prog, output) {
@@ -425,7 +460,7 @@ pub(crate) fn rewrite(
     let debug = debug_file(prog, &file);
     let mut module = parse(prog, &file, debug.as_ref())?;
     let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
-    let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, filter, timing, cache, &bar);
+    let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, filter, probes, cache, &bar);
     bar.step("laying out and writing");
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
@@ -434,7 +469,12 @@ pub(crate) fn rewrite(
     let rewritten = lopi_rewrite::rewrite(&module, selection, &names, recording).with_context(|| format!("{}", prog.display()))?;
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
-    Ok((show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing), lookup))
+    let mut summary = if probes.entries { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
+    if probes.syscalls {
+        let syscalls = syscalls::Summary::new(&rewritten.plan.syscalls);
+        summary = if summary.is_empty() { syscalls.to_string() } else { format!("{summary}; {syscalls}") };
+    }
+    Ok((summary, lookup))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

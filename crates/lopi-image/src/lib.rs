@@ -18,7 +18,7 @@
 use lopi_elf::{ElfModule, Svma};
 use lopi_patch::{Layout, PatchPlan, Selection, Stubs, RSEQ_CS_SIZE};
 use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC};
-use lopi_trace::{MetaFunction, ModuleMeta, META_VERSION};
+use lopi_trace::{MetaFunction, MetaSyscall, ModuleMeta, META_VERSION};
 use std::ops::Range;
 
 #[derive(Debug, thiserror::Error)]
@@ -142,9 +142,12 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let blob = lopi_rt_blob::BLOB;
     let entry_code = rx_vaddr.wrapping_add(blob.len().next_multiple_of(16) as u64);
     let trampolines = entry_code.wrapping_add(request.entry_room.next_multiple_of(16) as u64);
-    let stubs = selection.has_timing().then(|| Stubs {
-        enter: Svma(rx_vaddr.wrapping_add(lopi_rt_blob::ENTER_STUB_OFFSET as u64)),
-        exit: Svma(rx_vaddr.wrapping_add(lopi_rt_blob::EXIT_STUB_OFFSET as u64)),
+    let stub = |offset: usize| Svma(rx_vaddr.wrapping_add(offset as u64));
+    let stubs = (selection.has_timing() || selection.has_syscalls()).then(|| Stubs {
+        enter: stub(lopi_rt_blob::ENTER_STUB_OFFSET),
+        exit: stub(lopi_rt_blob::EXIT_STUB_OFFSET),
+        syscall_enter: stub(lopi_rt_blob::SYSCALL_ENTER_STUB_OFFSET),
+        syscall_exit: stub(lopi_rt_blob::SYSCALL_EXIT_STUB_OFFSET),
     });
     let layout = Layout {
         trampolines: Svma(trampolines),
@@ -171,6 +174,15 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
                 MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.timed }
             })
             .collect(),
+        syscalls: plan
+            .syscall_probes
+            .iter()
+            .map(|p| {
+                let site = &plan.syscalls[p.site];
+                let function = site.function.map(|f| module.functions[f].name.clone()).unwrap_or_default();
+                MetaSyscall { addr: p.at.0, function, nr: site.nr }
+            })
+            .collect(),
     };
     let meta_json = serde_json::to_vec(&meta).expect("metadata serialises");
 
@@ -190,13 +202,13 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         meta_len: meta_json.len() as u64,
         counters_offset: rw_vaddr.wrapping_sub(desc_vaddr) as i64,
         counters_len,
-        counter_count: plan.probed.len() as u64,
+        counter_count: (plan.probed.len() + plan.syscall_probes.len()) as u64,
         svma: desc_vaddr,
         vars_offset: vars_vaddr.wrapping_sub(desc_vaddr) as i64,
         rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,
         stride: u64::from(stride),
         budget_ppm: u64::from(request.recording.budget_ppm),
-        probes: if plan.probed.iter().any(|p| p.timed) {
+        probes: if plan.probed.iter().any(|p| p.timed) || !plan.syscall_probes.is_empty() {
             let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
             let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {
                 lopi_rt_abi::MODULE_EXECUTABLE

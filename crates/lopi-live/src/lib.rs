@@ -24,7 +24,7 @@ mod tracee;
 use lopi_elf::Svma;
 use lopi_image::{ProbeImage, Recording};
 pub use plan::{plan, ModulePlan, Plan};
-use lopi_patch::{CodePatch, Filter, Outcome, TimingOutcome};
+use lopi_patch::{CodePatch, Filter, Outcome, Probes, TimingOutcome};
 use lopi_rt_abi::{page_align, RuntimeVars, PAGE_SIZE};
 use nix::errno::Errno;
 use procfs::{Mapping, Memory};
@@ -75,14 +75,15 @@ pub struct ModuleRequest {
     /// `name` or starts with `name.` or `name-` (`libc` finds `libc.so.6`).
     pub library: Option<String>,
     pub filter: Filter,
+    pub probes: Probes,
 }
 
 /// What to install.
 #[derive(Clone, Debug)]
 pub struct Spec {
     pub modules: Vec<ModuleRequest>,
-    /// Entry and exit probes (calls timed), not only entry counts.
-    pub timing: bool,
+    /// Also probe the `syscall` instructions of every other loaded module (libc, ld.so).
+    pub syscalls_everywhere: bool,
     pub recording: Recording,
     /// Environment the runtime sees: `LOPI_OUTPUT` (absolute) and its knobs.
     pub env: Vec<(String, String)>,

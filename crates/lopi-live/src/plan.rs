@@ -7,7 +7,7 @@ use crate::{load_bias, module_path, placement, EnvBlock, LiveError, ModuleReques
 use lopi_elf::{ElfModule, Svma};
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
 use lopi_cache::{Key, Lookup, ModuleFile, PlanCache};
-use lopi_patch::{Progress, Selection};
+use lopi_patch::{Filter, Probes, Progress, Selection};
 use lopi_rt_abi::{page_align, PAGE_SIZE};
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,6 @@ type Analysed = (Vec<lopi_elf::Function>, Vec<(Svma, u64)>);
 /// Where a module's selection comes from.
 struct Source {
     request: ModuleRequest,
-    timing: bool,
     /// Where `lopi run` stopped the program (a module address): its function is counted only.
     entry: Option<u64>,
     cache: Option<PlanCache>,
@@ -68,7 +67,7 @@ impl Source {
     fn selection(&self, module: &mut ElfModule<'_>, progress: &dyn Progress) -> (Selection, Lookup) {
         let (mut selection, lookup) = lopi_cache::selection(self.cache.as_ref(), self.key.as_ref(), module, |module| {
             let analysis = lopi_patch::analyse_with(module, progress);
-            let selection = lopi_patch::select_with(module, &analysis, &self.request.filter, self.timing, progress);
+            let selection = lopi_patch::select_with(module, &analysis, &self.request.filter, self.request.probes, progress);
             (analysis.fragments, selection)
         });
         let at_entry = |f: &lopi_elf::Function| self.entry.is_some_and(|e| f.addr.0 <= e && e < f.addr.0 + f.size.max(1));
@@ -117,8 +116,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
     // Rounded, so that the room does not change with the digits of a pid in LOPI_OUTPUT.
     let env_len = EnvBlock::new(&spec.env).len().next_multiple_of(ENV_ROOM);
     let mut modules = Vec::new();
-    for request in &spec.modules {
-        let path = module_path(&maps, &exe, request.library.as_deref())?;
+    for (request, path) in requests(spec, &maps, &exe)? {
         let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
         // Through the process's root when it has its own (a container), as its loader saw it.
         let in_root = format!("/proc/{pid}/root{path}");
@@ -137,8 +135,8 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         }
         // The program's entry point, as a module address.
         let entry = entry.filter(|_| request.library.is_none()).map(|entry| entry.wrapping_sub(bias));
-        let key = data.id.map(|id| lopi_cache::plan_key(id, &data, debug.as_ref(), &request.filter, spec.timing));
-        let source = Source { request: request.clone(), timing: spec.timing, entry, cache: spec.cache.clone(), key };
+        let key = data.id.map(|id| lopi_cache::plan_key(id, &data, debug.as_ref(), &request.filter, request.probes));
+        let source = Source { request: request.clone(), entry, cache: spec.cache.clone(), key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
         let shape = Shape { names, recording: spec.recording, env_len, bias };
         // Laid out first below the module, with room for an image twice the size of its code
@@ -172,12 +170,42 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
                 lookup = Lookup::NotStored(why);
             }
         }
+        if image.plan.probed.is_empty() && image.plan.syscall_probes.is_empty() && !request.probes.entries {
+            // Only its system calls were asked for, and it makes none itself.
+            continue;
+        }
         busy.push((start, start + len + PAGE_SIZE));
         busy.sort_unstable();
         let functions = image.plan.outcomes.len();
         modules.push(ModulePlan { path, bias, start, len, functions, lookup, image, data, debug, selection, analysed, source, shape });
     }
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
+}
+
+/// The modules to probe and their paths: those asked for, and with `syscalls_everywhere`
+/// every other file the process runs code from, for its `syscall` instructions only.
+fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleRequest, String)>, LiveError> {
+    let mut out = Vec::new();
+    for request in &spec.modules {
+        let mut request = request.clone();
+        request.probes.syscalls |= spec.syscalls_everywhere;
+        out.push((request.clone(), module_path(maps, exe, request.library.as_deref())?));
+    }
+    if spec.syscalls_everywhere {
+        let mut others: Vec<&str> =
+            maps.iter().filter(|m| m.executable && m.path.starts_with('/') && out.iter().all(|(_, p)| *p != m.path)).map(|m| m.path.as_str()).collect();
+        others.sort_unstable();
+        others.dedup();
+        for path in others {
+            let (library, probes) = if path == exe {
+                (None, Probes { syscalls: true, ..Probes::default() })
+            } else {
+                (Some(path.to_string()), Probes { syscalls: true, ..Probes::default() })
+            };
+            out.push((ModuleRequest { library, filter: Filter::default(), probes }, path.to_string()));
+        }
+    }
+    Ok(out)
 }
 
 /// Parses a module for planning, with the symbols of its separate debug file if it has one.

@@ -241,6 +241,7 @@ pub(crate) fn site(
         nops: Vec::new(),
         copy_from: None,
         copy: None,
+        syscalls: Vec::new(),
     };
     if len >= JMP32_LEN {
         return Ok(site(len, None));

@@ -14,15 +14,18 @@
 mod exits;
 mod fragments;
 mod gaps;
+mod layout;
 mod lend;
 mod progress;
 mod stored;
+mod syscalls;
 mod targets;
 
 pub use exits::UntimedReason;
 use progress::PROGRESS_EVERY;
 pub use progress::{Progress, Stage};
 pub use stored::StoredError;
+pub use syscalls::{SyscallOutcome, SyscallSite, SyscallSkip};
 use exits::{CodeMap, Region};
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
@@ -137,6 +140,8 @@ enum Point {
     Entry(Tactic),
     /// A `ret` or tail jump of the timed functions in `owners`: ends their timed calls.
     Exit,
+    /// A `syscall` instruction, patched with this tactic: times each system call.
+    Syscall(Tactic),
 }
 
 /// A chosen patch, before addresses in the trampoline area are known.
@@ -171,6 +176,8 @@ struct Site {
     copy_from: Option<(Svma, usize)>,
     #[serde(skip)]
     copy: Option<Vec<Insn>>,
+    /// Original IPs of the moved `syscall` instructions that get system-call probes.
+    syscalls: Vec<u64>,
 }
 
 /// Where the installer puts the probe's code and data, in the module's address space.
@@ -206,6 +213,30 @@ impl Layout {
 pub struct Stubs {
     pub enter: Svma,
     pub exit: Svma,
+    pub syscall_enter: Svma,
+    pub syscall_exit: Svma,
+}
+
+/// Which probes the planner places.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Probes {
+    /// Entries of the functions the filter selects: calls counted.
+    pub entries: bool,
+    /// Their exits too: calls timed (with `entries`).
+    pub exits: bool,
+    /// Every `syscall` instruction: system calls counted and timed.
+    pub syscalls: bool,
+}
+
+impl Probes {
+    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false };
+    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false };
+
+    /// As `--probe` spells it: `entry,exit,syscall`.
+    pub fn name(self) -> String {
+        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall")];
+        parts.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(",")
+    }
 }
 
 /// Size of one `struct rseq_cs` slot.
@@ -218,6 +249,8 @@ pub struct Selection {
     sites: Vec<Site>,
     pub outcomes: Vec<Outcome>,
     pub timing: Vec<TimingOutcome>,
+    /// Every `syscall` instruction, in address order, when system calls are probed.
+    pub syscalls: Vec<SyscallSite>,
 }
 
 /// A probed function, in counter order.
@@ -229,6 +262,17 @@ pub struct ProbedFunction {
     pub timed: bool,
     pub patch_at: Svma,
     pub trampoline: Svma,
+}
+
+/// A probed `syscall` instruction, in counter order after the functions.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ProbedSyscall {
+    pub at: Svma,
+    pub counter: u32,
+    /// Index into [`Selection::syscalls`].
+    pub site: usize,
+    /// Where a thread in this system call returns to in the trampoline.
+    pub returns_to: Svma,
 }
 
 /// Bytes to write over the original code.
@@ -245,6 +289,9 @@ pub struct CodePatch {
 pub struct PatchPlan {
     pub layout: Layout,
     pub probed: Vec<ProbedFunction>,
+    /// Counters `probed.len()..` name these.
+    pub syscall_probes: Vec<ProbedSyscall>,
+    pub syscalls: Vec<SyscallSite>,
     /// Critical section of each probed function's trampoline, in counter order (a timed
     /// function's counts its calls once the budget switched it to counting).
     pub rseq_sections: Vec<lopi_x86::RseqSection>,
@@ -289,14 +336,14 @@ pub fn apply_fragments(module: &mut ElfModule<'_>, starts: &[u64]) {
     fragments::move_to_fragments(module, starts);
 }
 
-/// Chooses a tactic for every selected function, and with `timing` its exit sites.
-/// `analysis` comes from [`analyse`] on this module.
-pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timing: bool) -> Selection {
-    select_with(module, analysis, filter, timing, &())
+/// Chooses a tactic for every selected function's entry, and as `probes` asks its exit sites
+/// and a site for every `syscall` instruction. `analysis` comes from [`analyse`] on this module.
+pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, probes: Probes) -> Selection {
+    select_with(module, analysis, filter, probes, &())
 }
 
 /// [`select`], telling `progress` how it goes.
-pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, timing: bool, progress: &dyn Progress) -> Selection {
+pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, probes: Probes, progress: &dyn Progress) -> Selection {
     let targets = &analysis.targets;
     let mut gaps = Gaps::find(module, targets);
     let starts: Vec<u64> = {
@@ -311,7 +358,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     let mut sites = Vec::new();
     let mut need_bounce = Vec::new();
     let functions = module.functions.len() as u64;
-    for (index, function) in module.functions.iter().enumerate() {
+    for (index, function) in module.functions.iter().enumerate().filter(|_| probes.entries) {
         if index % PROGRESS_EVERY == 0 {
             progress.update(Stage::Entries, index as u64, functions);
         }
@@ -356,11 +403,12 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
         }
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
-    if timing {
+    if probes.entries && probes.exits {
         plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes, progress);
     }
+    let syscalls = if probes.syscalls { syscalls::plan(module, targets, &mut gaps, &mut sites) } else { Vec::new() };
     sites.sort_by_key(|s| s.patch_at);
-    Selection { sites, outcomes, timing: timing_outcomes }
+    Selection { sites, outcomes, timing: timing_outcomes, syscalls }
 }
 
 /// Adds exit sites for every probed function whose exits can all be probed, and marks its
@@ -520,7 +568,8 @@ fn clean_copy(found: &exits::FunctionExits, own: Region) -> Option<Vec<Insn>> {
         return None;
     }
     let (_, insns) = found.code.get(&own.start)?;
-    let leaf = insns.iter().all(|i| !matches!(lopi_x86::flow(i), Flow::Call | Flow::IndirectCall | Flow::IndirectJump));
+    // A `syscall` in the copy would run without its probe.
+    let leaf = insns.iter().all(|i| !matches!(lopi_x86::flow(i), Flow::Call | Flow::IndirectCall | Flow::IndirectJump | Flow::Interrupt));
     let ends_terminal = insns.last().is_some_and(|i| lopi_x86::flow(i).is_terminal());
     (leaf && ends_terminal).then(|| insns.clone())
 }
@@ -557,6 +606,7 @@ impl Entry {
             nops: Vec::new(),
             copy_from: None,
             copy: None,
+            syscalls: Vec::new(),
         }
     }
 }
@@ -564,6 +614,11 @@ impl Entry {
 impl Site {
     fn is_entry(&self) -> bool {
         matches!(self.point, Point::Entry(_))
+    }
+
+    /// An exit site is needed only while some timed function owns it.
+    fn needed(&self) -> bool {
+        self.point != Point::Exit || !self.owners.is_empty()
     }
 }
 
@@ -704,214 +759,7 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
         nops: Vec::new(),
         copy_from: None,
         copy: None,
+        syscalls: Vec::new(),
     })
 }
 
-impl Selection {
-    /// Number of counters the layout must provide (an upper bound: a site that cannot be
-    /// encoded is dropped).
-    pub fn counter_count(&self) -> u64 {
-        self.sites.iter().filter(|s| s.is_entry()).count() as u64
-    }
-
-    /// True when some function is timed: the layout must then provide the stubs.
-    pub fn has_timing(&self) -> bool {
-        self.timing.contains(&TimingOutcome::Timed)
-    }
-
-    /// Encodes trampolines at `layout` and the jumps into them. A site whose instructions
-    /// cannot be re-encoded there is dropped with a reason, never patched half-way; if it
-    /// was an exit site, its functions are counted but not timed.
-    pub fn lay_out(mut self, module: &ElfModule<'_>, layout: Layout) -> PatchPlan {
-        loop {
-            match self.try_lay_out(module, layout) {
-                Ok(plan) => return plan,
-                Err(Failed::Exit(site)) => self.demote(site, UntimedReason::RelocationFailed),
-                Err(Failed::Entry(site, reason)) => self.remove_entry(site, reason),
-            }
-        }
-    }
-
-    /// Gives up the site whose jump is written at `patch_at` (a live installer found a
-    /// thread stopped inside its bytes): an entry site's function is skipped, and it no
-    /// longer needs its exit sites; an exit site's functions are counted but not timed.
-    /// Returns false when no site patches there.
-    pub fn withdraw(&mut self, patch_at: Svma) -> bool {
-        let Some(index) = self.sites.iter().position(|s| s.patch_at == patch_at) else { return false };
-        if !self.sites[index].is_entry() {
-            self.demote(index, UntimedReason::ThreadInside);
-        } else {
-            self.remove_entry(index, SkipReason::ThreadInside);
-        }
-        true
-    }
-
-    /// Gives up the entry site at `index`: its function is skipped for `reason` and no longer
-    /// needs its exit sites; sites whose bounce was in its moved bytes (see `lend.rs`) go too.
-    fn remove_entry(&mut self, index: usize, reason: SkipReason) {
-        let site = self.sites.remove(index);
-        self.outcomes[site.function] = Outcome::Skipped(reason);
-        self.timing[site.function] = TimingOutcome::Off;
-        for s in &mut self.sites {
-            s.owners.retain(|&o| o != site.function);
-        }
-        self.sites.retain(|s| s.is_entry() || !s.owners.is_empty());
-        let lent = site.patch_at.0..site.patch_at.0 + site.covered as u64;
-        while let Some(i) = self.sites.iter().position(|s| s.bounce.is_some_and(|b| lent.contains(&b.0))) {
-            if self.sites[i].is_entry() {
-                self.remove_entry(i, SkipReason::NoBounceSpace);
-            } else {
-                self.demote(i, UntimedReason::NoBounceSpace);
-            }
-        }
-    }
-
-    /// Counts `function` without timing it (its entry stops calling the entry probe; exit
-    /// sites only it needed go).
-    pub fn count_only(&mut self, function: usize, reason: UntimedReason) {
-        if self.timing.get(function) != Some(&TimingOutcome::Timed) {
-            return;
-        }
-        self.timing[function] = TimingOutcome::Untimed(reason);
-        for site in &mut self.sites {
-            site.owners.retain(|&o| o != function);
-            if site.function == function && site.is_entry() {
-                site.timed = false;
-                site.exits.clear();
-            }
-        }
-        self.sites.retain(|s| s.is_entry() || !s.owners.is_empty());
-    }
-
-    /// Takes a failed exit site's functions off timing: their entry sites stop calling the
-    /// entry probe and their other exit sites go.
-    fn demote(&mut self, failed: usize, reason: UntimedReason) {
-        let owners = self.sites[failed].owners.clone();
-        for &f in &owners {
-            self.timing[f] = TimingOutcome::Untimed(reason);
-        }
-        self.sites.retain(|s| s.is_entry() || !s.owners.iter().any(|o| owners.contains(o)));
-        for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.is_entry()) {
-            site.timed = false;
-            site.exits.clear();
-        }
-    }
-
-    /// Lays out every site, or says which site failed.
-    fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, Failed> {
-        // Counter indices follow the entry sites' order; exit sites name their function's.
-        let counters: HashMap<usize, u32> =
-            self.sites.iter().filter(|s| s.is_entry()).enumerate().map(|(i, s)| (s.function, i as u32)).collect();
-        let mut probed = Vec::new();
-        let mut rseq_sections = Vec::new();
-        let mut code_patches = Vec::new();
-        let mut code = Vec::new();
-        let mut exit_sites = 0;
-        for (index, site) in self.sites.iter().enumerate() {
-            let trampoline = layout.trampolines + code.len() as u64;
-            let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0) };
-            let encoded = match (site.point, layout.stubs) {
-                (Point::Entry(_), stubs) => {
-                    let counter = probed.len() as u32;
-                    let access = lopi_x86::CounterAccess {
-                        shared: layout.counters.0 + 8 * u64::from(counter),
-                        rseq_offset_var: layout.vars.0 + lopi_rt_abi::vars::RSEQ_OFFSET,
-                        cpu_count_var: layout.vars.0 + lopi_rt_abi::vars::CPU_COUNT,
-                        percpu_base_var: layout.vars.0 + lopi_rt_abi::vars::PERCPU_BASE,
-                        stride: layout.stride,
-                        index: counter,
-                        cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
-                    };
-                    match stubs {
-                        Some(stubs) if site.timed => {
-                            let timed = lopi_x86::TimedEntry {
-                                enter_stub: stubs.enter.0,
-                                exit_stub: stubs.exit.0,
-                                counter: access,
-                                mode: layout.mode_of(counter),
-                            };
-                            let copy = site.copy.as_deref().filter(|_| layout.clean_copies);
-                            lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
-                        }
-                        _ => lopi_x86::counting_trampoline(&access, &body, trampoline.0),
-                    }
-                    .map(|t| (t.bytes, Some(t.section)))
-                }
-                (Point::Exit, Some(stubs)) => {
-                    let counter = match site.owners.as_slice() {
-                        [only] => counters.get(only).copied(),
-                        _ => None,
-                    };
-                    let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter, mode: counter.map(|c| layout.mode_of(c)) };
-                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|b| (b, None))
-                }
-                (Point::Exit, None) => return Err(Failed::Exit(index)),
-            };
-            let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));
-            let Some(((bytes, section), patches)) = placed else {
-                if !site.is_entry() {
-                    return Err(Failed::Exit(index));
-                }
-                let reason = if site_patches(module, site, trampoline).is_none() { SkipReason::OutOfRange } else { SkipReason::RelocationFailed };
-                return Err(Failed::Entry(index, reason));
-            };
-            code.extend_from_slice(&bytes);
-            // Keep trampolines 16-byte aligned, padded with int3.
-            code.resize(code.len().next_multiple_of(16), 0xcc);
-            code_patches.extend(patches);
-            match (site.point, section) {
-                (Point::Entry(tactic), Some(section)) => {
-                    probed.push(ProbedFunction {
-                        function: site.function,
-                        counter: probed.len() as u32,
-                        tactic,
-                        timed: site.timed && layout.stubs.is_some(),
-                        patch_at: site.patch_at,
-                        trampoline,
-                    });
-                    rseq_sections.push(section);
-                }
-                _ => exit_sites += 1,
-            }
-        }
-        Ok(PatchPlan {
-            layout,
-            probed,
-            rseq_sections,
-            code_patches: lend::merge_nested(code_patches),
-            trampoline_code: code,
-            outcomes: self.outcomes.clone(),
-            timing: self.timing.clone(),
-            exit_sites,
-        })
-    }
-}
-
-/// A site that could not be laid out: the layout starts again without it.
-enum Failed {
-    /// An exit site: its functions are counted but not timed.
-    Exit(usize),
-    /// An entry site: its function is skipped.
-    Entry(usize, SkipReason),
-}
-
-/// The jump (and bounce) written over the original code for one site.
-fn site_patches(module: &ElfModule<'_>, site: &Site, trampoline: Svma) -> Option<Vec<CodePatch>> {
-    let original = |at: Svma, len: usize| module.bytes_from(at).and_then(|b| b.get(..len)).map(<[u8]>::to_vec);
-    let mut out = Vec::new();
-    let mut head = match site.bounce {
-        None => lopi_x86::jmp32_bytes(site.patch_at.0, trampoline.0)?.to_vec(),
-        Some(bounce) => {
-            let jump = lopi_x86::jmp32_bytes(bounce.0, trampoline.0)?;
-            out.push(CodePatch { at: bounce, bytes: jump.to_vec(), original: original(bounce, JMP32_LEN)? });
-            lopi_x86::jmp8_bytes(site.patch_at.0, bounce.0)?.to_vec()
-        }
-    };
-    // Whatever the jump leaves of the moved instructions is unreachable: fill with int3.
-    head.resize(site.covered.max(head.len()), 0xcc);
-    out.push(CodePatch { at: site.patch_at, original: original(site.patch_at, head.len())?, bytes: head });
-    for &at in &site.nops {
-        out.push(CodePatch { at, bytes: vec![0x90], original: original(at, 1)? });
-    }
-    Some(out)
-}

@@ -6,7 +6,8 @@
 //! entry can never make an installer index out of bounds or write past a site. (The cache
 //! also checksums its entries and keys them by lopi's build; these checks are what remains
 //! if both were defeated.)
-use crate::{Insn, Outcome, Selection, Site, TimingOutcome};
+use crate::syscalls::NO_FUNCTION;
+use crate::{Insn, Outcome, Point, Selection, Site, SyscallSite, TimingOutcome};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::Flow;
 
@@ -26,6 +27,7 @@ struct Stored<'s> {
     sites: &'s [Site],
     outcomes: &'s [Outcome],
     timing: &'s [TimingOutcome],
+    syscalls: &'s [SyscallSite],
 }
 
 /// [`Stored`], read back.
@@ -34,6 +36,7 @@ struct Read {
     sites: Vec<Site>,
     outcomes: Vec<Outcome>,
     timing: Vec<TimingOutcome>,
+    syscalls: Vec<SyscallSite>,
 }
 
 /// More bytes than any site covers (an entry's instructions up to the 5th byte, plus one).
@@ -43,7 +46,7 @@ const MAX_MOVED: usize = 1 << 16;
 
 impl Selection {
     pub fn to_bytes(&self) -> Result<Vec<u8>, StoredError> {
-        Ok(postcard::to_stdvec(&Stored { sites: &self.sites, outcomes: &self.outcomes, timing: &self.timing })?)
+        Ok(postcard::to_stdvec(&Stored { sites: &self.sites, outcomes: &self.outcomes, timing: &self.timing, syscalls: &self.syscalls })?)
     }
 
     /// Reads what [`Selection::to_bytes`] wrote for `module`.
@@ -52,7 +55,7 @@ impl Selection {
         if !rest.is_empty() {
             return Err(StoredError::Trailing(rest.len()));
         }
-        let mut selection = Selection { sites: stored.sites, outcomes: stored.outcomes, timing: stored.timing };
+        let mut selection = Selection { sites: stored.sites, outcomes: stored.outcomes, timing: stored.timing, syscalls: stored.syscalls };
         selection.check(module.functions.len())?;
         for site in &mut selection.sites {
             site.relocated = moved(module, site.moved_from, site.moved_len)
@@ -70,9 +73,17 @@ impl Selection {
         if self.outcomes.len() != functions || self.timing.len() != functions {
             return fail("another number of functions");
         }
+        let no_function = |s: &Site| matches!(s.point, Point::Syscall(_)) && s.function == NO_FUNCTION;
+        if self.syscalls.iter().any(|s| s.function.is_some_and(|f| f >= functions)) {
+            return fail("a system-call site names a function that does not exist");
+        }
         for site in &self.sites {
-            if site.function >= functions || site.owners.iter().any(|&o| o >= functions) {
+            if (site.function >= functions && !no_function(site)) || site.owners.iter().any(|&o| o >= functions) {
                 return fail("a site names a function that does not exist");
+            }
+            let moved = site.moved_from.0..site.moved_from.0.saturating_add(site.moved_len as u64);
+            if site.syscalls.iter().any(|ip| !moved.contains(ip)) {
+                return fail("a site probes a system call outside the code it moves");
             }
             let copy_len = site.copy_from.map_or(0, |(_, len)| len);
             if site.covered == 0 || site.covered > MAX_COVERED || site.nops.len() > MAX_COVERED || site.moved_len > MAX_MOVED || copy_len > MAX_MOVED {

@@ -39,6 +39,8 @@ pub struct Targets {
     /// Code addresses named by instruction operands other than as a branch target (`lea`
     /// and other rip-relative operands; absolute constants in non-PIC files).
     pub referenced: HashSet<u64>,
+    /// `syscall` instructions, in address order.
+    pub syscalls: Vec<u64>,
     /// Jump tables whose reading stopped at an entry in code outside the function and its
     /// known fragments: read again once fragments are known.
     tables: Vec<Table>,
@@ -101,6 +103,12 @@ pub fn collect(module: &ElfModule<'_>, progress: &dyn Progress) -> Targets {
         calls: found.calls.into_set().into_iter().collect(),
         jumps: found.jumps,
         referenced: found.referenced.into_set().into_iter().collect(),
+        syscalls: {
+            let mut s = found.syscalls;
+            s.sort_unstable();
+            s.dedup();
+            s
+        },
         tables: found.tables,
     }
 }
@@ -136,6 +144,7 @@ struct Found {
     calls: Addresses,
     jumps: Vec<Jump>,
     referenced: Addresses,
+    syscalls: Vec<u64>,
     tables: Vec<Table>,
     /// Runs of absolute table slots that hold labels: first slot -> end.
     labels: BTreeMap<u64, u64>,
@@ -197,6 +206,9 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
             ip += 1;
             continue;
         };
+        if lopi_x86::is_syscall(&insn) {
+            targets.syscalls.push(ip);
+        }
         if let Some(t) = lopi_x86::branch_target(&insn) {
             targets.all.push(t);
             let flow = lopi_x86::flow(&insn);

@@ -42,7 +42,7 @@ fn build_sample() -> Vec<u8> {
 fn pipeline(bytes: &[u8]) {
     let Ok(mut module) = ElfModule::parse(bytes) else { return };
     let analysis = lopi_patch::analyse(&mut module);
-    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
     let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 });
 }
@@ -133,7 +133,7 @@ fn mutated_timed_data_files_never_panic() {
     let original = build_sample();
     let mut module = ElfModule::parse(&original).unwrap();
     let analysis = lopi_patch::analyse(&mut module);
-    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
     let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 }).unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
@@ -221,7 +221,7 @@ fn pipeline_with_debug(stripped: &[u8], debug: Vec<u8>) {
     let Some(debug) = lopi_elf::DebugFile::from_bytes(stripped, "debug".into(), debug) else { return };
     let Ok(mut module) = ElfModule::parse_with_debug(stripped, Some(&debug)) else { return };
     let analysis = lopi_patch::analyse(&mut module);
-    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), true);
+    let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
     let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0 });
 }

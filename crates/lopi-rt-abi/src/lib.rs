@@ -259,6 +259,8 @@ pub mod mode {
 
 const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 96);
 
+#[path = "syscall_name.rs"]
+pub mod syscall_name;
 #[path = "thread.rs"]
 mod thread;
 pub use thread::*;

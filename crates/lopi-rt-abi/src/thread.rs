@@ -51,7 +51,10 @@ pub struct ThreadHeader {
     pub stack_file: u64,
     pub node_cap: u32,
     pub stack_cap: u32,
-    pub _reserved: [u64; 7],
+    /// The thread's name (`comm`, NUL-padded) when its chunk was made, and again after each
+    /// `prctl` it makes (`pthread_setname_np` of itself).
+    pub comm: [u8; 16],
+    pub _reserved: [u64; 5],
     // --- the thread's hot state (offset 192) ---
     /// Non-zero while a probe of this thread runs (a signal handler's probes then skip).
     pub busy: u32,
@@ -278,7 +281,8 @@ impl ThreadHeader {
             stack_file: f.u64(120),
             node_cap: f.u32(128),
             stack_cap: f.u32(132),
-            _reserved: [0; 7],
+            comm: f.0[136..152].try_into().unwrap_or([0; 16]),
+            _reserved: [0; 5],
             busy: f.u32(192),
             depth: f.u32(196),
             node_count: f.u32(200),

@@ -25,7 +25,12 @@ pub struct Record {
     pub exe: String,
     pub load_bias: u64,
     pub meta: ModuleMeta,
+    /// Per probed function: calls counted in the counters (all of them for a counted
+    /// function; for a timed one, those that got no timed frame).
     pub counts: Vec<u64>,
+    /// Per probed `syscall`: calls that got no timed frame (made before the runtime was
+    /// ready, or inside a probe, or by a vfork child).
+    pub syscall_counts: Vec<u64>,
 }
 
 /// One thread's timing state as its process left it.
@@ -101,7 +106,7 @@ impl DataFile {
                 serde_json::from_slice(meta_bytes).map_err(|e| corrupt(&format!("metadata: {e}")))?;
             let count_bytes = header.counter_count.checked_mul(8).ok_or_else(|| corrupt("counter count"))?;
             let counters = slice(header.counters_offset, count_bytes).ok_or_else(|| corrupt("counter range"))?;
-            if meta.functions.len() as u64 != header.counter_count {
+            if (meta.functions.len() + meta.syscalls.len()) as u64 != header.counter_count {
                 return Err(corrupt("metadata and counters disagree"));
             }
             let mut counts: Vec<u64> = read_counts(counters);
@@ -116,12 +121,14 @@ impl DataFile {
                     *total = total.saturating_add(n);
                 }
             }
+            let syscall_counts = counts.split_off(meta.functions.len());
             out.records.push(Record {
                 pid: header.pid,
                 exe: String::from_utf8_lossy(exe).into_owned(),
                 load_bias: header.load_bias,
                 meta,
                 counts,
+                syscall_counts,
             });
             offset += header.record_len;
         }

@@ -483,7 +483,7 @@ mod tests {
     use crate::timing::{TimedFunction, TraceEvent};
 
     fn node(parent: u32, function: Option<u32>, calls: u64, total_ns: f64, self_ns: f64) -> ContextNode {
-        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false }
+        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false, syscall: None }
     }
 
     fn thread(tid: u32, nodes: Vec<ContextNode>, events: &[(f64, u32, EventKind)]) -> ThreadProfile {
@@ -501,7 +501,7 @@ mod tests {
     /// shares main and main;emit with it, has a node that weighs nothing, and overflowed its
     /// trace buffer with frames still open.
     fn sample() -> Timing {
-        let function = |name: &str, module: &str, addr| TimedFunction { name: name.into(), module: module.into(), addr };
+        let function = |name: &str, module: &str, addr| TimedFunction { name: name.into(), module: module.into(), addr, syscall: None };
         let functions = vec![
             function("main", "/usr/bin/prog", 0x1100),
             function("parse", "/usr/bin/prog", 0x1200),
@@ -547,7 +547,7 @@ mod tests {
         );
         second.trace_dropped = 3;
         second.first_drop_ns = Some(25.0);
-        Timing { functions, threads: vec![first, second], probe_cost: Default::default() }
+        Timing { functions, threads: vec![first, second], probe_cost: Default::default(), syscall_sites: Vec::new() }
     }
 
     #[test]

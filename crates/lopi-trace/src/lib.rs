@@ -8,14 +8,26 @@
 mod data;
 mod export;
 mod report;
+mod syscalls;
 mod timing;
 
 pub use data::{DataError, DataFile, Record, ThreadChunk};
 pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
+pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
 pub use timing::{ContextNode, EventKind, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};
+
+/// The name of x86-64 system call `nr` (`read`), or `syscall_N` for a number this build does
+/// not know.
+pub fn syscall_name(nr: u64) -> String {
+    match u32::try_from(nr).ok().and_then(|n| ::syscalls::Sysno::new(n as usize)) {
+        Some(s) => s.name().to_string(),
+        None if nr == lopi_rt_abi::syscall_name::NR_OTHER => "syscall_other".to_string(),
+        None => format!("syscall_{nr}"),
+    }
+}
 
 /// Version of [`ModuleMeta`]'s JSON layout.
 pub const META_VERSION: u32 = 2;
@@ -34,6 +46,20 @@ pub struct ModuleMeta {
     /// function by its counter's runtime address.
     #[serde(default)]
     pub counters: u64,
+    /// Probed `syscall` instructions; index + `functions.len()` = counter index.
+    #[serde(default)]
+    pub syscalls: Vec<MetaSyscall>,
+}
+
+/// A probed `syscall` instruction.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetaSyscall {
+    /// File address of the instruction.
+    pub addr: u64,
+    /// The function it is in ("" when none is known).
+    pub function: String,
+    /// The system call number, when the code sets it right before.
+    pub nr: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -12,6 +12,28 @@ pub struct TimedFunction {
     pub module: String,
     /// Address in the module's file (not the runtime address).
     pub addr: u64,
+    /// A system call, timed as a leaf of the path it was made from (`[syscall] read`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syscall: Option<u64>,
+}
+
+/// A probed `syscall` instruction that some timed call went through.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct SyscallSiteInfo {
+    pub module: String,
+    /// Address in the module's file.
+    pub addr: u64,
+    /// The function it is in ("" when none is known).
+    pub function: String,
+}
+
+/// What a system-call node adds to its function (`[syscall] NAME`).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct SyscallCall {
+    /// Index into [`Timing::syscall_sites`] (`None`: a site of a module no record describes).
+    pub site: Option<u32>,
+    /// The calls on this path returned an error (`-errno`).
+    pub error: bool,
 }
 
 /// One call path: the function called, under its parent path.
@@ -37,6 +59,9 @@ pub struct ContextNode {
     pub max_ns: f64,
     /// A merged node (its parent is the merged-paths node).
     pub merged: bool,
+    /// For a system call: where it was made, and whether these calls failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syscall: Option<SyscallCall>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -62,6 +87,8 @@ pub struct TraceEvent {
 pub struct ThreadProfile {
     pub pid: u32,
     pub tid: u32,
+    /// The thread's name (`comm`) as it last read it.
+    pub name: String,
     /// `nodes[0]` is the root (no function).
     pub nodes: Vec<ContextNode>,
     /// Entry/exit events in time order; empty unless the module was rewritten with `--trace`.
@@ -124,6 +151,7 @@ pub struct Timing {
     pub functions: Vec<TimedFunction>,
     pub threads: Vec<ThreadProfile>,
     pub probe_cost: ProbeCost,
+    pub syscall_sites: Vec<SyscallSiteInfo>,
 }
 
 /// The longest call on a path, with the probe cost of an average call on that path removed,
@@ -194,12 +222,26 @@ impl Timing {
             for (i, f) in record.meta.functions.iter().enumerate() {
                 let key = (record.meta.module.clone(), f.addr);
                 let index = *index_of.entry(key).or_insert_with(|| {
-                    functions.push(TimedFunction { name: f.name.clone(), module: record.meta.module.clone(), addr: f.addr });
+                    functions.push(TimedFunction { name: f.name.clone(), module: record.meta.module.clone(), addr: f.addr, syscall: None });
                     functions.len() as u32 - 1
                 });
                 // Timed calls name their function by its counter's runtime address.
                 let counter = record.meta.counters.wrapping_add(8 * i as u64).wrapping_add(record.load_bias);
                 by_address.insert((record.pid, counter), index);
+            }
+        }
+        // System calls name their site by its counter's runtime address (low 48 bits).
+        let mut site_by_counter: HashMap<(u32, u64), u32> = HashMap::new();
+        let mut syscall_sites: Vec<SyscallSiteInfo> = Vec::new();
+        let mut site_index: HashMap<(String, u64), u32> = HashMap::new();
+        for record in &data.records {
+            for (j, s) in record.meta.syscalls.iter().enumerate() {
+                let index = *site_index.entry((record.meta.module.clone(), s.addr)).or_insert_with(|| {
+                    syscall_sites.push(SyscallSiteInfo { module: record.meta.module.clone(), addr: s.addr, function: s.function.clone() });
+                    syscall_sites.len() as u32 - 1
+                });
+                let counter = record.meta.counters.wrapping_add(8 * (record.meta.functions.len() + j) as u64).wrapping_add(record.load_bias);
+                site_by_counter.insert((record.pid, counter & ((1 << 48) - 1)), index);
             }
         }
         let origin = data.threads.iter().map(|t| t.header.start_tsc).min().unwrap_or(0);
@@ -212,12 +254,19 @@ impl Timing {
             }
             let ns = |ticks: f64| ticks * 1e9 / h.tsc_hz as f64;
             let mut function = |func: u64| -> u32 {
+                if let Some(call) = abi::syscall_name::decode(func) {
+                    return *index_of.entry(("[syscall]".to_string(), call.nr)).or_insert_with(|| {
+                        let name = format!("[syscall] {}", crate::syscall_name(call.nr));
+                        functions.push(TimedFunction { name, module: String::new(), addr: call.nr, syscall: Some(call.nr) });
+                        functions.len() as u32 - 1
+                    });
+                }
                 *by_address.get(&(h.space_pid, func)).unwrap_or_else(|| {
                     // Not in any record (a module registered by another process image):
                     // keep the address as its name rather than drop the time.
                     let name = format!("[unknown function, counter at {func:#x}]");
                     index_of.entry((String::new(), func)).or_insert_with(|| {
-                        functions.push(TimedFunction { name, module: String::new(), addr: func });
+                        functions.push(TimedFunction { name, module: String::new(), addr: func, syscall: None });
                         functions.len() as u32 - 1
                     })
                 })
@@ -299,6 +348,10 @@ impl Timing {
                         self_ns: ns(self_ticks),
                         max_ns: ns(longest(r.calls, r.max, below[i], corrected[i], inner, pair)),
                         merged: is_merged(i),
+                        syscall: (i > MERGED).then(|| abi::syscall_name::decode(nodes[i].func)).flatten().map(|call| SyscallCall {
+                            site: site_by_counter.get(&(h.space_pid, call.site)).copied(),
+                            error: call.error,
+                        }),
                     }
                 })
                 .collect();
@@ -332,9 +385,11 @@ impl Timing {
                     calls_per_s: s.calls as f64 * h.tsc_hz as f64 / s.window_ticks.max(1) as f64,
                 })
                 .collect();
+            let name_len = h.comm.iter().position(|&b| b == 0).unwrap_or(h.comm.len());
             threads.push(ThreadProfile {
                 pid: h.pid,
                 tid: h.tid,
+                name: String::from_utf8_lossy(&h.comm[..name_len]).into_owned(),
                 nodes: out,
                 events,
                 trace_dropped: h.trace_dropped,
@@ -353,7 +408,7 @@ impl Timing {
                 switches_unlogged: h.switches_dropped,
             });
         }
-        Some(Timing { functions, threads, probe_cost })
+        Some(Timing { functions, threads, probe_cost, syscall_sites })
     }
 }
 

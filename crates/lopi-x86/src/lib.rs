@@ -5,12 +5,13 @@
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, MemoryOperand, Mnemonic, OpKind, Register};
 
 pub use iced_x86::Instruction as Insn;
+pub use syscall::{is_syscall, sets_rax, SyscallProbes};
 pub use trampoline::{
-    counting_trampoline, exit_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, ExitProbe, RseqSection, TimedEntry,
-    Trampoline,
-    RSEQ_SIG,
+    counting_trampoline, exit_trampoline, syscall_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, ExitProbe, RseqSection,
+    TimedEntry, Trampoline, RSEQ_SIG,
 };
 
+mod syscall;
 mod trampoline;
 
 /// Length of `jmp rel32`.

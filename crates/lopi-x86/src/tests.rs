@@ -132,7 +132,7 @@ fn counting_trampoline_layout() {
     let access = ACCESS;
     // push rbp; mov rbp,rsp (moved body), resume at FROM+4
     let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
-    let t = counting_trampoline(&access, &Body { insns: &body, exits: &[], resume: Some(FROM + 4) }, TO).unwrap();
+    let t = counting_trampoline(&access, &Body { insns: &body, exits: &[], resume: Some(FROM + 4), syscalls: None }, TO).unwrap();
     let s = t.section;
     let sig_at = (s.abort - TO - 4) as usize;
     assert_eq!(&t.bytes[sig_at..sig_at + 4], &RSEQ_SIG.to_le_bytes(), "signature right before the abort handler");
@@ -156,7 +156,7 @@ fn exit_probes_run_before_each_exit() {
     // pop rbx; ret
     let ret: Vec<_> = decode(&[0x5b, 0xc3], FROM).collect();
     let probe = ExitProbe { stub: STUB, counter: Some(3), mode: None };
-    let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None }, probe, TO).unwrap();
+    let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None, syscalls: None }, probe, TO).unwrap();
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
     use iced_x86::Mnemonic::*;
@@ -169,7 +169,7 @@ fn exit_probes_run_before_each_exit() {
     let code = [0x85, 0xff, 0x0f, 0x85, 0xf8, 0x0f, 0x00, 0x00];
     let jcc: Vec<_> = decode(&code, FROM).collect();
     assert_eq!(jcc[1].near_branch_target(), target);
-    let body = Body { insns: &jcc, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8) };
+    let body = Body { insns: &jcc, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8), syscalls: None };
     // A site several functions share names none of them.
     let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None, mode: None }, TO).unwrap();
     let insns: Vec<_> = decode(&bytes, TO).collect();
@@ -188,7 +188,7 @@ fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
     let mode = TO + 0x20_0100;
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode };
-    let t = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None }, None, TO).unwrap();
+    let t = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None, syscalls: None }, None, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
@@ -230,7 +230,7 @@ fn a_switched_leaf_runs_its_clean_copy() {
     // lea eax,[rdi+1]; ret: a leaf, timed; once switched its count continues in a copy.
     let body: Vec<_> = decode(&[0x8d, 0x47, 0x01, 0xc3], FROM).collect();
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100 };
-    let with_probes = Body { insns: &body, exits: &[(FROM + 3, ExitKind::Return)], resume: None };
+    let with_probes = Body { insns: &body, exits: &[(FROM + 3, ExitKind::Return)], resume: None, syscalls: None };
     let t = timed_trampoline(&timed, &with_probes, Some(&body), TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;

@@ -34,6 +34,7 @@
 //! `-fipa-ra`, on at -O2) a caller may keep values in call-clobbered registers such as r11
 //! across a call to a function it knows does not touch them. Only the arithmetic flags
 //! change; compilers never keep flags live across a call.
+use crate::syscall::{wrapped, SyscallProbes};
 use crate::RelocError;
 use iced_x86::{BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, MemoryOperand, Register};
 
@@ -87,6 +88,8 @@ pub struct Body<'a> {
     pub exits: &'a [(u64, ExitKind)],
     /// Where execution continues if the last instruction falls through.
     pub resume: Option<u64>,
+    /// Moved `syscall` instructions that get system-call probes.
+    pub syscalls: Option<SyscallProbes<'a>>,
 }
 
 /// The timing probes of a module and one timed function.
@@ -105,6 +108,9 @@ pub struct TimedEntry {
 pub struct Trampoline {
     pub bytes: Vec<u8>,
     pub section: RseqSection,
+    /// Each probed `syscall`'s original IP, with the address right after its moved copy
+    /// (where a thread in that system call returns to).
+    pub syscall_returns: Vec<(u64, u64)>,
 }
 
 // Labels are instruction IPs no real code has (as iced's CodeAssembler does it).
@@ -119,6 +125,8 @@ const FIRST_EXIT_PATH: u64 = 16;
 /// Labels for the instructions exit probes skip to, upwards from here: kernel addresses, which
 /// no moved instruction has.
 const SKIP_LABELS: u64 = 0xffff_8000_0000_0000;
+/// Labels of moved `syscall` instructions (`SYSCALL_LABELS + original IP`).
+const SYSCALL_LABELS: u64 = 0xffff_c000_0000_0000;
 
 fn at(mut insn: Instruction, label: u64) -> Instruction {
     insn.set_ip(label);
@@ -147,6 +155,10 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
     let mut exit_paths = Vec::new();
     for insn in body.insns {
         let kind = body.exits.iter().find(|(ip, _)| *ip == insn.ip() && *ip != 0).map(|&(_, k)| k);
+        if let Some((probes, counter)) = body.syscalls.and_then(|p| Some((p, p.counter_at(insn.ip()).filter(|_| crate::is_syscall(insn))?))) {
+            out.extend(wrapped(insn, &probes, counter, SYSCALL_LABELS + insn.ip()).map_err(err)?);
+            continue;
+        }
         match (kind, exit) {
             (Some(ExitKind::Return | ExitKind::TailJump), Some(probe)) => {
                 let skip = SKIP_LABELS + out.len() as u64;
@@ -217,6 +229,29 @@ pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Vec
     let block = InstructionBlock::new(&insns, ip);
     let result = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
     Ok(result.code_buffer)
+}
+
+/// Builds a system-call site's trampoline at `ip`: the moved instructions, the `syscall`
+/// among them wrapped in the system-call probes. Its `section` is empty (it counts nothing).
+pub fn syscall_trampoline(body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    let insns = body_with_exits(body, None)?;
+    let block = InstructionBlock::new(&insns, ip);
+    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(|e| RelocError::Encode(e.to_string()))?;
+    Ok(Trampoline {
+        section: RseqSection { start: 0, post_commit_offset: 0, abort: 0 },
+        syscall_returns: syscall_returns(&insns, &result.new_instruction_offsets, ip),
+        bytes: result.code_buffer,
+    })
+}
+
+/// Where each probed `syscall` returns to in the encoded trampoline at `ip`.
+fn syscall_returns(insns: &[Instruction], offsets: &[u32], ip: u64) -> Vec<(u64, u64)> {
+    insns
+        .iter()
+        .zip(offsets)
+        .filter(|(i, _)| i.ip() >= SYSCALL_LABELS)
+        .map(|(i, &offset)| (i.ip() - SYSCALL_LABELS, ip + u64::from(offset) + i.len() as u64))
+        .collect()
 }
 
 /// Builds a timed function's trampoline at `ip`: the entry probe, then the body with exit
@@ -346,6 +381,7 @@ fn encode_with_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, Rel
             post_commit_offset: offset(end) - offset(start),
             abort: ip + offset(abort),
         },
+        syscall_returns: syscall_returns(insns, &result.new_instruction_offsets, ip),
         bytes: result.code_buffer,
     })
 }

@@ -38,6 +38,8 @@ mod sys {
     pub const MUNMAP: usize = 11;
     pub const MADVISE: usize = 28;
     pub const GETTID: usize = 186;
+    pub const PRCTL: usize = 157;
+    pub const PR_GET_NAME: usize = 16;
     pub const CLOCK_GETTIME: usize = 228;
     pub const FALLOCATE: usize = 285;
 

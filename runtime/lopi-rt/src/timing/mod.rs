@@ -21,6 +21,7 @@
 mod budget;
 mod probes;
 mod stubs;
+mod syscalls;
 mod thread;
 
 use crate::abi::{self, RuntimeVars, ThreadHeader, PAGE_SIZE};

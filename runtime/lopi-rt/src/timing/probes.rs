@@ -8,7 +8,7 @@ use core::ptr::{read_volatile, write_volatile};
 /// Counts a call that gets no frame of its own (no timing yet, a nested probe, a full stack,
 /// no node) in the function's shared counter, so that counts stay exact.
 #[inline(always)]
-unsafe fn count_untimed(counter: u64) {
+pub(super) unsafe fn count_untimed(counter: u64) {
     // SAFETY: `counter` is the function's counter slot in its module's RW segment.
     unsafe { asm!("lock inc qword ptr [{}]", in(reg) counter, options(nostack)) };
 }
@@ -44,7 +44,7 @@ pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
             // Frames left without their exit (longjmp, exceptions).
             t.unwind_to(rsp, began.wrapping_sub((*h).paused_ticks), true);
         }
-        enter(&t, v, index, counter, rsp, began);
+        enter(&t, v, counter, counter, rsp, began);
         write_volatile(&mut (*h).busy, 0);
     }
 }
@@ -54,7 +54,7 @@ pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
 /// takes microseconds: beyond 20 us the thread was descheduled (or took a page fault), which
 /// a wall-clock profile charges as it would anywhere else; only growing the tree or stack and
 /// checking the budget (`heavy`) are taken out whole.
-unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
+pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
     // SAFETY: the header is this thread's.
     unsafe {
         let h = t.h;
@@ -66,7 +66,9 @@ unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
     }
 }
 
-unsafe fn enter(t: &Thread, v: *const RuntimeVars, index: u64, counter: u64, rsp: u64, began: u64) {
+/// Opens a frame for a call of `name` (a function's counter address, or a system call's
+/// name) at `rsp`; a call that gets no timed frame is counted in the shared counter `slot`.
+pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u64, rsp: u64, began: u64) {
     // SAFETY: the caller holds `busy`; frames and nodes are this thread's.
     unsafe {
         let h = t.h;
@@ -74,15 +76,15 @@ unsafe fn enter(t: &Thread, v: *const RuntimeVars, index: u64, counter: u64, rsp
         let capacities = ((*h).node_cap, (*h).stack_cap);
         if (*h).depth >= (*h).stack_cap && !t.grow_stack(v) {
             (*h).too_deep += 1;
-            count_untimed(counter);
+            count_untimed(slot);
             return;
         }
-        let (node, flags) = match t.child(v, parent, counter) {
+        let (node, flags) = match t.child(v, parent, name) {
             Some(Child::Path(n)) => (n, 0),
-            Some(Child::Merged(n)) => (n, abi::FRAME_MERGED | if t.is_open(counter) { abi::FRAME_NESTED } else { 0 }),
+            Some(Child::Merged(n)) => (n, abi::FRAME_MERGED | if t.is_open(name) { abi::FRAME_NESTED } else { 0 }),
             None => {
                 (*h).untimed_calls += 1;
-                count_untimed(counter);
+                count_untimed(slot);
                 (abi::MERGED_NODE, abi::FRAME_UNTIMED)
             }
         };

@@ -415,6 +415,12 @@ impl Thread {
         }
     }
 
+    /// Copies the thread's name (`comm`) into the header.
+    pub unsafe fn read_name(&self) {
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, the size of the field.
+        unsafe { sys::call3(sys::PRCTL, sys::PR_GET_NAME, core::ptr::addr_of_mut!((*self.h).comm) as usize, 0) };
+    }
+
     /// Counts an exit of `func` (0: unknown) that matched no frame, by function.
     pub unsafe fn note_unmatched(&self, func: u64) {
         // SAFETY: the table lies in the header page, below the switch log.
@@ -528,6 +534,7 @@ unsafe fn new_thread(v: *const RuntimeVars, pid_page: *mut u32) -> Option<Thread
             return None;
         };
         let t = Thread { h: chunk, base: chunk as usize };
+        t.read_name();
         if old >= PAGE_SIZE as usize && (*(old as *const ThreadHeader)).pid != pid {
             // A forked child: it is still inside the calls its parent had begun, so it goes
             // on with copies of them and their exits match. The fork handler's snapshot

@@ -1,0 +1,157 @@
+//! Views of system-call probes: the sites `lopi info --probe syscall` lists, the summary line
+//! of `rewrite`, and `lopi report --syscalls`.
+use lopi_elf::ElfModule;
+use lopi_patch::{SyscallOutcome, SyscallSite};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+
+/// How many `syscall` instructions were found and probed, and why the others were not.
+pub struct Summary {
+    pub found: usize,
+    pub probed: usize,
+    pub skipped_by_reason: BTreeMap<&'static str, usize>,
+}
+
+impl Summary {
+    pub fn new(sites: &[SyscallSite]) -> Summary {
+        let mut s = Summary { found: sites.len(), probed: 0, skipped_by_reason: BTreeMap::new() };
+        for site in sites {
+            match site.outcome {
+                SyscallOutcome::Probed(_) | SyscallOutcome::WithEntry => s.probed += 1,
+                SyscallOutcome::Skipped(r) => *s.skipped_by_reason.entry(r.key()).or_default() += 1,
+            }
+        }
+        s
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let share = if self.found == 0 { 100.0 } else { 100.0 * self.probed as f64 / self.found as f64 };
+        write!(f, "{} syscall sites found, {} probed ({share:.2}%)", self.found, self.probed)?;
+        if !self.skipped_by_reason.is_empty() {
+            let reasons: Vec<String> = self.skipped_by_reason.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+            write!(f, ", {} skipped ({})", self.found - self.probed, reasons.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+fn function_name<'m>(module: &'m ElfModule<'_>, site: &SyscallSite) -> &'m str {
+    site.function.map_or("", |f| module.functions[f].name.as_str())
+}
+
+fn how(site: &SyscallSite) -> (String, Option<String>) {
+    match site.outcome {
+        SyscallOutcome::Probed(t) => (t.name().to_string(), None),
+        SyscallOutcome::WithEntry => ("with-entry".to_string(), None),
+        SyscallOutcome::Skipped(r) => ("skipped".to_string(), Some(format!("{}: {r}", r.key()))),
+    }
+}
+
+fn call_name(site: &SyscallSite) -> String {
+    site.nr.map_or_else(|| "(number set elsewhere)".to_string(), |nr| lopi_trace::syscall_name(u64::from(nr)))
+}
+
+pub fn info_text(module: &ElfModule<'_>, sites: &[SyscallSite]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<18} {:<14} {:<22} FUNCTION", "SYSCALL SITE", "PROBE", "CALL");
+    for site in sites {
+        let (probe, reason) = how(site);
+        let function = match function_name(module, site) {
+            "" => "(no known function)",
+            name => name,
+        };
+        let _ = write!(out, "{:#018x} {probe:<14} {:<22} {function}", site.at.0, call_name(site));
+        let _ = match reason {
+            Some(r) => writeln!(out, "  ({r})"),
+            None => writeln!(out),
+        };
+    }
+    let _ = writeln!(out, "{}", Summary::new(sites));
+    out
+}
+
+pub fn info_json(module: &ElfModule<'_>, sites: &[SyscallSite]) -> Value {
+    let summary = Summary::new(sites);
+    let list: Vec<Value> = sites
+        .iter()
+        .map(|site| {
+            let (probe, reason) = how(site);
+            let mut v = json!({
+                "addr": format!("{:#x}", site.at.0),
+                "function": function_name(module, site),
+                "status": probe,
+            });
+            if let Some(nr) = site.nr {
+                v["nr"] = json!(nr);
+                v["name"] = json!(lopi_trace::syscall_name(u64::from(nr)));
+            }
+            if let Some(r) = reason {
+                v["reason"] = json!(r);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "sites": list,
+        "found": summary.found,
+        "probed": summary.probed,
+        "skipped_by_reason": summary.skipped_by_reason,
+    })
+}
+
+/// A time in seconds with microseconds, as `strace -c` shows it.
+fn seconds(ns: f64) -> String {
+    format!("{:.6}", ns / 1e9)
+}
+
+fn table(out: &mut String, calls: &[lopi_trace::SyscallStats]) {
+    let total_ns: f64 = calls.iter().map(|c| c.total_ns).sum();
+    let _ = writeln!(out, "{:>6} {:>11} {:>11} {:>11} {:>9} {:>9} syscall", "% time", "seconds", "usecs/call", "max usecs", "calls", "errors");
+    let _ = writeln!(out, "{:->6} {:->11} {:->11} {:->11} {:->9} {:->9} {:->16}", "", "", "", "", "", "", "");
+    for c in calls {
+        let share = if total_ns > 0.0 { 100.0 * c.total_ns / total_ns } else { 0.0 };
+        let timed = c.calls - c.untimed;
+        let avg = if timed > 0 { c.total_ns / timed as f64 / 1e3 } else { 0.0 };
+        let errors = if c.errors > 0 { c.errors.to_string() } else { String::new() };
+        let _ = writeln!(out, "{share:>6.2} {:>11} {avg:>11.3} {:>11.3} {:>9} {errors:>9} {}", seconds(c.total_ns), c.max_ns / 1e3, c.calls, c.name);
+    }
+    let calls_sum: u64 = calls.iter().map(|c| c.calls).sum();
+    let errors_sum: u64 = calls.iter().map(|c| c.errors).sum();
+    let _ = writeln!(out, "{:->6} {:->11} {:->11} {:->11} {:->9} {:->9} {:->16}", "", "", "", "", "", "", "");
+    let _ = writeln!(out, "{:>6.2} {:>11} {:>11} {:>11} {calls_sum:>9} {errors_sum:>9} total", 100.0, seconds(total_ns), "", "");
+}
+
+/// `lopi report --syscalls`: the whole record, then each thread, then the busiest sites.
+pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
+    let mut out = String::new();
+    table(&mut out, &report.syscalls);
+    for t in report.threads.iter().filter(|t| !t.syscalls.is_empty()) {
+        let _ = writeln!(out, "\nthread {} ({}, pid {}):", t.tid, if t.name.is_empty() { "?" } else { &t.name }, t.pid);
+        table(&mut out, &t.syscalls);
+    }
+    let shown = if top == 0 { report.sites.len() } else { top.min(report.sites.len()) };
+    if shown > 0 {
+        let _ = writeln!(out, "\nbusiest call sites:\n{:>11} {:>9} {:>9}  {:<16} SITE", "seconds", "calls", "errors", "syscall");
+        for s in &report.sites[..shown] {
+            let module = std::path::Path::new(&s.module).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            let function = if s.function.is_empty() { "?" } else { &s.function };
+            let _ = write!(out, "{:>11} {:>9} {:>9}  {:<16} {function} ({module} {})", seconds(s.total_ns), s.calls, s.errors, s.name, s.addr);
+            if !s.context.is_empty() {
+                let _ = write!(out, " <- {}", s.context.iter().rev().cloned().collect::<Vec<_>>().join(" <- "));
+            }
+            let _ = writeln!(out);
+        }
+        if shown < report.sites.len() {
+            let _ = writeln!(out, "... {} more (use --top 0 for all)", report.sites.len() - shown);
+        }
+    }
+    let untimed: u64 = report.syscalls.iter().map(|c| c.untimed).sum();
+    if untimed > 0 {
+        let _ = writeln!(out, "\nnote: {untimed} calls were counted without a time (made before lopi's runtime was ready, inside a probe, or by a vfork child); they are named by the number their site sets");
+    }
+    let _ = writeln!(out, "note: clock_gettime, gettimeofday, time and getcpu usually run in the vDSO without entering the kernel: they are not system calls and are not counted");
+    out
+}

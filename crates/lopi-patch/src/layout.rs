@@ -1,0 +1,266 @@
+//! Laying out a [`Selection`]: trampolines encoded at the layout's addresses, counters
+//! numbered (function entries first, then system-call sites), and the patches over the
+//! original code. A site that cannot be encoded is given up with a reason, never patched
+//! half-way.
+use crate::syscalls::{SyscallOutcome, SyscallSkip};
+use crate::{lend, CodePatch, Layout, Outcome, PatchPlan, Point, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use lopi_elf::{ElfModule, Svma};
+use lopi_x86::JMP32_LEN;
+use std::collections::HashMap;
+
+impl Selection {
+    /// Number of counters the layout must provide (an upper bound: a site that cannot be
+    /// encoded is dropped).
+    pub fn counter_count(&self) -> u64 {
+        self.sites.iter().filter(|s| s.is_entry()).count() as u64 + self.sites.iter().map(|s| s.syscalls.len() as u64).sum::<u64>()
+    }
+
+    /// True when some function is timed: the layout must then provide the stubs.
+    pub fn has_timing(&self) -> bool {
+        self.timing.contains(&TimingOutcome::Timed)
+    }
+
+    /// True when some `syscall` is probed: the layout must then provide the stubs.
+    pub fn has_syscalls(&self) -> bool {
+        self.sites.iter().any(|s| !s.syscalls.is_empty())
+    }
+
+    /// Encodes trampolines at `layout` and the jumps into them. A site whose instructions
+    /// cannot be re-encoded there is dropped with a reason, never patched half-way; if it
+    /// was an exit site, its functions are counted but not timed.
+    pub fn lay_out(mut self, module: &ElfModule<'_>, layout: Layout) -> PatchPlan {
+        loop {
+            match self.try_lay_out(module, layout) {
+                Ok(plan) => return plan,
+                Err(Failed::Exit(site)) => self.demote(site, UntimedReason::RelocationFailed),
+                Err(Failed::Entry(site, reason)) => self.remove_entry(site, reason),
+                Err(Failed::Syscall(site, reason)) => self.remove_syscall_site(site, reason),
+            }
+        }
+    }
+
+    /// Gives up the site whose jump is written at `patch_at` (a live installer found a
+    /// thread stopped inside its bytes): an entry site's function is skipped, and it no
+    /// longer needs its exit sites; an exit site's functions are counted but not timed.
+    /// Returns false when no site patches there.
+    pub fn withdraw(&mut self, patch_at: Svma) -> bool {
+        let Some(index) = self.sites.iter().position(|s| s.patch_at == patch_at) else { return false };
+        match self.sites[index].point {
+            Point::Exit => self.demote(index, UntimedReason::ThreadInside),
+            Point::Entry(_) => self.remove_entry(index, SkipReason::ThreadInside),
+            Point::Syscall(_) => self.remove_syscall_site(index, SyscallSkip::ThreadInside),
+        }
+        true
+    }
+
+    /// Gives up the entry site at `index`: its function is skipped for `reason` and no longer
+    /// needs its exit sites; sites whose bounce was in its moved bytes (see `lend.rs`) go too.
+    fn remove_entry(&mut self, index: usize, reason: SkipReason) {
+        let site = self.sites.remove(index);
+        // Its moved `syscall`s stay in place, unprobed: they cannot get a site of their own
+        // once the layout has begun.
+        self.skip_syscalls(&site.syscalls, SyscallSkip::Covered);
+        self.outcomes[site.function] = Outcome::Skipped(reason);
+        self.timing[site.function] = TimingOutcome::Off;
+        for s in &mut self.sites {
+            s.owners.retain(|&o| o != site.function);
+        }
+        self.sites.retain(Site::needed);
+        let lent = site.patch_at.0..site.patch_at.0 + site.covered as u64;
+        while let Some(i) = self.sites.iter().position(|s| s.bounce.is_some_and(|b| lent.contains(&b.0))) {
+            if self.sites[i].is_entry() {
+                self.remove_entry(i, SkipReason::NoBounceSpace);
+            } else {
+                self.demote(i, UntimedReason::NoBounceSpace);
+            }
+        }
+    }
+
+    /// Gives up a system-call site.
+    fn remove_syscall_site(&mut self, index: usize, reason: SyscallSkip) {
+        let site = self.sites.remove(index);
+        self.skip_syscalls(&site.syscalls, reason);
+    }
+
+    fn skip_syscalls(&mut self, ips: &[u64], reason: SyscallSkip) {
+        for s in self.syscalls.iter_mut().filter(|s| ips.contains(&s.at.0)) {
+            s.outcome = SyscallOutcome::Skipped(reason);
+        }
+    }
+
+    /// Counts `function` without timing it (its entry stops calling the entry probe; exit
+    /// sites only it needed go).
+    pub fn count_only(&mut self, function: usize, reason: UntimedReason) {
+        if self.timing.get(function) != Some(&TimingOutcome::Timed) {
+            return;
+        }
+        self.timing[function] = TimingOutcome::Untimed(reason);
+        for site in &mut self.sites {
+            site.owners.retain(|&o| o != function);
+            if site.function == function && site.is_entry() {
+                site.timed = false;
+                site.exits.clear();
+            }
+        }
+        self.sites.retain(Site::needed);
+    }
+
+    /// Takes a failed exit site's functions off timing: their entry sites stop calling the
+    /// entry probe and their other exit sites go.
+    fn demote(&mut self, failed: usize, reason: UntimedReason) {
+        let owners = self.sites[failed].owners.clone();
+        for &f in &owners {
+            self.timing[f] = TimingOutcome::Untimed(reason);
+        }
+        self.sites.retain(|s| s.point != Point::Exit || !s.owners.iter().any(|o| owners.contains(o)));
+        for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.is_entry()) {
+            site.timed = false;
+            site.exits.clear();
+        }
+    }
+
+    /// Lays out every site, or says which site failed.
+    fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, Failed> {
+        // Counter indices follow the entry sites' order; exit sites name their function's.
+        let counters: HashMap<usize, u32> =
+            self.sites.iter().filter(|s| s.is_entry()).enumerate().map(|(i, s)| (s.function, i as u32)).collect();
+        // System-call sites are numbered after the functions, in address order.
+        let first_syscall = counters.len() as u32;
+        let mut syscall_ips: Vec<u64> = self.sites.iter().flat_map(|s| s.syscalls.iter().copied()).collect();
+        syscall_ips.sort_unstable();
+        let syscall_counters: Vec<(u64, u32)> = syscall_ips.iter().enumerate().map(|(i, &ip)| (ip, first_syscall + i as u32)).collect();
+        let mut syscall_probes = Vec::new();
+        let mut probed = Vec::new();
+        let mut rseq_sections = Vec::new();
+        let mut code_patches = Vec::new();
+        let mut code = Vec::new();
+        let mut exit_sites = 0;
+        for (index, site) in self.sites.iter().enumerate() {
+            let trampoline = layout.trampolines + code.len() as u64;
+            let syscalls = layout.stubs.filter(|_| !site.syscalls.is_empty()).map(|stubs| lopi_x86::SyscallProbes {
+                enter_stub: stubs.syscall_enter.0,
+                exit_stub: stubs.syscall_exit.0,
+                sites: &syscall_counters,
+            });
+            let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
+            let encoded = match (site.point, layout.stubs) {
+                (Point::Entry(_), stubs) => {
+                    let counter = probed.len() as u32;
+                    let access = lopi_x86::CounterAccess {
+                        shared: layout.counters.0 + 8 * u64::from(counter),
+                        rseq_offset_var: layout.vars.0 + lopi_rt_abi::vars::RSEQ_OFFSET,
+                        cpu_count_var: layout.vars.0 + lopi_rt_abi::vars::CPU_COUNT,
+                        percpu_base_var: layout.vars.0 + lopi_rt_abi::vars::PERCPU_BASE,
+                        stride: layout.stride,
+                        index: counter,
+                        cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
+                    };
+                    match stubs {
+                        Some(stubs) if site.timed => {
+                            let timed = lopi_x86::TimedEntry {
+                                enter_stub: stubs.enter.0,
+                                exit_stub: stubs.exit.0,
+                                counter: access,
+                                mode: layout.mode_of(counter),
+                            };
+                            let copy = site.copy.as_deref().filter(|_| layout.clean_copies);
+                            lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
+                        }
+                        _ => lopi_x86::counting_trampoline(&access, &body, trampoline.0),
+                    }
+                    .map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                }
+                (Point::Exit, Some(stubs)) => {
+                    let counter = match site.owners.as_slice() {
+                        [only] => counters.get(only).copied(),
+                        _ => None,
+                    };
+                    let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter, mode: counter.map(|c| layout.mode_of(c)) };
+                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|b| (b, None, Vec::new()))
+                }
+                (Point::Exit, None) => return Err(Failed::Exit(index)),
+                (Point::Syscall(_), Some(_)) => lopi_x86::syscall_trampoline(&body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns)),
+                (Point::Syscall(_), None) => return Err(Failed::Syscall(index, SyscallSkip::RelocationFailed)),
+            };
+            let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));
+            let Some(((bytes, section, returns), patches)) = placed else {
+                let out_of_range = site_patches(module, site, trampoline).is_none();
+                return Err(match site.point {
+                    Point::Exit => Failed::Exit(index),
+                    Point::Entry(_) => Failed::Entry(index, if out_of_range { SkipReason::OutOfRange } else { SkipReason::RelocationFailed }),
+                    Point::Syscall(_) => Failed::Syscall(index, if out_of_range { SyscallSkip::OutOfRange } else { SyscallSkip::RelocationFailed }),
+                });
+            };
+            for (ip, returns_to) in returns {
+                let Some(&(_, counter)) = syscall_counters.iter().find(|&&(at, _)| at == ip) else { continue };
+                let site = self.syscalls.partition_point(|s| s.at.0 < ip);
+                syscall_probes.push(ProbedSyscall { at: Svma(ip), counter, site, returns_to: Svma(returns_to) });
+            }
+            code.extend_from_slice(&bytes);
+            // Keep trampolines 16-byte aligned, padded with int3.
+            code.resize(code.len().next_multiple_of(16), 0xcc);
+            code_patches.extend(patches);
+            match (site.point, section) {
+                (Point::Entry(tactic), Some(section)) => {
+                    probed.push(ProbedFunction {
+                        function: site.function,
+                        counter: probed.len() as u32,
+                        tactic,
+                        timed: site.timed && layout.stubs.is_some(),
+                        patch_at: site.patch_at,
+                        trampoline,
+                    });
+                    rseq_sections.push(section);
+                }
+                (Point::Exit, _) => exit_sites += 1,
+                _ => {}
+            }
+        }
+        // System-call counters have no critical section; their slots stay unused.
+        rseq_sections.resize(rseq_sections.len() + syscall_counters.len(), lopi_x86::RseqSection { start: 0, post_commit_offset: 0, abort: 0 });
+        syscall_probes.sort_by_key(|p| p.counter);
+        Ok(PatchPlan {
+            layout,
+            probed,
+            syscall_probes,
+            syscalls: self.syscalls.clone(),
+            rseq_sections,
+            code_patches: lend::merge_nested(code_patches),
+            trampoline_code: code,
+            outcomes: self.outcomes.clone(),
+            timing: self.timing.clone(),
+            exit_sites,
+        })
+    }
+}
+
+/// A site that could not be laid out: the layout starts again without it.
+enum Failed {
+    /// An exit site: its functions are counted but not timed.
+    Exit(usize),
+    /// An entry site: its function is skipped.
+    Entry(usize, SkipReason),
+    /// A system-call site: its `syscall` stays unprobed.
+    Syscall(usize, SyscallSkip),
+}
+
+/// The jump (and bounce) written over the original code for one site.
+fn site_patches(module: &ElfModule<'_>, site: &Site, trampoline: Svma) -> Option<Vec<CodePatch>> {
+    let original = |at: Svma, len: usize| module.bytes_from(at).and_then(|b| b.get(..len)).map(<[u8]>::to_vec);
+    let mut out = Vec::new();
+    let mut head = match site.bounce {
+        None => lopi_x86::jmp32_bytes(site.patch_at.0, trampoline.0)?.to_vec(),
+        Some(bounce) => {
+            let jump = lopi_x86::jmp32_bytes(bounce.0, trampoline.0)?;
+            out.push(CodePatch { at: bounce, bytes: jump.to_vec(), original: original(bounce, JMP32_LEN)? });
+            lopi_x86::jmp8_bytes(site.patch_at.0, bounce.0)?.to_vec()
+        }
+    };
+    // Whatever the jump leaves of the moved instructions is unreachable: fill with int3.
+    head.resize(site.covered.max(head.len()), 0xcc);
+    out.push(CodePatch { at: site.patch_at, original: original(site.patch_at, head.len())?, bytes: head });
+    for &at in &site.nops {
+        out.push(CodePatch { at, bytes: vec![0x90], original: original(at, 1)? });
+    }
+    Some(out)
+}

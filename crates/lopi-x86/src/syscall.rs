@@ -1,0 +1,86 @@
+//! The system-call probe: a moved `syscall` instruction, wrapped in calls to the runtime's
+//! syscall stubs, which time it in the thread's calling-context tree.
+//!
+//! ```text
+//!         lea rsp,[rsp-128]        ; past the red zone: the site is inside a function
+//!         push <site counter>      ; the stubs return with `ret 8`
+//!         call syscall_enter_stub
+//!         lea rsp,[rsp+128]
+//!         syscall                  ; a restart (rip - 2) re-enters the kernel right here
+//!         lea rsp,[rsp-128]
+//!         push <site counter>
+//!         call syscall_exit_stub
+//!         lea rsp,[rsp+128]
+//! ```
+//! `lea` changes no flags. The stubs preserve every register but `rcx` and `r11`, which the
+//! `syscall` instruction itself clobbers, and the flags.
+//!
+//! Both calls run on the stack the thread has at that point: in the child of a `clone` with a
+//! new stack, the exit probe runs on the child's stack, 128 bytes below its top.
+use iced_x86::{Code, Instruction, InstructionInfoFactory, MemoryOperand, OpAccess, Register};
+
+/// The runtime's syscall stubs, and the moved `syscall` instructions to probe.
+#[derive(Clone, Copy, Debug)]
+pub struct SyscallProbes<'a> {
+    pub enter_stub: u64,
+    pub exit_stub: u64,
+    /// Original IP of each probed `syscall` instruction, with its site's counter index.
+    pub sites: &'a [(u64, u32)],
+}
+
+impl SyscallProbes<'_> {
+    pub(crate) fn counter_at(&self, ip: u64) -> Option<u32> {
+        self.sites.iter().find(|&&(at, _)| at == ip).map(|&(_, c)| c)
+    }
+}
+
+/// Red zone size of the x86-64 System V ABI.
+const RED_ZONE: i64 = 128;
+
+fn stub_call(stub: u64, counter: u32) -> Result<[Instruction; 4], iced_x86::IcedError> {
+    let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    Ok([
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-RED_ZONE))?,
+        Instruction::with1(Code::Pushq_imm32, counter as i32)?,
+        Instruction::with_branch(Code::Call_rel32_64, stub)?,
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(RED_ZONE))?,
+    ])
+}
+
+/// The probed `syscall`: its first instruction takes the syscall's IP (branches to the
+/// syscall among the moved code run the probe); the `syscall` itself gets `label`, so that
+/// its place in the encoded trampoline can be found.
+pub(crate) fn wrapped(syscall: &Instruction, probes: &SyscallProbes<'_>, counter: u32, label: u64) -> Result<Vec<Instruction>, iced_x86::IcedError> {
+    let mut out = Vec::with_capacity(9);
+    out.extend(stub_call(probes.enter_stub, counter)?);
+    out[0].set_ip(syscall.ip());
+    let mut moved = *syscall;
+    moved.set_ip(label);
+    out.push(moved);
+    out.extend(stub_call(probes.exit_stub, counter)?);
+    Ok(out)
+}
+
+/// Is this the `syscall` instruction?
+pub fn is_syscall(insn: &Instruction) -> bool {
+    insn.code() == Code::Syscall
+}
+
+/// What `insn` does to `rax`: `None` if it does not write it, `Some(Some(n))` if it sets it
+/// to the constant `n` (`mov eax, n`: a system call number), `Some(None)` otherwise.
+pub fn sets_rax(insn: &Instruction) -> Option<Option<u32>> {
+    let mut factory = InstructionInfoFactory::new();
+    let info = factory.info(insn);
+    let writes = info.used_registers().iter().any(|r| {
+        r.register().full_register() == Register::RAX && matches!(r.access(), OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite)
+    });
+    if !writes {
+        return None;
+    }
+    Some(match insn.code() {
+        Code::Mov_r32_imm32 | Code::Mov_rm32_imm32 | Code::Mov_rm64_imm32 | Code::Mov_r64_imm64 if insn.op0_register().full_register() == Register::RAX => {
+            u32::try_from(insn.immediate(1)).ok()
+        }
+        _ => None,
+    })
+}
