@@ -168,6 +168,7 @@ fixture_tests! {
     exit => "exit.c",
     signals => "signals.c",
     redzone => "redzone.c",
+    flags => "flags.c",
     sigkill => "sigkill.c",
 }
 
