@@ -86,7 +86,13 @@ fn describe(installation: &Installation, plan: &Plan) -> String {
     let mut notes = String::new();
     for m in &installation.modules {
         let summary = Summary::from_outcomes(m.functions, &m.outcomes, &m.timing);
-        out += &format!("lopi:   {}: {summary}", m.path);
+        let syscalls = (!m.syscalls.is_empty()).then(|| crate::syscalls::Summary::new(&m.syscalls).to_string());
+        let text = match (summary.selected, syscalls) {
+            (0, Some(syscalls)) => syscalls,
+            (_, Some(syscalls)) => format!("{summary}; {syscalls}"),
+            (_, None) => summary.to_string(),
+        };
+        out += &format!("lopi:   {}: {text}", m.path);
         if m.exit_sites > 0 {
             out += &format!(", {} exit sites", m.exit_sites);
         }

@@ -104,7 +104,7 @@ pub fn info_json(module: &ElfModule<'_>, sites: &[SyscallSite]) -> Value {
 
 /// A time in seconds with microseconds, as `strace -c` shows it.
 fn seconds(ns: f64) -> String {
-    format!("{:.6}", ns / 1e9)
+    format!("{:.6}", ns.max(0.0) / 1e9)
 }
 
 fn table(out: &mut String, calls: &[lopi_trace::SyscallStats]) {

@@ -189,3 +189,43 @@ fn inline_syscalls_of_a_rewritten_program_count_exactly() {
     assert!(seen.calls.keys().all(|k| k == "geteuid"), "only the program's own sites are probed: {:?}", seen.calls);
     cleanup(&built.dir);
 }
+
+/// Attaching while threads wait in system calls (read, futex, nanosleep): their sites are
+/// probed all the same (the threads return through the trampolines), and detaching while
+/// they still wait sends them back to the original code; the program ends normally either way.
+#[test]
+fn attach_and_detach_around_threads_waiting_in_system_calls() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let built = build("blocking.c", "O2", &["-O2"], &expect(&fixtures_dir().join("syscalls/blocking.c")));
+    // Released after 3 s: detach at 1 s leaves them waiting; at 5 s they returned meanwhile.
+    for (duration, returns_while_attached) in [("1s", false), ("5s", true)] {
+        let mut child = Command::new(&built.prog).arg("3").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start blocking");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let ready = lines.next().expect("a ready line").expect("read");
+        assert!(ready.starts_with("ready "), "{ready}");
+        let data = built.dir.join(format!("attach-{duration}.lopi"));
+        let out = run(Command::new(lopi_bin()).args(["attach", &child.id().to_string(), "--probe", "syscall", "--duration", duration]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi attach");
+        let err = out.stderr_str();
+        assert!(out.status.success(), "lopi attach: {err}");
+        let status = child.wait().expect("wait");
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        assert!(status.success() && rest == ["released"], "after detaching at {duration}: {status:?}, output {rest:?}\n{err}");
+        // Every site went in: none was given up for a thread inside it.
+        let installed = |text: &str| text.lines().find_map(|l| l.split_once(" sites;").and_then(|(a, _)| a.rsplit(' ').next()?.parse::<u64>().ok()));
+        let sites: u64 = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"]
+            .iter()
+            .map(|lib| {
+                let info = run(Command::new(lopi_bin()).args(["info", "--probe", "syscall", lib]), default_timeout()).expect("lopi info");
+                let text = info.stdout_str();
+                text.lines().find_map(|l| l.split_once(" syscall sites found, ")?.1.split_once(" probed")?.0.parse::<u64>().ok()).unwrap_or_else(|| panic!("{text}"))
+            })
+            .sum();
+        assert_eq!(installed(&err), Some(sites), "{err}");
+        if returns_while_attached {
+            let seen = report(&data);
+            assert!(seen.calls.get("write").copied().unwrap_or(0) >= 1, "the releaser's write under the probes: {:?}", seen.calls);
+        }
+    }
+    cleanup(&built.dir);
+}

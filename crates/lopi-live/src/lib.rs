@@ -100,6 +100,8 @@ pub struct InstalledModule {
     pub outcomes: Vec<Outcome>,
     pub timing: Vec<TimingOutcome>,
     pub exit_sites: usize,
+    /// Its `syscall` instructions and how each was probed (empty unless asked for).
+    pub syscalls: Vec<lopi_patch::SyscallSite>,
     /// Run-time addresses of the image mapping and of its code.
     pub image: Range<u64>,
     code: Range<u64>,
@@ -107,6 +109,9 @@ pub struct InstalledModule {
     timed: bool,
     /// Run-time address, jump bytes, original bytes.
     patches: Vec<CodePatch>,
+    /// Probed `syscall`s: run-time address right after the original and after its moved
+    /// copy, where a thread in that call returns to.
+    syscall_returns: Vec<(u64, u64)>,
 }
 
 /// Probes in a process, and what it took to put them there.
@@ -299,7 +304,7 @@ impl Target {
     ) -> Result<InstalledModule, LiveError> {
         let (bias, start, len) = (planned.bias, planned.start, planned.len);
         let path = planned.path.clone();
-        while let Some(site) = self.free_sites(&planned.image.plan.code_patches, bias)? {
+        while let Some(site) = self.free_sites(&planned.image.plan.code_patches, &syscall_returns(&planned.image, bias), bias)? {
             planned.withdraw(site)?;
         }
         let image = &planned.image;
@@ -329,11 +334,13 @@ impl Target {
             outcomes: image.plan.outcomes.clone(),
             timing: image.plan.timing.clone(),
             exit_sites: image.plan.exit_sites,
+            syscalls: image.plan.syscalls.clone(),
             image: start..start + len,
             code: image.rx.start.wrapping_add(bias)..image.rx.end.wrapping_add(bias),
             vars: image.vars.wrapping_add(bias),
             timed: image.plan.probed.iter().any(|p| p.timed),
             patches,
+            syscall_returns: syscall_returns(image, bias),
         };
         if let Err(e) = self.load(image, env, bias, gadget, &path) {
             installed.patches.clear();
@@ -343,8 +350,26 @@ impl Target {
         if installation.data_file.is_none() {
             installation.data_file = self.data_file_of(image.rw.start.wrapping_add(bias));
         }
+        // Threads waiting in a probed system call return into its trampoline (a restart
+        // runs its moved copy), so that the site can be patched under them.
+        self.move_waiting_threads(installed.syscall_returns.iter().copied())?;
         self.write_patches(&installed.patches, |p| &p.bytes)?;
         Ok(installed)
+    }
+
+    /// Threads stopped in a system call that returns to (or restarts from) the first of a
+    /// pair of addresses continue from the second instead.
+    fn move_waiting_threads(&self, moves: impl Iterator<Item = (u64, u64)> + Clone) -> Result<(), LiveError> {
+        for tid in self.threads.tids() {
+            let mut regs = self.threads.regs(tid)?;
+            if regs.orig_rax as i64 >= 0 {
+                if let Some((_, to)) = moves.clone().find(|&(from, _)| from == regs.rip) {
+                    regs.rip = to;
+                    self.threads.set_regs(tid, regs)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes the image into its mapping, protects it, and runs the runtime's init.
@@ -388,8 +413,9 @@ impl Target {
     }
 
     /// A site with a thread stopped strictly inside its bytes, after stepping such threads
-    /// out where possible.
-    fn free_sites(&mut self, patches: &[CodePatch], bias: u64) -> Result<Option<Svma>, LiveError> {
+    /// out where possible. A thread in a probed system call is no obstacle: it is moved into
+    /// the trampoline (`syscall_returns`).
+    fn free_sites(&mut self, patches: &[CodePatch], syscall_returns: &[(u64, u64)], bias: u64) -> Result<Option<Svma>, LiveError> {
         const MAX_STEPS: usize = 64;
         let inside = |rip: u64| {
             patches.iter().find(|p| {
@@ -404,6 +430,9 @@ impl Target {
                 let restart = regs.orig_rax as i64 >= 0 && sys::RESTARTS.contains(&(regs.rax as i64));
                 let hit = inside(regs.rip).or_else(|| if restart { inside(regs.rip - 2) } else { None });
                 let Some(patch) = hit else { break };
+                if regs.orig_rax as i64 >= 0 && syscall_returns.iter().any(|&(from, _)| from == regs.rip) {
+                    break;
+                }
                 if restart || steps == MAX_STEPS {
                     return Ok(Some(patch.at));
                 }
@@ -471,6 +500,9 @@ impl Target {
             }
             self.write_patches(&restore, |p| &p.original)?;
             removal.restored_sites += restore.len();
+            // A thread waiting in a probed system call would return into the trampoline:
+            // it returns to the original code, where the call is again.
+            self.move_waiting_threads(module.syscall_returns.iter().map(|&(original, moved)| (moved, original)))?;
         }
 
         // Nothing jumps into lopi's code any more; wait for threads still inside it.
@@ -725,6 +757,12 @@ pub(crate) fn permission_hint() -> String {
         Some(3) => "kernel.yama.ptrace_scope is 3 (no attaching at all, until reboot): use `lopi run` or `lopi rewrite` instead".into(),
         _ => "the process belongs to another user or is not dumpable: run lopi as that user, as root, or with CAP_SYS_PTRACE".into(),
     }
+}
+
+/// Each probed `syscall`'s return address in the original code and in its trampoline, as
+/// run-time addresses.
+fn syscall_returns(image: &ProbeImage, bias: u64) -> Vec<(u64, u64)> {
+    image.plan.syscall_probes.iter().map(|p| (p.at.0.wrapping_add(2).wrapping_add(bias), p.returns_to.0.wrapping_add(bias))).collect()
 }
 
 /// Milliseconds since `start`, for the timings lopi prints.
