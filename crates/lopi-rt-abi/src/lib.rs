@@ -227,6 +227,9 @@ pub struct RuntimeVars {
     pub fork_snapshot: u64,
     /// Counters of this module (the functions whose slots are in this module's table).
     pub counter_count: u64,
+    /// As `probe_inner_ticks` and `probe_pair_ticks`, for a system call's probes.
+    pub syscall_inner_ticks: u64,
+    pub syscall_pair_ticks: u64,
 }
 
 /// Offsets into [`RuntimeVars`] that generated code uses.
@@ -257,7 +260,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 96);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 112);
 
 #[path = "syscall_name.rs"]
 pub mod syscall_name;

@@ -54,7 +54,10 @@ pub struct ThreadHeader {
     /// The thread's name (`comm`, NUL-padded) when its chunk was made, and again after each
     /// `prctl` it makes (`pthread_setname_np` of itself).
     pub comm: [u8; 16],
-    pub _reserved: [u64; 5],
+    /// Probe ticks inside a system call's interval, and what its probes add to its caller.
+    pub syscall_inner_ticks: u64,
+    pub syscall_pair_ticks: u64,
+    pub _reserved: [u64; 3],
     // --- the thread's hot state (offset 192) ---
     /// Non-zero while a probe of this thread runs (a signal handler's probes then skip).
     pub busy: u32,
@@ -282,7 +285,9 @@ impl ThreadHeader {
             node_cap: f.u32(128),
             stack_cap: f.u32(132),
             comm: f.0[136..152].try_into().unwrap_or([0; 16]),
-            _reserved: [0; 5],
+            syscall_inner_ticks: f.u64(152),
+            syscall_pair_ticks: f.u64(160),
+            _reserved: [0; 3],
             busy: f.u32(192),
             depth: f.u32(196),
             node_count: f.u32(200),

@@ -142,6 +142,9 @@ pub struct ProbeCost {
     pub inner_ns: f64,
     /// Time a call's probes add to its caller, per call.
     pub pair_ns: f64,
+    /// The same for a system call's probes.
+    pub syscall_inner_ns: f64,
+    pub syscall_pair_ns: f64,
     /// Total taken off all inclusive times of top-level calls.
     pub removed_ns: f64,
 }
@@ -156,11 +159,11 @@ pub struct Timing {
 
 /// The longest call on a path, with the probe cost of an average call on that path removed,
 /// and never more than the path's total (exactly the total for a single call).
-fn longest(calls: u64, max_ticks: u64, below: u64, corrected_total: f64, inner: f64, pair: f64) -> f64 {
+fn longest(calls: u64, max_ticks: u64, below: f64, corrected_total: f64, inner: f64) -> f64 {
     if calls <= 1 {
         return corrected_total;
     }
-    let per_call_cost = inner + below as f64 / calls as f64 * pair;
+    let per_call_cost = inner + below / calls as f64;
     (max_ticks as f64 - per_call_cost).clamp(0.0, corrected_total)
 }
 
@@ -294,13 +297,20 @@ impl Timing {
             // merged paths' inclusive time.
             let inner = h.probe_inner_ticks as f64;
             let pair = h.probe_pair_ticks as f64;
-            let mut below = vec![0u64; raw.len()];
-            let mut unwound_below = vec![0u64; raw.len()];
+            // A system call's probes cost what the runtime measured for them.
+            let costs = |i: usize| {
+                if i > MERGED && abi::syscall_name::decode(nodes[i].func).is_some() {
+                    (h.syscall_inner_ticks as f64, h.syscall_pair_ticks as f64)
+                } else {
+                    (inner, pair)
+                }
+            };
+            // Ticks the probes of the calls below each path added to it.
+            let mut below = vec![0.0f64; raw.len()];
             for i in (1..raw.len()).rev() {
                 let parent = nodes[i].parent as usize;
                 if parent != i && !is_merged(i) {
-                    below[parent] += below[i] + raw[i].calls;
-                    unwound_below[parent] += unwound_below[i] + raw[i].unwound;
+                    below[parent] += below[i] + (raw[i].calls as f64 - raw[i].unwound as f64 / 2.0) * costs(i).1;
                 }
             }
             let mut corrected: Vec<f64> = raw
@@ -309,8 +319,7 @@ impl Timing {
                 .map(|(i, r)| {
                     let ticks = if is_merged(i) { r.outer } else { r.ticks };
                     let own = r.calls as f64 - r.unwound as f64 / 2.0;
-                    let descendants = below[i] as f64 - unwound_below[i] as f64 / 2.0;
-                    (ticks as f64 - own * inner - descendants * pair).max(0.0)
+                    (ticks as f64 - own * costs(i).0 - below[i]).max(0.0)
                 })
                 .collect();
             // Self time: the inclusive time less the children's and less the calls made from
@@ -346,7 +355,7 @@ impl Timing {
                         calls: r.calls,
                         total_ns: ns(corrected[i]),
                         self_ns: ns(self_ticks),
-                        max_ns: ns(longest(r.calls, r.max, below[i], corrected[i], inner, pair)),
+                        max_ns: ns(longest(r.calls, r.max, below[i], corrected[i], costs(i).0)),
                         merged: is_merged(i),
                         syscall: (i > MERGED).then(|| abi::syscall_name::decode(nodes[i].func)).flatten().map(|call| SyscallCall {
                             site: site_by_counter.get(&(h.space_pid, call.site)).copied(),
@@ -362,6 +371,8 @@ impl Timing {
             }
             probe_cost.inner_ns = ns(inner);
             probe_cost.pair_ns = ns(pair);
+            probe_cost.syscall_inner_ns = ns(h.syscall_inner_ticks as f64);
+            probe_cost.syscall_pair_ns = ns(h.syscall_pair_ticks as f64);
             let events = chunk
                 .events
                 .iter()

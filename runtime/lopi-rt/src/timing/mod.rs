@@ -360,11 +360,34 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
             inner[r] = innermost_ticks().wrapping_sub(before) / CHAINS;
             pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
         }
+        // System-call probes, at the root: the call's node is the root's cached child.
+        let mut syscall_inner = [0u64; ROUNDS];
+        let mut syscall_pair = [0u64; ROUNDS];
+        let syscall_ticks = || {
+            let child = (*t.node(0)).cache_child;
+            if child >= abi::FIRST_FREE_NODE && child < (*h).node_count { (*t.node(child)).ticks } else { 0 }
+        };
+        for r in 0..ROUNDS {
+            let before = syscall_ticks();
+            let t0 = rdtsc();
+            for _ in 0..calls {
+                syscalls::lopi_calibration_syscall(0);
+            }
+            let t1 = rdtsc();
+            for _ in 0..calls {
+                syscalls::lopi_calibration_syscall_empty();
+            }
+            let t2 = rdtsc();
+            syscall_inner[r] = syscall_ticks().wrapping_sub(before) / calls;
+            syscall_pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
+        }
         set_thread_slot(saved_slot);
         write_volatile(&mut (*v).pid_page, 0);
         sys::call3(sys::MUNMAP, m as usize, len as usize, 0);
         (*v).probe_inner_ticks = median(&mut inner);
         (*v).probe_pair_ticks = median(&mut pair);
+        (*v).syscall_inner_ticks = median(&mut syscall_inner);
+        (*v).syscall_pair_ticks = median(&mut syscall_pair);
     }
 }
 

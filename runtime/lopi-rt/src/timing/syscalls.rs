@@ -229,6 +229,26 @@ global_asm!(
     "pop rax",
     "lea rsp, [rsp + 8]",
     "ret 8",
+    // A system-call site as the planner makes it, for calibration, with `edi` as its
+    // counter index and no `syscall` between the probes (`eax` holds a number, then a result).
+    ".globl lopi_calibration_syscall",
+    "lopi_calibration_syscall:",
+    "jmp 4f",
+    "4:",
+    "mov eax, 39",
+    "lea rsp, [rsp - 128]",
+    "push rdi",
+    "call lopi_syscall_enter_stub",
+    "lea rsp, [rsp + 128]",
+    "lea rsp, [rsp - 128]",
+    "push rdi",
+    "call lopi_syscall_exit_stub",
+    "lea rsp, [rsp + 128]",
+    "ret",
+    ".globl lopi_calibration_syscall_empty",
+    "lopi_calibration_syscall_empty:",
+    "mov eax, 39",
+    "ret",
     enter = sym probe_syscall_enter,
     exit = sym probe_syscall_exit,
     nr_other = const syscall_name::NR_OTHER,
@@ -250,6 +270,11 @@ global_asm!(
     n_ticks = const offset_of!(ContextNode, ticks),
     n_max = const offset_of!(ContextNode, max_ticks),
 );
+
+extern "C" {
+    pub(super) fn lopi_calibration_syscall(counter: u32);
+    pub(super) fn lopi_calibration_syscall_empty();
+}
 
 /// Before the system call `nr` (first argument `arg0`) at the site with counter `index`.
 unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64) {

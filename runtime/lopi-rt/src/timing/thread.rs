@@ -631,6 +631,8 @@ unsafe fn map_chunk(v: &RuntimeVars, pid: u32) -> Option<*mut ThreadHeader> {
         h.tsc_hz = v.tsc_hz;
         h.probe_inner_ticks = v.probe_inner_ticks;
         h.probe_pair_ticks = v.probe_pair_ticks;
+        h.syscall_inner_ticks = v.syscall_inner_ticks;
+        h.syscall_pair_ticks = v.syscall_pair_ticks;
         h.trace_cap = v.trace_cap;
         h.trace_offset = trace;
         h.nodes_offset = nodes;
