@@ -1,0 +1,218 @@
+//! `--probe syscall` on real programs nobody here wrote: zstd (Debian's and source-built),
+//! sqlite3 (Debian's shell with its libsqlite3, and source-built) and pigz with two threads,
+//! each under `lopi run --probe syscall` (every module's sites) and rewritten with
+//! `--probe syscall` (its own sites). Their output must be the original's, and lopi's counts
+//! of the calls made after its probes went live must equal strace's (`strace -f`, less the
+//! dynamic loader's start-up, which happens before the program's entry point).
+mod common;
+
+use common::*;
+use serde_json::Value as Json;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// `tests/real/prepare.sh`'s list of built and downloaded programs (it runs once per work
+/// directory and is quick when done).
+fn paths() -> &'static BTreeMap<String, PathBuf> {
+    static PATHS: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        let root = workspace_root();
+        let work = root.join("work-real");
+        let out = run(Command::new("bash").arg(root.join("tests/real/prepare.sh")).arg(&work), std::time::Duration::from_secs(3600)).expect("prepare.sh");
+        assert!(out.status.success(), "tests/real/prepare.sh failed:\n{}\n{}", out.stdout_str(), out.stderr_str());
+        std::fs::read_to_string(work.join("paths.env"))
+            .expect("paths.env")
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+            .collect()
+    })
+}
+
+fn program(key: &str) -> PathBuf {
+    paths().get(key).unwrap_or_else(|| panic!("prepare.sh did not name {key}")).clone()
+}
+
+/// Calls per system call name in `lopi report --syscalls --format json`.
+fn lopi_counts(data: &Path) -> BTreeMap<String, u64> {
+    let out = run(Command::new(lopi_bin()).args(["report", "--syscalls", "--format", "json"]).arg(data), default_timeout()).expect("lopi report");
+    assert!(out.status.success(), "lopi report --syscalls: {}", out.stderr_str());
+    let json: Json = serde_json::from_slice(&out.stdout).expect("JSON");
+    json["syscalls"].as_array().into_iter().flatten().map(|s| (s["name"].as_str().unwrap_or("").to_string(), s["calls"].as_u64().unwrap_or(0))).collect()
+}
+
+/// Calls per name in an `strace -f -o` log, less the dynamic loader's start-up: opening the
+/// loader cache and the shared libraries, and reading those files (tracked by descriptor
+/// until it is closed). Interrupted calls strace splits in two lines count once.
+fn strace_counts(log: &str) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    let mut loader_fds: HashSet<(String, String)> = HashSet::new();
+    for line in log.lines() {
+        let (pid, rest) = line.split_once(' ').unwrap_or(("", line));
+        let rest = rest.trim_start();
+        if rest.starts_with("<...") || rest.starts_with("---") || rest.starts_with("+++") {
+            continue;
+        }
+        let Some((name, args)) = rest.split_once('(') else { continue };
+        let result = rest.rsplit_once(") = ").map(|(_, r)| r.split_whitespace().next().unwrap_or(""));
+        let first_arg = args.split([',', ')']).next().unwrap_or("").trim().to_string();
+        match name {
+            "openat" if args.contains("ld.so.cache\"") || args.contains(".so\"") || args.contains(".so.") => {
+                if let Some(fd) = result {
+                    loader_fds.insert((pid.to_string(), fd.to_string()));
+                }
+                continue;
+            }
+            "read" | "pread64" | "close" | "newfstatat" | "fstat" | "mmap" if loader_fds.contains(&(pid.to_string(), first_arg.clone())) => {
+                if name == "close" {
+                    loader_fds.remove(&(pid.to_string(), first_arg));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        *counts.entry(name.to_string()).or_default() += 1;
+    }
+    counts
+}
+
+struct Case {
+    dir: PathBuf,
+    /// What the program does, run in `dir` by `sh -c`, with `$PROG` the program.
+    script: String,
+    /// System calls whose counts lopi and strace must agree on.
+    compare: &'static [&'static str],
+}
+
+impl Case {
+    fn command(&self, prog: &Path, prefix: &[&str]) -> Command {
+        let mut cmd = Command::new("sh");
+        let wrapped = if prefix.is_empty() { "\"$PROG\" \"$@\"".to_string() } else { format!("{} \"$PROG\" \"$@\"", prefix.join(" ")) };
+        cmd.arg("-c").arg(self.script.replace("PROG_RUN", &wrapped)).current_dir(&self.dir).env("PROG", prog);
+        cmd
+    }
+
+    /// Runs the script plain, under strace, under `lopi run`, and rewritten; returns problems.
+    fn check(&self, label: &str, prog: &Path, outputs: &[&str]) -> Vec<String> {
+        let mut problems = Vec::new();
+        let reset = || {
+            for o in outputs {
+                let _ = std::fs::remove_file(self.dir.join(o));
+            }
+        };
+        let snapshot = || outputs.iter().map(|o| std::fs::read(self.dir.join(o)).unwrap_or_default()).collect::<Vec<_>>();
+        reset();
+        let original = run(&mut self.command(prog, &[]), default_timeout()).expect("run");
+        assert!(original.status.success(), "{label}: the original failed: {}", original.stderr_str());
+        let want = snapshot();
+        let differs = |what: &str, out: &Output| {
+            (out.status.code() != original.status.code() || out.stdout != original.stdout || snapshot() != want)
+                .then(|| format!("{label} {what}: output or status differ ({})\n{}", out.describe_status(), out.stderr_str()))
+        };
+        // strace: the oracle.
+        reset();
+        let log = self.dir.join("strace.log");
+        let _ = std::fs::remove_file(&log);
+        let traced = run(&mut self.command(prog, &["strace", "-f", "-qq", "-A", "-o", log.to_str().unwrap()]), default_timeout()).expect("strace");
+        problems.extend(differs("under strace", &traced));
+        let strace = strace_counts(&std::fs::read_to_string(&log).unwrap_or_default());
+        // lopi run: every module.
+        reset();
+        let data = self.dir.join("live.lopi");
+        let _ = std::fs::remove_file(&data);
+        let lopi = lopi_bin();
+        let live = run(&mut self.command(prog, &[lopi.to_str().unwrap(), "run", "-q", "--probe", "syscall", "--"]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+        problems.extend(differs("under lopi run --probe syscall", &live));
+        let seen = lopi_counts(&data);
+        for name in self.compare {
+            let (a, b) = (strace.get(*name).copied().unwrap_or(0), seen.get(*name).copied().unwrap_or(0));
+            eprintln!("{label}: {name}: strace {a}, lopi {b}");
+            if a != b || a == 0 {
+                problems.push(format!("{label}: {name}: strace {a}, lopi {b} (lopi saw {seen:?})"));
+            }
+        }
+        // Rewritten: the program's own sites.
+        reset();
+        let rewritten = self.dir.join("rewritten");
+        let out = run(Command::new(&lopi).args(["rewrite", "--probe", "syscall"]).arg(prog).arg("-o").arg(&rewritten), default_timeout()).expect("lopi rewrite");
+        assert!(out.status.success(), "{label}: lopi rewrite: {}", out.stderr_str());
+        let data = self.dir.join("static.lopi");
+        let ran = run(self.command(&rewritten, &[]).env("LOPI_OUTPUT", &data), default_timeout()).expect("rewritten");
+        problems.extend(differs("rewritten with --probe syscall", &ran));
+        problems
+    }
+}
+
+/// Many small files: syscall-heavy, deterministic.
+fn small_files(dir: &Path, n: usize) {
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for i in 0..n {
+        let text: String = (0..200 + i % 300).map(|j| format!("{} line {j} of file {i}\n", ["alpha", "beta", "gamma"][j % 3])).collect();
+        std::fs::write(input.join(format!("f{i:04}.txt")), text).unwrap();
+    }
+}
+
+fn zstd(key: &str) {
+    let dir = fresh_dir(&format!("real-syscalls-{key}"));
+    small_files(&dir, 300);
+    let case = Case {
+        dir: dir.clone(),
+        script: "rm -rf out && mkdir out && PROG_RUN -q -r in --output-dir-flat out && PROG_RUN -q -d -r out -c | cksum > sums".into(),
+        compare: &["write", "read", "openat"],
+    };
+    let problems = case.check(key, &program(key), &["sums"]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    cleanup(&dir);
+}
+
+#[test]
+fn real_syscalls_zstd_debian() {
+    zstd("DEB_ZSTD");
+}
+
+#[test]
+fn real_syscalls_zstd_source_built() {
+    zstd("ZSTD_SRC_BIN");
+}
+
+fn sqlite3(key: &str, library: Option<&str>) {
+    let dir = fresh_dir(&format!("real-syscalls-{key}"));
+    let inserts: String = (0..200).map(|i| format!("INSERT INTO t VALUES({i}, 'row {i}');\n")).collect();
+    std::fs::write(dir.join("work.sql"), format!("PRAGMA synchronous=FULL;\nCREATE TABLE t(a, b);\n{inserts}SELECT count(*), sum(a) FROM t;\n")).unwrap();
+    let preload = library.map(|lib| format!("LD_LIBRARY_PATH={} ", program(lib).parent().unwrap().display())).unwrap_or_default();
+    let case = Case {
+        dir: dir.clone(),
+        script: format!("rm -f db db-journal && {preload}PROG_RUN db < work.sql > result"),
+        compare: &["pwrite64", "fdatasync", "unlink"],
+    };
+    let problems = case.check(key, &program(key), &["result"]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    cleanup(&dir);
+}
+
+#[test]
+fn real_syscalls_sqlite3_debian() {
+    sqlite3("DEB_SQLITE3", Some("DEB_LIBSQLITE3"));
+}
+
+#[test]
+fn real_syscalls_sqlite3_source_built() {
+    sqlite3("SQLITE3_SRC_BIN", None);
+}
+
+/// pigz compresses with two threads: system calls from several threads at once.
+#[test]
+fn real_syscalls_pigz_two_threads() {
+    let pigz = PathBuf::from("/usr/bin/pigz");
+    assert!(pigz.is_file(), "pigz is not installed (.ci/run installs it)");
+    let dir = fresh_dir("real-syscalls-pigz");
+    let text: String = (0..400_000).map(|i| format!("{i} {}\n", i * 7919 % 10007)).collect();
+    std::fs::write(dir.join("input"), text).unwrap();
+    let case = Case { dir: dir.clone(), script: "PROG_RUN -p 2 -b 128 -c input > input.gz && PROG_RUN -d -c input.gz | cksum > sums".into(), compare: &["write", "read"] };
+    let problems = case.check("pigz", &pigz, &["input.gz", "sums"]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    cleanup(&dir);
+}
