@@ -123,7 +123,7 @@ impl Case {
         let data = self.dir.join("live.lopi");
         let _ = std::fs::remove_file(&data);
         let lopi = lopi_bin();
-        let live = run(&mut self.command(prog, &[lopi.to_str().unwrap(), "run", "-q", "--probe", "syscall", "--"]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+        let live = run(self.command(prog, &[lopi.to_str().unwrap(), "run", "-q", "--probe", "syscall", "--"]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
         problems.extend(differs("under lopi run --probe syscall", &live));
         let seen = lopi_counts(&data);
         for name in self.compare {
