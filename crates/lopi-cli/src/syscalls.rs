@@ -18,7 +18,7 @@ impl Summary {
         let mut s = Summary { found: sites.len(), probed: 0, skipped_by_reason: BTreeMap::new() };
         for site in sites {
             match site.outcome {
-                SyscallOutcome::Probed(_) | SyscallOutcome::WithEntry => s.probed += 1,
+                SyscallOutcome::Probed(_) | SyscallOutcome::Moved => s.probed += 1,
                 SyscallOutcome::Skipped(r) => *s.skipped_by_reason.entry(r.key()).or_default() += 1,
             }
         }
@@ -45,7 +45,7 @@ fn function_name<'m>(module: &'m ElfModule<'_>, site: &SyscallSite) -> &'m str {
 fn how(site: &SyscallSite) -> (String, Option<String>) {
     match site.outcome {
         SyscallOutcome::Probed(t) => (t.name().to_string(), None),
-        SyscallOutcome::WithEntry => ("with-entry".to_string(), None),
+        SyscallOutcome::Moved => ("moved".to_string(), None),
         SyscallOutcome::Skipped(r) => ("skipped".to_string(), Some(format!("{}: {r}", r.key()))),
     }
 }

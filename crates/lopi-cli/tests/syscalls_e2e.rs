@@ -229,3 +229,28 @@ fn attach_and_detach_around_threads_waiting_in_system_calls() {
     }
     cleanup(&built.dir);
 }
+
+/// With entry and exit probes too, a system call is a leaf of the calling context it was
+/// made from: folded stacks show `make_calls;[syscall] getppid` (libc's wrapper is not
+/// timed) and `make_calls;inline_geteuid;[syscall] geteuid`, with the fixture's counts.
+#[test]
+fn system_calls_are_leaves_of_their_calling_context() {
+    let e = expect(&fixtures_dir().join("syscalls/counts.c"));
+    let built = build("counts.c", "O2-contexts", &["-O2"], &e);
+    let data = built.dir.join("contexts.lopi");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "entry,exit,syscall", "--"]).arg(&built.prog).current_dir(&built.dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+    assert!(out.status.success() && out.stdout == built.original.stdout, "{}", out.stderr_str());
+    let folded = built.dir.join("stacks.txt");
+    let export = run(Command::new(lopi_bin()).args(["export", "--format", "folded", "--weight", "calls", "-o"]).arg(&folded).arg(&data), default_timeout()).expect("lopi export");
+    assert!(export.status.success(), "{}", export.stderr_str());
+    let text = std::fs::read_to_string(&folded).expect("folded stacks");
+    let calls_under = |path: &str| -> u64 {
+        text.lines().filter_map(|l| l.rsplit_once(' ')).filter(|(stack, _)| stack.ends_with(path)).map(|(_, n)| n.parse::<u64>().unwrap_or(0)).sum()
+    };
+    for (path, name) in [("make_calls;[syscall] getppid", "getppid"), ("make_calls;[syscall] getpgid", "getpgid"), ("make_calls;[syscall] getsid", "getsid"), ("make_calls;inline_geteuid;[syscall] geteuid", "geteuid")] {
+        assert_eq!(calls_under(path), e.calls[name], "{path}:\n{text}");
+    }
+    let seen = report(&data);
+    assert_eq!(seen.errors.get("getsid"), e.errors.get("getsid"), "{:?}", seen.errors);
+    cleanup(&built.dir);
+}

@@ -197,7 +197,10 @@ pub(crate) fn kinds_among(insns: &[Insn], exits: &FunctionExits) -> Vec<(u64, Ex
 }
 
 /// Plans the site of one exit. `floor` is the lowest address it may cover (the end of the
-/// entry patch or of the previous exit site in the same region).
+/// entry patch or of the previous exit site in the same region). With `syscalls` (system
+/// calls are probed too) a `syscall` before the exit may move with it, and gets its probe in
+/// the exit's trampoline: in `mov eax, N; syscall; ret` it has no room of its own.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn site(
     module: &ElfModule<'_>,
     function: usize,
@@ -206,6 +209,7 @@ pub(crate) fn site(
     floor: u64,
     targets: &Targets,
     gaps: &mut Gaps,
+    syscalls: bool,
 ) -> Result<Site, UntimedReason> {
     let last = &insns[exit.index];
     let mut first = exit.index;
@@ -213,8 +217,9 @@ pub(crate) fn site(
     while len < JMP32_LEN && first > 0 {
         let prev = &insns[first - 1];
         let at = module.bytes_from(Svma(prev.ip())).and_then(|b| b.get(..prev.len()));
+        let movable = lopi_x86::flow(prev) == Flow::Next || (syscalls && lopi_x86::is_syscall(prev));
         if targets.contains(&insns[first].ip())
-            || lopi_x86::flow(prev) != Flow::Next
+            || !movable
             || prev.ip() < floor
             || at.is_none_or(|b| lopi_x86::is_padding(b, prev.ip()))
         {

@@ -65,7 +65,7 @@ impl Selection {
         for s in &mut self.sites {
             s.owners.retain(|&o| o != site.function);
         }
-        self.sites.retain(Site::needed);
+        self.retain_sites(Site::needed);
         let lent = site.patch_at.0..site.patch_at.0 + site.covered as u64;
         while let Some(i) = self.sites.iter().position(|s| s.bounce.is_some_and(|b| lent.contains(&b.0))) {
             if self.sites[i].is_entry() {
@@ -74,6 +74,13 @@ impl Selection {
                 self.demote(i, UntimedReason::NoBounceSpace);
             }
         }
+    }
+
+    /// Keeps the sites `keep` says; a `syscall` a dropped site moved stays unprobed.
+    fn retain_sites(&mut self, keep: impl Fn(&Site) -> bool) {
+        let dropped: Vec<u64> = self.sites.iter().filter(|s| !keep(s)).flat_map(|s| s.syscalls.iter().copied()).collect();
+        self.sites.retain(keep);
+        self.skip_syscalls(&dropped, SyscallSkip::Covered);
     }
 
     /// Gives up a system-call site.
@@ -102,7 +109,7 @@ impl Selection {
                 site.exits.clear();
             }
         }
-        self.sites.retain(Site::needed);
+        self.retain_sites(Site::needed);
     }
 
     /// Takes a failed exit site's functions off timing: their entry sites stop calling the
@@ -112,7 +119,7 @@ impl Selection {
         for &f in &owners {
             self.timing[f] = TimingOutcome::Untimed(reason);
         }
-        self.sites.retain(|s| s.point != Point::Exit || !s.owners.iter().any(|o| owners.contains(o)));
+        self.retain_sites(|s| s.point != Point::Exit || !s.owners.iter().any(|o| owners.contains(o)));
         for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.is_entry()) {
             site.timed = false;
             site.exits.clear();
@@ -176,7 +183,7 @@ impl Selection {
                         _ => None,
                     };
                     let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter, mode: counter.map(|c| layout.mode_of(c)) };
-                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|b| (b, None, Vec::new()))
+                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns))
                 }
                 (Point::Exit, None) => return Err(Failed::Exit(index)),
                 (Point::Syscall(_), Some(_)) => lopi_x86::syscall_trampoline(&body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns)),

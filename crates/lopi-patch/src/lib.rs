@@ -404,7 +404,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
     if probes.entries && probes.exits {
-        plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes, progress);
+        plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes, probes.syscalls, progress);
     }
     let syscalls = if probes.syscalls { syscalls::plan(module, targets, &mut gaps, &mut sites) } else { Vec::new() };
     sites.sort_by_key(|s| s.patch_at);
@@ -413,6 +413,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
 
 /// Adds exit sites for every probed function whose exits can all be probed, and marks its
 /// entry site timed; others stay counted only, with the reason.
+#[allow(clippy::too_many_arguments)]
 fn plan_timing(
     module: &ElfModule<'_>,
     ends: &[u64],
@@ -420,6 +421,7 @@ fn plan_timing(
     gaps: &mut Gaps,
     sites: &mut Vec<Site>,
     outcomes: &mut [TimingOutcome],
+    syscalls: bool,
     progress: &dyn Progress,
 ) {
     let map = CodeMap::new(module);
@@ -432,7 +434,7 @@ fn plan_timing(
             progress.update(Stage::Exits, entry_index as u64, entries as u64);
         }
         let f = sites[entry_index].function;
-        let result = timed_exits(module, f, ends[f], &sites[entry_index], &map, targets, gaps, &mut fragments, sites.len());
+        let result = timed_exits(module, f, ends[f], &sites[entry_index], &map, targets, gaps, &mut fragments, sites.len(), syscalls);
         match result {
             Ok(plan) => {
                 let site = &mut sites[entry_index];
@@ -477,6 +479,7 @@ fn timed_exits(
     gaps: &mut Gaps,
     fragments: &mut HashMap<u64, Result<Vec<usize>, UntimedReason>>,
     next_index: usize,
+    syscalls: bool,
 ) -> Result<TimedPlan, UntimedReason> {
     let function = &module.functions[f];
     if function.addr.0 > i32::MAX as u64 {
@@ -519,7 +522,7 @@ fn timed_exits(
             if in_own && ip >= entry.patch_at.0 {
                 floor = floor.max(entry_end);
             }
-            match exits::site(module, f, exit, insns, floor, targets, gaps) {
+            match exits::site(module, f, exit, insns, floor, targets, gaps, syscalls) {
                 Ok(mut site) => {
                     floor = site.patch_at.0 + site.covered as u64;
                     site.nops = std::mem::take(&mut into_next);

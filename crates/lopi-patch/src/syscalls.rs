@@ -6,7 +6,7 @@
 //! it, so that the patch usually ends right after the `syscall` (a thread blocked in the call
 //! then returns to the first byte after the patch); then the ones after it, up to a `ret` or
 //! `jmp`, whose jump may run on into padding; or a `jmp rel8` to a bounce in nearby padding.
-//! A `syscall` already among an entry site's moved instructions gets its probe there.
+//! A `syscall` already among an entry or exit site's moved instructions gets its probe there.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
 use crate::{Point, Site, Tactic};
@@ -53,8 +53,8 @@ impl SyscallSkip {
 pub enum SyscallOutcome {
     /// A site of its own, patched with this tactic.
     Probed(Tactic),
-    /// Moved by its function's entry site, whose trampoline probes it.
-    WithEntry,
+    /// Moved by the site of its function's entry or of an exit, whose trampoline probes it.
+    Moved,
     Skipped(SyscallSkip),
 }
 
@@ -125,10 +125,9 @@ pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, s
     starts.sort_unstable();
     starts.dedup();
     let mut occupied = Occupied::of(sites);
-    let moved_by_entry: BTreeMap<u64, usize> = sites
+    let moved_by: BTreeMap<u64, usize> = sites
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.is_entry())
         .flat_map(|(i, s)| s.relocated.iter().filter(|insn| lopi_x86::is_syscall(insn) && insn.ip() != 0).map(move |insn| (insn.ip(), i)))
         .collect();
     let mut out = Vec::with_capacity(targets.syscalls.len());
@@ -140,9 +139,9 @@ pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, s
             continue;
         };
         let nr = static_number(&insns, k, targets);
-        let outcome = if let Some(&entry) = moved_by_entry.get(&ip) {
-            sites[entry].syscalls.push(ip);
-            SyscallOutcome::WithEntry
+        let outcome = if let Some(&by) = moved_by.get(&ip) {
+            sites[by].syscalls.push(ip);
+            SyscallOutcome::Moved
         } else if occupied.overlaps(ip, ip + 2) {
             SyscallOutcome::Skipped(SyscallSkip::Covered)
         } else {

@@ -223,23 +223,24 @@ impl ExitProbe {
     }
 }
 
-/// Builds an exit-site trampoline at `ip`: the moved instructions with exit probes.
-pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Vec<u8>, RelocError> {
-    let insns = body_with_exits(body, Some(probe))?;
-    let block = InstructionBlock::new(&insns, ip);
-    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
-    Ok(result.code_buffer)
+/// Builds an exit-site trampoline at `ip`: the moved instructions with exit probes (and a
+/// moved `syscall` with its probes). Its `section` is empty (it counts nothing).
+pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Trampoline, RelocError> {
+    encode_without_section(&body_with_exits(body, Some(probe))?, ip)
 }
 
 /// Builds a system-call site's trampoline at `ip`: the moved instructions, the `syscall`
 /// among them wrapped in the system-call probes. Its `section` is empty (it counts nothing).
 pub fn syscall_trampoline(body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
-    let insns = body_with_exits(body, None)?;
-    let block = InstructionBlock::new(&insns, ip);
+    encode_without_section(&body_with_exits(body, None)?, ip)
+}
+
+fn encode_without_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
+    let block = InstructionBlock::new(insns, ip);
     let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(|e| RelocError::Encode(e.to_string()))?;
     Ok(Trampoline {
         section: RseqSection { start: 0, post_commit_offset: 0, abort: 0 },
-        syscall_returns: syscall_returns(&insns, &result.new_instruction_offsets, ip),
+        syscall_returns: syscall_returns(insns, &result.new_instruction_offsets, ip),
         bytes: result.code_buffer,
     })
 }
