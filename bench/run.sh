@@ -6,7 +6,8 @@
 # 1. installs the anchors it can: uftrace, valgrind, bpftrace (apt-get), frida and matplotlib (pip);
 #    what cannot be installed is shown as skipped, with the reason, in the tables;
 # 2. runs bench/entry-count, bench/timing, bench/zstd and bench/anchors (each fetches and builds its
-#    workloads once: sqlite and zstd from Debian's sources, Debian's stripped zstd; cached in work-real/);
+#    workloads once: sqlite and zstd from Debian's sources, Debian's stripped zstd; cached in work-real/),
+#    then bench/live and bench/syscall (system calls vs strace/perf/bpftrace; their own tables only);
 # 3. writes bench/results/summary.md (one table: workload x tool, median [min-max], x baseline, calls,
 #    ns/call, output check; machine and versions) and bench/results/overhead.png (ns/call by tool, log).
 #
@@ -41,7 +42,7 @@ logs="$repo/work-real/bench-build/logs"
 mkdir -p "$logs"
 t0=$(date +%s)
 failed=()
-for b in entry-count timing zstd anchors live; do
+for b in entry-count timing zstd anchors live syscall; do
     bench_log "=== $b ${quick[*]} ($(( $(date +%s) - t0 )) s so far, load $(cut -d' ' -f1-3 /proc/loadavg))"
     if ! "$here/$b/run.sh" "${quick[@]}" > "$logs/$b.out"; then
         bench_log "$b FAILED (its table is not in the summary; output in $logs/$b.out)"

@@ -48,7 +48,18 @@ impl Case {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let out = run(&mut cmd, default_timeout()).expect("run lopi");
+        // A copy of lopi written by this test may be "busy" for a moment: another test's
+        // thread that forked while its write descriptor was open holds it until its exec.
+        let mut tries = 0;
+        let out = loop {
+            match run(&mut cmd, default_timeout()) {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                result => break result.expect("run lopi"),
+            }
+        };
         assert!(out.status.success(), "lopi {args:?}: {}\n{}", out.describe_status(), out.stderr_str());
         out
     }
