@@ -71,6 +71,13 @@ impl std::ops::Deref for ModuleFile {
     }
 }
 
+impl ModuleFile {
+    /// Code that is no file (the vDSO, read from a process): no identity, so never cached.
+    pub fn from_bytes(bytes: Vec<u8>) -> ModuleFile {
+        ModuleFile { bytes: Bytes::Read(bytes), id: None }
+    }
+}
+
 /// Reads `path` through one open file, taking its identity before and after.
 pub fn read_file(path: &Path) -> io::Result<ModuleFile> {
     let mut file = File::open(path)?;

@@ -152,6 +152,6 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
     if untimed > 0 {
         let _ = writeln!(out, "\nnote: {untimed} calls were counted without a time (made before lopi's runtime was ready, inside a probe, or by a vfork child); they are named by the number their site sets");
     }
-    let _ = writeln!(out, "note: clock_gettime, gettimeofday, time and getcpu usually run in the vDSO without entering the kernel: they are not system calls and are not counted");
+    let _ = writeln!(out, "note: clock_gettime, gettimeofday, time and getcpu usually run in the vDSO without entering the kernel: those calls are not system calls and are not counted (when the vDSO does enter the kernel, for CPU-time clocks, lopi run and attach count it)");
     out
 }

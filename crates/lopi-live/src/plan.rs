@@ -119,12 +119,17 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
     for (request, path) in requests(spec, &maps, &exe)? {
         let mapped: Vec<&Mapping> = maps.iter().filter(|m| m.path == path).collect();
         // Through the process's root when it has its own (a container), as its loader saw it.
-        let in_root = format!("/proc/{pid}/root{path}");
-        let (file, data) = match lopi_cache::map_file(in_root.as_ref()) {
-            Ok(data) => (in_root, data),
-            Err(_) => (path.clone(), lopi_cache::map_file(path.as_ref()).map_err(LiveError::io(format!("reading {path}")))?),
+        let (data, debug) = if path == VDSO {
+            (vdso(pid, &mapped)?, None)
+        } else {
+            let in_root = format!("/proc/{pid}/root{path}");
+            let (file, data) = match lopi_cache::map_file(in_root.as_ref()) {
+                Ok(data) => (in_root, data),
+                Err(_) => (path.clone(), lopi_cache::map_file(path.as_ref()).map_err(LiveError::io(format!("reading {path}")))?),
+            };
+            let debug = lopi_elf::DebugFile::find(file.as_ref(), &data, &lopi_elf::debug_dir());
+            (data, debug)
         };
-        let debug = lopi_elf::DebugFile::find(file.as_ref(), &data, &lopi_elf::debug_dir());
         // Without a bias, the parser says best what is wrong with the file, if anything.
         let bias = load_bias(&data, &mapped).ok_or_else(|| {
             parse(&data, &path, debug.as_ref()).err().unwrap_or_else(|| LiveError::Module(format!("{path}: cannot tell where it is loaded")))
@@ -136,7 +141,9 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         // The program's entry point, as a module address.
         let entry = entry.filter(|_| request.library.is_none()).map(|entry| entry.wrapping_sub(bias));
         let key = data.id.map(|id| lopi_cache::plan_key(id, &data, debug.as_ref(), &request.filter, request.probes));
-        let source = Source { request: request.clone(), entry, cache: spec.cache.clone(), key };
+        // The vDSO is no file: nothing to key a plan by (and it is planned in a millisecond).
+        let cache = spec.cache.clone().filter(|_| path != VDSO);
+        let source = Source { request: request.clone(), entry, cache, key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
         let shape = Shape { names, recording: spec.recording, env_len, bias };
         // Laid out first below the module, with room for an image twice the size of its code
@@ -182,8 +189,20 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
 }
 
+/// The kernel's vDSO as `/proc/PID/maps` names it: an ELF image in memory, no file.
+const VDSO: &str = "[vdso]";
+
+/// The process's vDSO, read from its memory: its `clock_gettime` enters the kernel with its
+/// own `syscall` for clocks it cannot read in user space (CPU-time clocks).
+fn vdso(pid: i32, mapped: &[&Mapping]) -> Result<ModuleFile, LiveError> {
+    let (start, end) = mapped.iter().fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
+    let len = usize::try_from(end.saturating_sub(start)).unwrap_or(0);
+    let bytes = procfs::Memory::open(pid).and_then(|mem| mem.read(start, len)).map_err(LiveError::io(format!("reading the vDSO of process {pid}")))?;
+    Ok(ModuleFile::from_bytes(bytes))
+}
+
 /// The modules to probe and their paths: those asked for, and with `syscalls_everywhere`
-/// every other file the process runs code from, for its `syscall` instructions only.
+/// every other file the process runs code from, and the vDSO, for their `syscall`s only.
 fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleRequest, String)>, LiveError> {
     let mut out = Vec::new();
     for request in &spec.modules {
@@ -192,8 +211,11 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
         out.push((request.clone(), module_path(maps, exe, request.library.as_deref())?));
     }
     if spec.syscalls_everywhere {
-        let mut others: Vec<&str> =
-            maps.iter().filter(|m| m.executable && m.path.starts_with('/') && out.iter().all(|(_, p)| *p != m.path)).map(|m| m.path.as_str()).collect();
+        let mut others: Vec<&str> = maps
+            .iter()
+            .filter(|m| m.executable && (m.path.starts_with('/') || m.path == VDSO) && out.iter().all(|(_, p)| *p != m.path))
+            .map(|m| m.path.as_str())
+            .collect();
         others.sort_unstable();
         others.dedup();
         for path in others {
