@@ -85,7 +85,8 @@ unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u6
         let count = (*v).counter_count;
         let mine = |func: u64| func >= first && (func - first) / 8 < count && (func - first) % 8 == 0;
         let slot = |func: u64| mode_word(v, (func - first) / 8);
-        let timed = |func: u64| !mine(func) || *slot(func) == abi::mode::TIMED;
+        // System calls are timed whatever the budget says: their probes are not timing's cost.
+        let timed = |func: u64| abi::syscall_name::decode(func).is_none() && (!mine(func) || *slot(func) == abi::mode::TIMED);
         let mut cost: u64 = table.iter().filter(|e| e.func != 0 && timed(e.func)).map(|e| e.calls.saturating_mul(pair)).fold(0, u64::saturating_add);
         // In two steps, so that long runs do not overflow.
         let allowed = elapsed / 1000 * u64::from((*v).budget_ppm) / 1000;
