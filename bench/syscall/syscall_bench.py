@@ -52,9 +52,7 @@ MICRO_CALLS = {BASE: 3_000_000, LOPI: 3_000_000, STRACE: 20_000, PERF: 20_000, B
 # Reasons for the differences between lopi and strace (after entry) that this machine shows.
 NEVER_RETURNS = ("never returns: strace -c (like perf trace -s and bpftrace's sys_exit) counts a call when it "
                  "returns, lopi when it is made")
-WHY = {"clock_gettime": "CPU-time clocks (zstd's CLOCK_PROCESS_CPUTIME_ID) enter the kernel from the "
-                        "vDSO's own `syscall`, which is in no probed module",
-       "exit": NEVER_RETURNS, "exit_group": NEVER_RETURNS,
+WHY = {"exit": NEVER_RETURNS, "exit_group": NEVER_RETURNS,
        "futex": "the program's calls depend on its threads' timing: pthread_join makes none when the thread "
                 "has already exited, as it more often has when every call is not slowed down by ptrace"}
 
