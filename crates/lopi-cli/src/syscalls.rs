@@ -139,8 +139,14 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
             let module = std::path::Path::new(&s.module).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
             let function = if s.function.is_empty() { "?" } else { &s.function };
             let _ = write!(out, "{:>11} {:>9} {:>9}  {:<16} {function} ({module} {})", seconds(s.total_ns), s.calls, s.errors, s.name, s.addr);
+            // The innermost callers; JSON has the whole path.
+            const SHOWN: usize = 4;
             if !s.context.is_empty() {
-                let _ = write!(out, " <- {}", s.context.iter().rev().cloned().collect::<Vec<_>>().join(" <- "));
+                let inner: Vec<&str> = s.context.iter().rev().take(SHOWN).map(String::as_str).collect();
+                let _ = write!(out, " <- {}", inner.join(" <- "));
+                if s.context.len() > SHOWN {
+                    let _ = write!(out, " <- ... ({} more)", s.context.len() - SHOWN);
+                }
             }
             let _ = writeln!(out);
         }
