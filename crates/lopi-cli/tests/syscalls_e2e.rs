@@ -253,3 +253,25 @@ fn system_calls_are_leaves_of_their_calling_context() {
     assert_eq!(seen.errors.get("getsid"), e.errors.get("getsid"), "{:?}", seen.errors);
     cleanup(&built.dir);
 }
+
+/// Static mode for libc's system calls: a rewritten copy of libc.so.6 on `LD_LIBRARY_PATH`.
+#[test]
+fn a_rewritten_libc_counts_the_calls_made_through_it() {
+    let e = expect(&fixtures_dir().join("syscalls/counts.c"));
+    let built = build("counts.c", "O2-libc", &["-O2"], &e);
+    let libdir = built.dir.join("lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", "syscall", "/lib/x86_64-linux-gnu/libc.so.6", "-o"]).arg(libdir.join("libc.so.6")), default_timeout()).expect("lopi rewrite");
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let data = built.dir.join("libc.lopi");
+    let ran = run(Command::new(&built.prog).current_dir(&built.dir).env("LD_LIBRARY_PATH", &libdir).env("LOPI_OUTPUT", &data), default_timeout()).expect("run");
+    assert!(ran.status.success() && ran.stdout == built.original.stdout, "{}", ran.stderr_str());
+    let seen = report(&data);
+    // Through libc: every call but the program's own inline geteuid.
+    for name in ["getppid", "getpgid", "getsid"] {
+        assert_eq!(seen.calls.get(name), e.calls.get(name), "{name}: {:?}", seen.calls);
+    }
+    assert_eq!(seen.calls.get("geteuid"), None, "{:?}", seen.calls);
+    assert_eq!(seen.errors.get("getsid"), e.errors.get("getsid"));
+    cleanup(&built.dir);
+}
