@@ -102,6 +102,17 @@ struct Built {
     /// Run the original under `lopi run --probe entry,exit EXTRA` instead of the rewritten file.
     live: bool,
     extra: Vec<String>,
+    /// This test's share of the machine, held while it runs (see [`build_alone`]).
+    _share: Share,
+}
+
+/// Tests that compare times between runs run alone: the others of this binary (cargo runs
+/// them side by side) would load the 2-CPU machines CI has, which moves those times.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+enum Share {
+    Shared(#[allow(dead_code)] std::sync::RwLockReadGuard<'static, ()>),
+    Alone(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>),
 }
 
 /// Builds `fixtures/timing/FILE` with `cfg`, rewrites it with `--probe entry,exit` plus
@@ -110,8 +121,19 @@ fn build(file: &str, cfg: Config, extra: &[&str]) -> Built {
     build_mode(file, cfg, extra, false)
 }
 
+/// [`build`], for a test that compares times between runs: no other test runs meanwhile.
+fn build_alone(file: &str, cfg: Config, extra: &[&str]) -> Built {
+    let share = Share::Alone(MACHINE.write().unwrap_or_else(|e| e.into_inner()));
+    build_sharing(file, cfg, extra, false, share)
+}
+
 /// [`build`], for runs under `lopi run` when `live`.
 fn build_mode(file: &str, cfg: Config, extra: &[&str], live: bool) -> Built {
+    let share = Share::Shared(MACHINE.read().unwrap_or_else(|e| e.into_inner()));
+    build_sharing(file, cfg, extra, live, share)
+}
+
+fn build_sharing(file: &str, cfg: Config, extra: &[&str], live: bool, share: Share) -> Built {
     let fx = Fixture::load(&format!("timing/{file}"));
     let label = format!(
         "timing/{file}{} {}{}{}",
@@ -137,6 +159,7 @@ fn build_mode(file: &str, cfg: Config, extra: &[&str], live: bool) -> Built {
         runs: 0,
         live,
         extra: extra.iter().map(|s| s.to_string()).collect(),
+        _share: share,
     };
     let mut cmd = Command::new(b.fx.compiler());
     cmd.args(cfg.flags())
@@ -595,7 +618,7 @@ fn expect(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
 #[test]
 fn accuracy_busy_wait() {
     for cfg in configs() {
-        let mut b = build("busy.c", cfg, &[]);
+        let mut b = build_alone("busy.c", cfg, &[]);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let mut nominal_checked = false;
@@ -1724,7 +1747,7 @@ fn recursion_deeper_than_shadow_stack() {
 #[test]
 fn tree_grows_and_merges_paths_at_its_limit() {
     for cfg in configs() {
-        let mut b = build("paths.c", cfg, &[]);
+        let mut b = build_alone("paths.c", cfg, &[]);
         let names = b.names();
         let exp = b.fx.expect.clone();
         let p = b.run_pair(&[]);
