@@ -146,14 +146,10 @@ pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, s
             SyscallOutcome::Skipped(SyscallSkip::Covered)
         } else {
             match site(module, region.function.unwrap_or(NO_FUNCTION), &insns, k, &occupied, targets, gaps) {
-                Ok(site) => {
-                    let tactic = site.point;
+                Ok((site, tactic)) => {
                     occupied.add(&site);
                     sites.push(site);
-                    match tactic {
-                        Point::Syscall(t) => SyscallOutcome::Probed(t),
-                        _ => unreachable!("syscall sites are made with Point::Syscall"),
-                    }
+                    SyscallOutcome::Probed(tactic)
                 }
                 Err(reason) => SyscallOutcome::Skipped(reason),
             }
@@ -184,8 +180,8 @@ fn static_number(insns: &[Insn], k: usize, targets: &Targets) -> Option<u32> {
     None
 }
 
-/// Plans the site of the `syscall` at `insns[k]`.
-fn site(module: &ElfModule<'_>, function: usize, insns: &[Insn], k: usize, occupied: &Occupied, targets: &Targets, gaps: &mut Gaps) -> Result<Site, SyscallSkip> {
+/// Plans the site of the `syscall` at `insns[k]`, and says how it is patched.
+fn site(module: &ElfModule<'_>, function: usize, insns: &[Insn], k: usize, occupied: &Occupied, targets: &Targets, gaps: &mut Gaps) -> Result<(Site, Tactic), SyscallSkip> {
     let (mut first, mut last) = (k, k);
     let mut len = insns[k].len();
     // Before it: plain instructions of the same block.
@@ -215,23 +211,26 @@ fn site(module: &ElfModule<'_>, function: usize, insns: &[Insn], k: usize, occup
     let patch_at = Svma(insns[first].ip());
     let terminal = lopi_x86::flow(&insns[last]).is_terminal();
     let after = insns[last].next_ip();
-    let make = |covered: usize, bounce: Option<Svma>, tactic: Tactic| Site {
-        function,
-        point: Point::Syscall(tactic),
-        owners: Vec::new(),
-        timed: false,
-        patch_at,
-        covered,
-        moved_from: patch_at,
-        moved_len: len,
-        relocated: insns[first..=last].to_vec(),
-        resume: (!terminal).then_some(Svma(after)),
-        bounce,
-        exits: Vec::new(),
-        nops: Vec::new(),
-        copy_from: None,
-        copy: None,
-        syscalls: vec![insns[k].ip()],
+    let make = |covered: usize, bounce: Option<Svma>, tactic: Tactic| {
+        let site = Site {
+            function,
+            point: Point::Syscall(tactic),
+            owners: Vec::new(),
+            timed: false,
+            patch_at,
+            covered,
+            moved_from: patch_at,
+            moved_len: len,
+            relocated: insns[first..=last].to_vec(),
+            resume: (!terminal).then_some(Svma(after)),
+            bounce,
+            exits: Vec::new(),
+            nops: Vec::new(),
+            copy_from: None,
+            copy: None,
+            syscalls: vec![insns[k].ip()],
+        };
+        (site, tactic)
     };
     if len >= JMP32_LEN {
         return Ok(make(len, None, Tactic::Jmp32));
