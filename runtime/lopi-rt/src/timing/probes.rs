@@ -52,8 +52,8 @@ pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
 /// What a slow path costs beyond the fast path it replaces (about half a call's probe cost,
 /// which the report removes per call) is taken out of the open calls. An ordinary slow path
 /// takes microseconds: beyond 20 us the thread was descheduled (or took a page fault), which
-/// a wall-clock profile charges as it would anywhere else; only growing the tree or stack and
-/// checking the budget (`heavy`) are taken out whole.
+/// a wall-clock profile charges as it would anywhere else; only growing the tree or stack,
+/// adding a node and checking the budget (`heavy`) are taken out whole.
 pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
     // SAFETY: the header is this thread's.
     unsafe {
@@ -73,7 +73,7 @@ pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u
     unsafe {
         let h = t.h;
         let parent = t.top_node();
-        let capacities = ((*h).node_cap, (*h).stack_cap);
+        let before = ((*h).node_cap, (*h).stack_cap, (*h).node_count);
         if (*h).depth >= (*h).stack_cap && !t.grow_stack(v) {
             (*h).too_deep += 1;
             count_untimed(slot);
@@ -88,7 +88,9 @@ pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u
                 (abi::MERGED_NODE, abi::FRAME_UNTIMED)
             }
         };
-        pause_excess(t, began, ((*h).node_cap, (*h).stack_cap) != capacities);
+        // A new node touches memory of the data file never touched before: its page fault
+        // (which may wait for writeback) is lopi's cost, taken out whole.
+        pause_excess(t, began, ((*h).node_cap, (*h).stack_cap, (*h).node_count) != before);
         let depth = (*h).depth;
         let f = t.frame(depth);
         *f = Frame { rsp, node, flags, start_tsc: 0 };
