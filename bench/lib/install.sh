@@ -4,11 +4,25 @@
 #   bench_apt_tool CMD PKG         install Debian's PKG with apt-get when CMD is not on PATH
 #   bench_pip_module MODULE PKG..  pip-install PKG.. when python3 cannot import MODULE
 #   bench_apt_source PKG DIR       `apt-get source PKG` into DIR (enables deb-src once if needed)
+#   bench_lopi REPO                set LOPI (unless set) to REPO's release lopi, built first when cargo can
 #
 # None of them stops the caller: when something cannot be installed they print why on stderr and
 # return 1, and the benchmark shows the configurations that need it as skipped, with the reason.
 
 bench_log() { echo "bench: $*" >&2; }
+
+bench_lopi() {
+    [[ -n ${LOPI:-} ]] && return 0
+    LOPI=${CARGO_TARGET_DIR:-$1/target}/release/lopi
+    case $LOPI in /*) ;; *) LOPI=$1/$LOPI ;; esac
+    if command -v cargo >/dev/null; then
+        bench_log "building lopi (cargo build --release -p lopi-cli)"
+        (cd "$1" && cargo build --release -q -p lopi-cli >&2) \
+            || bench_log "cargo build failed: using the lopi binary already at $LOPI, if any"
+    else
+        bench_log "cargo not found: using the lopi binary already at $LOPI, if any"
+    fi
+}
 
 bench_require() {
     local tool

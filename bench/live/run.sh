@@ -25,15 +25,5 @@ bench_require gcc nm python3
 bench_apt_tool bpftrace bpftrace || true
 bench_pip_module frida frida || true
 
-if [[ -z ${LOPI:-} ]]; then
-    LOPI=${CARGO_TARGET_DIR:-$repo/target}/release/lopi
-    case $LOPI in /*) ;; *) LOPI=$repo/$LOPI ;; esac
-    if command -v cargo >/dev/null; then
-        bench_log "building lopi (cargo build --release -p lopi-cli)"
-        (cd "$repo" && cargo build --release -q -p lopi-cli >&2) \
-            || bench_log "cargo build failed: using the lopi binary already at $LOPI, if any"
-    else
-        bench_log "cargo not found: using the lopi binary already at $LOPI, if any"
-    fi
-fi
+bench_lopi "$repo"
 exec python3 "$here/live.py" --lopi "$LOPI" "$@"

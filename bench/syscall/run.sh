@@ -24,15 +24,5 @@ bench_apt_tool sqlite3 sqlite3 || true
 bench_apt_tool perf linux-perf || true
 bench_apt_tool bpftrace bpftrace || true
 
-if [[ -z ${LOPI:-} ]]; then
-    LOPI=${CARGO_TARGET_DIR:-$repo/target}/release/lopi
-    case $LOPI in /*) ;; *) LOPI=$repo/$LOPI ;; esac
-    if command -v cargo >/dev/null; then
-        bench_log "building lopi (cargo build --release -p lopi-cli)"
-        (cd "$repo" && cargo build --release -q -p lopi-cli >&2) \
-            || bench_log "cargo build failed: using the lopi binary already at $LOPI, if any"
-    else
-        bench_log "cargo not found: using the lopi binary already at $LOPI, if any"
-    fi
-fi
+bench_lopi "$repo"
 exec python3 "$here/syscall_bench.py" --lopi "$LOPI" "$@"
