@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,14 +32,6 @@ fn paths() -> &'static BTreeMap<String, PathBuf> {
 
 fn program(key: &str) -> PathBuf {
     paths().get(key).unwrap_or_else(|| panic!("prepare.sh did not name {key}")).clone()
-}
-
-/// Calls per system call name in `lopi report --syscalls --format json`.
-fn lopi_counts(data: &Path) -> BTreeMap<String, u64> {
-    let out = run(Command::new(lopi_bin()).args(["report", "--syscalls", "--format", "json"]).arg(data), default_timeout()).expect("lopi report");
-    assert!(out.status.success(), "lopi report --syscalls: {}", out.stderr_str());
-    let json: Json = serde_json::from_slice(&out.stdout).expect("JSON");
-    json["syscalls"].as_array().into_iter().flatten().map(|s| (s["name"].as_str().unwrap_or("").to_string(), s["calls"].as_u64().unwrap_or(0))).collect()
 }
 
 /// Calls per name in an `strace -f -o` log, less the dynamic loader's start-up: opening the
@@ -125,7 +116,7 @@ impl Case {
         let lopi = lopi_bin();
         let live = run(self.command(prog, &[lopi.to_str().unwrap(), "run", "-q", "--probe", "syscall", "--"]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
         problems.extend(differs("under lopi run --probe syscall", &live));
-        let seen = lopi_counts(&data);
+        let seen = by_syscall(&syscall_report(&data)["syscalls"], "calls");
         for name in self.compare {
             let (a, b) = (strace.get(*name).copied().unwrap_or(0), seen.get(*name).copied().unwrap_or(0));
             eprintln!("{label}: {name}: strace {a}, lopi {b}");

@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -77,21 +76,16 @@ struct Seen {
 }
 
 fn report(data: &Path) -> Seen {
-    let out = run(Command::new(lopi_bin()).args(["report", "--syscalls", "--format", "json"]).arg(data), default_timeout()).expect("lopi report");
-    assert!(out.status.success(), "lopi report --syscalls failed: {}", out.stderr_str());
-    let json: Json = serde_json::from_slice(&out.stdout).expect("report JSON");
-    let table = |list: &Json, field: &str| -> BTreeMap<String, u64> {
-        list.as_array().into_iter().flatten().map(|s| (s["name"].as_str().unwrap_or("").to_string(), s[field].as_u64().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
-    };
+    let json = syscall_report(data);
     let mut threads = BTreeMap::new();
     for t in json["threads"].as_array().into_iter().flatten() {
         let name = if t["tid"] == t["pid"] { "main".to_string() } else { t["name"].as_str().unwrap_or("").to_string() };
         let entry: &mut BTreeMap<String, u64> = threads.entry(name).or_default();
-        for (k, v) in table(&t["syscalls"], "calls") {
+        for (k, v) in by_syscall(&t["syscalls"], "calls") {
             *entry.entry(k).or_default() += v;
         }
     }
-    Seen { calls: table(&json["syscalls"], "calls"), errors: table(&json["syscalls"], "errors"), threads }
+    Seen { calls: by_syscall(&json["syscalls"], "calls"), errors: by_syscall(&json["syscalls"], "errors"), threads }
 }
 
 /// Differences between what the fixture states and what lopi saw.

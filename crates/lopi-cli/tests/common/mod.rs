@@ -567,6 +567,22 @@ pub fn code_matches_file(pid: i32, prog: &Path) -> Result<(), String> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------
+// System-call reports
+// ---------------------------------------------------------------------------
+
+/// `lopi report --syscalls --format json DATA`, parsed.
+pub fn syscall_report(data: &Path) -> Json {
+    let out = run(Command::new(lopi_bin()).args(["report", "--syscalls", "--format", "json"]).arg(data), default_timeout()).expect("lopi report");
+    assert!(out.status.success(), "lopi report --syscalls failed: {}", out.stderr_str());
+    serde_json::from_slice(&out.stdout).expect("report JSON")
+}
+
+/// A `syscalls` list of that report as name -> `field` (`calls`, `errors`), zeros left out.
+pub fn by_syscall(list: &Json, field: &str) -> BTreeMap<String, u64> {
+    list.as_array().into_iter().flatten().map(|s| (s["name"].as_str().unwrap_or("").to_string(), s[field].as_u64().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
+}
+
 #[cfg(test)]
 mod helper_tests {
     use super::*;
