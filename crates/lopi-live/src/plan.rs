@@ -219,11 +219,8 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
         others.sort_unstable();
         others.dedup();
         for path in others {
-            let (library, probes) = if path == exe {
-                (None, Probes { syscalls: true, ..Probes::default() })
-            } else {
-                (Some(path.to_string()), Probes { syscalls: true, ..Probes::default() })
-            };
+            let library = (path != exe).then(|| path.to_string());
+            let probes = Probes { syscalls: true, ..Probes::default() };
             out.push((ModuleRequest { library, filter: Filter::default(), probes }, path.to_string()));
         }
     }

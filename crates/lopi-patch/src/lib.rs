@@ -346,13 +346,7 @@ pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, prob
 pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, probes: Probes, progress: &dyn Progress) -> Selection {
     let targets = &analysis.targets;
     let mut gaps = Gaps::find(module, targets);
-    let starts: Vec<u64> = {
-        let mut s: Vec<u64> =
-            module.functions.iter().map(|f| f.addr.0).chain(module.fragments.iter().map(|f| f.0 .0)).collect();
-        s.sort_unstable();
-        s.dedup();
-        s
-    };
+    let starts = code_starts(module, std::iter::empty());
     let mut outcomes = vec![Outcome::NotSelected; module.functions.len()];
     let mut ends = vec![0u64; module.functions.len()];
     let mut sites = Vec::new();
@@ -409,6 +403,14 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     let syscalls = if probes.syscalls { syscalls::plan(module, targets, &mut gaps, &mut sites) } else { Vec::new() };
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes, syscalls }
+}
+
+/// Known starts of code: every function and fragment, and `more`; sorted, each once.
+fn code_starts(module: &ElfModule<'_>, more: impl Iterator<Item = u64>) -> Vec<u64> {
+    let mut s: Vec<u64> = module.functions.iter().map(|f| f.addr.0).chain(module.fragments.iter().map(|f| f.0 .0)).chain(more).collect();
+    s.sort_unstable();
+    s.dedup();
+    s
 }
 
 /// Adds exit sites for every probed function whose exits can all be probed, and marks its

@@ -120,10 +120,8 @@ impl Occupied {
 /// Plans a site for every `syscall` the sweep found that no entry site moved, after the
 /// entry and exit sites (whose ranges and padding it leaves alone).
 pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, sites: &mut Vec<Site>) -> Vec<SyscallSite> {
-    let mut starts: Vec<u64> =
-        module.functions.iter().map(|f| f.addr.0).chain(module.fragments.iter().map(|f| f.0 .0)).chain(module.code_sections.iter().map(|s| s.addr.0)).collect();
-    starts.sort_unstable();
-    starts.dedup();
+    // Code before a section's first function is decoded from the section's start.
+    let starts = crate::code_starts(module, module.code_sections.iter().map(|s| s.addr.0));
     let mut occupied = Occupied::of(sites);
     let moved_by: BTreeMap<u64, usize> = sites
         .iter()
