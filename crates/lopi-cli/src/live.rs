@@ -56,7 +56,7 @@ impl Probes {
         }
         Ok(Spec {
             modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter, probes: self.probes }).collect(),
-            syscalls_everywhere: self.probes.syscalls,
+            everywhere: ProbeSet { entries: false, exits: false, ..self.probes },
             recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
             cache: self.cache.clone(),

@@ -151,7 +151,9 @@ struct Select {
     #[arg(long = "exclude", value_name = "GLOB")]
     exclude: Vec<String>,
     /// Where probes go: `entry` counts calls; `entry,exit` also times them (per thread,
-    /// with calling contexts); `syscall` counts and times every system call the code makes.
+    /// with calling contexts); `syscall` counts and times every system call the code makes;
+    /// `locks` times every lock, semaphore, condition-variable and barrier call in libc (see
+    /// `lopi report --locks`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
     probe: Vec<Probe>,
 }
@@ -185,7 +187,12 @@ impl LiveSelect {
 
 /// `--probe` as a set.
 fn probe_set(probe: &[Probe]) -> Result<Probes> {
-    let probes = Probes { entries: probe.contains(&Probe::Entry), exits: probe.contains(&Probe::Exit), syscalls: probe.contains(&Probe::Syscall) };
+    let probes = Probes {
+        entries: probe.contains(&Probe::Entry),
+        exits: probe.contains(&Probe::Exit),
+        syscalls: probe.contains(&Probe::Syscall),
+        locks: probe.contains(&Probe::Locks),
+    };
     if probes.exits && !probes.entries {
         bail!("--probe exit needs `entry`: exits are timed against their entries (use --probe entry,exit)");
     }
@@ -227,6 +234,7 @@ enum Probe {
     Entry,
     Exit,
     Syscall,
+    Locks,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

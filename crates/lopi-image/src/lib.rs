@@ -148,6 +148,8 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         exit: stub(lopi_rt_blob::EXIT_STUB_OFFSET),
         syscall_enter: stub(lopi_rt_blob::SYSCALL_ENTER_STUB_OFFSET),
         syscall_exit: stub(lopi_rt_blob::SYSCALL_EXIT_STUB_OFFSET),
+        lock_enter: stub(lopi_rt_blob::LOCK_ENTER_STUB_OFFSET),
+        lock_exit: stub(lopi_rt_blob::LOCK_EXIT_STUB_OFFSET),
     });
     let layout = Layout {
         trampolines: Svma(trampolines),
@@ -171,7 +173,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
             .iter()
             .map(|p| {
                 let f = &module.functions[p.function];
-                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.timed }
+                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.action.timed() }
             })
             .collect(),
         syscalls: plan
@@ -208,7 +210,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,
         stride: u64::from(stride),
         budget_ppm: u64::from(request.recording.budget_ppm),
-        probes: if plan.probed.iter().any(|p| p.timed) || !plan.syscall_probes.is_empty() {
+        probes: if plan.probed.iter().any(|p| p.action.timed()) || !plan.syscall_probes.is_empty() {
             let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
             let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {
                 lopi_rt_abi::MODULE_EXECUTABLE

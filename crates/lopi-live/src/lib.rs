@@ -82,8 +82,9 @@ pub struct ModuleRequest {
 #[derive(Clone, Debug)]
 pub struct Spec {
     pub modules: Vec<ModuleRequest>,
-    /// Also probe the `syscall` instructions of every other loaded module (libc, ld.so).
-    pub syscalls_everywhere: bool,
+    /// Probes for every loaded module, asked for or not: `syscall` instructions (libc, ld.so,
+    /// the vDSO) and lock functions (libc).
+    pub everywhere: lopi_patch::Probes,
     pub recording: Recording,
     /// Environment the runtime sees: `LOPI_OUTPUT` (absolute) and its knobs.
     pub env: Vec<(String, String)>,
@@ -338,7 +339,7 @@ impl Target {
             image: start..start + len,
             code: image.rx.start.wrapping_add(bias)..image.rx.end.wrapping_add(bias),
             vars: image.vars.wrapping_add(bias),
-            timed: image.plan.probed.iter().any(|p| p.timed),
+            timed: image.plan.probed.iter().any(|p| p.action.timed()),
             patches,
             syscall_returns: syscall_returns(image, bias),
         };

@@ -178,7 +178,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
             }
         }
         if image.plan.probed.is_empty() && image.plan.syscall_probes.is_empty() && !request.probes.entries {
-            // Only its system calls were asked for, and it makes none itself.
+            // Only system calls or locks were asked for, and it has none of either.
             continue;
         }
         busy.push((start, start + len + PAGE_SIZE));
@@ -201,16 +201,17 @@ fn vdso(pid: i32, mapped: &[&Mapping]) -> Result<ModuleFile, LiveError> {
     Ok(ModuleFile::from_bytes(bytes))
 }
 
-/// The modules to probe and their paths: those asked for, and with `syscalls_everywhere`
-/// every other file the process runs code from, and the vDSO, for their `syscall`s only.
+/// The modules to probe and their paths: those asked for, and with `everywhere` probes every
+/// other file the process runs code from, and the vDSO, for those probes only.
 fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleRequest, String)>, LiveError> {
     let mut out = Vec::new();
     for request in &spec.modules {
         let mut request = request.clone();
-        request.probes.syscalls |= spec.syscalls_everywhere;
+        request.probes.syscalls |= spec.everywhere.syscalls;
+        request.probes.locks |= spec.everywhere.locks;
         out.push((request.clone(), module_path(maps, exe, request.library.as_deref())?));
     }
-    if spec.syscalls_everywhere {
+    if spec.everywhere.syscalls || spec.everywhere.locks {
         let mut others: Vec<&str> = maps
             .iter()
             .filter(|m| m.executable && (m.path.starts_with('/') || m.path == VDSO) && out.iter().all(|(_, p)| *p != m.path))
@@ -220,7 +221,7 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
         others.dedup();
         for path in others {
             let library = (path != exe).then(|| path.to_string());
-            let probes = Probes { syscalls: true, ..Probes::default() };
+            let probes = Probes { syscalls: spec.everywhere.syscalls, locks: spec.everywhere.locks, ..Probes::default() };
             out.push((ModuleRequest { library, filter: Filter::default(), probes }, path.to_string()));
         }
     }

@@ -11,7 +11,7 @@
 //! all its exits can be probed: a missed exit would leave its frame open.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{Point, Site};
+use crate::{Action, Point, Site};
 use lopi_elf::{Cfa, ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeMap, HashSet};
@@ -66,6 +66,8 @@ pub(crate) struct Region {
 /// What the planner knows about code layout, for classifying jumps.
 pub(crate) struct CodeMap {
     entries: HashSet<u64>,
+    /// Function start -> end, for functions of known size.
+    functions: BTreeMap<u64, u64>,
     /// Fragment start -> end.
     fragments: BTreeMap<u64, u64>,
     /// Executable ranges outside the code sections: PLT stubs, whose jumps are calls.
@@ -77,6 +79,7 @@ impl CodeMap {
     pub fn new(module: &ElfModule<'_>) -> Self {
         CodeMap {
             entries: module.functions.iter().map(|f| f.addr.0).collect(),
+            functions: module.functions.iter().filter(|f| f.size > 0).map(|f| (f.addr.0, f.addr.0 + f.size)).collect(),
             fragments: module.fragments.iter().filter(|f| f.1 > 0).map(|&(a, n)| (a.0, a.0 + n)).collect(),
             stubs: module.segments.iter().filter(|s| s.flags & 1 != 0).map(|s| (s.vaddr.0, s.vaddr.0 + s.memsz)).collect(),
             code: module.code_sections.iter().map(|s| (s.addr.0, s.addr.0 + s.size)).collect(),
@@ -88,6 +91,15 @@ impl CodeMap {
     fn is_call_target(&self, addr: u64) -> bool {
         let within = |ranges: &[(u64, u64)]| ranges.iter().any(|&(a, b)| (a..b).contains(&addr));
         self.entries.contains(&addr) || (within(&self.stubs) && !within(&self.code))
+    }
+
+    pub fn is_entry(&self, addr: u64) -> bool {
+        self.entries.contains(&addr)
+    }
+
+    /// The function starting at `addr`, when its size is known.
+    fn function_at(&self, addr: u64) -> Option<Region> {
+        self.functions.get(&addr).map(|&end| Region { start: addr, end })
     }
 
     fn fragment_of(&self, addr: u64) -> Option<Region> {
@@ -105,13 +117,16 @@ enum Class {
 }
 
 /// `function` is the region the timed function itself covers: jumps back into it from its
-/// fragments are internal.
+/// fragments are internal. With `follow`, a direct jump into another function of the module
+/// continues the call there (a lock function's tail jump into glibc's shared code).
 /// `cfa` is where the canonical frame address is at the instruction, when `.eh_frame` says.
-fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_indirect_targets: bool, cfa: Option<Cfa>) -> Class {
+fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_indirect_targets: bool, cfa: Option<Cfa>, follow: bool) -> Class {
     let inside = |t: u64| (region.start..region.end).contains(&t) || (function.start..function.end).contains(&t);
     let direct = |t: u64, kind| {
         if inside(t) {
             Class::Inside
+        } else if let Some(f) = map.function_at(t).filter(|_| follow) {
+            Class::Fragment(f)
         } else if map.is_call_target(t) {
             Class::Exit(kind)
         } else if let Some(f) = map.fragment_of(t) {
@@ -151,8 +166,9 @@ pub(crate) struct FunctionExits {
     pub exits: Vec<ExitAt>,
 }
 
-/// Finds every exit of the function in `function` and of the fragments it jumps into.
-pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targets: &Targets) -> Result<FunctionExits, UntimedReason> {
+/// Finds every exit of the function in `function` and of the fragments it jumps into (and,
+/// with `follow`, of the functions it tail-jumps to).
+pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targets: &Targets, follow: bool) -> Result<FunctionExits, UntimedReason> {
     let mut out = FunctionExits { code: BTreeMap::new(), exits: Vec::new() };
     let mut todo = vec![function];
     while let Some(region) = todo.pop() {
@@ -171,7 +187,7 @@ pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targ
             || targets.indirect.range(function.start..function.end).next().is_some();
         for (index, insn) in insns.iter().enumerate() {
             let cfa = (lopi_x86::flow(insn) == Flow::IndirectJump).then(|| module.cfa_at(Svma(insn.ip()))).flatten();
-            match classify(insn, region, function, map, has_indirect, cfa) {
+            match classify(insn, region, function, map, has_indirect, cfa, follow) {
                 Class::Inside => {}
                 Class::Exit(kind) => out.exits.push(ExitAt { region, index, kind }),
                 Class::Fragment(f) => todo.push(f),
@@ -234,7 +250,7 @@ pub(crate) fn site(
         function,
         point: Point::Exit,
         owners: vec![function],
-        timed: true,
+        action: Action::Time,
         patch_at,
         covered,
         moved_from: patch_at,

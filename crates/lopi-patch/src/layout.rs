@@ -3,7 +3,7 @@
 //! original code. A site that cannot be encoded is given up with a reason, never patched
 //! half-way.
 use crate::syscalls::{SyscallOutcome, SyscallSkip};
-use crate::{lend, CodePatch, Layout, Outcome, PatchPlan, Point, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use crate::{lend, Action, CodePatch, Layout, Outcome, PatchPlan, Point, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashMap;
@@ -105,7 +105,7 @@ impl Selection {
         for site in &mut self.sites {
             site.owners.retain(|&o| o != function);
             if site.function == function && site.is_entry() {
-                site.timed = false;
+                site.action = Action::Count;
                 site.exits.clear();
             }
         }
@@ -121,7 +121,7 @@ impl Selection {
         }
         self.retain_sites(|s| s.point != Point::Exit || !s.owners.iter().any(|o| owners.contains(o)));
         for site in self.sites.iter_mut().filter(|s| owners.contains(&s.function) && s.is_entry()) {
-            site.timed = false;
+            site.action = Action::Count;
             site.exits.clear();
         }
     }
@@ -162,13 +162,18 @@ impl Selection {
                         index: counter,
                         cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
                     };
-                    match stubs {
-                        Some(stubs) if site.timed => {
+                    match (stubs, site.action) {
+                        (Some(stubs), Action::Time | Action::Lock(_)) => {
+                            let (enter_stub, exit_stub) = stubs.of(site.action);
                             let timed = lopi_x86::TimedEntry {
-                                enter_stub: stubs.enter.0,
-                                exit_stub: stubs.exit.0,
+                                enter_stub,
+                                exit_stub,
                                 counter: access,
                                 mode: layout.mode_of(counter),
+                                entry_tag: match site.action {
+                                    Action::Lock(op) => u32::from(op) << lopi_rt_abi::lock_name::OP_SHIFT,
+                                    _ => 0,
+                                },
                             };
                             let copy = site.copy.as_deref().filter(|_| layout.clean_copies);
                             lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
@@ -182,7 +187,7 @@ impl Selection {
                         [only] => counters.get(only).copied(),
                         _ => None,
                     };
-                    let probe = lopi_x86::ExitProbe { stub: stubs.exit.0, counter, mode: counter.map(|c| layout.mode_of(c)) };
+                    let probe = lopi_x86::ExitProbe { stub: stubs.of(site.action).1, counter, mode: counter.map(|c| layout.mode_of(c)) };
                     lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns))
                 }
                 (Point::Exit, None) => return Err(Failed::Exit(index)),
@@ -213,7 +218,7 @@ impl Selection {
                         function: site.function,
                         counter: probed.len() as u32,
                         tactic,
-                        timed: site.timed && layout.stubs.is_some(),
+                        action: if layout.stubs.is_some() { site.action } else { Action::Count },
                         patch_at: site.patch_at,
                         trampoline,
                     });

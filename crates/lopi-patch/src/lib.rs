@@ -16,6 +16,7 @@ mod fragments;
 mod gaps;
 mod layout;
 mod lend;
+mod locks;
 mod progress;
 mod stored;
 mod syscalls;
@@ -79,6 +80,8 @@ pub enum SkipReason {
     LoopAtEntry,
     #[error("a thread of the running process was stopped inside the entry bytes and could not be moved out")]
     ThreadInside,
+    #[error("a lock function tail-jumps into it: its returns end lock calls (--probe locks)")]
+    PartOfLockFunction,
 }
 
 impl SkipReason {
@@ -94,6 +97,7 @@ impl SkipReason {
             SkipReason::OutOfRange => "out-of-range",
             SkipReason::LoopAtEntry => "loop-at-entry",
             SkipReason::ThreadInside => "thread-inside",
+            SkipReason::PartOfLockFunction => "part-of-lock-function",
         }
     }
 }
@@ -131,6 +135,25 @@ pub enum TimingOutcome {
     Untimed(UntimedReason),
 }
 
+/// What the runtime does at a probed function's entry and exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Action {
+    /// Counts its calls per CPU.
+    Count,
+    /// Times its calls in the thread's calling-context tree.
+    Time,
+    /// A lock operation (`lopi_rt_abi::lock_name::Op`): the call is timed as a lock node
+    /// named by the operation and the lock, under its call site.
+    Lock(u8),
+}
+
+impl Action {
+    /// Entry and exit probes run (a lock operation is timed too).
+    pub fn timed(self) -> bool {
+        self != Action::Count
+    }
+}
+
 /// Where a site's probe goes. A probe is a point the planner can patch safely plus the
 /// action the runtime runs there; the point's kind decides the action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -152,8 +175,9 @@ struct Site {
     /// Functions whose timing needs this site (an exit in a `.cold` part may serve several
     /// functions of a stripped file).
     owners: Vec<usize>,
-    /// Entry sites: call the entry probe.
-    timed: bool,
+    /// What the runtime does: at an entry site for its function; at an exit site, what its
+    /// owners' entries do (their calls end there).
+    action: Action,
     patch_at: Svma,
     /// Bytes of original code the patch covers (jump plus int3 filler).
     covered: usize,
@@ -215,6 +239,18 @@ pub struct Stubs {
     pub exit: Svma,
     pub syscall_enter: Svma,
     pub syscall_exit: Svma,
+    pub lock_enter: Svma,
+    pub lock_exit: Svma,
+}
+
+impl Stubs {
+    /// The entry and exit stubs of a timed or lock action.
+    pub fn of(&self, action: Action) -> (u64, u64) {
+        match action {
+            Action::Lock(_) => (self.lock_enter.0, self.lock_exit.0),
+            _ => (self.enter.0, self.exit.0),
+        }
+    }
 }
 
 /// Which probes the planner places.
@@ -226,15 +262,18 @@ pub struct Probes {
     pub exits: bool,
     /// Every `syscall` instruction: system calls counted and timed.
     pub syscalls: bool,
+    /// The lock functions (`locks.rs`), each call timed as a lock operation; with them the
+    /// `futex` system calls, which tell time blocked from time spinning.
+    pub locks: bool,
 }
 
 impl Probes {
-    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false };
-    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false };
+    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false, locks: false };
+    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false, locks: false };
 
-    /// As `--probe` spells it: `entry,exit,syscall`.
+    /// As `--probe` spells it: `entry,exit,syscall,locks`.
     pub fn name(self) -> String {
-        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall")];
+        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall"), (self.locks, "locks")];
         parts.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(",")
     }
 }
@@ -259,7 +298,7 @@ pub struct ProbedFunction {
     pub function: usize,
     pub counter: u32,
     pub tactic: Tactic,
-    pub timed: bool,
+    pub action: Action,
     pub patch_at: Svma,
     pub trampoline: Svma,
 }
@@ -348,24 +387,36 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     let mut gaps = Gaps::find(module, targets);
     let starts = code_starts(module, std::iter::empty());
     let mut outcomes = vec![Outcome::NotSelected; module.functions.len()];
-    let mut ends = vec![0u64; module.functions.len()];
+    let ends: Vec<u64> = module
+        .functions
+        .iter()
+        .map(|function| {
+            let next_start = starts.get(starts.partition_point(|&s| s <= function.addr.0)).copied().unwrap_or(u64::MAX);
+            match function.size {
+                0 => next_start,
+                n => (function.addr.0 + n).min(next_start),
+            }
+        })
+        .collect();
+    let lock_parts = if probes.locks { locks::tail_parts(module, &ends, targets) } else { HashSet::new() };
+    let mut lock_ops = vec![None; module.functions.len()];
     let mut sites = Vec::new();
     let mut need_bounce = Vec::new();
     let functions = module.functions.len() as u64;
-    for (index, function) in module.functions.iter().enumerate().filter(|_| probes.entries) {
+    for (index, function) in module.functions.iter().enumerate().filter(|_| probes.entries || probes.locks) {
         if index % PROGRESS_EVERY == 0 {
             progress.update(Stage::Entries, index as u64, functions);
         }
         let names: Vec<&str> = std::iter::once(function.name.as_str()).chain(function.aliases.iter().map(String::as_str)).collect();
-        if !filter.selects(&names) {
+        lock_ops[index] = if probes.locks { locks::op_of(&names) } else { None };
+        if lock_ops[index].is_none() && !(probes.entries && filter.selects(&names)) {
             continue;
         }
-        let next_start = starts.get(starts.partition_point(|&s| s <= function.addr.0)).copied().unwrap_or(u64::MAX);
-        let end = match function.size {
-            0 => next_start,
-            n => (function.addr.0 + n).min(next_start),
-        };
-        ends[index] = end;
+        if lock_parts.contains(&function.addr.0) && lock_ops[index].is_none() {
+            outcomes[index] = Outcome::Skipped(SkipReason::PartOfLockFunction);
+            continue;
+        }
+        let end = ends[index];
         match entry_site(module, index, end, targets, &mut gaps) {
             Ok(Choice::Direct(site)) => {
                 if let Point::Entry(tactic) = site.point {
@@ -397,10 +448,16 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
         }
     }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
-    if probes.entries && probes.exits {
-        plan_timing(module, &ends, targets, &mut gaps, &mut sites, &mut timing_outcomes, probes.syscalls, progress);
+    if (probes.entries && probes.exits) || probes.locks {
+        let timing = Timing { ends: &ends, lock_ops: &lock_ops, time_others: probes.entries && probes.exits, syscalls: probes.syscalls || probes.locks };
+        plan_timing(module, &timing, targets, &mut gaps, &mut sites, &mut timing_outcomes, progress);
     }
-    let syscalls = if probes.syscalls { syscalls::plan(module, targets, &mut gaps, &mut sites) } else { Vec::new() };
+    let syscalls = match (probes.syscalls, probes.locks) {
+        (true, _) => syscalls::plan(module, targets, &mut gaps, &mut sites, |_| true),
+        // Locks alone: the `futex` calls, and those whose number is set out of sight.
+        (false, true) => syscalls::plan(module, targets, &mut gaps, &mut sites, |nr| nr.is_none_or(|n| n == FUTEX)),
+        (false, false) => Vec::new(),
+    };
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes, syscalls }
 }
@@ -413,17 +470,30 @@ fn code_starts(module: &ElfModule<'_>, more: impl Iterator<Item = u64>) -> Vec<u
     s
 }
 
-/// Adds exit sites for every probed function whose exits can all be probed, and marks its
-/// entry site timed; others stay counted only, with the reason.
-#[allow(clippy::too_many_arguments)]
+/// The `futex` system call's number on x86-64.
+const FUTEX: u32 = 202;
+
+/// What [`plan_timing`] times.
+struct Timing<'a> {
+    /// Where each function ends.
+    ends: &'a [u64],
+    /// Each function's lock operation (`--probe locks`).
+    lock_ops: &'a [Option<lopi_rt_abi::lock_name::Op>],
+    /// Functions other than lock functions are timed (`--probe entry,exit`).
+    time_others: bool,
+    /// Exit sites may move a `syscall` (whose probes then go in their trampoline).
+    syscalls: bool,
+}
+
+/// Adds exit sites for every timed or lock function whose exits can all be probed, and sets
+/// its entry site's action; others stay counted only, with the reason.
 fn plan_timing(
     module: &ElfModule<'_>,
-    ends: &[u64],
+    timing: &Timing<'_>,
     targets: &Targets,
     gaps: &mut Gaps,
     sites: &mut Vec<Site>,
     outcomes: &mut [TimingOutcome],
-    syscalls: bool,
     progress: &dyn Progress,
 ) {
     let map = CodeMap::new(module);
@@ -436,14 +506,26 @@ fn plan_timing(
             progress.update(Stage::Exits, entry_index as u64, entries as u64);
         }
         let f = sites[entry_index].function;
-        let result = timed_exits(module, f, ends[f], &sites[entry_index], &map, targets, gaps, &mut fragments, sites.len(), syscalls);
+        let action = match timing.lock_ops[f] {
+            Some(op) => Action::Lock(op as u8),
+            None if timing.time_others => Action::Time,
+            None => continue,
+        };
+        let follow = matches!(action, Action::Lock(_));
+        let ends = timing.ends;
+        let result = timed_exits(module, f, ends[f], &sites[entry_index], &map, targets, gaps, &mut fragments, sites.len(), timing.syscalls, follow);
         match result {
-            Ok(plan) => {
+            Ok(mut plan) => {
                 let site = &mut sites[entry_index];
-                site.timed = true;
+                site.action = action;
                 site.exits = plan.entry_exits;
-                site.copy_from = plan.copy.as_ref().map(|_| (module.functions[f].addr, (ends[f] - module.functions[f].addr.0) as usize));
-                site.copy = plan.copy;
+                // A lock call is never switched to counting by the budget.
+                let copy = plan.copy.take().filter(|_| !follow);
+                site.copy_from = copy.as_ref().map(|_| (module.functions[f].addr, (ends[f] - module.functions[f].addr.0) as usize));
+                site.copy = copy;
+                for new in &mut plan.sites {
+                    new.action = action;
+                }
                 for &i in &plan.shared {
                     sites[i].owners.push(f);
                 }
@@ -482,6 +564,7 @@ fn timed_exits(
     fragments: &mut HashMap<u64, Result<Vec<usize>, UntimedReason>>,
     next_index: usize,
     syscalls: bool,
+    follow: bool,
 ) -> Result<TimedPlan, UntimedReason> {
     let function = &module.functions[f];
     if function.addr.0 > i32::MAX as u64 {
@@ -491,7 +574,7 @@ fn timed_exits(
         return Err(UntimedReason::UnknownSize);
     }
     let own = Region { start: function.addr.0, end };
-    let found = exits::find(module, own, map, targets)?;
+    let found = exits::find(module, own, map, targets, follow)?;
     let entry_exits = exits::kinds_among(&entry.relocated, &found);
     let whole = entry.point == Point::Entry(Tactic::WholeFunction);
     let entry_end = entry.patch_at.0 + entry.covered as u64;
@@ -599,7 +682,7 @@ impl Entry {
             function,
             point: Point::Entry(tactic),
             owners: vec![function],
-            timed: false,
+            action: Action::Count,
             patch_at: self.patch_at,
             covered,
             moved_from: self.patch_at,
@@ -752,7 +835,7 @@ fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64
         function: index,
         point: Point::Entry(Tactic::WholeFunction),
         owners: vec![index],
-        timed: false,
+        action: Action::Count,
         patch_at,
         covered: JMP32_LEN,
         moved_from: start,

@@ -9,7 +9,7 @@
 //! A `syscall` already among an entry or exit site's moved instructions gets its probe there.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{Point, Site, Tactic};
+use crate::{Action, Point, Site, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeMap;
@@ -119,7 +119,7 @@ impl Occupied {
 
 /// Plans a site for every `syscall` the sweep found that no entry site moved, after the
 /// entry and exit sites (whose ranges and padding it leaves alone).
-pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, sites: &mut Vec<Site>) -> Vec<SyscallSite> {
+pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, sites: &mut Vec<Site>, wanted: impl Fn(Option<u32>) -> bool) -> Vec<SyscallSite> {
     // Code before a section's first function is decoded from the section's start.
     let starts = crate::code_starts(module, module.code_sections.iter().map(|s| s.addr.0));
     let mut occupied = Occupied::of(sites);
@@ -137,6 +137,9 @@ pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, s
             continue;
         };
         let nr = static_number(&insns, k, targets);
+        if !wanted(nr) && !moved_by.contains_key(&ip) {
+            continue;
+        }
         let outcome = if let Some(&by) = moved_by.get(&ip) {
             sites[by].syscalls.push(ip);
             SyscallOutcome::Moved
@@ -214,7 +217,7 @@ fn site(module: &ElfModule<'_>, function: usize, insns: &[Insn], k: usize, occup
             function,
             point: Point::Syscall(tactic),
             owners: Vec::new(),
-            timed: false,
+            action: Action::Count,
             patch_at,
             covered,
             moved_from: patch_at,

@@ -262,6 +262,8 @@ pub mod mode {
 
 const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 112);
 
+#[path = "lock_name.rs"]
+pub mod lock_name;
 #[path = "syscall_name.rs"]
 pub mod syscall_name;
 #[path = "thread.rs"]

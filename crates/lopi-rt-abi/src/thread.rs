@@ -57,7 +57,14 @@ pub struct ThreadHeader {
     /// Probe ticks inside a system call's interval, and what its probes add to its caller.
     pub syscall_inner_ticks: u64,
     pub syscall_pair_ticks: u64,
-    pub _reserved: [u64; 3],
+    /// Entries of the held-lock table (`--probe locks`).
+    pub held_len: u32,
+    pub _pad2: u32,
+    /// Releases of locks with no acquisition in the table (taken before timing began, by
+    /// another thread, or not recorded: the table was full).
+    pub orphan_releases: u64,
+    /// Acquisitions whose hold was not timed: the held-lock table was full.
+    pub holds_dropped: u64,
     // --- the thread's hot state (offset 192) ---
     /// Non-zero while a probe of this thread runs (a signal handler's probes then skip).
     pub busy: u32,
@@ -100,6 +107,33 @@ pub struct ThreadHeader {
 pub const THREAD_HEADER_LEN: usize = 320;
 const _: () = assert!(core::mem::size_of::<ThreadHeader>() == THREAD_HEADER_LEN);
 const _: () = assert!(core::mem::offset_of!(ThreadHeader, busy) == 192);
+
+/// Offset in the header page of the table of locks the thread holds (`--probe locks`).
+pub const HELD_TABLE: u64 = THREAD_HEADER_LEN as u64;
+/// Entries of that table; a thread holding more locks at once does not time those holds.
+pub const HELD_SLOTS: u32 = 28;
+
+/// A lock the thread holds, or (with [`HELD_PENDING`]) the mutex of a condition wait in
+/// progress, which the wait takes back before it returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldLock {
+    pub addr: u64,
+    /// Thread clock at the acquisition; for a pending entry, the wait's frame key.
+    pub start: u64,
+    /// The acquiring call's site node (its hold node is a child of it).
+    pub site: u32,
+    /// The acquiring operation (`lock_name::Op`) in bits 0..8, `HELD_*` flags above.
+    pub flags: u32,
+}
+
+pub const HELD_LOCK_LEN: usize = 24;
+/// A recursive relock: its release ends no hold.
+pub const HELD_NESTED: u32 = 1 << 8;
+/// A condition wait's mutex, released while the wait is in progress.
+pub const HELD_PENDING: u32 = 1 << 9;
+const _: () = assert!(core::mem::size_of::<HeldLock>() == HELD_LOCK_LEN);
+const _: () = assert!(HELD_TABLE + HELD_SLOTS as u64 * HELD_LOCK_LEN as u64 <= UNMATCHED_TABLE);
 
 /// Offset in the header page of the table of unmatched exits by function.
 pub const UNMATCHED_TABLE: u64 = 1024;
@@ -287,7 +321,10 @@ impl ThreadHeader {
             comm: f.0[136..152].try_into().unwrap_or([0; 16]),
             syscall_inner_ticks: f.u64(152),
             syscall_pair_ticks: f.u64(160),
-            _reserved: [0; 3],
+            held_len: f.u32(168),
+            _pad2: 0,
+            orphan_releases: f.u64(176),
+            holds_dropped: f.u64(184),
             busy: f.u32(192),
             depth: f.u32(196),
             node_count: f.u32(200),

@@ -187,7 +187,7 @@ fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     // xor eax,eax; ret: the whole function moves, its ret gets the exit probe
     let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
     let mode = TO + 0x20_0100;
-    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode };
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode, entry_tag: 0 };
     let t = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None, syscalls: None }, None, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
@@ -229,7 +229,7 @@ fn absolute_constants_are_immediates_and_baseless_displacements() {
 fn a_switched_leaf_runs_its_clean_copy() {
     // lea eax,[rdi+1]; ret: a leaf, timed; once switched its count continues in a copy.
     let body: Vec<_> = decode(&[0x8d, 0x47, 0x01, 0xc3], FROM).collect();
-    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100 };
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100, entry_tag: 0 };
     let with_probes = Body { insns: &body, exits: &[(FROM + 3, ExitKind::Return)], resume: None, syscalls: None };
     let t = timed_trampoline(&timed, &with_probes, Some(&body), TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();

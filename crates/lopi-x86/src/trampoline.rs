@@ -102,6 +102,9 @@ pub struct TimedEntry {
     pub counter: CounterAccess,
     /// The function's mode word (`u32`): 0 while timed.
     pub mode: u64,
+    /// Or-ed into the counter index the entry pushes: a lock operation's number in bits
+    /// 24..31 (`lopi_rt_abi::lock_name::OP_SHIFT`), 0 for a timed function.
+    pub entry_tag: u32,
 }
 
 /// Encoded trampoline.
@@ -294,7 +297,10 @@ pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruct
 /// clean copy of the whole function at `copy_at` (a small leaf: its exits then cost nothing).
 fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
-    let index = i32::try_from(t.counter.index).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
+    if t.entry_tag != 0 && t.counter.index >= 1 << 24 {
+        return Err(RelocError::Encode("a lock function's counter index beyond 2^24".into()));
+    }
+    let index = i32::try_from(t.counter.index | t.entry_tag).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
     let body_ip = body_ip(body)?;
     let counted = copy_at.unwrap_or(body_ip);
     let mut insns = vec![

@@ -69,10 +69,15 @@ pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
 /// Opens a frame for a call of `name` (a function's counter address, or a system call's
 /// name) at `rsp`; a call that gets no timed frame is counted in the shared counter `slot`.
 pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u64, rsp: u64, began: u64) {
+    // SAFETY: the caller holds `busy`.
+    unsafe { enter_under(t, v, t.top_node(), name, slot, rsp, began) }
+}
+
+/// [`enter`] with the call's node under `parent` (a lock call's site node, say).
+pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32, name: u64, slot: u64, rsp: u64, began: u64) {
     // SAFETY: the caller holds `busy`; frames and nodes are this thread's.
     unsafe {
         let h = t.h;
-        let parent = t.top_node();
         let before = ((*h).node_cap, (*h).stack_cap, (*h).node_count);
         if (*h).depth >= (*h).stack_cap && !t.grow_stack(v) {
             (*h).too_deep += 1;

@@ -1,0 +1,316 @@
+//! Lock-operation probes (`--probe locks`). A call of a lock function is a frame like a timed
+//! call's, whose node hangs under a site node (the call's return address) and is named by
+//! the operation, how it went and the lock (`abi::lock_name`), so that its ticks are the
+//! wait and its children the `futex` calls it blocked in. The entry reads the lock word to
+//! tell a contended arrival; the exit reads the result and moves a failed call to its
+//! outcome's sibling. Each thread keeps the locks it holds in a table in its header page:
+//! a release ends the hold, which is added to a hold node beside the acquisition's.
+use super::probes::{count_untimed, enter_under, pause_excess};
+use super::thread::{Child, Thread};
+use super::{counter, rdtsc, vars};
+use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
+use crate::abi::lock_name::{Kind, Op, Outcome, Role};
+use core::arch::global_asm;
+use core::ptr::{read_volatile, write_volatile};
+
+global_asm!(
+    // Called from a lock function's trampoline as `push <counter index | op << 24>; call`,
+    // at its entry and right before each exit, where the flags are dead. Saves every
+    // call-clobbered general register. After the ten pushes: [rbp+88] = the pushed word,
+    // rbp+96 = the call's frame key (its entry stack pointer).
+    ".globl lopi_lock_enter_stub",
+    "lopi_lock_enter_stub:",
+    "push rax", "push rcx", "push rdx", "push rsi", "push rdi",
+    "push r8", "push r9", "push r10", "push r11", "push rbp",
+    "mov rbp, rsp",
+    "mov rcx, rsi",
+    "mov rdx, rdi",
+    "mov rdi, [rbp + 88]",
+    "lea rsi, [rbp + 96]",
+    "and rsp, -16",
+    "call {enter}",
+    "jmp 2f",
+    ".globl lopi_lock_exit_stub",
+    "lopi_lock_exit_stub:",
+    "push rax", "push rcx", "push rdx", "push rsi", "push rdi",
+    "push r8", "push r9", "push r10", "push r11", "push rbp",
+    "mov rbp, rsp",
+    "mov rdx, rax",
+    "mov rdi, [rbp + 88]",
+    "lea rsi, [rbp + 96]",
+    "and rsp, -16",
+    "call {exit}",
+    "2:",
+    "mov rsp, rbp",
+    "pop rbp", "pop r11", "pop r10", "pop r9", "pop r8",
+    "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
+    "ret 8",
+    enter = sym probe_lock_enter,
+    exit = sym probe_lock_exit,
+);
+
+/// At a lock function's entry: `word` is its counter index and operation, `key` its entry
+/// stack pointer, `addr` and `arg1` its first two arguments.
+unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64) {
+    let v = vars();
+    let slot = counter(word & lock_name::INDEX_MASK);
+    // SAFETY: as in `probe_enter`; the lock's words are read where the lock function itself
+    // is about to read them.
+    unsafe {
+        let Some(op) = Op::from_u8((word >> lock_name::OP_SHIFT) as u8) else {
+            count_untimed(slot);
+            return;
+        };
+        let Some(t) = Thread::current(v) else {
+            count_untimed(slot);
+            return;
+        };
+        let h = t.h;
+        if read_volatile(&(*h).busy) != 0 {
+            (*h).nested_skipped += 1;
+            count_untimed(slot);
+            return;
+        }
+        write_volatile(&mut (*h).busy, 1);
+        let began = rdtsc();
+        let now = began.wrapping_sub((*h).paused_ticks);
+        if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= key {
+            t.unwind_to(key, now, true);
+        }
+        if !inside_lock_call(&t) {
+            if op.role() == Role::Release {
+                release(&t, v, addr, now);
+            }
+            if op.is_cond_wait() {
+                release(&t, v, arg1, now);
+                hold(&t, HeldLock { addr: arg1, start: key, site: 0, flags: Op::CondRelock as u32 | abi::HELD_PENDING });
+            }
+            let outcome = arrival(op, addr, (*h).tid);
+            let ret = read_volatile(key as *const u64);
+            match t.child(v, t.top_node(), lock_name::site(ret)) {
+                Some(Child::Path(site) | Child::Merged(site)) => enter_under(&t, v, site, lock_name::encode(op, outcome, addr), slot, key, began),
+                None => {
+                    (*h).untimed_calls += 1;
+                    count_untimed(slot);
+                }
+            }
+        }
+        write_volatile(&mut (*h).busy, 0);
+    }
+}
+
+/// Right before a lock function returns `result` (or a function it tail-calls, whose exits
+/// serve it): ends the call whose frame is at `key`; any other call of those functions (made
+/// by libc itself) is not a lock call and is ignored.
+unsafe extern "C" fn probe_lock_exit(_word: u64, key: u64, result: u64) {
+    let tsc = rdtsc();
+    let v = vars();
+    // SAFETY: as in `probe_exit`.
+    unsafe {
+        let Some(t) = Thread::current(v) else { return };
+        let h = t.h;
+        if read_volatile(&(*h).busy) != 0 {
+            return;
+        }
+        write_volatile(&mut (*h).busy, 1);
+        let now = tsc.wrapping_sub((*h).paused_ticks);
+        t.unwind_to(key, now, false);
+        let depth = (*h).depth;
+        let top = if depth > 0 { Some(*t.frame(depth - 1)) } else { None };
+        let call = top.filter(|f| f.rsp == key && f.flags & abi::FRAME_UNTIMED == 0).and_then(|f| lock_name::decode((*t.node(f.node)).func).map(|n| (f, n)));
+        if let Some((frame, name)) = call {
+            let site = (*t.node(frame.node)).parent;
+            let outcome = result_outcome(name.op, name.outcome, result as u32);
+            if outcome != name.outcome {
+                if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, site, lock_name::encode(name.op, outcome, name.addr)) {
+                    (*t.frame(depth - 1)).node = n;
+                }
+            }
+            t.close_top(now, abi::EVENT_EXIT);
+            if name.op.holds() && outcome.acquired() {
+                let nested = if outcome == Outcome::Nested { abi::HELD_NESTED } else { 0 };
+                hold(&t, HeldLock { addr: name.addr, start: now, site, flags: name.op as u32 | nested });
+            }
+            if name.op.is_cond_wait() {
+                relock(&t, v, key, site, now);
+            }
+            (*h).last_tsc = now;
+        }
+        pause_excess(&t, tsc, false);
+        write_volatile(&mut (*h).busy, 0);
+    }
+}
+
+/// A lock function called from inside another one's call (glibc's old-version condition
+/// variable functions call the new ones): the outer call accounts for it.
+unsafe fn inside_lock_call(t: &Thread) -> bool {
+    // SAFETY: the caller holds `busy`.
+    unsafe {
+        let depth = (*t.h).depth;
+        depth > 0 && {
+            let f = *t.frame(depth - 1);
+            f.flags & abi::FRAME_UNTIMED == 0 && lock_name::decode((*t.node(f.node)).func).is_some()
+        }
+    }
+}
+
+/// Whether the call finds the lock taken on arrival, from glibc's x86-64 layouts (a
+/// recursive mutex relocked by its owner is `Nested`).
+unsafe fn arrival(op: Op, addr: u64, tid: u32) -> Outcome {
+    let word = |offset: u64| {
+        // SAFETY: the lock function reads the same object.
+        unsafe { read_volatile((addr + offset) as *const u32) }
+    };
+    let contended = |taken: bool| if taken { Outcome::Contended } else { Outcome::Ok };
+    match (op.kind(), op.role()) {
+        // pthread_mutex_t: __lock (0 = free; a PI or robust mutex holds its owner's tid there), __owner.
+        (Kind::Mutex, Role::Acquire { try_only, .. }) => {
+            let (lock, owner) = (word(0), word(8));
+            if lock != 0 && owner == tid {
+                Outcome::Nested
+            } else {
+                contended(lock != 0 && !try_only)
+            }
+        }
+        // pthread_rwlock_t.__readers: WRPHASE 1, WRLOCKED 2, readers from bit 3.
+        (Kind::RwLock, Role::Acquire { try_only: false, read: true }) => contended(word(0) & 3 != 0),
+        (Kind::RwLock, Role::Acquire { try_only: false, read: false }) => contended(word(0) & !5 != 0),
+        // A counter: 1 free, 0 taken, negative while others spin.
+        (Kind::SpinLock, Role::Acquire { try_only: false, .. }) => contended(word(0) as i32 <= 0),
+        // The value is the low 32 bits of the semaphore's first word.
+        (Kind::Semaphore, Role::Wait { try_only: false }) => contended(word(0) == 0),
+        // in, current_round, count: every arrival but a round's last waits.
+        (Kind::Barrier, _) => {
+            let count = word(8);
+            contended(count != 0 && word(0).wrapping_add(1) % count != 0)
+        }
+        _ => Outcome::Ok,
+    }
+}
+
+/// How the call ended, from its result and how it began.
+fn result_outcome(op: Op, began: Outcome, result: u32) -> Outcome {
+    match op.kind() {
+        // 0, or -1 with errno (read from libc's thread-local storage it would take to tell
+        // more): a try finds no unit, a timed wait times out.
+        Kind::Semaphore if result == u32::MAX => match op {
+            Op::SemTrywait => Outcome::Busy,
+            Op::SemTimedwait => Outcome::TimedOut,
+            _ => Outcome::OtherError,
+        },
+        Kind::Semaphore => began,
+        // PTHREAD_BARRIER_SERIAL_THREAD.
+        Kind::Barrier if result == u32::MAX => Outcome::Serial,
+        _ => match Outcome::of_result(result) {
+            Outcome::Ok => began,
+            other => other,
+        },
+    }
+}
+
+/// Adds `lock` to the thread's held table (a full table loses the hold, counted).
+unsafe fn hold(t: &Thread, lock: HeldLock) {
+    // SAFETY: the table lies in the header page after the header.
+    unsafe {
+        let h = t.h;
+        let len = (*h).held_len;
+        if len >= abi::HELD_SLOTS {
+            (*h).holds_dropped += 1;
+            return;
+        }
+        store(held(h).add(len as usize), lock);
+        (*h).held_len = len + 1;
+    }
+}
+
+fn held(h: *mut ThreadHeader) -> *mut HeldLock {
+    (h as usize + abi::HELD_TABLE as usize) as *mut HeldLock
+}
+
+/// An entry's fields one at a time: a whole-struct copy may be compiled to vector moves,
+/// which the probes' callers do not save (the blob's build checks).
+unsafe fn load(e: *const HeldLock) -> HeldLock {
+    // SAFETY: `e` is an entry of the table.
+    unsafe {
+        HeldLock {
+            addr: read_volatile(&raw const (*e).addr),
+            start: read_volatile(&raw const (*e).start),
+            site: read_volatile(&raw const (*e).site),
+            flags: read_volatile(&raw const (*e).flags),
+        }
+    }
+}
+
+unsafe fn store(e: *mut HeldLock, v: HeldLock) {
+    // SAFETY: `e` is an entry of the table.
+    unsafe {
+        write_volatile(&raw mut (*e).addr, v.addr);
+        write_volatile(&raw mut (*e).start, v.start);
+        write_volatile(&raw mut (*e).site, v.site);
+        write_volatile(&raw mut (*e).flags, v.flags);
+    }
+}
+
+/// Removes entry `i` from the held table.
+unsafe fn forget(h: *mut ThreadHeader, i: u32) {
+    // SAFETY: i < held_len <= HELD_SLOTS.
+    unsafe {
+        let len = (*h).held_len;
+        for j in i..len - 1 {
+            store(held(h).add(j as usize), load(held(h).add(j as usize + 1)));
+        }
+        (*h).held_len = len - 1;
+    }
+}
+
+/// The lock at `addr` is released at `now`: its latest acquisition's hold ends (a recursive
+/// relock's ends nothing).
+unsafe fn release(t: &Thread, v: *const abi::RuntimeVars, addr: u64, now: u64) {
+    // SAFETY: the caller holds `busy`; the table is this thread's.
+    unsafe {
+        let h = t.h;
+        let Some(i) = (0..(*h).held_len).rev().find(|&i| {
+            let e = load(held(h).add(i as usize));
+            e.addr == addr && e.flags & abi::HELD_PENDING == 0
+        }) else {
+            (*h).orphan_releases += 1;
+            return;
+        };
+        let e = load(held(h).add(i as usize));
+        forget(h, i);
+        let Some(op) = Op::from_u8(e.flags as u8) else { return };
+        if e.flags & abi::HELD_NESTED != 0 {
+            return;
+        }
+        let dt = now.saturating_sub(e.start);
+        if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, e.site, lock_name::encode(op, Outcome::Hold, addr)) {
+            let n = t.node(n);
+            (*n).calls += 1;
+            (*n).ticks = (*n).ticks.wrapping_add(dt);
+            if dt > (*n).max_ticks {
+                (*n).max_ticks = dt;
+            }
+        }
+    }
+}
+
+/// A condition wait at `key` returns: it took its mutex back, an acquisition at its `site`
+/// whose hold begins now.
+unsafe fn relock(t: &Thread, v: *const abi::RuntimeVars, key: u64, site: u32, now: u64) {
+    // SAFETY: the caller holds `busy`; the table is this thread's.
+    unsafe {
+        let h = t.h;
+        let pending = (0..(*h).held_len).rev().find(|&i| {
+            let e = load(held(h).add(i as usize));
+            e.flags & abi::HELD_PENDING != 0 && e.start == key
+        });
+        let Some(i) = pending else { return };
+        let e = held(h).add(i as usize);
+        (*e).start = now;
+        (*e).site = site;
+        (*e).flags = Op::CondRelock as u32;
+        if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, site, lock_name::encode(Op::CondRelock, Outcome::Ok, (*e).addr)) {
+            (*t.node(n)).calls += 1;
+        }
+    }
+}
