@@ -4,6 +4,7 @@
 mod demo;
 mod exports;
 mod live;
+mod locks;
 mod progress;
 mod show;
 mod syscalls;
@@ -68,6 +69,10 @@ enum Command {
         /// call, per thread, and the busiest call sites.
         #[arg(long, conflicts_with_all = ["callers", "callees"])]
         syscalls: bool,
+        /// Show the locks (recorded with --probe locks): per lock, its acquisitions, contention,
+        /// wait (blocked in futex or not) and hold times, then its busiest call sites.
+        #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls"])]
+        locks: bool,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -306,8 +311,18 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Report { data, format, top, callers, callees, syscalls } => {
+        Command::Report { data, format, top, callers, callees, syscalls, locks } => {
             let file = read_data(&data)?;
+            if locks {
+                let report = lopi_trace::Locks::from_data(&file);
+                if report.locks.is_empty() {
+                    bail!("{} has no lock data: run the program with --probe locks", data.display());
+                }
+                return match format {
+                    Format::Json => print_json(&locks::report_json(&file, &report)),
+                    Format::Text => print(&locks::report_text(&file, &report, top)),
+                };
+            }
             if syscalls {
                 let Some(report) = lopi_trace::Syscalls::from_data(&file) else {
                     bail!("{} has no system-call data: run or rewrite the program with --probe syscall", data.display());

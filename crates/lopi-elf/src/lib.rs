@@ -9,11 +9,13 @@ mod debug_file;
 mod functions;
 mod lsda;
 mod references;
+mod symbols;
 mod unwind;
 
 pub use addr::{FileOffset, Svma};
 pub use debug_file::{debug_dir, DebugFile, DEBUG_DIR_VAR};
 pub use functions::{Function, FunctionSource};
+pub use symbols::{SymbolAt, SymbolTable};
 pub use unwind::Cfa;
 
 use object::elf;

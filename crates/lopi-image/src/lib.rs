@@ -217,7 +217,8 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
             } else {
                 0
             };
-            lopi_rt_abi::PROBE_TIMING | trace | executable
+            let locks = if plan.probed.iter().any(|p| matches!(p.action, lopi_patch::Action::Lock(_))) { lopi_rt_abi::PROBE_LOCKS } else { 0 };
+            lopi_rt_abi::PROBE_TIMING | trace | executable | locks
         } else {
             0
         },

@@ -76,6 +76,16 @@ pub const PROBE_TRACE: u64 = 2;
 /// [`ModuleDescriptor::probes`]: the module is an executable, never unloaded, so its runtime
 /// may register process-lifetime hooks (fork handlers).
 pub const MODULE_EXECUTABLE: u64 = 4;
+/// [`ModuleDescriptor::probes`]: the module has lock probes: its runtime records the process's
+/// memory map at start-up (a [`MAPS_MAGIC`] record), by which readers name locks and call
+/// sites in modules that have no probes.
+pub const PROBE_LOCKS: u64 = 8;
+
+/// First bytes of a memory-map record: the magic, the record's length (a multiple of
+/// `PAGE_SIZE`), the pid (`u32`, then 4 bytes of padding), the text's length (`u64`), then
+/// the text of `/proc/PID/maps` as the process saw it.
+pub const MAPS_MAGIC: [u8; 8] = *b"LOPIMAPS";
+pub const MAPS_HEADER_LEN: u64 = 32;
 
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).

@@ -3,7 +3,7 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
-    ContextNode, Event, Frame, RecordHeader, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
+    ContextNode, Event, Frame, RecordHeader, MAPS_HEADER_LEN, MAPS_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
     DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, SWITCH_LEN,
     SWITCH_LOG, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
 };
@@ -48,11 +48,19 @@ pub struct ThreadChunk {
     pub switches: Vec<Switch>,
 }
 
+/// A process's memory map (`/proc/PID/maps`) when its lock probes started.
+#[derive(Clone, Debug)]
+pub struct ProcessMaps {
+    pub pid: u32,
+    pub text: String,
+}
+
 /// A whole data file.
 #[derive(Clone, Debug, Default)]
 pub struct DataFile {
     pub records: Vec<Record>,
     pub threads: Vec<ThreadChunk>,
+    pub maps: Vec<ProcessMaps>,
     /// True when a record was cut short (its process died while registering).
     pub truncated: bool,
 }
@@ -74,6 +82,12 @@ impl DataFile {
                 let (chunk, len) =
                     thread_chunk(bytes, offset).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 out.threads.extend(chunk);
+                offset += len;
+                continue;
+            }
+            if rest.starts_with(&MAPS_MAGIC) {
+                let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
+                out.maps.extend(maps(&rest[..len as usize]));
                 offset += len;
                 continue;
             }
@@ -141,6 +155,15 @@ fn read_counts(bytes: &[u8]) -> Vec<u64> {
 }
 
 /// The length of the chunk or extension at the start of `rest` (magic, then length).
+/// A memory-map record (`None` while its writer was filling it in).
+fn maps(record: &[u8]) -> Option<ProcessMaps> {
+    let pid = u32::from_le_bytes(record.get(16..20)?.try_into().ok()?);
+    let len = usize::try_from(u64::from_le_bytes(record.get(24..32)?.try_into().ok()?)).ok()?;
+    let start = MAPS_HEADER_LEN as usize;
+    let text = record.get(start..start.checked_add(len)?)?;
+    (pid != 0).then(|| ProcessMaps { pid, text: String::from_utf8_lossy(text).into_owned() })
+}
+
 fn chunk_len(rest: &[u8]) -> Result<u64, &'static str> {
     let len_field = rest.get(8..16).ok_or("chunk header")?;
     let len = u64::from_le_bytes(len_field.try_into().map_err(|_| "chunk header")?);

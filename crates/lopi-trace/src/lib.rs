@@ -7,11 +7,13 @@
 
 mod data;
 mod export;
+mod locks;
 mod report;
 mod syscalls;
 mod timing;
 
-pub use data::{DataError, DataFile, Record, ThreadChunk};
+pub use data::{DataError, DataFile, ProcessMaps, Record, ThreadChunk};
+pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};

@@ -396,11 +396,10 @@ impl Timing {
                     calls_per_s: s.calls as f64 * h.tsc_hz as f64 / s.window_ticks.max(1) as f64,
                 })
                 .collect();
-            let name_len = h.comm.iter().position(|&b| b == 0).unwrap_or(h.comm.len());
             threads.push(ThreadProfile {
                 pid: h.pid,
                 tid: h.tid,
-                name: String::from_utf8_lossy(&h.comm[..name_len]).into_owned(),
+                name: thread_name(h),
                 nodes: out,
                 events,
                 trace_dropped: h.trace_dropped,
@@ -425,3 +424,9 @@ impl Timing {
 
 /// Index of the merged-paths node.
 const MERGED: usize = abi::MERGED_NODE as usize;
+
+/// A thread's name (`comm`) as its chunk last read it.
+pub(crate) fn thread_name(h: &lopi_rt_abi::ThreadHeader) -> String {
+    let len = h.comm.iter().position(|&b| b == 0).unwrap_or(h.comm.len());
+    String::from_utf8_lossy(&h.comm[..len]).into_owned()
+}

@@ -20,6 +20,7 @@
 //! own.
 mod budget;
 mod locks;
+mod maps;
 mod probes;
 mod stubs;
 mod syscalls;
@@ -150,6 +151,9 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
             register_fork_handlers(v);
         }
         calibrate(v, page as u64);
+        if probes & abi::PROBE_LOCKS != 0 {
+            maps::record(v, pid);
+        }
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
         write_volatile(&mut (*v).pid_page, page as u64);
     }

@@ -446,7 +446,7 @@ impl Thread {
 
 /// Copies `len` bytes between regions that do not overlap. Not `memcpy`: a call of the
 /// exported symbol may go through a GOT slot, which the flat blob cannot have.
-unsafe fn copy(dst: usize, src: usize, len: usize) {
+pub(super) unsafe fn copy(dst: usize, src: usize, len: usize) {
     // SAFETY: the caller's ranges are mapped and disjoint.
     unsafe { core::arch::asm!("rep movsb", inout("rcx") len => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags)) };
 }
@@ -482,7 +482,7 @@ unsafe fn open_data_file(v: *const RuntimeVars) -> Option<usize> {
 /// Appends `head` (magic and length) and `len` more bytes to the data file under its lock, and
 /// maps the whole: (address, file offset) of the appended bytes. The magic and length go in
 /// while the lock is held, so that readers can always step over the chunk.
-unsafe fn append(v: *const RuntimeVars, magic: [u8; 8], len: u64) -> Option<(usize, u64)> {
+pub(super) unsafe fn append(v: *const RuntimeVars, magic: [u8; 8], len: u64) -> Option<(usize, u64)> {
     // SAFETY: raw syscalls on our own descriptor.
     unsafe {
         let fd = open_data_file(v)?;

@@ -1,0 +1,224 @@
+//! `lopi report --locks`: per lock, then per call site and per thread, with names from the
+//! processes' memory maps (a static lock by its symbol, a heap lock by the function that
+//! initialised it, a call site by its function).
+use lopi_elf::SymbolTable;
+use lopi_trace::{DataFile, LockCounts, Locks, ProcessMaps};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// One mapping of a `/proc/PID/maps` text.
+struct Mapping {
+    start: u64,
+    offset: u64,
+    path: String,
+}
+
+fn mappings(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (start, _end) = fields.next()?.split_once('-')?;
+            let _perms = fields.next()?;
+            let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let (_dev, _inode) = (fields.next()?, fields.next()?);
+            let path = fields.collect::<Vec<_>>().join(" ");
+            path.starts_with('/').then_some(Mapping { start: u64::from_str_radix(start, 16).ok()?, offset, path })
+        })
+        .collect()
+}
+
+/// Names run-time addresses of the recorded processes.
+pub struct Namer {
+    maps: HashMap<u32, Vec<Mapping>>,
+    tables: HashMap<String, SymbolTable>,
+}
+
+impl Namer {
+    pub fn new(maps: &[ProcessMaps]) -> Namer {
+        Namer { maps: maps.iter().map(|m| (m.pid, mappings(&m.text))).collect(), tables: HashMap::new() }
+    }
+
+    /// `symbol+offset` (`symbol` alone at offset 0) of `addr` in process `pid` (or, failing
+    /// that, in any recorded process: a forked child shares its parent's map), with the file.
+    pub fn name(&mut self, pid: u32, addr: u64) -> Option<(String, bool, String)> {
+        let maps = self.maps.get(&pid).filter(|m| !m.is_empty()).or_else(|| self.maps.values().find(|m| !m.is_empty()))?;
+        // The file mapped closest below: `.bss` past the file's last page is anonymous memory
+        // right after its mappings (the symbol's size tells whether it really covers `addr`).
+        let m = maps.iter().filter(|m| m.start <= addr).max_by_key(|m| m.start)?;
+        let path = m.path.clone();
+        let table = self.tables.entry(path.clone()).or_insert_with(|| match std::fs::read(&path) {
+            Ok(data) => SymbolTable::of(&data, std::path::Path::new(&path)),
+            Err(_) => SymbolTable::default(),
+        });
+        let bias = m.start.wrapping_sub(table.vaddr_of_offset(m.offset)?);
+        let s = table.lookup(addr.wrapping_sub(bias))?;
+        let name = if s.offset == 0 { s.name } else { format!("{}+{}", s.name, s.offset) };
+        Some((name, s.function, path))
+    }
+
+    /// The function a return address is in, without the offset.
+    pub fn function(&mut self, pid: u32, ret: u64) -> Option<String> {
+        // The call instruction is before the return address.
+        let (name, function, _) = self.name(pid, ret.checked_sub(1)?)?;
+        function.then(|| name.split_once('+').map_or(name.clone(), |(f, _)| f.to_string()))
+    }
+}
+
+/// The report's JSON: `{"locks": [...], ...}` as the README documents.
+pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
+    let mut namer = Namer::new(&data.maps);
+    let locks_json: Vec<Value> = locks
+        .locks
+        .iter()
+        .map(|l| {
+            let pid = l.pids.first().copied().unwrap_or(0);
+            let name = lock_name(&mut namer, pid, l.addr, l.init_site, l.sites.first().map(|s| s.ret));
+            let mut v = counts_json(&l.counts, l.kind);
+            v["name"] = json!(name);
+            v["addr"] = json!(format!("{:#x}", l.addr));
+            v["kind"] = json!(l.kind);
+            v["pids"] = json!(l.pids);
+            v["sites"] = l
+                .sites
+                .iter()
+                .map(|s| {
+                    let mut site = counts_json(&s.counts, l.kind);
+                    site["function"] = json!(namer.function(s.pid, s.ret).unwrap_or_default());
+                    site["ret"] = json!(format!("{:#x}", s.ret));
+                    site["pid"] = json!(s.pid);
+                    if let Some(mode) = s.mode {
+                        site["mode"] = json!(mode);
+                    }
+                    site
+                })
+                .collect();
+            v["threads"] = l
+                .threads
+                .iter()
+                .map(|t| {
+                    let mut thread = counts_json(&t.counts, l.kind);
+                    thread["tid"] = json!(t.tid);
+                    thread["pid"] = json!(t.pid);
+                    thread["name"] = json!(t.name);
+                    thread
+                })
+                .collect();
+            v
+        })
+        .collect();
+    json!({"locks": locks_json, "orphan_releases": locks.orphan_releases, "holds_dropped": locks.holds_dropped})
+}
+
+fn lock_name(namer: &mut Namer, pid: u32, addr: u64, init_site: Option<u64>, first_site: Option<u64>) -> String {
+    if let Some((name, false, _)) = namer.name(pid, addr) {
+        return name;
+    }
+    match (init_site.and_then(|r| namer.function(pid, r)), first_site.and_then(|r| namer.function(pid, r))) {
+        (Some(f), _) => format!("heap@{f}"),
+        (None, Some(f)) => format!("{addr:#x}@{f}"),
+        _ => format!("{addr:#x}"),
+    }
+}
+
+/// Integer fields as integers (ns rounded); fields that do not apply to `kind` left out.
+fn counts_json(c: &LockCounts, kind: &str) -> Value {
+    let ns = |x: f64| x.round() as u64;
+    let mut v = json!({
+        "acquisitions": c.acquisitions,
+        "contended": c.contended,
+        "wait_ns": ns(c.wait_ns),
+        "max_wait_ns": ns(c.max_wait_ns),
+        "blocked_ns": ns(c.blocked_ns),
+        "spin_ns": ns((c.wait_ns - c.blocked_ns).max(0.0)),
+        "trylock_failed": c.trylock_failed,
+        "timeouts": c.timeouts,
+        "errors": c.errors,
+    });
+    if matches!(kind, "mutex" | "rwlock" | "spinlock") {
+        v["hold_ns"] = json!(ns(c.hold_ns));
+        v["max_hold_ns"] = json!(ns(c.max_hold_ns));
+        v["releases"] = json!(c.releases);
+    }
+    match kind {
+        "mutex" => v["nested"] = json!(c.nested),
+        "rwlock" => {
+            v["read"] = json!(c.read);
+            v["write"] = json!(c.write);
+            v["read_hold_ns"] = json!(ns(c.read_hold_ns));
+            v["write_hold_ns"] = json!(ns(c.write_hold_ns));
+        }
+        "sem" => v["posts"] = json!(c.posts),
+        "cond" => {
+            v["waits"] = json!(c.waits);
+            v["signals"] = json!(c.signals);
+            v["broadcasts"] = json!(c.broadcasts);
+        }
+        "barrier" => v["serial"] = json!(c.serial),
+        _ => {}
+    }
+    v
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.3}", ns / 1e6)
+}
+
+/// The text report: one line per lock, most waited for first, then its busiest sites.
+pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
+    let mut namer = Namer::new(&data.maps);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}  LOCK",
+        "KIND", "ACQUIRED", "CONTENDED", "WAIT ms", "BLOCKED ms", "MAX WAIT", "HOLD ms", "FAILED"
+    );
+    let shown = if top == 0 { locks.locks.len() } else { top.min(locks.locks.len()) };
+    for l in &locks.locks[..shown] {
+        let pid = l.pids.first().copied().unwrap_or(0);
+        let name = lock_name(&mut namer, pid, l.addr, l.init_site, l.sites.first().map(|s| s.ret));
+        let c = &l.counts;
+        let failed = c.trylock_failed + c.timeouts + c.errors;
+        let _ = writeln!(
+            out,
+            "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}  {name} ({:#x})",
+            l.kind,
+            c.acquisitions,
+            c.contended,
+            ms(c.wait_ns),
+            ms(c.blocked_ns),
+            ms(c.max_wait_ns),
+            ms(c.hold_ns),
+            failed,
+            l.addr
+        );
+        let busy = |s: &&lopi_trace::LockSite| s.counts.acquisitions + s.counts.waits + s.counts.trylock_failed + s.counts.timeouts + s.counts.errors > 0;
+        for s in l.sites.iter().filter(busy).take(3) {
+            let function = namer.function(s.pid, s.ret).unwrap_or_else(|| format!("{:#x}", s.ret));
+            let mode = s.mode.map(|m| format!(" [{m}]")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}    from {function}{mode}",
+                "",
+                s.counts.acquisitions,
+                s.counts.contended,
+                ms(s.counts.wait_ns),
+                ms(s.counts.blocked_ns),
+                ms(s.counts.max_wait_ns),
+                ms(s.counts.hold_ns),
+                s.counts.trylock_failed + s.counts.timeouts + s.counts.errors
+            );
+        }
+    }
+    if shown < locks.locks.len() {
+        let _ = writeln!(out, "... {} more (use --top 0 for all)", locks.locks.len() - shown);
+    }
+    if locks.holds_dropped > 0 {
+        let _ = writeln!(out, "note: {} holds were not timed: a thread held more locks at once than lopi's table keeps", locks.holds_dropped);
+    }
+    if locks.orphan_releases > 0 {
+        let _ = writeln!(out, "note: {} releases had no acquisition in their thread (taken before lopi started, or by another thread)", locks.orphan_releases);
+    }
+    let _ = writeln!(out, "note: WAIT is call to return of the acquiring calls; BLOCKED the part of it in futex; FAILED counts failed trylocks, timeouts and errors");
+    out
+}
