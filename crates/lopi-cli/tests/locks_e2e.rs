@@ -1,0 +1,250 @@
+//! `--probe locks` end to end on `fixtures/locks/*`: each fixture is built in two
+//! configurations and run plain and under `lopi run --probe locks`; output and exit must be
+//! the original's, and `lopi report --locks --format json` must give exactly the counts the
+//! fixture's directives state (see fixtures/locks/README.md), per lock and per thread, its
+//! contended acquisitions at least the proven ones, and hold times within 5% of what the
+//! fixture measured itself in the same run (its `measured` lines).
+mod common;
+
+use common::*;
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Fields compared exactly.
+const EXACT: &[&str] = &[
+    "acquisitions", "read", "write", "trylock_failed", "timeouts", "errors", "nested", "posts", "waits", "signals", "broadcasts", "serial",
+];
+const TIMES: &[&str] = &["hold_ns", "read_hold_ns", "write_hold_ns"];
+const TOLERANCE: f64 = 0.05;
+
+/// `key=N`, `key>=N`, `key~=N` fields of a directive.
+fn fields(text: &str) -> Vec<(String, &'static str, String)> {
+    text.split_whitespace()
+        .map(|w| {
+            for op in ["~=", ">=", "="] {
+                if let Some((k, v)) = w.split_once(op) {
+                    return (k.to_string(), op, v.to_string());
+                }
+            }
+            panic!("bad field {w:?}")
+        })
+        .collect()
+}
+
+struct LockLine {
+    name: String,
+    fields: Vec<(String, &'static str, String)>,
+}
+
+#[derive(Default)]
+struct Expect {
+    locks: Vec<LockLine>,
+    /// (thread name, lock name, fields)
+    threads: Vec<(String, String, Vec<(String, &'static str, String)>)>,
+    flags: Vec<String>,
+}
+
+fn expect(path: &Path) -> Expect {
+    let mut e = Expect::default();
+    for line in std::fs::read_to_string(path).expect("fixture").lines() {
+        let Some((key, val)) = line.trim().strip_prefix("// lopi-").and_then(|l| l.split_once(": ")) else { continue };
+        match key {
+            "locks" => {
+                let (name, rest) = val.split_once(' ').expect("lock directive");
+                e.locks.push(LockLine { name: name.to_string(), fields: fields(rest) });
+            }
+            "locks-thread" => {
+                let mut parts = val.splitn(3, ' ');
+                let (thread, lock, rest) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or(""));
+                e.threads.push((thread.to_string(), lock.to_string(), fields(rest)));
+            }
+            "cflags" | "cxxflags" => e.flags = val.split_whitespace().map(String::from).collect(),
+            _ => {}
+        }
+    }
+    e
+}
+
+/// The name lopi gives a directive's lock: its mangled symbol for a C++ lock.
+fn lopi_name(line: &LockLine) -> String {
+    line.fields.iter().find(|(k, _, _)| k == "symbol").map_or(line.name.clone(), |(_, _, v)| v.clone())
+}
+
+/// The fixture's own hold times: `measured NAME ... hold_ns=N`, summed over processes.
+fn measured(stderr: &str) -> BTreeMap<(String, String), f64> {
+    let mut out = BTreeMap::new();
+    for line in stderr.lines() {
+        let Some(rest) = line.strip_prefix("measured ") else { continue };
+        let mut words = rest.split_whitespace();
+        let Some(name) = words.next() else { continue };
+        for w in words {
+            if let Some((k, v)) = w.split_once('=') {
+                if let Ok(n) = v.parse::<f64>() {
+                    *out.entry((name.to_string(), k.to_string())).or_default() += n;
+                }
+            }
+        }
+    }
+    out
+}
+
+const CONFIGS: [(&str, &[&str]); 2] = [("O2-pie", &["-O2", "-fPIE", "-pie"]), ("O0-nopie", &["-O0", "-fno-pie", "-no-pie"])];
+
+fn check_fixture(file: &str) {
+    let src = fixtures_dir().join("locks").join(file);
+    let e = expect(&src);
+    let mut problems = Vec::new();
+    for (config, flags) in CONFIGS {
+        let dir = fresh_dir(&format!("locks-{file}-{config}"));
+        let prog: PathBuf = dir.join(file.split('.').next().unwrap());
+        let cc = if file.ends_with(".cpp") { "g++" } else { "cc" };
+        compile(Command::new(cc).args(flags).args(["-g", "-Wall"]).args(&e.flags).arg(&src).arg("-o").arg(&prog)).unwrap_or_else(|e| panic!("{e}"));
+        let original = run(Command::new(&prog).current_dir(&dir), default_timeout()).expect("run original");
+        let data = dir.join("live.lopi");
+        let probed = run(
+            Command::new(lopi_bin()).args(["run", "-q", "--probe", "locks", "--"]).arg(&prog).current_dir(&dir).env("LOPI_OUTPUT", &data).env("LOPI_LOCKS_REPORT", "1"),
+            default_timeout(),
+        )
+        .expect("lopi run");
+        let label = format!("{file} ({config})");
+        if probed.status.code() != original.status.code() || probed.status.signal() != original.status.signal() || probed.stdout != original.stdout {
+            problems.push(format!("{label}: under lopi run {} / stdout {:?}, originally {} / {:?}\n{}", probed.describe_status(), probed.stdout_str(), original.describe_status(), original.stdout_str(), probed.stderr_str()));
+            continue;
+        }
+        let report = locks_report(&data);
+        let own = measured(&probed.stderr_str());
+        for line in &e.locks {
+            let name = lopi_name(line);
+            let Some(lock) = report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == name.as_str()) else {
+                problems.push(format!("{label}: no lock named {name} in the report"));
+                continue;
+            };
+            check_fields(&format!("{label}: {name}"), lock, &line.fields, Some((&line.name, &own)), &mut problems);
+        }
+        for (thread, lock_name, want) in &e.threads {
+            let line = e.locks.iter().find(|l| &l.name == lock_name).map(lopi_name).unwrap_or_else(|| lock_name.clone());
+            let lock = report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == line.as_str());
+            let threads: Vec<&Json> = lock.and_then(|l| l["threads"].as_array()).into_iter().flatten().filter(|t| thread_name(t) == *thread).collect();
+            let mut merged = serde_json::Map::new();
+            for t in &threads {
+                for k in EXACT {
+                    let sum = merged.get(*k).and_then(Json::as_u64).unwrap_or(0) + t[*k].as_u64().unwrap_or(0);
+                    merged.insert(k.to_string(), sum.into());
+                }
+            }
+            check_fields(&format!("{label}: thread {thread}: {lock_name}"), &Json::Object(merged), want, None, &mut problems);
+        }
+        cleanup(&dir);
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+fn thread_name(t: &Json) -> String {
+    if t["tid"] == t["pid"] {
+        "main".to_string()
+    } else {
+        t["name"].as_str().unwrap_or("").to_string()
+    }
+}
+
+fn check_fields(what: &str, got: &Json, want: &[(String, &'static str, String)], own: Option<(&str, &BTreeMap<(String, String), f64>)>, problems: &mut Vec<String>) {
+    for (key, op, value) in want {
+        let n = got[key.as_str()].as_u64().unwrap_or(0);
+        match *op {
+            "=" if EXACT.contains(&key.as_str()) => {
+                if value.parse::<u64>().ok() != Some(n) {
+                    problems.push(format!("{what}: {key} expected {value}, lopi reports {n}"));
+                }
+            }
+            ">=" => {
+                if n < value.parse::<u64>().unwrap_or(u64::MAX) {
+                    problems.push(format!("{what}: {key} expected at least {value}, lopi reports {n}"));
+                }
+            }
+            "~=" if TIMES.contains(&key.as_str()) => {
+                let Some((name, own)) = own else { continue };
+                let Some(&m) = own.get(&(name.to_string(), key.clone())) else {
+                    problems.push(format!("{what}: the fixture printed no measured {key}"));
+                    continue;
+                };
+                if (n as f64 - m).abs() > TOLERANCE * m {
+                    problems.push(format!("{what}: {key} {n} ns, the fixture measured {m} ns (more than {}% apart)", TOLERANCE * 100.0));
+                }
+            }
+            _ => {}
+        }
+    }
+    // Absent failure fields mean none, for a line that states acquisitions.
+    if want.iter().any(|(k, _, _)| k == "acquisitions") {
+        for key in ["trylock_failed", "timeouts", "errors"] {
+            let n = got[key].as_u64().unwrap_or(0);
+            if n != 0 && !want.iter().any(|(k, _, _)| k == key) {
+                problems.push(format!("{what}: {key} {n} where the fixture has none"));
+            }
+        }
+    }
+}
+
+fn locks_report(data: &Path) -> Json {
+    let out = run(Command::new(lopi_bin()).args(["report", "--locks", "--format", "json"]).arg(data), default_timeout()).expect("lopi report");
+    assert!(out.status.success(), "lopi report --locks failed: {}", out.stderr_str());
+    serde_json::from_slice(&out.stdout).expect("report JSON")
+}
+
+#[test]
+fn mutex_hold() {
+    check_fixture("mutex_hold.c");
+}
+
+#[test]
+fn rwlock() {
+    check_fixture("rwlock.c");
+}
+
+#[test]
+fn spinlock() {
+    check_fixture("spinlock.c");
+}
+
+#[test]
+fn semaphore() {
+    check_fixture("semaphore.c");
+}
+
+#[test]
+fn condvar() {
+    check_fixture("condvar.c");
+}
+
+#[test]
+fn barrier() {
+    check_fixture("barrier.c");
+}
+
+#[test]
+fn mutex_kinds() {
+    check_fixture("mutex_kinds.c");
+}
+
+#[test]
+fn threads() {
+    check_fixture("threads.c");
+}
+
+#[test]
+fn c11_threads() {
+    check_fixture("c11_threads.c");
+}
+
+#[test]
+fn cxx_locks() {
+    check_fixture("cxx_locks.cpp");
+}
+
+#[test]
+fn fork() {
+    check_fixture("fork.c");
+}
