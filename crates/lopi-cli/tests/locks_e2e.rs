@@ -20,8 +20,13 @@ const EXACT: &[&str] = &[
 const TIMES: &[&str] = &["hold_ns", "read_hold_ns", "write_hold_ns"];
 const TOLERANCE: f64 = 0.05;
 
+/// A directive's field: key, operator (`=`, `>=`, `~=`), value.
+type Field = (String, &'static str, String);
+/// The fixture's own measurements: (lock, key) -> value.
+type Measured = BTreeMap<(String, String), f64>;
+
 /// `key=N`, `key>=N`, `key~=N` fields of a directive.
-fn fields(text: &str) -> Vec<(String, &'static str, String)> {
+fn fields(text: &str) -> Vec<Field> {
     text.split_whitespace()
         .map(|w| {
             for op in ["~=", ">=", "="] {
@@ -36,14 +41,14 @@ fn fields(text: &str) -> Vec<(String, &'static str, String)> {
 
 struct LockLine {
     name: String,
-    fields: Vec<(String, &'static str, String)>,
+    fields: Vec<Field>,
 }
 
 #[derive(Default)]
 struct Expect {
     locks: Vec<LockLine>,
     /// (thread name, lock name, fields)
-    threads: Vec<(String, String, Vec<(String, &'static str, String)>)>,
+    threads: Vec<(String, String, Vec<Field>)>,
     flags: Vec<String>,
 }
 
@@ -74,7 +79,7 @@ fn lopi_name(line: &LockLine) -> String {
 }
 
 /// The fixture's own hold times: `measured NAME ... hold_ns=N`, summed over processes.
-fn measured(stderr: &str) -> BTreeMap<(String, String), f64> {
+fn measured(stderr: &str) -> Measured {
     let mut out = BTreeMap::new();
     for line in stderr.lines() {
         let Some(rest) = line.strip_prefix("measured ") else { continue };
@@ -150,19 +155,15 @@ fn thread_name(t: &Json) -> String {
     }
 }
 
-fn check_fields(what: &str, got: &Json, want: &[(String, &'static str, String)], own: Option<(&str, &BTreeMap<(String, String), f64>)>, problems: &mut Vec<String>) {
+fn check_fields(what: &str, got: &Json, want: &[Field], own: Option<(&str, &Measured)>, problems: &mut Vec<String>) {
     for (key, op, value) in want {
         let n = got[key.as_str()].as_u64().unwrap_or(0);
         match *op {
-            "=" if EXACT.contains(&key.as_str()) => {
-                if value.parse::<u64>().ok() != Some(n) {
-                    problems.push(format!("{what}: {key} expected {value}, lopi reports {n}"));
-                }
+            "=" if EXACT.contains(&key.as_str()) && value.parse::<u64>().ok() != Some(n) => {
+                problems.push(format!("{what}: {key} expected {value}, lopi reports {n}"));
             }
-            ">=" => {
-                if n < value.parse::<u64>().unwrap_or(u64::MAX) {
-                    problems.push(format!("{what}: {key} expected at least {value}, lopi reports {n}"));
-                }
+            ">=" if n < value.parse::<u64>().unwrap_or(u64::MAX) => {
+                problems.push(format!("{what}: {key} expected at least {value}, lopi reports {n}"));
             }
             "~=" if TIMES.contains(&key.as_str()) => {
                 let Some((name, own)) = own else { continue };
