@@ -492,8 +492,8 @@ pub(crate) fn rewrite(
     let rewritten = lopi_rewrite::rewrite(&module, selection, &names, recording).with_context(|| format!("{}", prog.display()))?;
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
-    let mut summary = if probes.entries { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
-    if probes.syscalls {
+    let mut summary = if probes.entries || probes.locks { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
+    if probes.syscalls || probes.locks {
         let syscalls = syscalls::Summary::new(&rewritten.plan.syscalls);
         summary = if summary.is_empty() { syscalls.to_string() } else { format!("{summary}; {syscalls}") };
     }

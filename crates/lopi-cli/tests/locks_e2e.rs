@@ -98,6 +98,50 @@ fn measured(stderr: &str) -> Measured {
 
 const CONFIGS: [(&str, &[&str]); 2] = [("O2-pie", &["-O2", "-fPIE", "-pie"]), ("O0-nopie", &["-O0", "-fno-pie", "-no-pie"])];
 
+/// Builds `file` (-O2 PIE) in a fresh directory: the directory, the program, its plain run.
+fn build(file: &str, e: &Expect, label: &str) -> (PathBuf, PathBuf, Output) {
+    let dir = fresh_dir(&format!("locks-{file}-{label}"));
+    let prog: PathBuf = dir.join(file.split('.').next().unwrap());
+    let cc = if file.ends_with(".cpp") { "g++" } else { "cc" };
+    let src = fixtures_dir().join("locks").join(file);
+    compile(Command::new(cc).args(CONFIGS[0].1).args(["-g", "-Wall"]).args(&e.flags).arg(&src).arg("-o").arg(&prog)).unwrap_or_else(|e| panic!("{e}"));
+    let original = run(Command::new(&prog).current_dir(&dir), default_timeout()).expect("run original");
+    (dir, prog, original)
+}
+
+/// Static mode: the program runs with a rewritten copy of libc found through
+/// `LD_LIBRARY_PATH`, as the README says.
+#[test]
+fn static_mode_with_a_rewritten_libc() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let mut problems = Vec::new();
+    for file in ["rwlock.c", "condvar.c"] {
+        let e = expect(&fixtures_dir().join("locks").join(file));
+        let (dir, prog, original) = build(file, &e, "static");
+        let lib = dir.join("lib");
+        std::fs::create_dir_all(&lib).expect("lib dir");
+        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", "locks"]).arg(libc).arg("-o").arg(lib.join("libc.so.6")), default_timeout()).expect("lopi rewrite");
+        assert!(out.status.success(), "lopi rewrite of libc failed: {}", out.stderr_str());
+        let data = dir.join("static.lopi");
+        let ran = run(Command::new(&prog).current_dir(&dir).env("LD_LIBRARY_PATH", &lib).env("LOPI_OUTPUT", &data).env("LOPI_LOCKS_REPORT", "1"), default_timeout()).expect("run");
+        if ran.status.code() != original.status.code() || ran.stdout != original.stdout {
+            problems.push(format!("{file} with a rewritten libc: {} / {:?}\n{}", ran.describe_status(), ran.stdout_str(), ran.stderr_str()));
+            continue;
+        }
+        let report = locks_report(&data);
+        let own = measured(&ran.stderr_str());
+        for line in &e.locks {
+            let name = lopi_name(line);
+            match report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == name.as_str()) {
+                Some(lock) => check_fields(&format!("{file} (static): {name}"), lock, &line.fields, Some((&line.name, &own)), &mut problems),
+                None => problems.push(format!("{file} (static): no lock named {name}")),
+            }
+        }
+        cleanup(&dir);
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 fn check_fixture(file: &str) {
     let src = fixtures_dir().join("locks").join(file);
     let e = expect(&src);
