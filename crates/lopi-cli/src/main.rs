@@ -285,15 +285,15 @@ fn run(cli: Cli) -> Result<()> {
             match format {
                 Format::Json => {
                     let mut info = show::info_json(&prog, &module, &selection, &summary);
-                    if probes.syscalls {
+                    if probes.syscalls || probes.locks {
                         info["syscalls"] = syscalls::info_json(&module, &selection.syscalls);
                     }
                     print_json(&info)
                 }
-                Format::Text if probes.entries => print(&show::info_text(&module, &selection, &summary)),
+                Format::Text if probes.entries || probes.locks => print(&show::info_text(&module, &selection, &summary)),
                 Format::Text => Ok(()),
             }?;
-            if probes.syscalls && format == Format::Text {
+            if (probes.syscalls || probes.locks) && format == Format::Text {
                 print(&syscalls::info_text(&module, &selection.syscalls))?;
             }
             Ok(())
