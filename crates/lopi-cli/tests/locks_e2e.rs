@@ -98,13 +98,13 @@ fn measured(stderr: &str) -> Measured {
 
 const CONFIGS: [(&str, &[&str]); 2] = [("O2-pie", &["-O2", "-fPIE", "-pie"]), ("O0-nopie", &["-O0", "-fno-pie", "-no-pie"])];
 
-/// Builds `file` (-O2 PIE) in a fresh directory: the directory, the program, its plain run.
-fn build(file: &str, e: &Expect, label: &str) -> (PathBuf, PathBuf, Output) {
+/// Builds `file` with `flags` in a fresh directory: the directory, the program, its plain run.
+fn build(file: &str, e: &Expect, flags: &[&str], label: &str) -> (PathBuf, PathBuf, Output) {
     let dir = fresh_dir(&format!("locks-{file}-{label}"));
     let prog: PathBuf = dir.join(file.split('.').next().unwrap());
     let cc = if file.ends_with(".cpp") { "g++" } else { "cc" };
     let src = fixtures_dir().join("locks").join(file);
-    compile(Command::new(cc).args(CONFIGS[0].1).args(["-g", "-Wall"]).args(&e.flags).arg(&src).arg("-o").arg(&prog)).unwrap_or_else(|e| panic!("{e}"));
+    compile(Command::new(cc).args(flags).args(["-g", "-Wall"]).args(&e.flags).arg(&src).arg("-o").arg(&prog)).unwrap_or_else(|e| panic!("{e}"));
     let original = run(Command::new(&prog).current_dir(&dir), default_timeout()).expect("run original");
     (dir, prog, original)
 }
@@ -117,7 +117,7 @@ fn static_mode_with_a_rewritten_libc() {
     let mut problems = Vec::new();
     for file in ["rwlock.c", "condvar.c"] {
         let e = expect(&fixtures_dir().join("locks").join(file));
-        let (dir, prog, original) = build(file, &e, "static");
+        let (dir, prog, original) = build(file, &e, CONFIGS[0].1, "static");
         let lib = dir.join("lib");
         std::fs::create_dir_all(&lib).expect("lib dir");
         let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", "locks"]).arg(libc).arg("-o").arg(lib.join("libc.so.6")), default_timeout()).expect("lopi rewrite");
@@ -130,28 +130,17 @@ fn static_mode_with_a_rewritten_libc() {
         }
         let report = locks_report(&data);
         let own = measured(&ran.stderr_str());
-        for line in &e.locks {
-            let name = lopi_name(line);
-            match report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == name.as_str()) {
-                Some(lock) => check_fields(&format!("{file} (static): {name}"), lock, &line.fields, Some((&line.name, &own)), &mut problems),
-                None => problems.push(format!("{file} (static): no lock named {name}")),
-            }
-        }
+        check_locks(&format!("{file} (static)"), &report, &e, &own, &mut problems);
         cleanup(&dir);
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 fn check_fixture(file: &str) {
-    let src = fixtures_dir().join("locks").join(file);
-    let e = expect(&src);
+    let e = expect(&fixtures_dir().join("locks").join(file));
     let mut problems = Vec::new();
     for (config, flags) in CONFIGS {
-        let dir = fresh_dir(&format!("locks-{file}-{config}"));
-        let prog: PathBuf = dir.join(file.split('.').next().unwrap());
-        let cc = if file.ends_with(".cpp") { "g++" } else { "cc" };
-        compile(Command::new(cc).args(flags).args(["-g", "-Wall"]).args(&e.flags).arg(&src).arg("-o").arg(&prog)).unwrap_or_else(|e| panic!("{e}"));
-        let original = run(Command::new(&prog).current_dir(&dir), default_timeout()).expect("run original");
+        let (dir, prog, original) = build(file, &e, flags, config);
         let data = dir.join("live.lopi");
         let probed = run(
             Command::new(lopi_bin()).args(["run", "-q", "--probe", "locks", "--"]).arg(&prog).current_dir(&dir).env("LOPI_OUTPUT", &data).env("LOPI_LOCKS_REPORT", "1"),
@@ -165,14 +154,7 @@ fn check_fixture(file: &str) {
         }
         let report = locks_report(&data);
         let own = measured(&probed.stderr_str());
-        for line in &e.locks {
-            let name = lopi_name(line);
-            let Some(lock) = report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == name.as_str()) else {
-                problems.push(format!("{label}: no lock named {name} in the report"));
-                continue;
-            };
-            check_fields(&format!("{label}: {name}"), lock, &line.fields, Some((&line.name, &own)), &mut problems);
-        }
+        check_locks(&label, &report, &e, &own, &mut problems);
         for (thread, lock_name, want) in &e.threads {
             let line = e.locks.iter().find(|l| &l.name == lock_name).map(lopi_name).unwrap_or_else(|| lock_name.clone());
             let lock = report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == line.as_str());
@@ -189,6 +171,17 @@ fn check_fixture(file: &str) {
         cleanup(&dir);
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every lock line of the fixture against the report's lock of that name.
+fn check_locks(label: &str, report: &Json, e: &Expect, own: &Measured, problems: &mut Vec<String>) {
+    for line in &e.locks {
+        let name = lopi_name(line);
+        match report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == name.as_str()) {
+            Some(lock) => check_fields(&format!("{label}: {name}"), lock, &line.fields, Some((&line.name, own)), problems),
+            None => problems.push(format!("{label}: no lock named {name} in the report")),
+        }
+    }
 }
 
 fn thread_name(t: &Json) -> String {

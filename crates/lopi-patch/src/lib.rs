@@ -398,8 +398,8 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
             }
         })
         .collect();
-    let lock_parts = if probes.locks { locks::tail_parts(module, &ends, targets) } else { HashSet::new() };
-    let mut lock_ops = vec![None; module.functions.len()];
+    let lock_ops: Vec<_> = module.functions.iter().map(|f| if probes.locks { locks::op_of(&names_of(f)) } else { None }).collect();
+    let lock_parts = if probes.locks { locks::tail_parts(module, &ends, &lock_ops, targets) } else { HashSet::new() };
     let mut sites = Vec::new();
     let mut need_bounce = Vec::new();
     let functions = module.functions.len() as u64;
@@ -407,9 +407,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
         if index % PROGRESS_EVERY == 0 {
             progress.update(Stage::Entries, index as u64, functions);
         }
-        let names: Vec<&str> = std::iter::once(function.name.as_str()).chain(function.aliases.iter().map(String::as_str)).collect();
-        lock_ops[index] = if probes.locks { locks::op_of(&names) } else { None };
-        if lock_ops[index].is_none() && !(probes.entries && filter.selects(&names)) {
+        if lock_ops[index].is_none() && !(probes.entries && filter.selects(&names_of(function))) {
             continue;
         }
         if lock_parts.contains(&function.addr.0) && lock_ops[index].is_none() {
@@ -460,6 +458,11 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     };
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes, syscalls }
+}
+
+/// A function's name and aliases, as the filter and the lock table match them.
+fn names_of(f: &lopi_elf::Function) -> Vec<&str> {
+    std::iter::once(f.name.as_str()).chain(f.aliases.iter().map(String::as_str)).collect()
 }
 
 /// Known starts of code: every function and fragment, and `more`; sorted, each once.

@@ -58,13 +58,12 @@ pub(crate) fn op_of(names: &[&str]) -> Option<Op> {
 }
 
 /// Starts of the functions the lock functions' tail jumps lead into, found by decoding them
-/// as their exits will be: `ends[f]` is where function `f` ends.
-pub(crate) fn tail_parts(module: &ElfModule<'_>, ends: &[u64], targets: &Targets) -> HashSet<u64> {
+/// as their exits will be: `ends[f]` is where function `f` ends, `ops[f]` its operation.
+pub(crate) fn tail_parts(module: &ElfModule<'_>, ends: &[u64], ops: &[Option<Op>], targets: &Targets) -> HashSet<u64> {
     let map = CodeMap::new(module);
     let mut parts = HashSet::new();
     for (f, function) in module.functions.iter().enumerate() {
-        let names: Vec<&str> = std::iter::once(function.name.as_str()).chain(function.aliases.iter().map(String::as_str)).collect();
-        if op_of(&names).is_none() || function.size == 0 {
+        if ops[f].is_none() || function.size == 0 {
             continue;
         }
         let own = Region { start: function.addr.0, end: ends[f] };

@@ -200,21 +200,9 @@ impl Locks {
                 let args = (lock.op, lock.outcome, n.calls, ns(n.ticks), ns(n.max_ticks), ns(blocked.get(&i).copied().unwrap_or(0)));
                 let add = |c: &mut LockCounts| c.add(args.0, args.1, args.2, args.3, args.4, args.5);
                 add(&mut stats.counts);
-                let site = match stats.sites.iter_mut().position(|s| s.pid == h.pid && s.ret == ret) {
-                    Some(k) => &mut stats.sites[k],
-                    None => {
-                        stats.sites.push(LockSite { pid: h.pid, ret, mode: None, counts: LockCounts::default() });
-                        stats.sites.last_mut().expect("just pushed")
-                    }
-                };
+                let site = find_or_add(&mut stats.sites, |s| s.pid == h.pid && s.ret == ret, || LockSite { pid: h.pid, ret, mode: None, counts: LockCounts::default() });
                 add(&mut site.counts);
-                let thread = match stats.threads.iter_mut().position(|x| x.pid == h.pid && x.tid == h.tid) {
-                    Some(k) => &mut stats.threads[k],
-                    None => {
-                        stats.threads.push(LockThread { pid: h.pid, tid: h.tid, name: name.clone(), counts: LockCounts::default() });
-                        stats.threads.last_mut().expect("just pushed")
-                    }
-                };
+                let thread = find_or_add(&mut stats.threads, |x| x.pid == h.pid && x.tid == h.tid, || LockThread { pid: h.pid, tid: h.tid, name: name.clone(), counts: LockCounts::default() });
                 add(&mut thread.counts);
             }
         }
@@ -235,4 +223,16 @@ impl Locks {
         out.locks.sort_by(|a, b| b.counts.wait_ns.total_cmp(&a.counts.wait_ns).then(a.addr.cmp(&b.addr)));
         out
     }
+}
+
+/// The entry of `list` that `is` picks, added by `make` when there is none.
+fn find_or_add<T>(list: &mut Vec<T>, is: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> &mut T {
+    let k = match list.iter().position(is) {
+        Some(k) => k,
+        None => {
+            list.push(make());
+            list.len() - 1
+        }
+    };
+    &mut list[k]
 }

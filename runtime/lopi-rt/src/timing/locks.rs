@@ -5,7 +5,7 @@
 //! tell a contended arrival; the exit reads the result and moves a failed call to its
 //! outcome's sibling. Each thread keeps the locks it holds in a table in its header page:
 //! a release ends the hold, which is added to a hold node beside the acquisition's.
-use super::probes::{count_untimed, enter_under, pause_excess};
+use super::probes::{begin_entry, count_untimed, enter_under, pause_excess};
 use super::thread::{Child, Thread};
 use super::{counter, rdtsc, vars};
 use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
@@ -18,11 +18,14 @@ global_asm!(
     // at its entry and right before each exit, where the flags are dead. Saves every
     // call-clobbered general register. After the ten pushes: [rbp+88] = the pushed word,
     // rbp+96 = the call's frame key (its entry stack pointer).
-    ".globl lopi_lock_enter_stub",
-    "lopi_lock_enter_stub:",
+    ".macro LOPI_LOCK_STUB_SAVE",
     "push rax", "push rcx", "push rdx", "push rsi", "push rdi",
     "push r8", "push r9", "push r10", "push r11", "push rbp",
     "mov rbp, rsp",
+    ".endm",
+    ".globl lopi_lock_enter_stub",
+    "lopi_lock_enter_stub:",
+    "LOPI_LOCK_STUB_SAVE",
     "mov rcx, rsi",
     "mov rdx, rdi",
     "mov rdi, [rbp + 88]",
@@ -32,9 +35,7 @@ global_asm!(
     "jmp 2f",
     ".globl lopi_lock_exit_stub",
     "lopi_lock_exit_stub:",
-    "push rax", "push rcx", "push rdx", "push rsi", "push rdi",
-    "push r8", "push r9", "push r10", "push r11", "push rbp",
-    "mov rbp, rsp",
+    "LOPI_LOCK_STUB_SAVE",
     "mov rdx, rax",
     "mov rdi, [rbp + 88]",
     "lea rsi, [rbp + 96]",
@@ -61,22 +62,9 @@ unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64)
             count_untimed(slot);
             return;
         };
-        let Some(t) = Thread::current(v) else {
-            count_untimed(slot);
-            return;
-        };
+        let Some((t, began)) = begin_entry(v, slot, key) else { return };
         let h = t.h;
-        if read_volatile(&(*h).busy) != 0 {
-            (*h).nested_skipped += 1;
-            count_untimed(slot);
-            return;
-        }
-        write_volatile(&mut (*h).busy, 1);
-        let began = rdtsc();
         let now = began.wrapping_sub((*h).paused_ticks);
-        if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= key {
-            t.unwind_to(key, now, true);
-        }
         if !inside_lock_call(&t) {
             if op.role() == Role::Release {
                 release(&t, v, addr, now);

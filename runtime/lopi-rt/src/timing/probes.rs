@@ -25,27 +25,39 @@ unsafe fn switched(v: *const RuntimeVars, index: u64) -> bool {
 pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
     let v = vars();
     let counter = counter(index);
+    // SAFETY: see `begin_entry`.
+    unsafe {
+        let Some((t, began)) = begin_entry(v, counter, rsp) else { return };
+        enter(&t, v, counter, counter, rsp, began);
+        write_volatile(&mut (*t.h).busy, 0);
+    }
+}
+
+/// How every entry-side slow path (a function's, a system call's, a lock call's) begins: the
+/// calling thread, made busy, with the frames at or below `key` closed (left without their
+/// exit: longjmp, exceptions, a signal handler's), and the TSC read then. `None`, with the
+/// call counted in the shared counter `slot`, when the thread has no state yet or a probe of
+/// it is running (a signal handler interrupted it). The caller clears `busy`.
+pub(super) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> Option<(Thread, u64)> {
     // SAFETY: see `Thread::current`; `busy` keeps a signal handler's probes off the state
-    // this probe is changing. The header is only accessed through the raw pointer.
+    // the probe is changing. The header is only accessed through the raw pointer.
     unsafe {
         let Some(t) = Thread::current(v) else {
-            count_untimed(counter);
-            return;
+            count_untimed(slot);
+            return None;
         };
         let h = t.h;
         if read_volatile(&(*h).busy) != 0 {
             (*h).nested_skipped += 1;
-            count_untimed(counter);
-            return;
+            count_untimed(slot);
+            return None;
         }
         write_volatile(&mut (*h).busy, 1);
         let began = rdtsc();
-        if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= rsp {
-            // Frames left without their exit (longjmp, exceptions).
-            t.unwind_to(rsp, began.wrapping_sub((*h).paused_ticks), true);
+        if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= key {
+            t.unwind_to(key, began.wrapping_sub((*h).paused_ticks), true);
         }
-        enter(&t, v, counter, counter, rsp, began);
-        write_volatile(&mut (*h).busy, 0);
+        Some((t, began))
     }
 }
 

@@ -9,9 +9,9 @@
 //! while its child runs on the same thread pointer, maybe on another stack: the caller's
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
-use super::probes::{count_untimed, enter, pause_excess};
+use super::probes::{begin_entry, count_untimed, enter, pause_excess};
 use super::thread::{Child, Thread};
-use super::{counter, rdtsc, vars};
+use super::{counter, vars};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;
@@ -255,22 +255,8 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
     // SAFETY: as in `probe_enter`; `busy` keeps a signal handler's (or a vfork child's) probes
     // off the state this probe changes.
     unsafe {
-        let Some(t) = Thread::current(v) else {
-            count_untimed(slot);
-            return;
-        };
+        let Some((t, began)) = begin_entry(v, slot, key) else { return };
         let h = t.h;
-        if read_volatile(&(*h).busy) != 0 {
-            (*h).nested_skipped += 1;
-            count_untimed(slot);
-            return;
-        }
-        write_volatile(&mut (*h).busy, 1);
-        let began = rdtsc();
-        if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= key {
-            // Frames left without their exit (longjmp out of a signal handler, say).
-            t.unwind_to(key, began.wrapping_sub((*h).paused_ticks), true);
-        }
         let name = syscall_name::encode(slot, nr, false);
         if syscall_name::never_returns(nr) {
             count_now(&t, v, name, slot);
