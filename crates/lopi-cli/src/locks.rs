@@ -1,73 +1,15 @@
 //! `lopi report --locks`: per lock, then per call site and per thread, with names from the
 //! processes' memory maps (a static lock by its symbol, a heap lock by the function that
 //! initialised it, a call site by its function).
-use lopi_elf::SymbolTable;
-use lopi_trace::{DataFile, LockCounts, Locks, ProcessMaps};
+use crate::names::Namer;
+use lopi_trace::{DataFile, LockCounts, Locks};
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::fmt::Write as _;
-
-/// One mapping of a `/proc/PID/maps` text.
-struct Mapping {
-    start: u64,
-    offset: u64,
-    path: String,
-}
-
-fn mappings(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (start, _end) = fields.next()?.split_once('-')?;
-            let _perms = fields.next()?;
-            let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-            let (_dev, _inode) = (fields.next()?, fields.next()?);
-            let path = fields.collect::<Vec<_>>().join(" ");
-            path.starts_with('/').then_some(Mapping { start: u64::from_str_radix(start, 16).ok()?, offset, path })
-        })
-        .collect()
-}
-
-/// Names run-time addresses of the recorded processes.
-pub struct Namer {
-    maps: HashMap<u32, Vec<Mapping>>,
-    tables: HashMap<String, SymbolTable>,
-}
-
-impl Namer {
-    pub fn new(maps: &[ProcessMaps]) -> Namer {
-        Namer { maps: maps.iter().map(|m| (m.pid, mappings(&m.text))).collect(), tables: HashMap::new() }
-    }
-
-    /// `symbol+offset` (`symbol` alone at offset 0) of `addr` in process `pid` (or, failing
-    /// that, in any recorded process: a forked child shares its parent's map), with the file.
-    pub fn name(&mut self, pid: u32, addr: u64) -> Option<(String, bool, String)> {
-        let maps = self.maps.get(&pid).filter(|m| !m.is_empty()).or_else(|| self.maps.values().find(|m| !m.is_empty()))?;
-        // The file mapped closest below: `.bss` past the file's last page is anonymous memory
-        // right after its mappings (the symbol's size tells whether it really covers `addr`).
-        let m = maps.iter().filter(|m| m.start <= addr).max_by_key(|m| m.start)?;
-        let path = m.path.clone();
-        let table = self.tables.entry(path.clone()).or_insert_with(|| match std::fs::read(&path) {
-            Ok(data) => SymbolTable::of(&data, std::path::Path::new(&path)),
-            Err(_) => SymbolTable::default(),
-        });
-        let bias = m.start.wrapping_sub(table.vaddr_of_offset(m.offset)?);
-        let s = table.lookup(addr.wrapping_sub(bias))?;
-        let name = if s.offset == 0 { s.name } else { format!("{}+{}", s.name, s.offset) };
-        Some((name, s.function, path))
-    }
-
-    /// The function a return address is in, without the offset.
-    pub fn function(&mut self, pid: u32, ret: u64) -> Option<String> {
-        // The call instruction is before the return address.
-        let (name, function, _) = self.name(pid, ret.checked_sub(1)?)?;
-        function.then(|| name.split_once('+').map_or(name.clone(), |(f, _)| f.to_string()))
-    }
-}
 
 /// The report's JSON: `{"locks": [...], ...}` as the README documents.
 pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
     let mut namer = Namer::new(&data.maps);
+    let thread_names = crate::threads::display_names(&lopi_trace::Threads::from_data(data), &mut namer);
     let locks_json: Vec<Value> = locks
         .locks
         .iter()
@@ -100,7 +42,7 @@ pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
                     let mut thread = counts_json(&t.counts, l.kind);
                     thread["tid"] = json!(t.tid);
                     thread["pid"] = json!(t.pid);
-                    thread["name"] = json!(t.name);
+                    thread["name"] = json!(thread_names.get(&(t.pid, t.tid)).unwrap_or(&t.name));
                     thread
                 })
                 .collect();

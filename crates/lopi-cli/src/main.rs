@@ -5,9 +5,11 @@ mod demo;
 mod exports;
 mod live;
 mod locks;
+mod names;
 mod progress;
 mod show;
 mod syscalls;
+mod threads;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -73,6 +75,10 @@ enum Command {
         /// wait (blocked in futex or not) and hold times, then its busiest call sites.
         #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls"])]
         locks: bool,
+        /// Show the threads (recorded with --probe locks): start routine, creator, start and
+        /// end, time waiting for locks, joins and system calls, thread calls made.
+        #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks"])]
+        threads: bool,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -311,8 +317,18 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Report { data, format, top, callers, callees, syscalls, locks } => {
+        Command::Report { data, format, top, callers, callees, syscalls, locks, threads } => {
             let file = read_data(&data)?;
+            if threads {
+                let report = lopi_trace::Threads::from_data(&file);
+                if report.threads.is_empty() {
+                    bail!("{} has no thread data: run the program with --probe locks", data.display());
+                }
+                return match format {
+                    Format::Json => print_json(&threads::report_json(&file, &report)),
+                    Format::Text => print(&threads::report_text(&file, &report)),
+                };
+            }
             if locks {
                 let report = lopi_trace::Locks::from_data(&file);
                 if report.locks.is_empty() {

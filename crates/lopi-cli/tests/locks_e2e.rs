@@ -3,7 +3,9 @@
 //! the original's, and `lopi report --locks --format json` must give exactly the counts the
 //! fixture's directives state (see fixtures/locks/README.md), per lock and per thread, its
 //! contended acquisitions at least the proven ones, and hold times within 5% of what the
-//! fixture measured itself in the same run (its `measured` lines).
+//! fixture measured itself in the same run (its `measured` lines). `lopi report --threads`
+//! must name each thread the fixture creates with its start routine and creator, see its end,
+//! and count the thread calls exactly.
 mod common;
 
 use common::*;
@@ -49,6 +51,9 @@ struct Expect {
     locks: Vec<LockLine>,
     /// (thread name, lock name, fields)
     threads: Vec<(String, String, Vec<Field>)>,
+    /// (thread name, start routine)
+    lives: Vec<(String, String)>,
+    thread_calls: Vec<Field>,
     flags: Vec<String>,
 }
 
@@ -66,6 +71,11 @@ fn expect(path: &Path) -> Expect {
                 let (thread, lock, rest) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or(""));
                 e.threads.push((thread.to_string(), lock.to_string(), fields(rest)));
             }
+            "threads" => {
+                let (name, start) = val.split_once(" start=").expect("threads directive");
+                e.lives.push((name.to_string(), start.trim().to_string()));
+            }
+            "thread-calls" => e.thread_calls = fields(val),
             "cflags" | "cxxflags" => e.flags = val.split_whitespace().map(String::from).collect(),
             _ => {}
         }
@@ -168,6 +178,7 @@ fn check_fixture(file: &str) {
             }
             check_fields(&format!("{label}: thread {thread}: {lock_name}"), &Json::Object(merged), want, None, &mut problems);
         }
+        check_threads(&label, &report_json(&data, "--threads"), &e, &mut problems);
         cleanup(&dir);
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -226,9 +237,43 @@ fn check_fields(what: &str, got: &Json, want: &[Field], own: Option<(&str, &Meas
     }
 }
 
+/// Each thread the fixture creates: its name, start routine, creator and end; the thread
+/// calls' totals.
+fn check_threads(label: &str, report: &Json, e: &Expect, problems: &mut Vec<String>) {
+    let threads = report["threads"].as_array().cloned().unwrap_or_default();
+    for (name, start) in &e.lives {
+        let Some(t) = threads.iter().find(|t| t["name"] == name.as_str()) else {
+            problems.push(format!("{label}: no thread named {name} in lopi report --threads"));
+            continue;
+        };
+        let routine = t["start_routine"].as_str().unwrap_or("");
+        // A local function of a stripped library (libstdc++'s) has no name: lopi gives file+address.
+        let unnamed_local = routine.contains(".so") && routine.contains("+0x");
+        if routine != start && !unnamed_local {
+            problems.push(format!("{label}: thread {name}: start routine {routine:?}, expected {start}"));
+        }
+        if !t["created_by"].is_u64() {
+            problems.push(format!("{label}: thread {name}: no creator"));
+        }
+        if !matches!(t["end_seen"].as_str(), Some("exit" | "exit_group")) || t["end_ns"].as_u64() < t["start_ns"].as_u64() {
+            problems.push(format!("{label}: thread {name}: end {} ({}) not seen after its start {}", t["end_ns"], t["end_seen"], t["start_ns"]));
+        }
+    }
+    for (key, _, value) in &e.thread_calls {
+        let n = report["calls"][key.as_str()].as_u64();
+        if n != value.parse().ok() {
+            problems.push(format!("{label}: {key} calls: lopi counts {n:?}, the fixture made {value}"));
+        }
+    }
+}
+
 fn locks_report(data: &Path) -> Json {
-    let out = run(Command::new(lopi_bin()).args(["report", "--locks", "--format", "json"]).arg(data), default_timeout()).expect("lopi report");
-    assert!(out.status.success(), "lopi report --locks failed: {}", out.stderr_str());
+    report_json(data, "--locks")
+}
+
+fn report_json(data: &Path, view: &str) -> Json {
+    let out = run(Command::new(lopi_bin()).args(["report", view, "--format", "json"]).arg(data), default_timeout()).expect("lopi report");
+    assert!(out.status.success(), "lopi report {view} failed: {}", out.stderr_str());
     serde_json::from_slice(&out.stdout).expect("report JSON")
 }
 

@@ -452,8 +452,9 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     }
     let syscalls = match (probes.syscalls, probes.locks) {
         (true, _) => syscalls::plan(module, targets, &mut gaps, &mut sites, |_| true),
-        // Locks alone: the `futex` calls, and those whose number is set out of sight.
-        (false, true) => syscalls::plan(module, targets, &mut gaps, &mut sites, |nr| nr.is_none_or(|n| n == FUTEX)),
+        // Locks alone: the `futex` calls (blocking), the calls that end a thread (its end),
+        // and those whose number is set out of sight.
+        (false, true) => syscalls::plan(module, targets, &mut gaps, &mut sites, |nr| nr.is_none_or(|n| LOCK_SYSCALLS.contains(&n))),
         (false, false) => Vec::new(),
     };
     sites.sort_by_key(|s| s.patch_at);
@@ -473,8 +474,8 @@ fn code_starts(module: &ElfModule<'_>, more: impl Iterator<Item = u64>) -> Vec<u
     s
 }
 
-/// The `futex` system call's number on x86-64.
-const FUTEX: u32 = 202;
+/// What `--probe locks` probes of the system calls on x86-64: `futex`, `exit`, `exit_group`.
+const LOCK_SYSCALLS: [u32; 3] = [202, 60, 231];
 
 /// What [`plan_timing`] times.
 struct Timing<'a> {

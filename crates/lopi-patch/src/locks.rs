@@ -1,5 +1,5 @@
 //! Lock functions (`--probe locks`): glibc's POSIX lock, semaphore, condition-variable and
-//! barrier functions, found by name (an exported symbol or any alias of it), each probed at
+//! barrier functions and its thread calls, found by name (an exported symbol or any alias of it), each probed at
 //! its entry and exits with the lock action. Some end in a tail jump into glibc's shared code
 //! (`pthread_mutex_timedlock` into `__pthread_mutex_clocklock_common`,
 //! `pthread_mutex_unlock` into `__pthread_mutex_unlock_usercnt`): the call is not over
@@ -46,6 +46,14 @@ const FUNCTIONS: &[(&str, Op)] = &[
     ("pthread_cond_signal", Op::CondSignal),
     ("pthread_cond_broadcast", Op::CondBroadcast),
     ("pthread_barrier_wait", Op::BarrierWait),
+    ("pthread_create", Op::ThreadCreate),
+    ("pthread_join", Op::ThreadJoin),
+    ("pthread_tryjoin_np", Op::ThreadJoin),
+    ("pthread_timedjoin_np", Op::ThreadJoin),
+    ("pthread_clockjoin_np", Op::ThreadJoin),
+    ("pthread_detach", Op::ThreadDetach),
+    ("pthread_exit", Op::ThreadExit),
+    ("pthread_setname_np", Op::ThreadSetname),
 ];
 
 /// The operation of a function with these names (glibc's internal aliases carry leading

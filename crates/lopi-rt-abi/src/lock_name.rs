@@ -11,6 +11,12 @@
 //! hold (acquisition to release) is a sibling node with outcome [`Outcome::Hold`] and the
 //! acquiring operation. A lock entry's trampoline pushes its counter index with the operation
 //! in bits 24..31 ([`OP_SHIFT`]).
+//!
+//! Thread calls (`pthread_create`, `_join`, `_detach`, `_exit`, `_setname_np`) are probed the
+//! same way, their "lock" being the `pthread_t` they act on (`pthread_create`: its start
+//! routine). A create that started a thread has a child node with outcome
+//! [`Outcome::Started`] whose address is the new thread's tid, `calls` 1 and `max_ticks` the
+//! TSC at which the create returned.
 
 pub const TAG: u64 = 1 << 61;
 pub const SITE: u64 = 1 << 60;
@@ -32,6 +38,8 @@ pub enum Kind {
     Semaphore,
     Cond,
     Barrier,
+    /// Thread calls: no lock, the thread's life.
+    Thread,
 }
 
 impl Kind {
@@ -43,6 +51,7 @@ impl Kind {
             Kind::Semaphore => "sem",
             Kind::Cond => "cond",
             Kind::Barrier => "barrier",
+            Kind::Thread => "thread",
         }
     }
 }
@@ -58,6 +67,8 @@ pub enum Role {
     /// Posts a semaphore, signals or broadcasts a condition variable.
     Wake,
     Init,
+    /// Creates, joins, detaches, ends or names a thread.
+    Life,
 }
 
 macro_rules! ops {
@@ -125,6 +136,13 @@ ops! {
     CondSignal = 24: Cond, Role::Wake, "cond_signal";
     CondBroadcast = 25: Cond, Role::Wake, "cond_broadcast";
     BarrierWait = 26: Barrier, WAIT, "barrier_wait";
+    ThreadCreate = 27: Thread, Role::Life, "create";
+    /// Also `pthread_tryjoin_np`, `_timedjoin_np`, `_clockjoin_np`.
+    ThreadJoin = 28: Thread, Role::Life, "join";
+    ThreadDetach = 29: Thread, Role::Life, "detach";
+    /// Counted when made: it never returns.
+    ThreadExit = 30: Thread, Role::Life, "exit";
+    ThreadSetname = 31: Thread, Role::Life, "setname_np";
 }
 
 impl Op {
@@ -163,6 +181,8 @@ pub enum Outcome {
     Serial = 9,
     /// Not a call: the holds that began with this operation (ticks: acquisition to release).
     Hold = 10,
+    /// Not a call: a thread its create call's node started (see the module comment).
+    Started = 11,
 }
 
 impl Outcome {
@@ -179,6 +199,7 @@ impl Outcome {
             8 => Outcome::Nested,
             9 => Outcome::Serial,
             10 => Outcome::Hold,
+            11 => Outcome::Started,
             _ => return None,
         })
     }
@@ -248,7 +269,7 @@ mod tests {
         let addr = 0x7ffd_1234_5678;
         for &op in Op::ALL {
             assert_eq!(Op::from_u8(op as u8), Some(op));
-            for outcome in [Outcome::Ok, Outcome::Hold, Outcome::Serial] {
+            for outcome in [Outcome::Ok, Outcome::Hold, Outcome::Serial, Outcome::Started] {
                 let name = encode(op, outcome, addr);
                 assert!(name >= 1 << 47);
                 assert_eq!(decode(name), Some(LockName { op, outcome, addr }));

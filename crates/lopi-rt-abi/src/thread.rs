@@ -133,7 +133,24 @@ pub const HELD_NESTED: u32 = 1 << 8;
 /// A condition wait's mutex, released while the wait is in progress.
 pub const HELD_PENDING: u32 = 1 << 9;
 const _: () = assert!(core::mem::size_of::<HeldLock>() == HELD_LOCK_LEN);
-const _: () = assert!(HELD_TABLE + HELD_SLOTS as u64 * HELD_LOCK_LEN as u64 <= UNMATCHED_TABLE);
+
+/// Offset in the header page of how the thread ended, when it made the system call that ends
+/// it (`exit`, or `exit_group` for its whole process) under a probe.
+pub const THREAD_END: u64 = HELD_TABLE + HELD_SLOTS as u64 * HELD_LOCK_LEN as u64;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadEnd {
+    /// TSC of the call; 0: not seen.
+    pub tsc: u64,
+    /// The system call's number.
+    pub nr: u32,
+    pub _pad: u32,
+}
+
+pub const THREAD_END_LEN: usize = 16;
+const _: () = assert!(core::mem::size_of::<ThreadEnd>() == THREAD_END_LEN);
+const _: () = assert!(THREAD_END + THREAD_END_LEN as u64 <= UNMATCHED_TABLE);
 
 /// Offset in the header page of the table of unmatched exits by function.
 pub const UNMATCHED_TABLE: u64 = 1024;
@@ -383,6 +400,13 @@ impl UnmatchedExit {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..UNMATCHED_EXIT_LEN)?);
         Some(Self { func: f.u64(0), count: f.u64(8) })
+    }
+}
+
+impl ThreadEnd {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..THREAD_END_LEN)?);
+        Some(Self { tsc: f.u64(0), nr: f.u32(8), _pad: 0 })
     }
 }
 

@@ -5,7 +5,7 @@ use crate::ModuleMeta;
 use lopi_rt_abi::{
     ContextNode, Event, Frame, RecordHeader, MAPS_HEADER_LEN, MAPS_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
     DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, SWITCH_LEN,
-    SWITCH_LOG, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
+    SWITCH_LOG, ThreadEnd, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,8 @@ pub struct ThreadChunk {
     pub unmatched: Vec<UnmatchedExit>,
     /// Functions the budget switched to counting, in order.
     pub switches: Vec<Switch>,
+    /// How the thread ended, if a probe saw it (`tsc` 0: not seen).
+    pub end: ThreadEnd,
 }
 
 /// A process's memory map (`/proc/PID/maps`) when its lock probes started.
@@ -224,5 +226,7 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
         .collect();
     let switches =
         region(chunk, SWITCH_LOG, u64::from(header.switch_len), SWITCH_LEN)?.chunks_exact(SWITCH_LEN).filter_map(Switch::from_bytes).collect();
-    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches }), len))
+    let end = region(chunk, THREAD_END, 1, THREAD_END_LEN)?;
+    let end = ThreadEnd::from_bytes(&end).unwrap_or_default();
+    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches, end }), len))
 }

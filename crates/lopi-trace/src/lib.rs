@@ -10,6 +10,7 @@ mod export;
 mod locks;
 mod report;
 mod syscalls;
+mod threads;
 mod timing;
 
 pub use data::{DataError, DataFile, ProcessMaps, Record, ThreadChunk};
@@ -17,6 +18,7 @@ pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
+pub use threads::{EndSeen, ThreadCalls, ThreadLife, Threads};
 pub use timing::{ContextNode, EventKind, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};

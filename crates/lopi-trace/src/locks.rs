@@ -156,7 +156,7 @@ impl LockCounts {
             (Kind::Semaphore, Role::Wake) => self.posts += calls,
             (_, Role::Wake) if op == Op::CondBroadcast => self.broadcasts += calls,
             (_, Role::Wake) => self.signals += calls,
-            (_, Role::Init) => {}
+            (_, Role::Init | Role::Life) => {}
         }
     }
 }
@@ -179,7 +179,7 @@ impl Locks {
             }
             let name = crate::timing::thread_name(h);
             for (i, n) in t.nodes.iter().enumerate() {
-                let Some(lock) = lock_name::decode(n.func) else { continue };
+                let Some(lock) = lock_name::decode(n.func).filter(|l| l.op.kind() != Kind::Thread) else { continue };
                 let ret = t.nodes.get(n.parent as usize).and_then(|p| lock_name::decode_site(p.func)).unwrap_or(0);
                 let kind = lock.op.kind();
                 let stats = by_lock.entry((lock.addr, kind)).or_insert_with(|| LockStats {

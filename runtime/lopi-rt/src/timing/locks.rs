@@ -5,6 +5,11 @@
 //! tell a contended arrival; the exit reads the result and moves a failed call to its
 //! outcome's sibling. Each thread keeps the locks it holds in a table in its header page:
 //! a release ends the hold, which is added to a hold node beside the acquisition's.
+//!
+//! Thread calls are probed by the same stubs: a create records the thread it started (its
+//! tid, read from the new `pthread_t`, which the kernel filled in before the call returned),
+//! a `pthread_setname_np` writes the name into the named thread's header (the kernel's copy
+//! of a thread's name is gone when it ends), a `pthread_exit` is counted when made.
 use super::probes::{begin_entry, count_untimed, enter_under, pause_excess};
 use super::thread::{Child, Thread};
 use super::{counter, rdtsc, vars};
@@ -26,6 +31,7 @@ global_asm!(
     ".globl lopi_lock_enter_stub",
     "lopi_lock_enter_stub:",
     "LOPI_LOCK_STUB_SAVE",
+    "mov r8, rdx",
     "mov rcx, rsi",
     "mov rdx, rdi",
     "mov rdi, [rbp + 88]",
@@ -51,8 +57,8 @@ global_asm!(
 );
 
 /// At a lock function's entry: `word` is its counter index and operation, `key` its entry
-/// stack pointer, `addr` and `arg1` its first two arguments.
-unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64) {
+/// stack pointer, `addr`, `arg1` and `arg2` its first three arguments.
+unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64, arg2: u64) {
     let v = vars();
     let slot = counter(word & lock_name::INDEX_MASK);
     // SAFETY: as in `probe_enter`; the lock's words are read where the lock function itself
@@ -73,10 +79,21 @@ unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64)
                 release(&t, v, arg1, now);
                 hold(&t, HeldLock { addr: arg1, start: key, site: 0, flags: Op::CondRelock as u32 | abi::HELD_PENDING });
             }
+            match op {
+                // Its `pthread_t *`, read when it returns.
+                Op::ThreadCreate => hold(&t, HeldLock { addr, start: key, site: 0, flags: op as u32 | abi::HELD_PENDING }),
+                Op::ThreadSetname => rename(v, addr, arg1),
+                _ => {}
+            }
             let outcome = arrival(op, addr, (*h).tid);
             let ret = read_volatile(key as *const u64);
+            let name = lock_name::encode(op, outcome, if op == Op::ThreadCreate { arg2 } else { addr });
             match t.child(v, t.top_node(), lock_name::site(ret)) {
-                Some(Child::Path(site) | Child::Merged(site)) => enter_under(&t, v, site, lock_name::encode(op, outcome, addr), slot, key, began),
+                Some(Child::Path(site) | Child::Merged(site)) if op == Op::ThreadExit => {
+                    add_call(&t, v, site, name);
+                    pause_excess(&t, began, false);
+                }
+                Some(Child::Path(site) | Child::Merged(site)) => enter_under(&t, v, site, name, slot, key, began),
                 None => {
                     (*h).untimed_calls += 1;
                     count_untimed(slot);
@@ -109,12 +126,23 @@ unsafe extern "C" fn probe_lock_exit(_word: u64, key: u64, result: u64) {
         if let Some((frame, name)) = call {
             let site = (*t.node(frame.node)).parent;
             let outcome = result_outcome(name.op, name.outcome, result as u32);
+            let mut node = frame.node;
             if outcome != name.outcome {
                 if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, site, lock_name::encode(name.op, outcome, name.addr)) {
                     (*t.frame(depth - 1)).node = n;
+                    node = n;
                 }
             }
             t.close_top(now, abi::EVENT_EXIT);
+            if name.op == Op::ThreadCreate {
+                let created = take_pending(&t, key).filter(|_| outcome == Outcome::Ok);
+                if let Some(tid) = created.and_then(|e| new_thread(v, e.addr)) {
+                    if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, node, lock_name::encode(name.op, Outcome::Started, tid)) {
+                        (*t.node(n)).calls += 1;
+                        (*t.node(n)).max_ticks = tsc;
+                    }
+                }
+            }
             if name.op.holds() && outcome.acquired() {
                 let nested = if outcome == Outcome::Nested { abi::HELD_NESTED } else { 0 };
                 hold(&t, HeldLock { addr: name.addr, start: now, site, flags: name.op as u32 | nested });
@@ -287,18 +315,74 @@ unsafe fn release(t: &Thread, v: *const abi::RuntimeVars, addr: u64, now: u64) {
 unsafe fn relock(t: &Thread, v: *const abi::RuntimeVars, key: u64, site: u32, now: u64) {
     // SAFETY: the caller holds `busy`; the table is this thread's.
     unsafe {
+        let Some(e) = take_pending(t, key) else { return };
+        hold(t, HeldLock { addr: e.addr, start: now, site, flags: Op::CondRelock as u32 });
+        add_call(t, v, site, lock_name::encode(Op::CondRelock, Outcome::Ok, e.addr));
+    }
+}
+
+/// Removes and returns the pending entry of the call at `key`.
+unsafe fn take_pending(t: &Thread, key: u64) -> Option<HeldLock> {
+    // SAFETY: the caller holds `busy`; the table is this thread's.
+    unsafe {
         let h = t.h;
-        let pending = (0..(*h).held_len).rev().find(|&i| {
+        let i = (0..(*h).held_len).rev().find(|&i| {
             let e = load(held(h).add(i as usize));
             e.flags & abi::HELD_PENDING != 0 && e.start == key
-        });
-        let Some(i) = pending else { return };
-        let e = held(h).add(i as usize);
-        (*e).start = now;
-        (*e).site = site;
-        (*e).flags = Op::CondRelock as u32;
-        if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, site, lock_name::encode(Op::CondRelock, Outcome::Ok, (*e).addr)) {
+        })?;
+        let e = load(held(h).add(i as usize));
+        forget(h, i);
+        Some(e)
+    }
+}
+
+/// Counts a call of `name` under `parent` that has no duration (made, or never returning).
+unsafe fn add_call(t: &Thread, v: *const abi::RuntimeVars, parent: u32, name: u64) {
+    // SAFETY: the caller holds `busy`.
+    unsafe {
+        if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, parent, name) {
             (*t.node(n)).calls += 1;
+        }
+    }
+}
+
+/// The tid of the thread whose `pthread_t` a successful `pthread_create` stored at `at`.
+unsafe fn new_thread(v: *const abi::RuntimeVars, at: u64) -> Option<u64> {
+    // SAFETY: `at` is the create's first argument, written by the create; a `pthread_t` is
+    // the new thread's control block, whose tid field the kernel set (CLONE_PARENT_SETTID).
+    unsafe {
+        let offset = (*v).tid_offset;
+        let thread = if at == 0 || offset == 0 { 0 } else { read_volatile(at as *const u64) };
+        let tid = if thread == 0 { 0 } else { read_volatile((thread + u64::from(offset)) as *const u32) };
+        (tid != 0).then_some(u64::from(tid))
+    }
+}
+
+/// A `pthread_setname_np(thread, name)` call: the name, if the call will take it (at most 15
+/// bytes), goes into that thread's header, found through its control block's word that lopi
+/// owns (see `timing/mod.rs`) and checked against the thread's tid. A thread with no state yet
+/// reads its name when it makes it.
+unsafe fn rename(v: *const abi::RuntimeVars, thread: u64, name: u64) {
+    // SAFETY: `thread` and `name` are the arguments glibc is about to use in the same way: the
+    // control block's words and a NUL-terminated string. The other thread's header is written
+    // only in its name, which readers take as it is at the end.
+    unsafe {
+        let offset = (*v).tid_offset;
+        if thread == 0 || name == 0 || offset == 0 {
+            return;
+        }
+        let chunk = read_volatile((thread + 0x38) as *const u64);
+        if chunk < abi::PAGE_SIZE {
+            return;
+        }
+        let h = chunk as *mut ThreadHeader;
+        if read_volatile(h as *const u64) != u64::from_le_bytes(abi::THREAD_MAGIC) || read_volatile(&raw const (*h).tid) != read_volatile((thread + u64::from(offset)) as *const u32) {
+            return;
+        }
+        let Some(len) = (0..16).find(|&i| read_volatile((name + i) as *const u8) == 0) else { return };
+        for i in 0..16 {
+            let b = if i < len { read_volatile((name + i) as *const u8) } else { 0 };
+            write_volatile((&raw mut (*h).comm as *mut u8).add(i as usize), b);
         }
     }
 }

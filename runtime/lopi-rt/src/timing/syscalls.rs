@@ -21,6 +21,8 @@ use core::ptr::{read_volatile, write_volatile};
 const VFORKING: u32 = 2;
 const CLONE_VFORK: u64 = 0x4000;
 const PRCTL: u64 = 157;
+const EXIT: u64 = 60;
+const EXIT_GROUP: u64 = 231;
 
 global_asm!(
     // What both stubs share, as assembler macros. SAVE: rax and the arithmetic flags (`lahf`,
@@ -259,6 +261,9 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         let h = t.h;
         let name = syscall_name::encode(slot, nr, false);
         if syscall_name::never_returns(nr) {
+            if nr == EXIT || nr == EXIT_GROUP {
+                ended(&t, began, nr);
+            }
             count_now(&t, v, name, slot);
             pause_excess(&t, began, false);
         } else {
@@ -266,6 +271,18 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         }
         let vforks = nr == 58 || (nr == 56 && arg0 & CLONE_VFORK != 0) || (nr == 435 && arg0 != 0 && read_volatile(arg0 as *const u64) & CLONE_VFORK != 0);
         write_volatile(&mut (*h).busy, if vforks { VFORKING } else { 0 });
+    }
+}
+
+/// The thread ends at `tsc` (`exit`; `exit_group` ends its process): when, and its name then
+/// (another thread may have renamed it).
+unsafe fn ended(t: &Thread, tsc: u64, nr: u64) {
+    // SAFETY: the record lies in the header page; the caller holds `busy`.
+    unsafe {
+        let end = (t.h as usize + abi::THREAD_END as usize) as *mut abi::ThreadEnd;
+        write_volatile(&raw mut (*end).tsc, tsc);
+        write_volatile(&raw mut (*end).nr, nr as u32);
+        t.read_name();
     }
 }
 

@@ -1,0 +1,78 @@
+//! Names of run-time addresses of recorded processes, from their memory maps (recorded with
+//! `--probe locks`) and the mapped files' symbols: locks, call sites, start routines.
+use lopi_elf::SymbolTable;
+use lopi_trace::ProcessMaps;
+use std::collections::HashMap;
+
+/// One mapping of a `/proc/PID/maps` text.
+struct Mapping {
+    start: u64,
+    offset: u64,
+    path: String,
+}
+
+fn mappings(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (start, _end) = fields.next()?.split_once('-')?;
+            let _perms = fields.next()?;
+            let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let (_dev, _inode) = (fields.next()?, fields.next()?);
+            let path = fields.collect::<Vec<_>>().join(" ");
+            path.starts_with('/').then_some(Mapping { start: u64::from_str_radix(start, 16).ok()?, offset, path })
+        })
+        .collect()
+}
+
+/// Names run-time addresses of the recorded processes.
+pub struct Namer {
+    maps: HashMap<u32, Vec<Mapping>>,
+    tables: HashMap<String, SymbolTable>,
+}
+
+impl Namer {
+    pub fn new(maps: &[ProcessMaps]) -> Namer {
+        Namer { maps: maps.iter().map(|m| (m.pid, mappings(&m.text))).collect(), tables: HashMap::new() }
+    }
+
+    /// `symbol+offset` (`symbol` alone at offset 0) of `addr` in process `pid` (or, failing
+    /// that, in any recorded process: a forked child shares its parent's map), with the file.
+    pub fn name(&mut self, pid: u32, addr: u64) -> Option<(String, bool, String)> {
+        let maps = self.maps.get(&pid).filter(|m| !m.is_empty()).or_else(|| self.maps.values().find(|m| !m.is_empty()))?;
+        // The file mapped closest below: `.bss` past the file's last page is anonymous memory
+        // right after its mappings (the symbol's size tells whether it really covers `addr`).
+        let m = maps.iter().filter(|m| m.start <= addr).max_by_key(|m| m.start)?;
+        let path = m.path.clone();
+        let table = self.tables.entry(path.clone()).or_insert_with(|| match std::fs::read(&path) {
+            Ok(data) => SymbolTable::of(&data, std::path::Path::new(&path)),
+            Err(_) => SymbolTable::default(),
+        });
+        let bias = m.start.wrapping_sub(table.vaddr_of_offset(m.offset)?);
+        let s = table.lookup(addr.wrapping_sub(bias))?;
+        let name = if s.offset == 0 { s.name } else { format!("{}+{}", s.name, s.offset) };
+        Some((name, s.function, path))
+    }
+
+    /// `symbol+offset`, else `file+0xVADDR` (the file's own address: a local function of a
+    /// stripped library), else the bare address.
+    pub fn describe(&mut self, pid: u32, addr: u64) -> String {
+        if let Some((name, _, _)) = self.name(pid, addr) {
+            return name;
+        }
+        let maps = self.maps.get(&pid).filter(|m| !m.is_empty()).or_else(|| self.maps.values().find(|m| !m.is_empty()));
+        let Some(m) = maps.and_then(|maps| maps.iter().filter(|m| m.start <= addr).max_by_key(|m| m.start)) else { return format!("{addr:#x}") };
+        let file = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
+        match self.tables.get(&m.path).and_then(|t| t.vaddr_of_offset(m.offset)) {
+            Some(vaddr) => format!("{file}+{:#x}", addr - m.start + vaddr),
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    /// The function a return address is in, without the offset.
+    pub fn function(&mut self, pid: u32, ret: u64) -> Option<String> {
+        // The call instruction is before the return address.
+        let (name, function, _) = self.name(pid, ret.checked_sub(1)?)?;
+        function.then(|| name.split_once('+').map_or(name.clone(), |(f, _)| f.to_string()))
+    }
+}

@@ -1,0 +1,202 @@
+//! The thread view of a data file (`lopi report --threads`): each thread's life (who created
+//! it with which start routine, when it began and ended), what it waited for (locks, joins,
+//! system calls) and the thread calls it made, from its chunk and from the create calls'
+//! records in its creator's tree (`lopi_rt_abi::lock_name`, [`Outcome::Started`]).
+use crate::DataFile;
+use lopi_rt_abi::lock_name::{self, Kind, Op, Outcome, Role};
+use lopi_rt_abi::syscall_name;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+const FUTEX: u64 = 202;
+const EXIT_GROUP: u32 = 231;
+
+/// Calls of the thread functions a thread made.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ThreadCalls {
+    pub create: u64,
+    pub join: u64,
+    pub detach: u64,
+    pub exit: u64,
+    pub setname: u64,
+}
+
+/// How a thread's end is known.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EndSeen {
+    /// Its own `exit` system call.
+    Exit,
+    /// An `exit_group` (by itself or another thread) ended its process.
+    ExitGroup,
+    /// Not seen: its last probe.
+    LastProbe,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ThreadLife {
+    pub pid: u32,
+    pub tid: u32,
+    /// Its name at its end (`pthread_setname_np`, or the name it inherited).
+    pub name: String,
+    /// The runtime address of its start routine, if its creation was recorded.
+    pub start_routine: Option<u64>,
+    pub created_by: Option<u32>,
+    /// Return address of the `pthread_create` call.
+    pub create_site: Option<u64>,
+    /// From the earliest time in the record: its creation (the create call's return), else its
+    /// first probe; its end.
+    pub start_ns: f64,
+    pub end_ns: f64,
+    pub end_seen: EndSeen,
+    /// Waiting in lock calls (acquisitions, semaphore, condition and barrier waits), of which
+    /// blocked in `futex`.
+    pub lock_wait_ns: f64,
+    pub lock_blocked_ns: f64,
+    /// Waiting in `pthread_join` calls.
+    pub join_wait_ns: f64,
+    /// In probed system calls (with `--probe locks` alone: `futex` only).
+    pub syscall_ns: f64,
+    pub calls: ThreadCalls,
+    /// Its chunk was found (a thread with no probe of its own is known only from its creation).
+    pub recorded: bool,
+}
+
+impl ThreadLife {
+    fn new(pid: u32, tid: u32, name: String, start_ns: f64, recorded: bool) -> ThreadLife {
+        ThreadLife {
+            pid,
+            tid,
+            name,
+            start_routine: None,
+            created_by: None,
+            create_site: None,
+            start_ns,
+            end_ns: if recorded { 0.0 } else { start_ns },
+            end_seen: EndSeen::LastProbe,
+            lock_wait_ns: 0.0,
+            lock_blocked_ns: 0.0,
+            join_wait_ns: 0.0,
+            syscall_ns: 0.0,
+            calls: ThreadCalls::default(),
+            recorded,
+        }
+    }
+}
+
+/// A create call's record of the thread it started.
+struct Creation {
+    /// When the create returned.
+    tsc: u64,
+    by: u32,
+    routine: Option<u64>,
+    site: Option<u64>,
+    tsc_hz: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Threads {
+    /// By process, then by start.
+    pub threads: Vec<ThreadLife>,
+    pub calls: ThreadCalls,
+}
+
+impl Threads {
+    pub fn from_data(data: &DataFile) -> Threads {
+        let origin_tsc = data.threads.iter().map(|t| t.header.start_tsc).filter(|&t| t != 0).min().unwrap_or(0);
+        let mut lives: BTreeMap<(u32, u32), ThreadLife> = BTreeMap::new();
+        let mut created: HashMap<(u32, u32), Creation> = HashMap::new();
+        let mut exit_groups: HashMap<u32, u64> = HashMap::new();
+        let mut hz = 0;
+        for t in &data.threads {
+            let h = &t.header;
+            if h.tsc_hz == 0 {
+                continue;
+            }
+            hz = h.tsc_hz;
+            let ns = |ticks: u64| ticks as f64 * 1e9 / h.tsc_hz as f64;
+            let life = lives.entry((h.pid, h.tid)).or_insert_with(|| ThreadLife::new(h.pid, h.tid, crate::timing::thread_name(h), f64::MAX, true));
+            life.start_ns = life.start_ns.min(ns(h.start_tsc.saturating_sub(origin_tsc)));
+            let (end, seen) = if t.end.tsc != 0 {
+                (t.end.tsc, EndSeen::Exit)
+            } else {
+                (h.last_tsc.wrapping_add(h.paused_ticks), EndSeen::LastProbe)
+            };
+            if ns(end.saturating_sub(origin_tsc)) >= life.end_ns {
+                life.end_ns = ns(end.saturating_sub(origin_tsc));
+                life.end_seen = seen;
+            }
+            if t.end.tsc != 0 && t.end.nr == EXIT_GROUP {
+                exit_groups.insert(h.pid, t.end.tsc);
+            }
+            let mut futex_under: HashMap<usize, u64> = HashMap::new();
+            for n in &t.nodes {
+                if let Some(call) = syscall_name::decode(n.func) {
+                    life.syscall_ns += ns(n.ticks);
+                    if call.nr == FUTEX {
+                        *futex_under.entry(n.parent as usize).or_default() += n.ticks;
+                    }
+                }
+            }
+            for (i, n) in t.nodes.iter().enumerate() {
+                let Some(name) = lock_name::decode(n.func) else { continue };
+                let parent = t.nodes.get(n.parent as usize);
+                match (name.op, name.outcome) {
+                    (_, Outcome::Hold) => {}
+                    (Op::ThreadCreate, Outcome::Started) => {
+                        // Under the create call's node (its address: the start routine), under its site.
+                        let routine = parent.and_then(|p| lock_name::decode(p.func)).map(|p| p.addr);
+                        let site = parent.and_then(|p| t.nodes.get(p.parent as usize)).and_then(|s| lock_name::decode_site(s.func));
+                        created.insert((h.pid, name.addr as u32), Creation { tsc: n.max_ticks, by: h.tid, routine, site, tsc_hz: h.tsc_hz });
+                    }
+                    (op, _) if op.kind() == Kind::Thread => {
+                        let c = &mut life.calls;
+                        *match op {
+                            Op::ThreadCreate => &mut c.create,
+                            Op::ThreadJoin => &mut c.join,
+                            Op::ThreadDetach => &mut c.detach,
+                            Op::ThreadExit => &mut c.exit,
+                            _ => &mut c.setname,
+                        } += n.calls;
+                        if op == Op::ThreadJoin {
+                            life.join_wait_ns += ns(n.ticks);
+                        }
+                    }
+                    (op, _) if matches!(op.role(), Role::Acquire { .. } | Role::Wait { .. }) => {
+                        life.lock_wait_ns += ns(n.ticks);
+                        life.lock_blocked_ns += ns(futex_under.get(&i).copied().unwrap_or(0));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for ((pid, tid), c) in created {
+            let start = (c.tsc.saturating_sub(origin_tsc)) as f64 * 1e9 / c.tsc_hz as f64;
+            let life = lives.entry((pid, tid)).or_insert_with(|| ThreadLife::new(pid, tid, String::new(), start, false));
+            life.start_routine = c.routine;
+            life.created_by = Some(c.by);
+            life.create_site = c.site;
+            life.start_ns = life.start_ns.min(start);
+        }
+        let mut out = Threads::default();
+        for mut life in lives.into_values() {
+            if let Some(&tsc) = exit_groups.get(&life.pid) {
+                let at = (tsc.saturating_sub(origin_tsc)) as f64 * 1e9 / hz.max(1) as f64;
+                // Threads still running when their process ended end with it.
+                if life.end_seen == EndSeen::LastProbe && at >= life.end_ns {
+                    life.end_ns = at;
+                    life.end_seen = EndSeen::ExitGroup;
+                }
+            }
+            let c = &mut out.calls;
+            c.create += life.calls.create;
+            c.join += life.calls.join;
+            c.detach += life.calls.detach;
+            c.exit += life.calls.exit;
+            c.setname += life.calls.setname;
+            out.threads.push(life);
+        }
+        out.threads.sort_by(|a, b| a.pid.cmp(&b.pid).then(a.start_ns.total_cmp(&b.start_ns)).then(a.tid.cmp(&b.tid)));
+        out
+    }
+}
