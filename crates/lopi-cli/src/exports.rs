@@ -1,7 +1,7 @@
 //! `lopi flamegraph` and `lopi export`: a data file's timed profile in other tools' formats.
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
-use lopi_trace::{DataFile, Timing, Weight};
+use lopi_trace::{DataFile, LockProfile, Timing, Weight};
 use std::path::Path;
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -31,6 +31,16 @@ pub(crate) enum ExportFormat {
     Folded,
 }
 
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum ProfileArg {
+    /// Calls and self time per call path.
+    Cpu,
+    /// Lock acquisitions: contentions, delay (wait), hold time, acquisitions.
+    Mutex,
+    /// Every wait: lock acquisitions, semaphore, condition and barrier waits, joins.
+    Block,
+}
+
 pub(crate) fn flamegraph(data: &Path, output: &Path, weight: WeightArg, title: Option<String>) -> Result<()> {
     let timing = load(data, output)?;
     let title = title.unwrap_or_else(|| {
@@ -45,13 +55,30 @@ pub(crate) fn flamegraph(data: &Path, output: &Path, weight: WeightArg, title: O
     write(output, &svg, &format!("{stacks} stacks"))
 }
 
-pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: Option<WeightArg>) -> Result<()> {
+pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: Option<WeightArg>, profile: ProfileArg) -> Result<()> {
     if weight.is_some() && format != ExportFormat::Folded {
         bail!("--weight applies to --format folded only");
     }
-    let timing = load(data, output)?;
-    let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time))?;
-    write(output, &bytes, &summary)
+    if profile != ProfileArg::Cpu && format != ExportFormat::Pprof {
+        bail!("--profile applies to --format pprof only");
+    }
+    check_output(data, output)?;
+    let file = crate::read_data(data)?;
+    let timing = timing_of(data, &file)?;
+    let which = match profile {
+        ProfileArg::Cpu => {
+            let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time))?;
+            return write(output, &bytes, &summary);
+        }
+        ProfileArg::Mutex => LockProfile::Mutex,
+        ProfileArg::Block => LockProfile::Block,
+    };
+    let mut namer = crate::names::Namer::new(&file.maps);
+    let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut |pid, ret| namer.function(pid, ret)) else {
+        bail!("{} has no lock waits for this profile: run the program with --probe locks", data.display());
+    };
+    let locks = timing.functions.iter().filter(|f| f.lock.is_some()).count();
+    write(output, &bytes, &format!("{locks} lock operations, {} threads", timing.threads.len()))
 }
 
 /// The file's bytes and what they hold, for the summary line.
@@ -75,18 +102,39 @@ fn render(timing: &Timing, format: ExportFormat, weight: WeightArg) -> Result<(V
 }
 
 fn load(data: &Path, output: &Path) -> Result<Timing> {
-    // Checked before any work: the output replaces whatever file it names.
-    if crate::same_file(data, output) {
-        bail!("refusing to overwrite the input {}; choose another -o", data.display());
-    }
+    check_output(data, output)?;
     timing_of(data, &crate::read_data(data)?)
 }
 
-fn timing_of(data: &Path, file: &DataFile) -> Result<Timing> {
-    match Timing::from_data(file) {
-        Some(timing) => Ok(timing),
-        None => bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display()),
+/// Checked before any work: the output replaces whatever file it names.
+fn check_output(data: &Path, output: &Path) -> Result<()> {
+    if crate::same_file(data, output) {
+        bail!("refusing to overwrite the input {}; choose another -o", data.display());
     }
+    Ok(())
+}
+
+/// The timed profile, its lock calls named after their locks (`pthread_mutex_lock(hold_lock)`,
+/// `pthread_create(worker_main)`).
+fn timing_of(data: &Path, file: &DataFile) -> Result<Timing> {
+    let Some(mut timing) = Timing::from_data(file) else {
+        bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display());
+    };
+    if timing.functions.iter().any(|f| f.lock.is_some()) {
+        let names = crate::locks::lock_names(file);
+        let mut namer = crate::names::Namer::new(&file.maps);
+        for f in &mut timing.functions {
+            let Some(l) = f.lock else { continue };
+            let object = match l.op {
+                lopi_rt_abi::lock_name::Op::ThreadCreate => Some(namer.describe(l.pid, l.addr)),
+                op if op.kind() == lopi_rt_abi::lock_name::Kind::Thread => None,
+                _ => names.get(&(l.pid, l.addr)).cloned(),
+            };
+            let function = lopi_trace::lock_function_name(l.op);
+            f.name = object.map_or(function.clone(), |o| format!("{function}({o})"));
+        }
+    }
+    Ok(timing)
 }
 
 fn write(output: &Path, bytes: &[u8], summary: &str) -> Result<()> {
@@ -114,7 +162,7 @@ mod tests {
         };
         let event = |ns, kind| TraceEvent { ns, node: 1, kind };
         Timing {
-            functions: vec![TimedFunction { name: "main".into(), module: "/bin/prog".into(), addr: 0x1000, syscall: None }],
+            functions: vec![TimedFunction { name: "main".into(), module: "/bin/prog".into(), addr: 0x1000, syscall: None, lock: None }],
             threads: vec![ThreadProfile {
                 pid: 7,
                 tid: 7,
@@ -151,7 +199,7 @@ mod tests {
 
     #[test]
     fn weight_is_for_folded_only() {
-        let err = export(Path::new("run.lopi"), Path::new("out.pb"), ExportFormat::Pprof, Some(WeightArg::Calls))
+        let err = export(Path::new("run.lopi"), Path::new("out.pb"), ExportFormat::Pprof, Some(WeightArg::Calls), ProfileArg::Cpu)
             .expect_err("weight with pprof");
         assert_eq!(err.to_string(), "--weight applies to --format folded only");
     }

@@ -4,6 +4,7 @@
 use crate::names::Namer;
 use lopi_trace::{DataFile, LockCounts, Locks};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// The report's JSON: `{"locks": [...], ...}` as the README documents.
@@ -18,6 +19,9 @@ pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
             let name = lock_name(&mut namer, pid, l.addr, l.init_site, l.sites.first().map(|s| s.ret));
             let mut v = counts_json(&l.counts, l.kind);
             v["name"] = json!(name);
+            if let Some(named) = namer.name(pid, l.addr).filter(|n| !n.function && n.symbol != n.name) {
+                v["symbol"] = json!(named.symbol);
+            }
             v["addr"] = json!(format!("{:#x}", l.addr));
             v["kind"] = json!(l.kind);
             v["pids"] = json!(l.pids);
@@ -52,9 +56,23 @@ pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
     json!({"locks": locks_json, "orphan_releases": locks.orphan_releases, "holds_dropped": locks.holds_dropped})
 }
 
+/// Every recorded lock's name, by process and address.
+pub fn lock_names(data: &DataFile) -> HashMap<(u32, u64), String> {
+    let locks = Locks::from_data(data);
+    let mut namer = Namer::new(&data.maps);
+    let mut out = HashMap::new();
+    for l in &locks.locks {
+        let name = lock_name(&mut namer, l.pids.first().copied().unwrap_or(0), l.addr, l.init_site, l.sites.first().map(|s| s.ret));
+        for &pid in &l.pids {
+            out.insert((pid, l.addr), name.clone());
+        }
+    }
+    out
+}
+
 fn lock_name(namer: &mut Namer, pid: u32, addr: u64, init_site: Option<u64>, first_site: Option<u64>) -> String {
-    if let Some((name, false, _)) = namer.name(pid, addr) {
-        return name;
+    if let Some(named) = namer.name(pid, addr).filter(|n| !n.function) {
+        return named.name;
     }
     match (init_site.and_then(|r| namer.function(pid, r)), first_site.and_then(|r| namer.function(pid, r))) {
         (Some(f), _) => format!("heap@{f}"),

@@ -13,7 +13,7 @@ mod threads;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use exports::{ExportFormat, WeightArg};
+use exports::{ExportFormat, ProfileArg, WeightArg};
 use lopi_cache::{Lookup, ModuleFile, PlanCache};
 use lopi_elf::ElfModule;
 use lopi_patch::{Filter, Probes, Selection};
@@ -102,6 +102,10 @@ enum Command {
         /// What a folded stack counts (--format folded only) [default: time].
         #[arg(long, value_enum)]
         weight: Option<WeightArg>,
+        /// Which profile --format pprof writes: the timed calls, or (recorded with --probe
+        /// locks) Go's mutex or block profile of the lock waits.
+        #[arg(long, value_enum, default_value_t = ProfileArg::Cpu)]
+        profile: ProfileArg,
     },
     /// Run PROG with probes spliced in at its entry point (no rewritten file); the record
     /// reads with `lopi report` as for a rewritten program.
@@ -372,7 +376,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
-        Command::Export { data, format, output, weight } => exports::export(&data, &output, format, weight),
+        Command::Export { data, format, output, weight, profile } => exports::export(&data, &output, format, weight, profile),
         Command::Run { select, trace, budget, quiet, arg0, command } => {
             live::run(&select.probes(trace, budget, cache)?, &command, arg0, quiet)
         }

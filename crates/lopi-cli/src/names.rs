@@ -37,28 +37,29 @@ impl Namer {
     }
 
     /// `symbol+offset` (`symbol` alone at offset 0) of `addr` in process `pid` (or, failing
-    /// that, in any recorded process: a forked child shares its parent's map), with the file.
-    pub fn name(&mut self, pid: u32, addr: u64) -> Option<(String, bool, String)> {
+    /// that, in any recorded process: a forked child shares its parent's map).
+    pub fn name(&mut self, pid: u32, addr: u64) -> Option<Named> {
         let maps = self.maps.get(&pid).filter(|m| !m.is_empty()).or_else(|| self.maps.values().find(|m| !m.is_empty()))?;
         // The file mapped closest below: `.bss` past the file's last page is anonymous memory
         // right after its mappings (the symbol's size tells whether it really covers `addr`).
         let m = maps.iter().filter(|m| m.start <= addr).max_by_key(|m| m.start)?;
-        let path = m.path.clone();
-        let table = self.tables.entry(path.clone()).or_insert_with(|| match std::fs::read(&path) {
-            Ok(data) => SymbolTable::of(&data, std::path::Path::new(&path)),
+        let path = &m.path;
+        let table = self.tables.entry(path.clone()).or_insert_with(|| match std::fs::read(path) {
+            Ok(data) => SymbolTable::of(&data, std::path::Path::new(path)),
             Err(_) => SymbolTable::default(),
         });
         let bias = m.start.wrapping_sub(table.vaddr_of_offset(m.offset)?);
         let s = table.lookup(addr.wrapping_sub(bias))?;
-        let name = if s.offset == 0 { s.name } else { format!("{}+{}", s.name, s.offset) };
-        Some((name, s.function, path))
+        let with_offset = |name: &str| if s.offset == 0 { name.to_string() } else { format!("{name}+{}", s.offset) };
+        let name = with_offset(&demangle(&s.name).unwrap_or_else(|| s.name.clone()));
+        Some(Named { name, symbol: with_offset(&s.name), function: s.function })
     }
 
     /// `symbol+offset`, else `file+0xVADDR` (the file's own address: a local function of a
     /// stripped library), else the bare address.
     pub fn describe(&mut self, pid: u32, addr: u64) -> String {
-        if let Some((name, _, _)) = self.name(pid, addr) {
-            return name;
+        if let Some(named) = self.name(pid, addr) {
+            return named.name;
         }
         let maps = self.maps.get(&pid).filter(|m| !m.is_empty()).or_else(|| self.maps.values().find(|m| !m.is_empty()));
         let Some(m) = maps.and_then(|maps| maps.iter().filter(|m| m.start <= addr).max_by_key(|m| m.start)) else { return format!("{addr:#x}") };
@@ -72,7 +73,40 @@ impl Namer {
     /// The function a return address is in, without the offset.
     pub fn function(&mut self, pid: u32, ret: u64) -> Option<String> {
         // The call instruction is before the return address.
-        let (name, function, _) = self.name(pid, ret.checked_sub(1)?)?;
-        function.then(|| name.split_once('+').map_or(name.clone(), |(f, _)| f.to_string()))
+        let named = self.name(pid, ret.checked_sub(1)?)?;
+        named.function.then(|| named.name.rsplit_once('+').map_or(named.name.clone(), |(f, _)| f.to_string()))
+    }
+}
+
+/// What [`Namer::name`] found.
+pub struct Named {
+    /// As people write it: a C++ name demangled (without its parameters).
+    pub name: String,
+    /// The symbol as the file has it.
+    pub symbol: String,
+    /// The symbol is a function's.
+    pub function: bool,
+}
+
+/// A C++ (Itanium ABI) symbol as its source names it: `_ZN2fx9log_mutexE` is `fx::log_mutex`,
+/// `_ZN2fx6workerEi` is `fx::worker`. `None` for any other name.
+fn demangle(symbol: &str) -> Option<String> {
+    if !symbol.starts_with("_Z") {
+        return None;
+    }
+    let options = cpp_demangle::DemangleOptions::new().no_params().no_return_type();
+    cpp_demangle::Symbol::new(symbol).ok()?.demangle(&options).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::demangle;
+
+    #[test]
+    fn cxx_names_are_demangled_without_parameters() {
+        assert_eq!(demangle("_ZN2fx9log_mutexE").as_deref(), Some("fx::log_mutex"));
+        assert_eq!(demangle("_ZN2fx6workerEi").as_deref(), Some("fx::worker"));
+        assert_eq!(demangle("hold_lock"), None);
+        assert_eq!(demangle("_Zgarbage"), None);
     }
 }

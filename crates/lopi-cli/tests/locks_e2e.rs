@@ -83,11 +83,6 @@ fn expect(path: &Path) -> Expect {
     e
 }
 
-/// The name lopi gives a directive's lock: its mangled symbol for a C++ lock.
-fn lopi_name(line: &LockLine) -> String {
-    line.fields.iter().find(|(k, _, _)| k == "symbol").map_or(line.name.clone(), |(_, _, v)| v.clone())
-}
-
 /// The fixture's own hold times: `measured NAME ... hold_ns=N`, summed over processes.
 fn measured(stderr: &str) -> Measured {
     let mut out = BTreeMap::new();
@@ -166,8 +161,7 @@ fn check_fixture(file: &str) {
         let own = measured(&probed.stderr_str());
         check_locks(&label, &report, &e, &own, &mut problems);
         for (thread, lock_name, want) in &e.threads {
-            let line = e.locks.iter().find(|l| &l.name == lock_name).map(lopi_name).unwrap_or_else(|| lock_name.clone());
-            let lock = report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == line.as_str());
+            let lock = report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == lock_name.as_str());
             let threads: Vec<&Json> = lock.and_then(|l| l["threads"].as_array()).into_iter().flatten().filter(|t| thread_name(t) == *thread).collect();
             let mut merged = serde_json::Map::new();
             for t in &threads {
@@ -187,9 +181,17 @@ fn check_fixture(file: &str) {
 /// Every lock line of the fixture against the report's lock of that name.
 fn check_locks(label: &str, report: &Json, e: &Expect, own: &Measured, problems: &mut Vec<String>) {
     for line in &e.locks {
-        let name = lopi_name(line);
+        let name = &line.name;
         match report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == name.as_str()) {
-            Some(lock) => check_fields(&format!("{label}: {name}"), lock, &line.fields, Some((&line.name, own)), problems),
+            Some(lock) => {
+                check_fields(&format!("{label}: {name}"), lock, &line.fields, Some((name, own)), problems);
+                // A C++ lock: named demangled, its symbol beside.
+                if let Some((_, _, symbol)) = line.fields.iter().find(|(k, _, _)| k == "symbol") {
+                    if lock["symbol"] != symbol.as_str() {
+                        problems.push(format!("{label}: {name}: symbol {}, expected {symbol}", lock["symbol"]));
+                    }
+                }
+            }
             None => problems.push(format!("{label}: no lock named {name} in the report")),
         }
     }
@@ -330,4 +332,104 @@ fn cxx_locks() {
 #[test]
 fn fork() {
     check_fixture("fork.c");
+}
+
+/// A lock record's exports: the mutex profile, read back by `go tool pprof`, carries the
+/// report's exact counts and times of the lock under its leaf frame and the waiting function
+/// below it; the Chrome trace has a track per named thread with a slice per lock call (and
+/// the `futex` calls inside) in their own categories.
+#[test]
+fn mutex_profile_and_thread_tracks() {
+    let file = "mutex_hold.c";
+    let e = expect(&fixtures_dir().join("locks").join(file));
+    let (dir, prog, original) = build(file, &e, CONFIGS[0].1, "exports");
+    let data = dir.join("traced.lopi");
+    let probed = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "locks", "--trace", "--"]).arg(&prog).current_dir(&dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+    assert!(probed.status.code() == original.status.code() && probed.stdout == original.stdout, "under lopi run --trace: {}\n{}", probed.describe_status(), probed.stderr_str());
+    let report = locks_report(&data);
+    let lock = report["locks"].as_array().into_iter().flatten().find(|l| l["name"] == "hold_lock").expect("hold_lock in the report").clone();
+    const LEAF: &str = "pthread_mutex_lock(hold_lock)";
+
+    let pb = dir.join("mutex.pb");
+    let out = run(Command::new(lopi_bin()).args(["export", "--format", "pprof", "--profile", "mutex", "-o"]).arg(&pb).arg(&data), default_timeout()).expect("lopi export");
+    assert!(out.status.success(), "lopi export --profile mutex: {}", out.stderr_str());
+    if Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
+        let raw = run(Command::new("go").args(["tool", "pprof", "-raw"]).arg(&pb), default_timeout()).expect("go tool pprof");
+        assert!(raw.status.success(), "go tool pprof -raw: {}", raw.stderr_str());
+        let (types, sums, samples) = pprof_sums(&raw.stdout_str(), LEAF, "holder_main");
+        assert_eq!(types, ["contentions/count", "delay/nanoseconds[dflt]", "hold/nanoseconds", "acquisitions/count"]);
+        assert_eq!(sums[0], lock["contended"].as_u64().unwrap(), "contentions");
+        assert_eq!(sums[3], lock["acquisitions"].as_u64().unwrap(), "acquisitions");
+        // Each sample's ns are rounded on their own.
+        for (i, key) in [(1, "wait_ns"), (2, "hold_ns")] {
+            let want = lock[key].as_u64().unwrap();
+            assert!(sums[i].abs_diff(want) <= samples, "{key}: pprof {} ns, report {want} ns", sums[i]);
+        }
+    } else {
+        eprintln!("skipped reading the profile back: no `go` on PATH");
+    }
+
+    let trace_file = dir.join("trace.json");
+    let out = run(Command::new(lopi_bin()).args(["export", "--format", "chrome", "-o"]).arg(&trace_file).arg(&data), default_timeout()).expect("lopi export");
+    assert!(out.status.success(), "lopi export --format chrome: {}", out.stderr_str());
+    let trace: Json = serde_json::from_slice(&std::fs::read(&trace_file).expect("trace")).expect("trace JSON");
+    let events = trace["traceEvents"].as_array().expect("events");
+    let mut problems = Vec::new();
+    for k in 0..4 {
+        let name = format!("holder{k}");
+        let Some(track) = events.iter().find(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with(&format!("{name} (")))) else {
+            problems.push(format!("no track named {name}"));
+            continue;
+        };
+        let on_track = |ev_name: &str, cat: &str| events.iter().filter(|e| e["tid"] == track["tid"] && e["ph"] == "B" && e["name"] == ev_name && e["cat"] == cat).count();
+        if on_track(LEAF, "lock") != 200 {
+            problems.push(format!("{name}: {} {LEAF} slices, expected 200", on_track(LEAF, "lock")));
+        }
+        if on_track("[syscall] futex", "syscall") == 0 {
+            problems.push(format!("{name}: no futex slices"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    cleanup(&dir);
+}
+
+/// From `go tool pprof -raw`: the sample types, the sums of the samples whose leaf frame is
+/// `leaf` with `caller` below it, and how many there were.
+fn pprof_sums(raw: &str, leaf: &str, caller: &str) -> (Vec<String>, Vec<u64>, u64) {
+    let mut lines = raw.lines();
+    let types: Vec<String> = lines.by_ref().skip_while(|l| !l.starts_with("Samples:")).nth(1).unwrap_or("").split_whitespace().map(String::from).collect();
+    let mut samples: Vec<(Vec<u64>, Vec<u64>)> = Vec::new();
+    let mut names: BTreeMap<u64, String> = BTreeMap::new();
+    let mut in_locations = false;
+    for line in raw.lines() {
+        if line.starts_with("Locations") {
+            in_locations = true;
+        } else if in_locations {
+            // `    12: 0x1690 M=1 name file:0:0 s=0`
+            let mut words = line.split_whitespace();
+            if let (Some(id), Some(_addr), Some(_m), Some(name)) = (words.next(), words.next(), words.next(), words.next()) {
+                if let Ok(id) = id.trim_end_matches(':').parse() {
+                    names.insert(id, name.to_string());
+                }
+            }
+        } else if let Some((values, locs)) = line.split_once(':') {
+            let values: Vec<u64> = values.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+            let locs: Vec<u64> = locs.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+            if values.len() == types.len() && !locs.is_empty() {
+                samples.push((values, locs));
+            }
+        }
+    }
+    let mut sums = vec![0; types.len()];
+    let mut count = 0;
+    for (values, locs) in samples {
+        let name = |i: usize| locs.get(i).and_then(|id| names.get(id)).map(String::as_str);
+        if name(0) == Some(leaf) && name(1) == Some(caller) {
+            count += 1;
+            for (s, v) in sums.iter_mut().zip(values) {
+                *s += v;
+            }
+        }
+    }
+    (types, sums, count)
 }

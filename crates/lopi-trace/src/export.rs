@@ -1,15 +1,14 @@
 //! A [`Timing`] in other tools' formats: folded stacks and the flame graphs drawn from them,
-//! pprof profiles, and Chrome trace-event JSON (Perfetto, `chrome://tracing`).
+//! pprof profiles (`pprof.rs`), and Chrome trace-event JSON (Perfetto, `chrome://tracing`).
 use crate::timing::{ContextNode, EventKind, ThreadProfile, Timing};
-use prost::Message;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Frame name of the node under which calls on paths that did not fit in a thread's tree were
 /// timed per function.
-const MERGED_PATHS: &str = "[merged call paths]";
+pub(crate) const MERGED_PATHS: &str = "[merged call paths]";
 /// Frame name for a function index outside [`Timing::functions`].
-const UNKNOWN_FUNCTION: &str = "[unknown function]";
+pub(crate) const UNKNOWN_FUNCTION: &str = "[unknown function]";
 
 /// What a stack counts in folded stacks and flame graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,47 +84,6 @@ pub fn flamegraph_svg(t: &Timing, weight: Weight, title: &str) -> Result<Vec<u8>
     Ok(svg)
 }
 
-/// A pprof profile (`profile.proto`, not gzipped: pprof reads raw protobuf too): one sample
-/// per call path per thread, valued `[calls, self time in ns]` and labelled with its pid and
-/// tid, and one location per function at its file address. The profile has no duration:
-/// [`Timing`] does not know how long the program ran.
-pub fn pprof(t: &Timing) -> Vec<u8> {
-    let mut builder = PprofBuilder::new(t);
-    let calls = builder.value_type("calls", "count");
-    let time = builder.value_type("time", "nanoseconds");
-    let (pid_key, tid_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"));
-    let label = |key, num| proto::Label { key, num: i64::from(num) };
-    let mut samples = Vec::new();
-    for thread in &t.threads {
-        for (index, node) in thread.nodes.iter().enumerate().skip(1) {
-            let self_ns = whole_ns(node.self_ns);
-            if node.calls == 0 && self_ns == 0 {
-                continue;
-            }
-            // pprof wants the leaf first.
-            let location_id = path(thread, index).iter().map(|&i| builder.location(&thread.nodes[i])).collect();
-            samples.push(proto::Sample {
-                location_id,
-                value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns],
-                label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)],
-            });
-        }
-    }
-    proto::Profile {
-        sample_type: vec![calls, time],
-        sample: samples,
-        mapping: builder.mappings,
-        location: builder.locations,
-        function: builder.functions,
-        string_table: builder.strings.strings,
-        // Every call is measured, none sampled.
-        period_type: Some(time),
-        period: 1,
-        default_sample_type: time.r#type,
-    }
-    .encode_to_vec()
-}
-
 /// One Chrome trace event. Typed (not `serde_json::Value`) so that a million-event trace
 /// costs about its JSON size in memory, not gigabytes.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -179,7 +137,8 @@ pub fn chrome_trace(t: &Timing) -> Result<ChromeTrace<'_>, ExportError> {
         if named_pids.insert(pid) {
             events.push(metadata("process_name", format!("pid {pid}")));
         }
-        events.push(metadata("thread_name", format!("tid {tid}")));
+        let thread_name = if thread.name.is_empty() { format!("tid {tid}") } else { format!("{} ({tid})", thread.name) };
+        events.push(metadata("thread_name", thread_name));
         thread_trace(t, thread, &mut events);
     }
     Ok(ChromeTrace { trace_events: events, display_time_unit: "ns" })
@@ -191,9 +150,18 @@ pub fn chrome_trace(t: &Timing) -> Result<ChromeTrace<'_>, ExportError> {
 fn thread_trace<'t>(t: &'t Timing, thread: &'t ThreadProfile, out: &mut Vec<ChromeEvent<'t>>) {
     let (pid, tid) = (thread.pid, thread.tid);
     let name = |node: u32| thread.nodes.get(node as usize).map_or(UNKNOWN_FUNCTION, |n| frame_name(t, n));
+    // Lock waits and system calls are categories of their own, to filter or colour by.
+    let category = |node: u32| {
+        let function = thread.nodes.get(node as usize).and_then(|n| n.function).and_then(|f| t.functions.get(f as usize));
+        match function {
+            Some(f) if f.lock.is_some() => "lock",
+            Some(f) if f.syscall.is_some() => "syscall",
+            _ => "function",
+        }
+    };
     let event = |node: u32, ph: &'static str, ns: f64| ChromeEvent {
         name: name(node).into(),
-        cat: Some("function"),
+        cat: Some(category(node)),
         ph,
         ts: ns / 1000.0,
         pid,
@@ -249,7 +217,7 @@ fn thread_trace<'t>(t: &'t Timing, thread: &'t ThreadProfile, out: &mut Vec<Chro
 
 /// The nodes from `node` up to the root's child, leaf first. A parent outside the tree ends
 /// the path, and so does a path as long as the tree, so that a cycle cannot hang an export.
-fn path(thread: &ThreadProfile, node: usize) -> Vec<usize> {
+pub(crate) fn path(thread: &ThreadProfile, node: usize) -> Vec<usize> {
     let mut out = Vec::new();
     let mut at = node;
     while at != 0 && out.len() < thread.nodes.len() {
@@ -275,212 +243,17 @@ fn folded_frame(name: &str) -> String {
 
 /// Nanoseconds rounded to a whole number; a negative self time (the probe-cost correction
 /// overshooting on a very short call) counts as zero.
-fn whole_ns(ns: f64) -> i64 {
+pub(crate) fn whole_ns(ns: f64) -> i64 {
     ns.round().max(0.0) as i64
-}
-
-/// The tables of a pprof profile: strings, a mapping per module, and a function and location
-/// per frame.
-struct PprofBuilder<'t> {
-    timing: &'t Timing,
-    strings: StringTable,
-    mappings: Vec<proto::Mapping>,
-    functions: Vec<proto::Function>,
-    locations: Vec<proto::Location>,
-    /// Locations of frames that are not in [`Timing::functions`], by frame name.
-    other_frames: HashMap<&'static str, u64>,
-}
-
-impl<'t> PprofBuilder<'t> {
-    /// Function and location `i + 1` are `t.functions[i]`.
-    fn new(t: &'t Timing) -> Self {
-        let mut builder = PprofBuilder {
-            timing: t,
-            strings: StringTable::default(),
-            mappings: Vec::new(),
-            functions: Vec::new(),
-            locations: Vec::new(),
-            other_frames: HashMap::new(),
-        };
-        for f in &t.functions {
-            let filename = builder.strings.intern(&f.module);
-            let mapping = builder.mapping(filename, f.addr);
-            builder.add_frame(&f.name, filename, f.addr, mapping);
-        }
-        builder
-    }
-
-    /// The id of the module named `filename`, its address span widened to `address`. Without
-    /// mappings pprof complains that it has no binary; `has_functions` keeps it from
-    /// symbolizing the file addresses again.
-    fn mapping(&mut self, filename: i64, address: u64) -> u64 {
-        let end = address.saturating_add(1);
-        if let Some(m) = self.mappings.iter_mut().find(|m| m.filename == filename) {
-            m.memory_start = m.memory_start.min(address);
-            m.memory_limit = m.memory_limit.max(end);
-            return m.id;
-        }
-        let id = self.mappings.len() as u64 + 1;
-        let mapping = proto::Mapping { id, memory_start: address, memory_limit: end, filename, has_functions: true };
-        self.mappings.push(mapping);
-        id
-    }
-
-    fn value_type(&mut self, kind: &str, unit: &str) -> proto::ValueType {
-        proto::ValueType { r#type: self.strings.intern(kind), unit: self.strings.intern(unit) }
-    }
-
-    fn add_frame(&mut self, name: &str, filename: i64, address: u64, mapping_id: u64) -> u64 {
-        let id = self.functions.len() as u64 + 1;
-        let name = self.strings.intern(name);
-        self.functions.push(proto::Function { id, name, system_name: name, filename });
-        let line = vec![proto::Line { function_id: id }];
-        self.locations.push(proto::Location { id, mapping_id, address, line });
-        id
-    }
-
-    fn location(&mut self, node: &ContextNode) -> u64 {
-        match node.function {
-            Some(f) if (f as usize) < self.timing.functions.len() => u64::from(f) + 1,
-            _ => {
-                let name = if node.function.is_none() { MERGED_PATHS } else { UNKNOWN_FUNCTION };
-                match self.other_frames.get(name) {
-                    Some(&id) => id,
-                    None => {
-                        let id = self.add_frame(name, 0, 0, 0);
-                        self.other_frames.insert(name, id);
-                        id
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// pprof's string table: index 0 is always "".
-struct StringTable {
-    strings: Vec<String>,
-    index: HashMap<String, i64>,
-}
-
-impl Default for StringTable {
-    fn default() -> Self {
-        StringTable { strings: vec![String::new()], index: HashMap::from([(String::new(), 0)]) }
-    }
-}
-
-impl StringTable {
-    fn intern(&mut self, s: &str) -> i64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        let i = self.strings.len() as i64;
-        self.strings.push(s.to_string());
-        self.index.insert(s.to_string(), i);
-        i
-    }
-}
-
-/// The parts of pprof's `profile.proto` (package `perftools.profiles`) that lopi fills in,
-/// with the same field numbers; fields left out stay at their defaults.
-mod proto {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
-        #[prost(message, repeated, tag = "1")]
-        pub sample_type: Vec<ValueType>,
-        #[prost(message, repeated, tag = "2")]
-        pub sample: Vec<Sample>,
-        #[prost(message, repeated, tag = "3")]
-        pub mapping: Vec<Mapping>,
-        #[prost(message, repeated, tag = "4")]
-        pub location: Vec<Location>,
-        #[prost(message, repeated, tag = "5")]
-        pub function: Vec<Function>,
-        #[prost(string, repeated, tag = "6")]
-        pub string_table: Vec<String>,
-        #[prost(message, optional, tag = "11")]
-        pub period_type: Option<ValueType>,
-        #[prost(int64, tag = "12")]
-        pub period: i64,
-        #[prost(int64, tag = "14")]
-        pub default_sample_type: i64,
-    }
-
-    #[derive(Clone, Copy, PartialEq, prost::Message)]
-    pub struct ValueType {
-        #[prost(int64, tag = "1")]
-        pub r#type: i64,
-        #[prost(int64, tag = "2")]
-        pub unit: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        #[prost(uint64, repeated, tag = "1")]
-        pub location_id: Vec<u64>,
-        #[prost(int64, repeated, tag = "2")]
-        pub value: Vec<i64>,
-        #[prost(message, repeated, tag = "3")]
-        pub label: Vec<Label>,
-    }
-
-    #[derive(Clone, Copy, PartialEq, prost::Message)]
-    pub struct Label {
-        #[prost(int64, tag = "1")]
-        pub key: i64,
-        #[prost(int64, tag = "3")]
-        pub num: i64,
-    }
-
-    #[derive(Clone, Copy, PartialEq, prost::Message)]
-    pub struct Mapping {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(uint64, tag = "2")]
-        pub memory_start: u64,
-        #[prost(uint64, tag = "3")]
-        pub memory_limit: u64,
-        #[prost(int64, tag = "5")]
-        pub filename: i64,
-        #[prost(bool, tag = "7")]
-        pub has_functions: bool,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Location {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(uint64, tag = "2")]
-        pub mapping_id: u64,
-        #[prost(uint64, tag = "3")]
-        pub address: u64,
-        #[prost(message, repeated, tag = "4")]
-        pub line: Vec<Line>,
-    }
-
-    #[derive(Clone, Copy, PartialEq, prost::Message)]
-    pub struct Line {
-        #[prost(uint64, tag = "1")]
-        pub function_id: u64,
-    }
-
-    #[derive(Clone, Copy, PartialEq, prost::Message)]
-    pub struct Function {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(int64, tag = "2")]
-        pub name: i64,
-        #[prost(int64, tag = "3")]
-        pub system_name: i64,
-        #[prost(int64, tag = "4")]
-        pub filename: i64,
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pprof::{pprof, proto};
+    use std::collections::HashMap;
     use crate::timing::{TimedFunction, TraceEvent};
+    use prost::Message;
 
     fn node(parent: u32, function: Option<u32>, calls: u64, total_ns: f64, self_ns: f64) -> ContextNode {
         ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false, syscall: None }
@@ -501,7 +274,7 @@ mod tests {
     /// shares main and main;emit with it, has a node that weighs nothing, and overflowed its
     /// trace buffer with frames still open.
     fn sample() -> Timing {
-        let function = |name: &str, module: &str, addr| TimedFunction { name: name.into(), module: module.into(), addr, syscall: None };
+        let function = |name: &str, module: &str, addr| TimedFunction { name: name.into(), module: module.into(), addr, syscall: None, lock: None };
         let functions = vec![
             function("main", "/usr/bin/prog", 0x1100),
             function("parse", "/usr/bin/prog", 0x1200),

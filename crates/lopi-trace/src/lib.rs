@@ -8,6 +8,7 @@
 mod data;
 mod export;
 mod locks;
+mod pprof;
 mod report;
 mod syscalls;
 mod threads;
@@ -15,11 +16,12 @@ mod timing;
 
 pub use data::{DataError, DataFile, ProcessMaps, Record, ThreadChunk};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
-pub use export::{chrome_trace, flamegraph_svg, folded, pprof, ChromeEvent, ChromeTrace, ExportError, Weight};
+pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
+pub use pprof::{lock_pprof, pprof, LockProfile};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
 pub use threads::{EndSeen, ThreadCalls, ThreadLife, Threads};
-pub use timing::{ContextNode, EventKind, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
+pub use timing::{lock_function_name, ContextNode, EventKind, LockCall, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};
 

@@ -15,6 +15,37 @@ pub struct TimedFunction {
     /// A system call, timed as a leaf of the path it was made from (`[syscall] read`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub syscall: Option<u64>,
+    /// A lock (or thread) function called on one object (`--probe locks`), named
+    /// `pthread_mutex_lock(0xADDR)` until a reader that knows the process's symbols renames it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockCall>,
+}
+
+/// What a lock function's frame works on.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct LockCall {
+    pub pid: u32,
+    /// The object's runtime address (a `pthread_create`: its start routine's).
+    pub addr: u64,
+    #[serde(skip)]
+    pub op: abi::lock_name::Op,
+}
+
+/// The C function an operation is a call of.
+pub fn lock_function_name(op: abi::lock_name::Op) -> String {
+    match op.kind() {
+        abi::lock_name::Kind::Semaphore => op.name().to_string(),
+        _ => format!("pthread_{}", op.name()),
+    }
+}
+
+/// Nodes of a lock call's bookkeeping, not calls: its site (the call's return address, whose
+/// children are shown under the site's caller), the holds, the threads a create started, a
+/// condition wait's relock.
+fn lock_bookkeeping(func: u64) -> bool {
+    use abi::lock_name::{self, Op, Outcome};
+    lock_name::decode_site(func).is_some()
+        || lock_name::decode(func).is_some_and(|l| matches!(l.outcome, Outcome::Hold | Outcome::Started) || l.op == Op::CondRelock)
 }
 
 /// A probed `syscall` instruction that some timed call went through.
@@ -225,7 +256,7 @@ impl Timing {
             for (i, f) in record.meta.functions.iter().enumerate() {
                 let key = (record.meta.module.clone(), f.addr);
                 let index = *index_of.entry(key).or_insert_with(|| {
-                    functions.push(TimedFunction { name: f.name.clone(), module: record.meta.module.clone(), addr: f.addr, syscall: None });
+                    functions.push(TimedFunction { name: f.name.clone(), module: record.meta.module.clone(), addr: f.addr, syscall: None, lock: None });
                     functions.len() as u32 - 1
                 });
                 // Timed calls name their function by its counter's runtime address.
@@ -260,7 +291,22 @@ impl Timing {
                 if let Some(call) = abi::syscall_name::decode(func) {
                     return *index_of.entry(("[syscall]".to_string(), call.nr)).or_insert_with(|| {
                         let name = format!("[syscall] {}", crate::syscall_name(call.nr));
-                        functions.push(TimedFunction { name, module: String::new(), addr: call.nr, syscall: Some(call.nr) });
+                        functions.push(TimedFunction { name, module: String::new(), addr: call.nr, syscall: Some(call.nr), lock: None });
+                        functions.len() as u32 - 1
+                    });
+                }
+                if lock_bookkeeping(func) {
+                    return *index_of.entry(("[lock]".to_string(), 0)).or_insert_with(|| {
+                        functions.push(TimedFunction { name: "[lock call site]".into(), module: String::new(), addr: 0, syscall: None, lock: None });
+                        functions.len() as u32 - 1
+                    });
+                }
+                if let Some(l) = abi::lock_name::decode(func) {
+                    let key = (format!("[lock] {} {}", h.space_pid, l.op as u8), l.addr);
+                    return *index_of.entry(key).or_insert_with(|| {
+                        let name = format!("{}({:#x})", lock_function_name(l.op), l.addr);
+                        let lock = LockCall { pid: h.space_pid, addr: l.addr, op: l.op };
+                        functions.push(TimedFunction { name, module: String::new(), addr: l.addr, syscall: None, lock: Some(lock) });
                         functions.len() as u32 - 1
                     });
                 }
@@ -269,7 +315,7 @@ impl Timing {
                     // keep the address as its name rather than drop the time.
                     let name = format!("[unknown function, counter at {func:#x}]");
                     index_of.entry((String::new(), func)).or_insert_with(|| {
-                        functions.push(TimedFunction { name, module: String::new(), addr: func, syscall: None });
+                        functions.push(TimedFunction { name, module: String::new(), addr: func, syscall: None, lock: None });
                         functions.len() as u32 - 1
                     })
                 })
@@ -289,6 +335,19 @@ impl Timing {
                 })
                 .collect();
             close_open_frames(chunk, &mut raw);
+            let bookkeeping: Vec<bool> = nodes.iter().enumerate().map(|(i, n)| i > MERGED && lock_bookkeeping(n.func)).collect();
+            for (r, _) in raw.iter_mut().zip(&bookkeeping).filter(|(_, &b)| b) {
+                *r = Raw::default();
+            }
+            // A lock call shows under the function that made it, not under its site's node.
+            let shown_parent = |i: usize| {
+                let p = nodes[i].parent;
+                if bookkeeping.get(p as usize).copied().unwrap_or(false) && abi::lock_name::decode_site(nodes[p as usize].func).is_some() {
+                    nodes[p as usize].parent
+                } else {
+                    p
+                }
+            };
             let ids: Vec<Option<u32>> = nodes.iter().enumerate().map(|(i, n)| (i > MERGED).then(|| function(n.func))).collect();
             // Probe cost: each call carries `inner` inside its own interval, and each call
             // below it in the tree (descendants) adds `pair` to it; a call whose exit probe
@@ -350,7 +409,7 @@ impl Timing {
                         (corrected[i] - children_total[i] - r.merged_ticks as f64).max(0.0)
                     };
                     ContextNode {
-                        parent: if i == 0 { 0 } else { nodes[i].parent },
+                        parent: if i == 0 { 0 } else { shown_parent(i) },
                         function: ids[i],
                         calls: r.calls,
                         total_ns: ns(corrected[i]),
