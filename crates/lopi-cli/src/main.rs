@@ -372,7 +372,13 @@ fn run(cli: Cli) -> Result<()> {
             }
             match format {
                 Format::Json => print_json(&profile),
-                Format::Text => print(&show::report_text(&profile, top)),
+                Format::Text => {
+                    print(&show::report_text(&profile, top))?;
+                    if !lopi_trace::Locks::from_data(&file).locks.is_empty() {
+                        print(&format!("note: lock calls were recorded: see `lopi report {0} --locks` and `--threads`\n", data.display()))?;
+                    }
+                    Ok(())
+                }
             }
         }
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),

@@ -424,7 +424,7 @@ impl Timing {
                 })
                 .collect();
             for i in 1..raw.len() {
-                if nodes[i].parent == 0 && i != MERGED {
+                if shown_parent(i) == 0 && i != MERGED && !bookkeeping[i] {
                     probe_cost.removed_ns += ns(raw[i].ticks as f64) - ns(corrected[i]);
                 }
             }
