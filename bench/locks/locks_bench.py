@@ -490,8 +490,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="n=3, 500,000 pairs, a quarter of sysbench's work, a 16 MiB pigz corpus")
     ap.add_argument("-n", type=int, help="recorded runs per variant (default 5, quick 3)")
-    ap.add_argument("--mutex-locks", type=int, help="sysbench mutex --mutex-locks (default 100000, quick 25000)")
-    ap.add_argument("--events", type=int, help="sysbench threads --events (default 1000, quick 300)")
+    ap.add_argument("--mutex-locks", type=int, help="sysbench mutex --mutex-locks (default 200000, quick 50000)")
+    ap.add_argument("--events", type=int, help="sysbench threads --events (default 2000, quick 500)")
     ap.add_argument("--mib", type=int, help="pigz corpus size in MiB (default 64, quick 16)")
     ap.add_argument("--work", type=Path, help="scratch directory, emptied first (default: /dev/shm/lopi-bench-locks, "
                     "a tmpfs, else work-real/bench-build/locks/work)")
@@ -500,8 +500,8 @@ def main() -> int:
     a = ap.parse_args()
     n = a.n or (3 if a.quick else 5)
     pairs = QUICK_PAIRS if a.quick else PAIRS
-    mutex_locks = a.mutex_locks or (25_000 if a.quick else 100_000)
-    events = a.events or (300 if a.quick else 1000)
+    mutex_locks = a.mutex_locks or (50_000 if a.quick else 200_000)
+    events = a.events or (500 if a.quick else 2000)
     mib = a.mib or (16 if a.quick else 64)
     t_start, load_start = time.time(), h.loadavg()
 

@@ -12,7 +12,7 @@
 # missing; a tool that cannot be installed or cannot run here is shown with the reason.
 # lopi is $LOPI, else built here with `cargo build --release -p lopi-cli` (target/release/lopi).
 # Writes bench/results/locks.md (+ locks.runs.json with every run).
-# Full: n=5, ~5 min on 2 CPUs. --quick: n=3, a quarter of the work, a 16 MiB corpus, ~1.5 min.
+# Full: n=5, ~2.5 min on 2 CPUs. --quick: n=3, a quarter of the work, a 16 MiB corpus, ~40 s.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
