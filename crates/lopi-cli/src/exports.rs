@@ -1,6 +1,7 @@
 //! `lopi flamegraph` and `lopi export`: a data file's timed profile in other tools' formats.
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
+use crate::names::Namer;
 use lopi_trace::{DataFile, LockProfile, Timing, Weight};
 use std::path::Path;
 
@@ -64,7 +65,8 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
     }
     check_output(data, output)?;
     let file = crate::read_data(data)?;
-    let timing = timing_of(data, &file)?;
+    let mut namer = Namer::new(&file.maps);
+    let timing = timing_of(data, &file, &mut namer)?;
     let which = match profile {
         ProfileArg::Cpu => {
             let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time))?;
@@ -73,7 +75,6 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
         ProfileArg::Mutex => LockProfile::Mutex,
         ProfileArg::Block => LockProfile::Block,
     };
-    let mut namer = crate::names::Namer::new(&file.maps);
     let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut |pid, ret| namer.function(pid, ret)) else {
         bail!("{} has no lock waits for this profile: run the program with --probe locks", data.display());
     };
@@ -103,7 +104,8 @@ fn render(timing: &Timing, format: ExportFormat, weight: WeightArg) -> Result<(V
 
 fn load(data: &Path, output: &Path) -> Result<Timing> {
     check_output(data, output)?;
-    timing_of(data, &crate::read_data(data)?)
+    let file = crate::read_data(data)?;
+    timing_of(data, &file, &mut Namer::new(&file.maps))
 }
 
 /// Checked before any work: the output replaces whatever file it names.
@@ -116,13 +118,12 @@ fn check_output(data: &Path, output: &Path) -> Result<()> {
 
 /// The timed profile, its lock calls named after their locks (`pthread_mutex_lock(hold_lock)`,
 /// `pthread_create(worker_main)`).
-fn timing_of(data: &Path, file: &DataFile) -> Result<Timing> {
+fn timing_of(data: &Path, file: &DataFile, namer: &mut Namer) -> Result<Timing> {
     let Some(mut timing) = Timing::from_data(file) else {
         bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display());
     };
     if timing.functions.iter().any(|f| f.lock.is_some()) {
-        let names = crate::locks::lock_names(file);
-        let mut namer = crate::names::Namer::new(&file.maps);
+        let names = crate::locks::lock_names(file, namer);
         for f in &mut timing.functions {
             let Some(l) = f.lock else { continue };
             let object = match l.op {
@@ -193,7 +194,7 @@ mod tests {
 
     #[test]
     fn data_without_timing_is_an_error() {
-        let err = timing_of(Path::new("run.lopi"), &DataFile::default()).expect_err("no timing");
+        let err = timing_of(Path::new("run.lopi"), &DataFile::default(), &mut Namer::new(&[])).expect_err("no timing");
         assert_eq!(err.to_string(), "run.lopi has no timing data: rewrite the program with --probe entry,exit");
     }
 

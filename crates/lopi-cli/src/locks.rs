@@ -2,7 +2,7 @@
 //! processes' memory maps (a static lock by its symbol, a heap lock by the function that
 //! initialised it, a call site by its function).
 use crate::names::Namer;
-use lopi_trace::{DataFile, LockCounts, Locks};
+use lopi_trace::{DataFile, LockCounts, LockStats, Locks};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -15,8 +15,8 @@ pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
         .locks
         .iter()
         .map(|l| {
-            let pid = l.pids.first().copied().unwrap_or(0);
-            let name = lock_name(&mut namer, pid, l.addr, l.init_site, l.sites.first().map(|s| s.ret));
+            let pid = first_pid(l);
+            let name = lock_name(&mut namer, l);
             let mut v = counts_json(&l.counts, l.kind);
             v["name"] = json!(name);
             if let Some(named) = namer.name(pid, l.addr).filter(|n| !n.function && n.symbol != n.name) {
@@ -57,12 +57,10 @@ pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
 }
 
 /// Every recorded lock's name, by process and address.
-pub fn lock_names(data: &DataFile) -> HashMap<(u32, u64), String> {
-    let locks = Locks::from_data(data);
-    let mut namer = Namer::new(&data.maps);
+pub fn lock_names(data: &DataFile, namer: &mut Namer) -> HashMap<(u32, u64), String> {
     let mut out = HashMap::new();
-    for l in &locks.locks {
-        let name = lock_name(&mut namer, l.pids.first().copied().unwrap_or(0), l.addr, l.init_site, l.sites.first().map(|s| s.ret));
+    for l in &Locks::from_data(data).locks {
+        let name = lock_name(namer, l);
         for &pid in &l.pids {
             out.insert((pid, l.addr), name.clone());
         }
@@ -70,11 +68,19 @@ pub fn lock_names(data: &DataFile) -> HashMap<(u32, u64), String> {
     out
 }
 
-fn lock_name(namer: &mut Namer, pid: u32, addr: u64, init_site: Option<u64>, first_site: Option<u64>) -> String {
+/// The process a lock is named in (a forked child shares its parent's addresses).
+fn first_pid(l: &LockStats) -> u32 {
+    l.pids.first().copied().unwrap_or(0)
+}
+
+/// A lock's name: its symbol, else `heap@` the function that initialised it, else its address
+/// `@` the first function that locked it.
+fn lock_name(namer: &mut Namer, l: &LockStats) -> String {
+    let (pid, addr) = (first_pid(l), l.addr);
     if let Some(named) = namer.name(pid, addr).filter(|n| !n.function) {
         return named.name;
     }
-    match (init_site.and_then(|r| namer.function(pid, r)), first_site.and_then(|r| namer.function(pid, r))) {
+    match (l.init_site.and_then(|r| namer.function(pid, r)), l.sites.first().and_then(|s| namer.function(pid, s.ret))) {
         (Some(f), _) => format!("heap@{f}"),
         (None, Some(f)) => format!("{addr:#x}@{f}"),
         _ => format!("{addr:#x}"),
@@ -135,8 +141,7 @@ pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
     );
     let shown = if top == 0 { locks.locks.len() } else { top.min(locks.locks.len()) };
     for l in &locks.locks[..shown] {
-        let pid = l.pids.first().copied().unwrap_or(0);
-        let name = lock_name(&mut namer, pid, l.addr, l.init_site, l.sites.first().map(|s| s.ret));
+        let name = lock_name(&mut namer, l);
         let c = &l.counts;
         let failed = c.trylock_failed + c.timeouts + c.errors;
         let _ = writeln!(

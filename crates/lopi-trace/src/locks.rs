@@ -170,13 +170,7 @@ impl Locks {
             out.orphan_releases += h.orphan_releases;
             out.holds_dropped += h.holds_dropped;
             let ns = |ticks: u64| if h.tsc_hz == 0 { 0.0 } else { ticks as f64 * 1e9 / h.tsc_hz as f64 };
-            // Time in `futex` under each lock node.
-            let mut blocked: HashMap<usize, u64> = HashMap::new();
-            for n in &t.nodes {
-                if syscall_name::decode(n.func).is_some_and(|s| s.nr == FUTEX) {
-                    *blocked.entry(n.parent as usize).or_default() += n.ticks;
-                }
-            }
+            let blocked = futex_ticks_under(&t.nodes);
             let name = crate::timing::thread_name(h);
             for (i, n) in t.nodes.iter().enumerate() {
                 let Some(lock) = lock_name::decode(n.func).filter(|l| l.op.kind() != Kind::Thread) else { continue };
@@ -223,6 +217,17 @@ impl Locks {
         out.locks.sort_by(|a, b| b.counts.wait_ns.total_cmp(&a.counts.wait_ns).then(a.addr.cmp(&b.addr)));
         out
     }
+}
+
+/// Ticks in `futex` calls under each node (a lock call's time blocked in the kernel).
+pub(crate) fn futex_ticks_under(nodes: &[lopi_rt_abi::ContextNode]) -> HashMap<usize, u64> {
+    let mut under: HashMap<usize, u64> = HashMap::new();
+    for n in nodes {
+        if syscall_name::decode(n.func).is_some_and(|s| s.nr == FUTEX) {
+            *under.entry(n.parent as usize).or_default() += n.ticks;
+        }
+    }
+    under
 }
 
 /// The entry of `list` that `is` picks, added by `make` when there is none.

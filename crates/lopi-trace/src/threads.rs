@@ -8,7 +8,6 @@ use lopi_rt_abi::syscall_name;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
-const FUTEX: u64 = 202;
 const EXIT_GROUP: u32 = 231;
 
 /// Calls of the thread functions a thread made.
@@ -129,15 +128,8 @@ impl Threads {
             if t.end.tsc != 0 && t.end.nr == EXIT_GROUP {
                 exit_groups.insert(h.pid, t.end.tsc);
             }
-            let mut futex_under: HashMap<usize, u64> = HashMap::new();
-            for n in &t.nodes {
-                if let Some(call) = syscall_name::decode(n.func) {
-                    life.syscall_ns += ns(n.ticks);
-                    if call.nr == FUTEX {
-                        *futex_under.entry(n.parent as usize).or_default() += n.ticks;
-                    }
-                }
-            }
+            life.syscall_ns += t.nodes.iter().filter(|n| syscall_name::decode(n.func).is_some()).map(|n| ns(n.ticks)).sum::<f64>();
+            let futex_under = crate::locks::futex_ticks_under(&t.nodes);
             for (i, n) in t.nodes.iter().enumerate() {
                 let Some(name) = lock_name::decode(n.func) else { continue };
                 let parent = t.nodes.get(n.parent as usize);

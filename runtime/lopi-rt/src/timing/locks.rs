@@ -10,7 +10,7 @@
 //! tid, read from the new `pthread_t`, which the kernel filled in before the call returned),
 //! a `pthread_setname_np` writes the name into the named thread's header (the kernel's copy
 //! of a thread's name is gone when it ends), a `pthread_exit` is counted when made.
-use super::probes::{begin_entry, count_untimed, enter_under, pause_excess};
+use super::probes::{begin_entry, begin_exit, count_untimed, enter_under, pause_excess};
 use super::thread::{Child, Thread};
 use super::{counter, rdtsc, vars};
 use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
@@ -110,16 +110,10 @@ unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64,
 unsafe extern "C" fn probe_lock_exit(_word: u64, key: u64, result: u64) {
     let tsc = rdtsc();
     let v = vars();
-    // SAFETY: as in `probe_exit`.
+    // SAFETY: see `begin_exit`.
     unsafe {
-        let Some(t) = Thread::current(v) else { return };
+        let Some((t, now)) = begin_exit(v, key, tsc) else { return };
         let h = t.h;
-        if read_volatile(&(*h).busy) != 0 {
-            return;
-        }
-        write_volatile(&mut (*h).busy, 1);
-        let now = tsc.wrapping_sub((*h).paused_ticks);
-        t.unwind_to(key, now, false);
         let depth = (*h).depth;
         let top = if depth > 0 { Some(*t.frame(depth - 1)) } else { None };
         let call = top.filter(|f| f.rsp == key && f.flags & abi::FRAME_UNTIMED == 0).and_then(|f| lock_name::decode((*t.node(f.node)).func).map(|n| (f, n)));

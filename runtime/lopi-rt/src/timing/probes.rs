@@ -61,6 +61,25 @@ pub(super) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> 
     }
 }
 
+/// How an exit-side slow path (a function's, a lock call's) begins: the calling thread, made
+/// busy, with the frames above `key` closed, and the thread clock at `tsc`. `None` when the
+/// thread has no state or a probe of it is running: its entry was skipped too (and counted
+/// there), or it ends unmatched later. The caller clears `busy`.
+pub(super) unsafe fn begin_exit(v: *const RuntimeVars, key: u64, tsc: u64) -> Option<(Thread, u64)> {
+    // SAFETY: as in `begin_entry`.
+    unsafe {
+        let t = Thread::current(v)?;
+        let h = t.h;
+        if read_volatile(&(*h).busy) != 0 {
+            return None;
+        }
+        write_volatile(&mut (*h).busy, 1);
+        let now = tsc.wrapping_sub((*h).paused_ticks);
+        t.unwind_to(key, now, false);
+        Some((t, now))
+    }
+}
+
 /// What a slow path costs beyond the fast path it replaces (about half a call's probe cost,
 /// which the report removes per call) is taken out of the open calls. An ordinary slow path
 /// takes microseconds: beyond 20 us the thread was descheduled (or took a page fault), which
@@ -126,17 +145,10 @@ pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32,
 /// shared by several functions).
 pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32) {
     let v = vars();
-    // SAFETY: as in `probe_enter`.
+    // SAFETY: see `begin_exit`.
     unsafe {
-        let Some(t) = Thread::current(v) else { return };
+        let Some((t, now)) = begin_exit(v, rsp, tsc) else { return };
         let h = t.h;
-        if read_volatile(&(*h).busy) != 0 {
-            // Its entry was skipped too (and counted there), or ends unmatched later.
-            return;
-        }
-        write_volatile(&mut (*h).busy, 1);
-        let now = tsc.wrapping_sub((*h).paused_ticks);
-        t.unwind_to(rsp, now, false);
         let depth = (*h).depth;
         let index = u64::from(index);
         if depth > 0 && (*t.frame(depth - 1)).rsp == rsp {
