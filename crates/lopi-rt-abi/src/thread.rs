@@ -121,8 +121,9 @@ pub struct HeldLock {
     pub addr: u64,
     /// Thread clock at the acquisition; for a pending entry, the wait's frame key.
     pub start: u64,
-    /// The acquiring call's site node (its hold node is a child of it).
-    pub site: u32,
+    /// The hold node its release adds to (a sibling of the acquiring call's node); 0 for a
+    /// nested relock, whose release ends no hold, and for a pending entry.
+    pub node: u32,
     /// The acquiring operation (`lock_name::Op`) in bits 0..8, `HELD_*` flags above.
     pub flags: u32,
 }
@@ -207,6 +208,8 @@ pub struct ContextNode {
     pub ticks: u64,
     pub max_ticks: u64,
     pub cache_func: u64,
+    /// (A lock call's node caches its hold node, and a hold node the site node its holds were
+    /// last released from: siblings, found again without the hash table by the lock stubs.)
     /// Durations of calls made directly from calls on this path whose own paths were merged,
     /// less the probe time inside each (their probes' cost to this path is taken out of its
     /// clock instead).
@@ -252,6 +255,12 @@ pub const FRAME_MERGED: u32 = 2;
 pub const FRAME_NESTED: u32 = 4;
 /// The call has no node at all (counted in the shared counter): its end records nothing.
 pub const FRAME_UNTIMED: u32 = 8;
+/// The call's start was not read (`start_tsc` holds the thread's `last_tsc` then): a lock
+/// acquisition that found its lock free, whose wait is taken as nothing unless a probe runs
+/// inside it (a `futex`: it waited after all), which then reads the start for it.
+pub const FRAME_UNCLOCKED: u32 = 16;
+/// An unclocked call whose start a probe inside it read.
+pub const FRAME_CLOCKED_INSIDE: u32 = 32;
 
 /// One trace event.
 #[repr(C)]

@@ -10,7 +10,7 @@
 //! tid, read from the new `pthread_t`, which the kernel filled in before the call returned),
 //! a `pthread_setname_np` writes the name into the named thread's header (the kernel's copy
 //! of a thread's name is gone when it ends), a `pthread_exit` is counted when made.
-use super::probes::{begin_entry, begin_exit, count_untimed, enter_under, pause_excess};
+use super::probes::{claim, count_untimed, enter_under, pause_excess, Start};
 use super::thread::{Child, Thread};
 use super::{counter, rdtsc, vars};
 use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
@@ -68,32 +68,54 @@ unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64,
             count_untimed(slot);
             return;
         };
-        let Some((t, began)) = begin_entry(v, slot, key) else { return };
+        let Some(t) = claim(v, Some(slot)) else { return };
         let h = t.h;
+        let depth = (*h).depth;
+        let stale = depth > 0 && (*t.frame(depth - 1)).rsp <= key;
+        let outcome = arrival(op, addr, (*h).tid);
+        // An acquisition that finds its lock free takes no measurable time: the clock (the
+        // probes' main cost) is read at its end, where the hold begins, unless a probe
+        // inside it shows that it waited after all. A trace times every call.
+        let unclocked = !stale && outcome == Outcome::Ok && matches!(op.role(), Role::Acquire { .. }) && (*h).trace_cap == 0;
+        let began = if unclocked { 0 } else { rdtsc() };
         let now = began.wrapping_sub((*h).paused_ticks);
+        if stale {
+            t.unwind_to(key, now, true);
+        }
         if !inside_lock_call(&t) {
-            if op.role() == Role::Release {
-                release(&t, v, addr, now);
+            if !unclocked {
+                t.clock_unclocked_top(now);
             }
+            let released = if op.role() == Role::Release { release(&t, addr, now) } else { None };
             if op.is_cond_wait() {
-                release(&t, v, arg1, now);
-                hold(&t, HeldLock { addr: arg1, start: key, site: 0, flags: Op::CondRelock as u32 | abi::HELD_PENDING });
+                release(&t, arg1, now);
+                hold(&t, HeldLock { addr: arg1, start: key, node: 0, flags: Op::CondRelock as u32 | abi::HELD_PENDING });
             }
             match op {
                 // Its `pthread_t *`, read when it returns.
-                Op::ThreadCreate => hold(&t, HeldLock { addr, start: key, site: 0, flags: op as u32 | abi::HELD_PENDING }),
+                Op::ThreadCreate => hold(&t, HeldLock { addr, start: key, node: 0, flags: op as u32 | abi::HELD_PENDING }),
                 Op::ThreadSetname => rename(v, addr, arg1),
                 _ => {}
             }
-            let outcome = arrival(op, addr, (*h).tid);
             let ret = read_volatile(key as *const u64);
             let name = lock_name::encode(op, outcome, if op == Op::ThreadCreate { arg2 } else { addr });
-            match t.child(v, t.top_node(), lock_name::site(ret)) {
+            let site = t.child(v, t.top_node(), lock_name::site(ret));
+            if let (Some(hold), Some(Child::Path(site))) = (released, site) {
+                // Where this lock's holds end next, most likely.
+                t.remember(hold, lock_name::site(ret), site);
+            }
+            match site {
                 Some(Child::Path(site) | Child::Merged(site)) if op == Op::ThreadExit => {
                     add_call(&t, v, site, name);
-                    pause_excess(&t, began, false);
                 }
-                Some(Child::Path(site) | Child::Merged(site)) => enter_under(&t, v, site, name, slot, key, began),
+                Some(Child::Path(site) | Child::Merged(site)) => {
+                    let start = if unclocked { Start::Unclocked } else { Start::At(now) };
+                    enter_under(&t, v, site, name, slot, key, began, start);
+                    // A quiet release's exit compares this with its start.
+                    if !unclocked {
+                        (*h).last_tsc = now;
+                    }
+                }
                 None => {
                     (*h).untimed_calls += 1;
                     count_untimed(slot);
@@ -108,18 +130,36 @@ unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64, arg1: u64,
 /// serve it): ends the call whose frame is at `key`; any other call of those functions (made
 /// by libc itself) is not a lock call and is ignored.
 unsafe extern "C" fn probe_lock_exit(_word: u64, key: u64, result: u64) {
-    let tsc = rdtsc();
     let v = vars();
-    // SAFETY: see `begin_exit`.
+    // SAFETY: the claimed thread's frames are below `depth`, their nodes below `node_count`.
     unsafe {
-        let Some((t, now)) = begin_exit(v, key, tsc) else { return };
+        let Some(t) = claim(v, None) else { return };
         let h = t.h;
         let depth = (*h).depth;
         let top = if depth > 0 { Some(*t.frame(depth - 1)) } else { None };
         let call = top.filter(|f| f.rsp == key && f.flags & abi::FRAME_UNTIMED == 0).and_then(|f| lock_name::decode((*t.node(f.node)).func).map(|n| (f, n)));
+        // A release (a wake, an init) that nothing probed happened in since its entry read the
+        // clock (`last_tsc` is still its start) ends there: its atomic store is its caller's
+        // time, and the clock read it saves is most of what its probes cost.
+        let quiet = call.is_some_and(|(f, n)| {
+            matches!(n.op.role(), Role::Release | Role::Wake | Role::Init) && f.flags == 0 && (*h).last_tsc == f.start_tsc && (*h).trace_cap == 0
+        });
+        let (tsc, now) = match call {
+            Some((f, _)) if quiet => (0, f.start_tsc),
+            _ => {
+                let tsc = rdtsc();
+                (tsc, tsc.wrapping_sub((*h).paused_ticks))
+            }
+        };
+        t.unwind_to(key, now, false);
+        let nodes_before = (*h).node_count;
         if let Some((frame, name)) = call {
             let site = (*t.node(frame.node)).parent;
-            let outcome = result_outcome(name.op, name.outcome, result as u32);
+            let mut outcome = result_outcome(name.op, name.outcome, result as u32);
+            // It found the lock free, then waited (a probe ran inside: its `futex`).
+            if outcome == Outcome::Ok && frame.flags & abi::FRAME_CLOCKED_INSIDE != 0 && matches!(name.op.role(), Role::Acquire { .. }) {
+                outcome = Outcome::Contended;
+            }
             let mut node = frame.node;
             if outcome != name.outcome {
                 if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, site, lock_name::encode(name.op, outcome, name.addr)) {
@@ -137,16 +177,26 @@ unsafe extern "C" fn probe_lock_exit(_word: u64, key: u64, result: u64) {
                     }
                 }
             }
-            if name.op.holds() && outcome.acquired() {
-                let nested = if outcome == Outcome::Nested { abi::HELD_NESTED } else { 0 };
-                hold(&t, HeldLock { addr: name.addr, start: now, site, flags: name.op as u32 | nested });
+            if name.op.holds() && outcome == Outcome::Nested {
+                hold(&t, HeldLock { addr: name.addr, start: now, node: 0, flags: name.op as u32 | abi::HELD_NESTED });
+            } else if name.op.holds() && outcome.acquired() {
+                let hold_name = lock_name::encode(name.op, Outcome::Hold, name.addr);
+                if let Some(Child::Path(n) | Child::Merged(n)) = t.child_uncached(v, site, hold_name) {
+                    if frame.flags & abi::FRAME_MERGED == 0 {
+                        t.remember(node, hold_name, n);
+                    }
+                    hold(&t, HeldLock { addr: name.addr, start: now, node: n, flags: name.op as u32 });
+                }
             }
             if name.op.is_cond_wait() {
                 relock(&t, v, key, site, now);
             }
             (*h).last_tsc = now;
         }
-        pause_excess(&t, tsc, false);
+        // As in `enter_under`: a new node's cost is taken out whole.
+        if (*h).node_count != nodes_before && !quiet {
+            pause_excess(&t, tsc, true);
+        }
         write_volatile(&mut (*h).busy, 0);
     }
 }
@@ -245,7 +295,7 @@ unsafe fn load(e: *const HeldLock) -> HeldLock {
         HeldLock {
             addr: read_volatile(&raw const (*e).addr),
             start: read_volatile(&raw const (*e).start),
-            site: read_volatile(&raw const (*e).site),
+            node: read_volatile(&raw const (*e).node),
             flags: read_volatile(&raw const (*e).flags),
         }
     }
@@ -256,7 +306,7 @@ unsafe fn store(e: *mut HeldLock, v: HeldLock) {
     unsafe {
         write_volatile(&raw mut (*e).addr, v.addr);
         write_volatile(&raw mut (*e).start, v.start);
-        write_volatile(&raw mut (*e).site, v.site);
+        write_volatile(&raw mut (*e).node, v.node);
         write_volatile(&raw mut (*e).flags, v.flags);
     }
 }
@@ -274,9 +324,9 @@ unsafe fn forget(h: *mut ThreadHeader, i: u32) {
 }
 
 /// The lock at `addr` is released at `now`: its latest acquisition's hold ends (a recursive
-/// relock's ends nothing).
-unsafe fn release(t: &Thread, v: *const abi::RuntimeVars, addr: u64, now: u64) {
-    // SAFETY: the caller holds `busy`; the table is this thread's.
+/// relock's ends nothing). Returns the hold node it added to, unless merged.
+unsafe fn release(t: &Thread, addr: u64, now: u64) -> Option<u32> {
+    // SAFETY: the caller holds `busy`; the table is this thread's, its nodes below node_count.
     unsafe {
         let h = t.h;
         let Some(i) = (0..(*h).held_len).rev().find(|&i| {
@@ -284,23 +334,22 @@ unsafe fn release(t: &Thread, v: *const abi::RuntimeVars, addr: u64, now: u64) {
             e.addr == addr && e.flags & abi::HELD_PENDING == 0
         }) else {
             (*h).orphan_releases += 1;
-            return;
+            return None;
         };
         let e = load(held(h).add(i as usize));
         forget(h, i);
-        let Some(op) = Op::from_u8(e.flags as u8) else { return };
-        if e.flags & abi::HELD_NESTED != 0 {
-            return;
+        if e.flags & abi::HELD_NESTED != 0 || e.node == 0 {
+            return None;
         }
         let dt = now.saturating_sub(e.start);
-        if let Some(Child::Path(n) | Child::Merged(n)) = t.child(v, e.site, lock_name::encode(op, Outcome::Hold, addr)) {
-            let n = t.node(n);
-            (*n).calls += 1;
-            (*n).ticks = (*n).ticks.wrapping_add(dt);
-            if dt > (*n).max_ticks {
-                (*n).max_ticks = dt;
-            }
+        let n = t.node(e.node);
+        (*n).calls += 1;
+        (*n).ticks = (*n).ticks.wrapping_add(dt);
+        if dt > (*n).max_ticks {
+            (*n).max_ticks = dt;
         }
+        // Merged nodes own no cache.
+        ((*n).parent != abi::MERGED_NODE).then_some(e.node)
     }
 }
 
@@ -310,7 +359,9 @@ unsafe fn relock(t: &Thread, v: *const abi::RuntimeVars, key: u64, site: u32, no
     // SAFETY: the caller holds `busy`; the table is this thread's.
     unsafe {
         let Some(e) = take_pending(t, key) else { return };
-        hold(t, HeldLock { addr: e.addr, start: now, site, flags: Op::CondRelock as u32 });
+        if let Some(Child::Path(n) | Child::Merged(n)) = t.child_uncached(v, site, lock_name::encode(Op::CondRelock, Outcome::Hold, e.addr)) {
+            hold(t, HeldLock { addr: e.addr, start: now, node: n, flags: Op::CondRelock as u32 });
+        }
         add_call(t, v, site, lock_name::encode(Op::CondRelock, Outcome::Ok, e.addr));
     }
 }

@@ -33,48 +33,58 @@ pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
     }
 }
 
-/// How every entry-side slow path (a function's, a system call's, a lock call's) begins: the
-/// calling thread, made busy, with the frames at or below `key` closed (left without their
-/// exit: longjmp, exceptions, a signal handler's), and the TSC read then. `None`, with the
-/// call counted in the shared counter `slot`, when the thread has no state yet or a probe of
-/// it is running (a signal handler interrupted it). The caller clears `busy`.
-pub(super) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> Option<(Thread, u64)> {
+/// The calling thread, made busy: `None`, with the call counted in the shared counter `slot`
+/// (if any), when the thread has no state yet or a probe of it is running (a signal handler
+/// interrupted it). The caller clears `busy`.
+pub(super) unsafe fn claim(v: *const RuntimeVars, slot: Option<u64>) -> Option<Thread> {
     // SAFETY: see `Thread::current`; `busy` keeps a signal handler's probes off the state
     // the probe is changing. The header is only accessed through the raw pointer.
     unsafe {
         let Some(t) = Thread::current(v) else {
-            count_untimed(slot);
+            slot.inspect(|&s| count_untimed(s));
             return None;
         };
         let h = t.h;
         if read_volatile(&(*h).busy) != 0 {
-            (*h).nested_skipped += 1;
-            count_untimed(slot);
+            if let Some(s) = slot {
+                (*h).nested_skipped += 1;
+                count_untimed(s);
+            }
             return None;
         }
         write_volatile(&mut (*h).busy, 1);
+        Some(t)
+    }
+}
+
+/// How every entry-side slow path (a function's, a system call's, a contended lock call's)
+/// begins: the calling thread, claimed, with the frames at or below `key` closed (left without
+/// their exit: longjmp, exceptions, a signal handler's), and the TSC read then. The first
+/// probe inside an unclocked call reads its start. `None` as for [`claim`].
+pub(super) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> Option<(Thread, u64)> {
+    // SAFETY: the claimed thread's frames are below `depth`.
+    unsafe {
+        let t = claim(v, Some(slot))?;
+        let h = t.h;
         let began = rdtsc();
+        let now = began.wrapping_sub((*h).paused_ticks);
         if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= key {
-            t.unwind_to(key, began.wrapping_sub((*h).paused_ticks), true);
+            t.unwind_to(key, now, true);
         }
+        t.clock_unclocked_top(now);
         Some((t, began))
     }
 }
 
-/// How an exit-side slow path (a function's, a lock call's) begins: the calling thread, made
-/// busy, with the frames above `key` closed, and the thread clock at `tsc`. `None` when the
+/// How an exit-side slow path (a function's, a lock call's) begins: the calling thread,
+/// claimed, with the frames above `key` closed, and the thread clock at `tsc`. `None` when the
 /// thread has no state or a probe of it is running: its entry was skipped too (and counted
 /// there), or it ends unmatched later. The caller clears `busy`.
 pub(super) unsafe fn begin_exit(v: *const RuntimeVars, key: u64, tsc: u64) -> Option<(Thread, u64)> {
     // SAFETY: as in `begin_entry`.
     unsafe {
-        let t = Thread::current(v)?;
-        let h = t.h;
-        if read_volatile(&(*h).busy) != 0 {
-            return None;
-        }
-        write_volatile(&mut (*h).busy, 1);
-        let now = tsc.wrapping_sub((*h).paused_ticks);
+        let t = claim(v, None)?;
+        let now = tsc.wrapping_sub((*t.h).paused_ticks);
         t.unwind_to(key, now, false);
         Some((t, now))
     }
@@ -97,15 +107,30 @@ pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
     }
 }
 
+/// When a call's frame starts.
+#[derive(Clone, Copy)]
+pub(super) enum Start {
+    /// The clock is read last, so that the probe's own work falls outside the call's time,
+    /// and what the probe took beyond a fast path's cost is taken out of the open calls.
+    Last,
+    /// At this thread-clock time, read earlier in the probe (a lock call's: its work after
+    /// that is the lock function's time, a few dozen ns against the clock read it saves).
+    At(u64),
+    /// Not read: see `abi::FRAME_UNCLOCKED`.
+    Unclocked,
+}
+
 /// Opens a frame for a call of `name` (a function's counter address, or a system call's
 /// name) at `rsp`; a call that gets no timed frame is counted in the shared counter `slot`.
 pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u64, rsp: u64, began: u64) {
     // SAFETY: the caller holds `busy`.
-    unsafe { enter_under(t, v, t.top_node(), name, slot, rsp, began) }
+    unsafe { enter_under(t, v, t.top_node(), name, slot, rsp, began, Start::Last) }
 }
 
-/// [`enter`] with the call's node under `parent` (a lock call's site node, say).
-pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32, name: u64, slot: u64, rsp: u64, began: u64) {
+/// [`enter`] with the call's node under `parent` (a lock call's site node, say), starting at
+/// `start`; `began` is the TSC when the probe began (unused when `Unclocked`).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32, name: u64, slot: u64, rsp: u64, began: u64, start: Start) {
     // SAFETY: the caller holds `busy`; frames and nodes are this thread's.
     unsafe {
         let h = t.h;
@@ -115,7 +140,7 @@ pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32,
             count_untimed(slot);
             return;
         }
-        let (node, flags) = match t.child(v, parent, name) {
+        let (node, mut flags) = match t.child(v, parent, name) {
             Some(Child::Path(n)) => (n, 0),
             Some(Child::Merged(n)) => (n, abi::FRAME_MERGED | if t.is_open(name) { abi::FRAME_NESTED } else { 0 }),
             None => {
@@ -125,17 +150,32 @@ pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32,
             }
         };
         // A new node touches memory of the data file never touched before: its page fault
-        // (which may wait for writeback) is lopi's cost, taken out whole.
-        pause_excess(t, began, ((*h).node_cap, (*h).stack_cap, (*h).node_count) != before);
+        // (which may wait for writeback) is lopi's cost, taken out whole. (An unclocked
+        // call's is left in its caller's time: no clock was read to measure it.)
+        let heavy = ((*h).node_cap, (*h).stack_cap, (*h).node_count) != before;
+        match start {
+            Start::Last => pause_excess(t, began, heavy),
+            Start::At(_) if heavy => pause_excess(t, began, true),
+            _ => {}
+        }
         let depth = (*h).depth;
         let f = t.frame(depth);
-        *f = Frame { rsp, node, flags, start_tsc: 0 };
+        let start_tsc = match start {
+            Start::At(now) => now,
+            Start::Unclocked => {
+                flags |= abi::FRAME_UNCLOCKED;
+                (*h).last_tsc
+            }
+            Start::Last => 0,
+        };
+        *f = Frame { rsp, node, flags, start_tsc };
         (*h).depth = depth + 1;
-        // Read last, so that the probe's own work falls outside the call's time.
-        let start = t.clock();
-        (*f).start_tsc = start;
+        if let Start::Last = start {
+            // Read last, so that the probe's own work falls outside the call's time.
+            (*f).start_tsc = t.clock();
+        }
         if flags & abi::FRAME_UNTIMED == 0 {
-            t.record(start, node, abi::EVENT_ENTER);
+            t.record((*f).start_tsc, node, abi::EVENT_ENTER);
         }
     }
 }

@@ -7,7 +7,7 @@
 //! Fast path of an exit: the exit of the top frame. (A function the budget switched to
 //! counting no longer calls the stubs: its trampoline checks its mode word.)
 //! A frame with any flag (inherited, merged, untimed), a clock that went backwards, a trace,
-//! or a due budget check take the slow path.
+//! a due budget check, or an entry inside an unclocked lock call take the slow path.
 use crate::abi::{self, ContextNode, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;
@@ -55,6 +55,9 @@ global_asm!(
     // A frame at or below this entry's stack pointer was left: the slow path closes it.
     "cmp [rdx], r8",
     "jbe 8f",
+    // The first probe inside an unclocked call reads its start.
+    "test dword ptr [rdx + 12], {f_unclocked}",
+    "jnz 8f",
     "mov edx, dword ptr [rdx + 8]",
     "2:",
     "imul rdx, rdx, {n_len}",
@@ -207,6 +210,7 @@ global_asm!(
     enter = sym super::probes::probe_enter,
     exit = sym super::probes::probe_exit,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
+    f_unclocked = const abi::FRAME_UNCLOCKED,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),

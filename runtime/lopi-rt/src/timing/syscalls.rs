@@ -131,6 +131,9 @@ global_asm!(
     "lea r8, [rsp + 64]",
     "cmp [rdx], r8",
     "jbe 8f",
+    // The first probe inside an unclocked call reads its start.
+    "test dword ptr [rdx + 12], {f_unclocked}",
+    "jnz 8f",
     "mov edx, dword ptr [rdx + 8]",
     "2:",
     "imul rdx, rdx, {n_len}",
@@ -227,6 +230,7 @@ global_asm!(
     exit = sym probe_syscall_exit,
     nr_other = const syscall_name::NR_OTHER,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
+    f_unclocked = const abi::FRAME_UNCLOCKED,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),

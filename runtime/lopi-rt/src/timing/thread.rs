@@ -94,9 +94,21 @@ impl Thread {
         }
     }
 
-    /// The node of a call of `func` under `parent`, created if new; `None` when not even a
-    /// merged node fits.
+    /// The node of a call of `func` under `parent`, created if new, and remembered in the
+    /// parent's cache; `None` when not even a merged node fits.
     pub unsafe fn child(&self, v: *const RuntimeVars, parent: u32, func: u64) -> Option<Child> {
+        // SAFETY: as in `child_uncached`.
+        unsafe {
+            let found = self.child_uncached(v, parent, func)?;
+            if let Child::Path(n) = found {
+                self.remember(parent, func, n);
+            }
+            Some(found)
+        }
+    }
+
+    /// [`Thread::child`], leaving the parent's cache as it is.
+    pub unsafe fn child_uncached(&self, v: *const RuntimeVars, parent: u32, func: u64) -> Option<Child> {
         // SAFETY: parent < node_count; the tree is this thread's.
         unsafe {
             if parent == abi::MERGED_NODE || (*self.node(parent)).parent == abi::MERGED_NODE {
@@ -104,7 +116,6 @@ impl Thread {
                 return self.merged(v, func).map(Child::Merged);
             }
             if let Some(found) = self.lookup(parent, func) {
-                self.remember(parent, func, found);
                 return Some(Child::Path(found));
             }
             let h = self.h;
@@ -116,9 +127,7 @@ impl Thread {
             if (*h).node_count >= (*h).node_cap && !self.grow_tree(v) {
                 return self.merged(v, func).map(Child::Merged);
             }
-            let index = self.insert(parent, func);
-            self.remember(parent, func, index);
-            Some(Child::Path(index))
+            Some(Child::Path(self.insert(parent, func)))
         }
     }
 
@@ -362,7 +371,8 @@ impl Thread {
             if f.flags & abi::FRAME_UNTIMED != 0 {
                 return;
             }
-            let dt = match now.checked_sub(f.start_tsc) {
+            let start = if f.flags & abi::FRAME_UNCLOCKED != 0 { now } else { f.start_tsc };
+            let dt = match now.checked_sub(start) {
                 Some(dt) => dt,
                 None => {
                     (*h).clock_backwards += 1;
@@ -398,6 +408,22 @@ impl Thread {
                 self.pause((*h).probe_pair_ticks);
             }
             self.record(now, f.node, kind);
+        }
+    }
+
+    /// A probe at thread-clock time `now` inside an unclocked call (the top frame) is the first
+    /// sign that the call did more than find its lock free: its start is taken as now.
+    pub unsafe fn clock_unclocked_top(&self, now: u64) {
+        // SAFETY: depth <= stack_cap.
+        unsafe {
+            let depth = (*self.h).depth;
+            if depth > 0 {
+                let f = self.frame(depth - 1);
+                if (*f).flags & abi::FRAME_UNCLOCKED != 0 {
+                    (*f).start_tsc = now;
+                    (*f).flags ^= abi::FRAME_UNCLOCKED | abi::FRAME_CLOCKED_INSIDE;
+                }
+            }
         }
     }
 
