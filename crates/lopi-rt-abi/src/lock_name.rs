@@ -20,8 +20,8 @@
 
 pub const TAG: u64 = 1 << 61;
 pub const SITE: u64 = 1 << 60;
-const OP_SHIFT_NAME: u32 = 52;
-const OUTCOME_SHIFT: u32 = 48;
+pub const OP_SHIFT_NAME: u32 = 52;
+pub const OUTCOME_SHIFT: u32 = 48;
 const ADDR_MASK: u64 = (1 << OUTCOME_SHIFT) - 1;
 const SYSCALL: u64 = 1 << 63;
 
