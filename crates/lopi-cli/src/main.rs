@@ -7,6 +7,8 @@ mod live;
 mod locks;
 mod names;
 mod progress;
+mod scale;
+mod scaling;
 mod show;
 mod syscalls;
 mod threads;
@@ -151,9 +153,33 @@ enum Command {
     },
     /// Build a small built-in C program, rewrite it, run it and show its report.
     Demo {
+        /// `profile`: count and time a little program's functions; `mp`: the thesis's
+        /// multiprocessor benchmark (threads looping between user work and a CPU-bound system
+        /// call, 64:36) built, calibrated and run through `lopi scale`.
+        #[arg(value_enum, default_value_t = demo::Which::Profile)]
+        which: demo::Which,
         /// Keep the demo's files here instead of a temporary directory.
         #[arg(long)]
         dir: Option<PathBuf>,
+    },
+    /// Run PROG, uninstrumented, pinned to 1, 2, ... CPUs: wall time, speedup, efficiency, the
+    /// Karp-Flatt serial fraction, a Universal Scalability Law fit; `{cpus}` in the arguments
+    /// becomes the CPU count of the run (`-p {cpus}`).
+    Scale {
+        /// CPU counts to run on [default: 1, 2, 4, ... and all the CPUs lopi may use].
+        #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+        cpus: Vec<u32>,
+        /// Runs per CPU count (after one warm-up run); the median counts.
+        #[arg(long, default_value_t = 5)]
+        runs: u32,
+        /// Draw the speedup chart (SVG) into this file.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
     },
 }
 
@@ -388,7 +414,10 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
-        Command::Demo { dir } => demo::run(dir),
+        Command::Demo { which, dir } => demo::run(which, dir),
+        Command::Scale { cpus, runs, output, format, command } => {
+            scale::run(scale::Request { cpus, runs, chart: output, json: format == Format::Json, command })
+        }
     }
 }
 
