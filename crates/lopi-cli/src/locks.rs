@@ -75,7 +75,7 @@ fn first_pid(l: &LockStats) -> u32 {
 
 /// A lock's name: its symbol, else `heap@` the function that initialised it, else its address
 /// `@` the first function that locked it.
-fn lock_name(namer: &mut Namer, l: &LockStats) -> String {
+pub fn lock_name(namer: &mut Namer, l: &LockStats) -> String {
     let (pid, addr) = (first_pid(l), l.addr);
     if let Some(named) = namer.name(pid, addr).filter(|n| !n.function) {
         return named.name;

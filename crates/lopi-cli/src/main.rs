@@ -1,6 +1,7 @@
 //! The `lopi` command: argument parsing, files, and output. The libraries do the work.
 #![deny(unsafe_code)]
 
+mod breakdown;
 mod demo;
 mod exports;
 mod live;
@@ -81,6 +82,11 @@ enum Command {
         /// end, time waiting for locks, joins and system calls, thread calls made.
         #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks"])]
         threads: bool,
+        /// Show where each thread's wall time went (recorded with --probe syscall,locks): user,
+        /// kernel, blocked in system calls, lock wait (spinning, blocked), the rest; the serial
+        /// fraction and Amdahl's bound.
+        #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads"])]
+        breakdown: bool,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -347,8 +353,18 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Report { data, format, top, callers, callees, syscalls, locks, threads } => {
+        Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown } => {
             let file = read_data(&data)?;
+            if breakdown {
+                let report = lopi_trace::Threads::from_data(&file);
+                if !report.threads.iter().any(|t| t.cpu.is_some()) {
+                    bail!("{} has no thread CPU times: run the program with --probe syscall,locks (its threads' exit and exit_group calls record them)", data.display());
+                }
+                return match format {
+                    Format::Json => print_json(&breakdown::report_json(&file, &report)),
+                    Format::Text => print(&breakdown::report_text(&file, &report)),
+                };
+            }
             if threads {
                 let report = lopi_trace::Threads::from_data(&file);
                 if report.threads.is_empty() {

@@ -111,7 +111,7 @@ const _: () = assert!(core::mem::offset_of!(ThreadHeader, busy) == 192);
 /// Offset in the header page of the table of locks the thread holds (`--probe locks`).
 pub const HELD_TABLE: u64 = THREAD_HEADER_LEN as u64;
 /// Entries of that table; a thread holding more locks at once does not time those holds.
-pub const HELD_SLOTS: u32 = 28;
+pub const HELD_SLOTS: u32 = 27;
 
 /// A lock the thread holds, or (with [`HELD_PENDING`]) the mutex of a condition wait in
 /// progress, which the wait takes back before it returns.
@@ -146,10 +146,20 @@ pub struct ThreadEnd {
     pub tsc: u64,
     /// The system call's number.
     pub nr: u32,
-    pub _pad: u32,
+    /// `THREAD_END_CPU` when the CPU times below were read (`getrusage(RUSAGE_THREAD)`,
+    /// `/proc/thread-self/schedstat`); above `THREAD_END_CPUS_SHIFT`, the number of CPUs the
+    /// thread was allowed to run on (its affinity) then.
+    pub flags: u32,
+    /// CPU time of the thread in user space and in the kernel, in ns (the kernel keeps µs).
+    pub user_ns: u64,
+    pub system_ns: u64,
+    /// Time it spent runnable, waiting for a CPU.
+    pub runq_wait_ns: u64,
 }
 
-pub const THREAD_END_LEN: usize = 16;
+pub const THREAD_END_CPU: u32 = 1;
+pub const THREAD_END_CPUS_SHIFT: u32 = 16;
+pub const THREAD_END_LEN: usize = 40;
 const _: () = assert!(core::mem::size_of::<ThreadEnd>() == THREAD_END_LEN);
 const _: () = assert!(THREAD_END + THREAD_END_LEN as u64 <= UNMATCHED_TABLE);
 
@@ -415,7 +425,7 @@ impl UnmatchedExit {
 impl ThreadEnd {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..THREAD_END_LEN)?);
-        Some(Self { tsc: f.u64(0), nr: f.u32(8), _pad: 0 })
+        Some(Self { tsc: f.u64(0), nr: f.u32(8), flags: f.u32(12), user_ns: f.u64(16), system_ns: f.u64(24), runq_wait_ns: f.u64(32) })
     }
 }
 

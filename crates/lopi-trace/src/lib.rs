@@ -5,6 +5,7 @@
 //! a record cut short by a dying process, the end of the data.
 #![forbid(unsafe_code)]
 
+mod breakdown;
 mod data;
 mod export;
 mod locks;
@@ -14,13 +15,14 @@ mod syscalls;
 mod threads;
 mod timing;
 
+pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
 pub use data::{DataError, DataFile, ProcessMaps, Record, ThreadChunk};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use pprof::{lock_pprof, pprof, LockProfile};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
-pub use threads::{EndSeen, ThreadCalls, ThreadLife, Threads};
+pub use threads::{EndSeen, ThreadCalls, ThreadCpu, ThreadLife, Threads};
 pub use timing::{lock_function_name, ContextNode, EventKind, LockCall, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};

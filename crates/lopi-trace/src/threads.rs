@@ -52,17 +52,23 @@ pub struct ThreadLife {
     /// blocked in `futex`.
     pub lock_wait_ns: f64,
     pub lock_blocked_ns: f64,
+    /// The part of those waits in acquisitions of mutexes, rwlocks and spinlocks (not
+    /// semaphore, condition or barrier waits), of which blocked in `futex`.
+    pub acquire_wait_ns: f64,
+    pub acquire_blocked_ns: f64,
     /// Waiting in `pthread_join` calls.
     pub join_wait_ns: f64,
     /// In probed system calls (with `--probe locks` alone: `futex` only).
     pub syscall_ns: f64,
     pub calls: ThreadCalls,
+    /// The CPU time it used, read when it made the system call that ended it.
+    pub cpu: Option<ThreadCpu>,
     /// Its chunk was found (a thread with no probe of its own is known only from its creation).
     pub recorded: bool,
 }
 
 impl ThreadLife {
-    fn new(pid: u32, tid: u32, name: String, start_ns: f64, recorded: bool) -> ThreadLife {
+    pub(crate) fn new(pid: u32, tid: u32, name: String, start_ns: f64, recorded: bool) -> ThreadLife {
         ThreadLife {
             pid,
             tid,
@@ -75,12 +81,26 @@ impl ThreadLife {
             end_seen: EndSeen::LastProbe,
             lock_wait_ns: 0.0,
             lock_blocked_ns: 0.0,
+            acquire_wait_ns: 0.0,
+            acquire_blocked_ns: 0.0,
             join_wait_ns: 0.0,
             syscall_ns: 0.0,
             calls: ThreadCalls::default(),
+            cpu: None,
             recorded,
         }
     }
+}
+
+/// A thread's CPU use over its life, as the kernel counted it.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct ThreadCpu {
+    pub user_ns: f64,
+    pub system_ns: f64,
+    /// Runnable, waiting for a CPU.
+    pub runq_wait_ns: f64,
+    /// CPUs it was allowed to run on (0: unknown).
+    pub allowed_cpus: u32,
 }
 
 /// A create call's record of the thread it started.
@@ -125,6 +145,14 @@ impl Threads {
                 life.end_ns = ns(end.saturating_sub(origin_tsc));
                 life.end_seen = seen;
             }
+            if t.end.flags & lopi_rt_abi::THREAD_END_CPU != 0 {
+                life.cpu = Some(ThreadCpu {
+                    user_ns: t.end.user_ns as f64,
+                    system_ns: t.end.system_ns as f64,
+                    runq_wait_ns: t.end.runq_wait_ns as f64,
+                    allowed_cpus: t.end.flags >> lopi_rt_abi::THREAD_END_CPUS_SHIFT,
+                });
+            }
             if t.end.tsc != 0 && t.end.nr == EXIT_GROUP {
                 exit_groups.insert(h.pid, t.end.tsc);
             }
@@ -155,8 +183,13 @@ impl Threads {
                         }
                     }
                     (op, _) if matches!(op.role(), Role::Acquire { .. } | Role::Wait { .. }) => {
+                        let blocked = ns(futex_under.get(&i).copied().unwrap_or(0));
                         life.lock_wait_ns += ns(n.ticks);
-                        life.lock_blocked_ns += ns(futex_under.get(&i).copied().unwrap_or(0));
+                        life.lock_blocked_ns += blocked;
+                        if matches!(op.role(), Role::Acquire { .. }) {
+                            life.acquire_wait_ns += ns(n.ticks);
+                            life.acquire_blocked_ns += blocked;
+                        }
                     }
                     _ => {}
                 }

@@ -38,6 +38,9 @@ mod sys {
     pub const MUNMAP: usize = 11;
     pub const MADVISE: usize = 28;
     pub const GETTID: usize = 186;
+    pub const GETRUSAGE: usize = 98;
+    pub const RUSAGE_THREAD: usize = 1;
+    pub const SCHED_GETAFFINITY: usize = 204;
     pub const PRCTL: usize = 157;
     pub const PR_GET_NAME: usize = 16;
     pub const CLOCK_GETTIME: usize = 228;

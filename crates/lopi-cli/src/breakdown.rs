@@ -1,0 +1,141 @@
+//! `lopi report --breakdown`: per thread and in total, wall time in user, kernel, blocked in
+//! system calls, lock wait (spinning, blocked) and the rest; the parallelism it shows, the
+//! serial fraction that implies, Amdahl's bound, and the bound the most-held lock sets.
+use crate::locks::lock_name;
+use crate::names::Namer;
+use crate::threads::display_names;
+use lopi_trace::{amdahl, Breakdown, DataFile, Locks, Parts, Threads};
+use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
+
+const AMDAHL_CPUS: [u32; 6] = [2, 4, 8, 16, 32, 64];
+/// A lock whose bound is beyond this many times the work is not worth a line of text.
+const LOCK_BOUND_SHOWN: f64 = 100.0;
+
+/// The lock held longest in all, as (name, hold ns), and the speedup bound it sets: work
+/// under one lock runs one thread at a time, so no run is shorter than its hold time.
+fn lock_bound(data: &DataFile, namer: &mut Namer, cpu_ns: f64) -> Option<(String, f64, f64)> {
+    let locks = Locks::from_data(data);
+    let top = locks.locks.iter().max_by(|a, b| a.counts.hold_ns.total_cmp(&b.counts.hold_ns))?;
+    (top.counts.hold_ns > 0.0).then(|| (lock_name(namer, top), top.counts.hold_ns, cpu_ns / top.counts.hold_ns))
+}
+
+fn parts_json(p: &Parts) -> Map<String, Value> {
+    let ns = |x: f64| Value::from(x.round() as u64);
+    let mut m = Map::new();
+    for (k, v) in [
+        ("wall_ns", p.wall_ns),
+        ("user_ns", p.user_ns),
+        ("kernel_ns", p.kernel_ns),
+        ("syscall_blocked_ns", p.syscall_blocked_ns),
+        ("lock_wait_ns", p.lock_wait_ns),
+        ("lock_spin_ns", p.lock_spin_ns),
+        ("lock_blocked_ns", p.lock_blocked_ns),
+        ("other_ns", p.other_ns),
+        ("runnable_ns", p.runnable_ns),
+    ] {
+        m.insert(k.into(), ns(v));
+    }
+    m
+}
+
+pub fn report_json(data: &DataFile, threads: &Threads) -> Value {
+    let b = Breakdown::from_threads(threads);
+    let mut namer = Namer::new(&data.maps);
+    let names = display_names(threads, &mut namer);
+    let list: Vec<Value> = b
+        .threads
+        .iter()
+        .map(|t| {
+            let mut m = t.parts.as_ref().map(parts_json).unwrap_or_default();
+            m.insert("pid".into(), t.pid.into());
+            m.insert("tid".into(), t.tid.into());
+            m.insert("name".into(), names.get(&(t.pid, t.tid)).cloned().unwrap_or_default().into());
+            m.insert("cpu_known".into(), t.parts.is_some().into());
+            Value::Object(m)
+        })
+        .collect();
+    let amdahl_bound: Map<String, Value> =
+        b.serial_fraction.map(|s| AMDAHL_CPUS.iter().map(|&n| (n.to_string(), Value::from(amdahl(s, f64::from(n))))).collect()).unwrap_or_default();
+    let bound = lock_bound(data, &mut namer, b.total.cpu_ns());
+    json!({
+        "threads": list,
+        "total": parts_json(&b.total),
+        "process_wall_ns": b.process_wall_ns.round() as u64,
+        "cpus": b.cpus,
+        "average_parallelism": b.average_parallelism,
+        "serial_fraction": b.serial_fraction,
+        "amdahl_bound": if b.serial_fraction.is_some() { Value::Object(amdahl_bound) } else { Value::Null },
+        "lock_bound": bound.map(|(lock, hold, bound)| json!({"lock": lock, "hold_ns": hold.round() as u64, "bound": bound})),
+        "threads_without_cpu_times": b.unknown_cpu,
+    })
+}
+
+fn pct(part: f64, wall: f64) -> String {
+    if wall > 0.0 {
+        format!("{:.1}", 100.0 * part / wall)
+    } else {
+        "-".into()
+    }
+}
+
+fn row(out: &mut String, pid: &str, tid: &str, name: &str, p: &Parts) {
+    let w = p.wall_ns;
+    let _ = writeln!(
+        out,
+        "{pid:>7} {tid:>7}  {name:<20} {:>10.3}  {:>6} {:>7} {:>8} {:>6} {:>8} {:>6}",
+        w / 1e6,
+        pct(p.user_ns, w),
+        pct(p.kernel_ns, w),
+        pct(p.syscall_blocked_ns, w),
+        pct(p.lock_spin_ns, w),
+        pct(p.lock_blocked_ns, w),
+        pct(p.other_ns, w),
+    );
+}
+
+pub fn report_text(data: &DataFile, threads: &Threads) -> String {
+    let b = Breakdown::from_threads(threads);
+    let mut namer = Namer::new(&data.maps);
+    let names = display_names(threads, &mut namer);
+    let mut out = String::from("    PID     TID  THREAD                  WALL ms  USER% KERNEL% BLOCKED%  SPIN% LOCKWAIT% OTHER%\n");
+    for t in &b.threads {
+        let name: String = names.get(&(t.pid, t.tid)).cloned().unwrap_or_default().chars().take(20).collect();
+        match &t.parts {
+            Some(p) => row(&mut out, &t.pid.to_string(), &t.tid.to_string(), &name, p),
+            None => {
+                let _ = writeln!(out, "{:>7} {:>7}  {name:<20} (CPU times unknown: ended by another thread's exit_group)", t.pid, t.tid);
+            }
+        }
+    }
+    row(&mut out, "", "", "all threads", &b.total);
+    let _ = writeln!(
+        out,
+        "note: BLOCKED is time in system calls off the CPU (outside lock acquisitions), SPIN and LOCKWAIT the lock acquisitions' wait spinning in user space and blocked in futex, OTHER the rest of the wall time (runnable but not running: {:.3} ms in all, page faults)",
+        b.total.runnable_ns / 1e6
+    );
+    let _ = write!(out, "processes: {:.3} ms of wall time; {:.2} CPUs busy on average", b.process_wall_ns / 1e6, b.average_parallelism);
+    match b.serial_fraction {
+        Some(s) => {
+            let _ = writeln!(out, " of {} allowed: serial fraction {s:.3} (Karp-Flatt)", b.cpus);
+            let bounds: Vec<String> = AMDAHL_CPUS.iter().map(|&n| format!("{n}: {:.2}", amdahl(s, f64::from(n)))).collect();
+            let _ = writeln!(out, "Amdahl bound on speedup by CPUs: {}", bounds.join(", "));
+        }
+        None => {
+            let _ = writeln!(out, " on {} CPU{}: no serial fraction can be told from one CPU", b.cpus, if b.cpus == 1 { "" } else { "s" });
+        }
+    }
+    match lock_bound(data, &mut namer, b.total.cpu_ns()) {
+        Some((lock, hold, bound)) if bound < LOCK_BOUND_SHOWN => {
+            let _ = writeln!(out, "most-held lock: {lock}, held {:.3} ms in all: speedup at most {bound:.2} however many CPUs", hold / 1e6);
+        }
+        Some((lock, hold, _)) => {
+            let _ = writeln!(out, "most-held lock: {lock}, held {:.3} ms in all: no lock limits speedup below {LOCK_BOUND_SHOWN:.0}x", hold / 1e6);
+        }
+        None => {}
+    }
+    if b.unknown_cpu > 0 {
+        let _ = writeln!(out, "note: {} thread(s) without CPU times are left out of the sums", b.unknown_cpu);
+    }
+    out
+}

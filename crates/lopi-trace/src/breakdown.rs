@@ -1,0 +1,215 @@
+//! The multiprocessor breakdown (`lopi report --breakdown`), the thesis's Table 3.1 view: where
+//! each thread's wall time went (user CPU, kernel CPU, blocked in system calls, waiting for a
+//! lock, spinning or blocked, and the rest), summed over threads, and the speedup it allows.
+//!
+//! The parts come from the thread view ([`Threads`]): what the kernel counted for the thread
+//! when it ended (CPU time, time runnable on a run queue) and the probes' wall times in system
+//! calls and lock calls. The kernel's split of CPU time into user and system comes from timer
+//! ticks, a few points off over a second; their sum, the run-queue time and the probes' times
+//! are exact, so the parts are built from those and made disjoint, adding up to the wall time:
+//!
+//! ```text
+//! cpu             = user + system CPU          runnable = time on a run queue
+//! asleep          = wall - cpu - runnable      (off the CPU and not runnable)
+//! in_calls_asleep = min(asleep, system-call time)
+//! lock_blocked    = min(futex time inside acquisitions, in_calls_asleep)
+//! syscall_blocked = in_calls_asleep - lock_blocked
+//! lock_spin       = acquisition wait - futex time inside it   (CPU, spinning)
+//! kernel          = max(system CPU, system-call time - in_calls_asleep - runnable), within cpu - lock_spin
+//! user            = cpu - lock_spin - kernel
+//! other           = wall - all of the above    (runnable, asleep outside system calls)
+//! ```
+//!
+//! A thread preempted often waits on the run queue at the end of a system call, inside the
+//! probes' interval: that time is taken out before system-call time counts as kernel CPU,
+//! and the kernel's own (tick-based) count is the floor.
+//!
+//! Condition, semaphore, barrier and join waits are blocking, not lock contention: their
+//! `futex` time is in `syscall_blocked`.
+use crate::threads::{ThreadLife, Threads};
+use serde::Serialize;
+
+/// One thread's (or the sum's) wall time in parts, in ns.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Parts {
+    pub wall_ns: f64,
+    pub user_ns: f64,
+    pub kernel_ns: f64,
+    pub syscall_blocked_ns: f64,
+    /// Acquisition wait: `lock_spin_ns + lock_blocked_ns`.
+    pub lock_wait_ns: f64,
+    pub lock_spin_ns: f64,
+    pub lock_blocked_ns: f64,
+    pub other_ns: f64,
+    /// Runnable, waiting for a CPU, anywhere (informational: inside the other parts).
+    pub runnable_ns: f64,
+}
+
+impl Parts {
+    fn add(&mut self, o: &Parts) {
+        self.wall_ns += o.wall_ns;
+        self.user_ns += o.user_ns;
+        self.kernel_ns += o.kernel_ns;
+        self.syscall_blocked_ns += o.syscall_blocked_ns;
+        self.lock_wait_ns += o.lock_wait_ns;
+        self.lock_spin_ns += o.lock_spin_ns;
+        self.lock_blocked_ns += o.lock_blocked_ns;
+        self.other_ns += o.other_ns;
+        self.runnable_ns += o.runnable_ns;
+    }
+
+    /// CPU time: user, kernel and spinning.
+    pub fn cpu_ns(&self) -> f64 {
+        self.user_ns + self.kernel_ns + self.lock_spin_ns
+    }
+
+    /// What the measured parts exceed the wall time by (clock and accounting granularity; 0
+    /// when they fit, as they should).
+    fn excess_ns(&self) -> f64 {
+        (self.user_ns + self.kernel_ns + self.syscall_blocked_ns + self.lock_wait_ns - self.wall_ns).max(0.0)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ThreadBreakdown {
+    pub pid: u32,
+    pub tid: u32,
+    /// None when its CPU times are unknown: it did not end by a probed `exit`/`exit_group`
+    /// of its own (another thread's `exit_group` ended it).
+    pub parts: Option<Parts>,
+    /// Parts beyond the wall time, in ns (taken out of `other`, which cannot go below 0).
+    pub excess_ns: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Breakdown {
+    pub threads: Vec<ThreadBreakdown>,
+    /// Sums over the threads whose CPU times are known.
+    pub total: Parts,
+    /// Wall time of the processes: first thread start to last thread end.
+    pub process_wall_ns: f64,
+    /// CPUs the threads could run on (their affinity at their end; the most seen).
+    pub cpus: u32,
+    /// CPU time over process wall time: how many CPUs were busy on average.
+    pub average_parallelism: f64,
+    /// The serial fraction that parallelism implies on `cpus` CPUs (Karp-Flatt); None on one
+    /// CPU, where no run can tell serial from parallel work.
+    pub serial_fraction: Option<f64>,
+    /// Threads whose CPU times are unknown.
+    pub unknown_cpu: usize,
+}
+
+/// The parts of one thread's life, if its CPU times are known, and by how much the measured
+/// parts exceeded its wall time.
+pub fn thread_parts(t: &ThreadLife) -> Option<(Parts, f64)> {
+    let c = t.cpu?;
+    let wall = (t.end_ns - t.start_ns).max(0.0);
+    let cpu = c.user_ns + c.system_ns;
+    let asleep = (wall - cpu - c.runq_wait_ns).max(0.0);
+    let in_calls_asleep = asleep.min(t.syscall_ns);
+    let lock_blocked = t.acquire_blocked_ns.min(t.acquire_wait_ns).min(in_calls_asleep);
+    let lock_spin = (t.acquire_wait_ns - t.acquire_blocked_ns).max(0.0).min(cpu);
+    let kernel = c.system_ns.max(t.syscall_ns - in_calls_asleep - c.runq_wait_ns).min(cpu - lock_spin);
+    let mut p = Parts {
+        wall_ns: wall,
+        user_ns: cpu - lock_spin - kernel,
+        kernel_ns: kernel,
+        syscall_blocked_ns: in_calls_asleep - lock_blocked,
+        lock_wait_ns: lock_spin + lock_blocked,
+        lock_spin_ns: lock_spin,
+        lock_blocked_ns: lock_blocked,
+        other_ns: 0.0,
+        runnable_ns: c.runq_wait_ns,
+    };
+    let excess = p.excess_ns();
+    p.other_ns = (wall - (p.user_ns + p.kernel_ns + p.syscall_blocked_ns + p.lock_wait_ns)).max(0.0);
+    Some((p, excess))
+}
+
+impl Breakdown {
+    pub fn from_threads(threads: &Threads) -> Breakdown {
+        let mut total = Parts::default();
+        let mut cpus = 0;
+        let mut unknown_cpu = 0;
+        let list: Vec<ThreadBreakdown> = threads
+            .threads
+            .iter()
+            .map(|t| {
+                let measured = thread_parts(t);
+                match (&measured, t.cpu) {
+                    (Some((p, _)), Some(c)) => {
+                        total.add(p);
+                        cpus = cpus.max(c.allowed_cpus);
+                    }
+                    _ => unknown_cpu += 1,
+                }
+                ThreadBreakdown { pid: t.pid, tid: t.tid, excess_ns: measured.map_or(0.0, |m| m.1), parts: measured.map(|m| m.0) }
+            })
+            .collect();
+        let start = threads.threads.iter().map(|t| t.start_ns).fold(f64::MAX, f64::min);
+        let end = threads.threads.iter().map(|t| t.end_ns).fold(0.0, f64::max);
+        let process_wall_ns = if end > start { end - start } else { 0.0 };
+        let average_parallelism = if process_wall_ns > 0.0 { total.cpu_ns() / process_wall_ns } else { 0.0 };
+        let serial_fraction = (cpus > 1 && average_parallelism > 0.0).then(|| {
+            let p = f64::from(cpus);
+            ((1.0 / average_parallelism - 1.0 / p) / (1.0 - 1.0 / p)).clamp(0.0, 1.0)
+        });
+        Breakdown { threads: list, total, process_wall_ns, cpus, average_parallelism, serial_fraction, unknown_cpu }
+    }
+}
+
+/// Amdahl's bound on speedup with `serial` of the work serial, on `cpus` CPUs.
+pub fn amdahl(serial: f64, cpus: f64) -> f64 {
+    1.0 / (serial + (1.0 - serial) / cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::threads::ThreadCpu;
+
+    fn life(wall: f64, user: f64, system: f64, syscall: f64, acquire: f64, acquire_blocked: f64) -> ThreadLife {
+        let mut t = ThreadLife::new(1, 1, String::new(), 0.0, true);
+        t.end_ns = wall;
+        t.syscall_ns = syscall;
+        t.acquire_wait_ns = acquire;
+        t.acquire_blocked_ns = acquire_blocked;
+        t.cpu = Some(ThreadCpu { user_ns: user, system_ns: system, runq_wait_ns: 0.0, allowed_cpus: 2 });
+        t
+    }
+
+    #[test]
+    fn parts_add_up_to_the_wall_time() {
+        // 100 ms: 50 user by the kernel's ticks (10 of it spinning for a lock), 20 system, 5
+        // runnable; 40 in system calls, 5 of it asleep in a lock's futex; 15 waiting for locks.
+        let mut t = life(100.0, 50.0, 20.0, 40.0, 15.0, 5.0);
+        t.cpu.as_mut().unwrap().runq_wait_ns = 5.0;
+        let (p, excess) = thread_parts(&t).unwrap();
+        // Asleep: 100 - 70 - 5 = 25, all in system calls; 5 of it in the lock's futex.
+        assert_eq!((p.lock_spin_ns, p.lock_blocked_ns, p.lock_wait_ns), (10.0, 5.0, 15.0));
+        assert_eq!(p.syscall_blocked_ns, 20.0);
+        // System-call time on the CPU (40 - 25) is less than the kernel's 20: the kernel's count stands.
+        assert_eq!((p.kernel_ns, p.user_ns), (20.0, 40.0));
+        assert_eq!(p.other_ns, 5.0);
+        assert_eq!(excess, 0.0);
+        let sum = p.user_ns + p.kernel_ns + p.syscall_blocked_ns + p.lock_wait_ns + p.other_ns;
+        assert!((sum - p.wall_ns).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_cpu_bound_system_call_is_kernel_time_whatever_the_ticks_said() {
+        // 1 s on the CPU, 350 ms of it in system calls that never sleep; the ticks said 300.
+        let (p, _) = thread_parts(&life(1000.0, 700.0, 300.0, 350.0, 0.0, 0.0)).unwrap();
+        assert_eq!((p.user_ns, p.kernel_ns, p.syscall_blocked_ns, p.other_ns), (650.0, 350.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn serial_fraction_from_average_parallelism() {
+        let threads = Threads { threads: vec![life(100.0, 60.0, 40.0, 40.0, 0.0, 0.0), life(100.0, 60.0, 40.0, 40.0, 0.0, 0.0)], ..Threads::default() };
+        let b = Breakdown::from_threads(&threads);
+        assert_eq!(b.cpus, 2);
+        assert!((b.average_parallelism - 2.0).abs() < 1e-9);
+        assert_eq!(b.serial_fraction, Some(0.0));
+        assert!((amdahl(0.36, 2.0) - 1.4706).abs() < 1e-4);
+    }
+}
