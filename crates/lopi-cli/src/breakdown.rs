@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 const AMDAHL_CPUS: [u32; 6] = [2, 4, 8, 16, 32, 64];
 /// A lock whose bound is beyond this many times the work is not worth a line of text.
 const LOCK_BOUND_SHOWN: f64 = 100.0;
+/// A thread runnable for more of its wall time than this has its user/kernel split estimated.
+const RUNNABLE_NOTED: f64 = 0.1;
 
 /// The lock held longest in all, as (name, hold ns), and the speedup bound it sets: work
 /// under one lock runs one thread at a time, so no run is shorter than its hold time.
@@ -133,6 +135,18 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
             let _ = writeln!(out, "most-held lock: {lock}, held {:.3} ms in all: no lock limits speedup below {LOCK_BOUND_SHOWN:.0}x", hold / 1e6);
         }
         None => {}
+    }
+    let waited: Vec<String> = b
+        .threads
+        .iter()
+        .filter_map(|t| t.parts.filter(|p| p.runnable_ns > RUNNABLE_NOTED * p.wall_ns).map(|p| format!("{} {:.0}%", t.tid, 100.0 * p.runnable_ns / p.wall_ns)))
+        .collect();
+    if !waited.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: threads that waited for a CPU (runnable) much of their time: {}; their user/kernel split is an estimate (a thread preempted at a system call's return waits inside it)",
+            waited.join(", ")
+        );
     }
     if b.unknown_cpu > 0 {
         let _ = writeln!(out, "note: {} thread(s) without CPU times are left out of the sums", b.unknown_cpu);

@@ -55,7 +55,13 @@ fn thesis_benchmark_on_one_cpu_splits_64_36_and_adds_up() {
         // The worker alone on the CPU: 64:36 within 3 points (of its CPU time). Two workers on
         // one CPU take turns, often preempted at a system call's return: their split falls back
         // to the kernel's tick-based count, a few points off, so it is not checked.
+        // A machine busy with other work makes the worker wait for its CPU, often inside a
+        // system call: the split is then an estimate (the report says so), not checked here.
         for w in list.iter().filter(|t| t["name"] == "worker" && threads == 1) {
+            if ns(w, "runnable_ns") > 0.05 * ns(w, "wall_ns") {
+                eprintln!("worker runnable {:.0}% of its wall time (other work on CPU 0): user:kernel split not checked: {w}", 100.0 * ns(w, "runnable_ns") / ns(w, "wall_ns"));
+                continue;
+            }
             let (user, kernel) = (ns(w, "user_ns"), ns(w, "kernel_ns"));
             let share = 100.0 * user / (user + kernel);
             assert!((share - 64.0).abs() <= 3.0, "worker user share {share:.1}% (want 64 +- 3): {w}");

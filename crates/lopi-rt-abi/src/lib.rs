@@ -87,6 +87,16 @@ pub const PROBE_LOCKS: u64 = 8;
 pub const MAPS_MAGIC: [u8; 8] = *b"LOPIMAPS";
 pub const MAPS_HEADER_LEN: u64 = 32;
 
+/// First bytes of a record of the CPU times of a process's threads that an `exit_group` ended
+/// (they make no system call of their own to end with): the magic, the record's length (a
+/// multiple of `PAGE_SIZE`), the pid (`u32`), the number of entries (`u32`), 8 bytes of
+/// padding, then [`CPUS_ENTRY_LEN`]-byte entries: tid (`u32`), `THREAD_END_*` flags (`u32`),
+/// user, system and run-queue ns (`u64` each). The kernel counts another thread's CPU time
+/// in clock ticks: the total is exact (`schedstat`), its split into user and system is not.
+pub const CPUS_MAGIC: [u8; 8] = *b"LOPICPUS";
+pub const CPUS_HEADER_LEN: u64 = 32;
+pub const CPUS_ENTRY_LEN: u64 = 32;
+
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
 #[repr(C)]

@@ -15,14 +15,17 @@
 //! lock_blocked    = min(futex time inside acquisitions, in_calls_asleep)
 //! syscall_blocked = in_calls_asleep - lock_blocked
 //! lock_spin       = acquisition wait - futex time inside it   (CPU, spinning)
-//! kernel          = max(system CPU, system-call time - in_calls_asleep - runnable), within cpu - lock_spin
+//! kernel          = (system-call time - in_calls_asleep) * cpu / (cpu + runnable), within cpu - lock_spin
+//!                   (the kernel's system CPU when no system call was probed)
 //! user            = cpu - lock_spin - kernel
 //! other           = wall - all of the above    (runnable, asleep outside system calls)
 //! ```
 //!
-//! A thread preempted often waits on the run queue at the end of a system call, inside the
-//! probes' interval: that time is taken out before system-call time counts as kernel CPU,
-//! and the kernel's own (tick-based) count is the floor.
+//! A thread that shares its CPU is preempted where the scheduler's tick finds it, in user
+//! space or in a system call (at its return), so its run-queue time falls inside system calls
+//! in proportion to the CPU time spent there: the probes' system-call time on the CPU is
+//! scaled by `cpu / (cpu + runnable)`. Kernel work outside system calls (page faults,
+//! interrupts) then counts as user time.
 //!
 //! Condition, semaphore, barrier and join waits are blocking, not lock contention: their
 //! `futex` time is in `syscall_blocked`.
@@ -109,7 +112,8 @@ pub fn thread_parts(t: &ThreadLife) -> Option<(Parts, f64)> {
     let in_calls_asleep = asleep.min(t.syscall_ns);
     let lock_blocked = t.acquire_blocked_ns.min(t.acquire_wait_ns).min(in_calls_asleep);
     let lock_spin = (t.acquire_wait_ns - t.acquire_blocked_ns).max(0.0).min(cpu);
-    let kernel = c.system_ns.max(t.syscall_ns - in_calls_asleep - c.runq_wait_ns).min(cpu - lock_spin);
+    let in_calls_awake = t.syscall_ns - in_calls_asleep;
+    let kernel = if in_calls_awake > 0.0 { in_calls_awake * cpu / (cpu + c.runq_wait_ns) } else { c.system_ns }.min(cpu - lock_spin);
     let mut p = Parts {
         wall_ns: wall,
         user_ns: cpu - lock_spin - kernel,
@@ -188,8 +192,8 @@ mod tests {
         // Asleep: 100 - 70 - 5 = 25, all in system calls; 5 of it in the lock's futex.
         assert_eq!((p.lock_spin_ns, p.lock_blocked_ns, p.lock_wait_ns), (10.0, 5.0, 15.0));
         assert_eq!(p.syscall_blocked_ns, 20.0);
-        // System-call time on the CPU (40 - 25) is less than the kernel's 20: the kernel's count stands.
-        assert_eq!((p.kernel_ns, p.user_ns), (20.0, 40.0));
+        // System-call time awake (40 - 25 = 15), of which runnable in proportion: 15 * 70 / 75.
+        assert_eq!((p.kernel_ns, p.user_ns), (14.0, 46.0));
         assert_eq!(p.other_ns, 5.0);
         assert_eq!(excess, 0.0);
         let sum = p.user_ns + p.kernel_ns + p.syscall_blocked_ns + p.lock_wait_ns + p.other_ns;
@@ -201,6 +205,17 @@ mod tests {
         // 1 s on the CPU, 350 ms of it in system calls that never sleep; the ticks said 300.
         let (p, _) = thread_parts(&life(1000.0, 700.0, 300.0, 350.0, 0.0, 0.0)).unwrap();
         assert_eq!((p.user_ns, p.kernel_ns, p.syscall_blocked_ns, p.other_ns), (650.0, 350.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn a_preempted_thread_waits_inside_system_calls_in_proportion() {
+        // 1000 ms on the CPU, 360 of it in system calls; 500 runnable, 180 of which at the
+        // end of a system call: the probes saw 540 in system calls.
+        let mut t = life(1500.0, 700.0, 300.0, 540.0, 0.0, 0.0);
+        t.cpu.as_mut().unwrap().runq_wait_ns = 500.0;
+        let (p, _) = thread_parts(&t).unwrap();
+        assert!((p.kernel_ns - 360.0).abs() < 1e-9 && (p.user_ns - 640.0).abs() < 1e-9, "{p:?}");
+        assert_eq!(p.other_ns, 500.0);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
-    ContextNode, Event, Frame, RecordHeader, MAPS_HEADER_LEN, MAPS_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
+    ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
     DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, SWITCH_LEN,
     SWITCH_LOG, ThreadEnd, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
 };
@@ -57,12 +57,22 @@ pub struct ProcessMaps {
     pub text: String,
 }
 
+/// The CPU times of a thread that another thread's `exit_group` ended, recorded by that call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndedCpu {
+    pub pid: u32,
+    pub tid: u32,
+    /// `THREAD_END_*` flags (and allowed CPUs) and times, as in a [`ThreadEnd`].
+    pub end: ThreadEnd,
+}
+
 /// A whole data file.
 #[derive(Clone, Debug, Default)]
 pub struct DataFile {
     pub records: Vec<Record>,
     pub threads: Vec<ThreadChunk>,
     pub maps: Vec<ProcessMaps>,
+    pub ended_cpus: Vec<EndedCpu>,
     /// True when a record was cut short (its process died while registering).
     pub truncated: bool,
 }
@@ -90,6 +100,12 @@ impl DataFile {
             if rest.starts_with(&MAPS_MAGIC) {
                 let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 out.maps.extend(maps(&rest[..len as usize]));
+                offset += len;
+                continue;
+            }
+            if rest.starts_with(&CPUS_MAGIC) {
+                let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
+                out.ended_cpus.extend(ended_cpus(&rest[..len as usize]));
                 offset += len;
                 continue;
             }
@@ -164,6 +180,25 @@ fn maps(record: &[u8]) -> Option<ProcessMaps> {
     let start = MAPS_HEADER_LEN as usize;
     let text = record.get(start..start.checked_add(len)?)?;
     (pid != 0).then(|| ProcessMaps { pid, text: String::from_utf8_lossy(text).into_owned() })
+}
+
+/// A record of ended threads' CPU times (none while its writer was filling it in).
+fn ended_cpus(record: &[u8]) -> Vec<EndedCpu> {
+    let u32_at = |at: usize| record.get(at..at + 4).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])));
+    let u64_at = |at: usize| record.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+    let (pid, count) = (u32_at(16), u32_at(20) as usize);
+    if pid == 0 {
+        return Vec::new();
+    }
+    (0..count)
+        .map(|i| CPUS_HEADER_LEN as usize + i * CPUS_ENTRY_LEN as usize)
+        .take_while(|&e| e + CPUS_ENTRY_LEN as usize <= record.len())
+        .map(|e| EndedCpu {
+            pid,
+            tid: u32_at(e),
+            end: ThreadEnd { tsc: 0, nr: 0, flags: u32_at(e + 4), user_ns: u64_at(e + 8), system_ns: u64_at(e + 16), runq_wait_ns: u64_at(e + 24) },
+        })
+        .collect()
 }
 
 fn chunk_len(rest: &[u8]) -> Result<u64, &'static str> {

@@ -103,6 +103,17 @@ pub struct ThreadCpu {
     pub allowed_cpus: u32,
 }
 
+impl ThreadCpu {
+    fn of(end: &lopi_rt_abi::ThreadEnd) -> Option<ThreadCpu> {
+        (end.flags & lopi_rt_abi::THREAD_END_CPU != 0).then_some(ThreadCpu {
+            user_ns: end.user_ns as f64,
+            system_ns: end.system_ns as f64,
+            runq_wait_ns: end.runq_wait_ns as f64,
+            allowed_cpus: end.flags >> lopi_rt_abi::THREAD_END_CPUS_SHIFT,
+        })
+    }
+}
+
 /// A create call's record of the thread it started.
 struct Creation {
     /// When the create returned.
@@ -145,13 +156,8 @@ impl Threads {
                 life.end_ns = ns(end.saturating_sub(origin_tsc));
                 life.end_seen = seen;
             }
-            if t.end.flags & lopi_rt_abi::THREAD_END_CPU != 0 {
-                life.cpu = Some(ThreadCpu {
-                    user_ns: t.end.user_ns as f64,
-                    system_ns: t.end.system_ns as f64,
-                    runq_wait_ns: t.end.runq_wait_ns as f64,
-                    allowed_cpus: t.end.flags >> lopi_rt_abi::THREAD_END_CPUS_SHIFT,
-                });
+            if let Some(cpu) = ThreadCpu::of(&t.end) {
+                life.cpu = Some(cpu);
             }
             if t.end.tsc != 0 && t.end.nr == EXIT_GROUP {
                 exit_groups.insert(h.pid, t.end.tsc);
@@ -202,6 +208,12 @@ impl Threads {
             life.created_by = Some(c.by);
             life.create_site = c.site;
             life.start_ns = life.start_ns.min(start);
+        }
+        // Threads an exit_group ended: their times, recorded by that call.
+        for e in &data.ended_cpus {
+            if let (Some(life), Some(cpu)) = (lives.get_mut(&(e.pid, e.tid)), ThreadCpu::of(&e.end)) {
+                life.cpu.get_or_insert(cpu);
+            }
         }
         let mut out = Threads::default();
         for mut life in lives.into_values() {

@@ -41,6 +41,7 @@ mod sys {
     pub const GETRUSAGE: usize = 98;
     pub const RUSAGE_THREAD: usize = 1;
     pub const SCHED_GETAFFINITY: usize = 204;
+    pub const GETDENTS64: usize = 217;
     pub const PRCTL: usize = 157;
     pub const PR_GET_NAME: usize = 16;
     pub const CLOCK_GETTIME: usize = 228;
@@ -50,6 +51,7 @@ mod sys {
     pub const O_RDWR: usize = 2;
     pub const O_CREAT: usize = 0o100;
     pub const O_CLOEXEC: usize = 0o2000000;
+    pub const O_DIRECTORY: usize = 0o200000;
     pub const SEEK_END: usize = 2;
     pub const LOCK_EX: usize = 2;
     pub const LOCK_UN: usize = 8;

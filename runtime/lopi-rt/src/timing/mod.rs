@@ -19,6 +19,7 @@
 //! the pointer; the chunk's pid, compared with a wipe-on-fork page, tells it to start its
 //! own.
 mod budget;
+mod cpus;
 mod locks;
 mod maps;
 mod probes;

@@ -11,7 +11,7 @@
 //! neither pop nor push its frames (the child's system calls are counted per site).
 use super::probes::{begin_entry, count_untimed, enter, pause_excess};
 use super::thread::{Child, Thread};
-use super::{counter, vars};
+use super::{counter, cpus, vars};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use crate::sys;
 use core::arch::global_asm;
@@ -267,7 +267,7 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         let name = syscall_name::encode(slot, nr, false);
         if syscall_name::never_returns(nr) {
             if nr == EXIT || nr == EXIT_GROUP {
-                ended(&t, began, nr);
+                ended(&t, v, began, nr);
             }
             count_now(&t, v, name, slot);
             pause_excess(&t, began, false);
@@ -282,75 +282,23 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
 /// The thread ends at `tsc` (`exit`; `exit_group` ends its process): when, its name then
 /// (another thread may have renamed it), and the CPU time it used (its share of the
 /// multiprocessor breakdown: the kernel forgets a thread's times when it ends).
-unsafe fn ended(t: &Thread, tsc: u64, nr: u64) {
+unsafe fn ended(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64) {
     // SAFETY: the record lies in the header page; the caller holds `busy`.
     unsafe {
         let end = (t.h as usize + abi::THREAD_END as usize) as *mut abi::ThreadEnd;
         write_volatile(&raw mut (*end).tsc, tsc);
         write_volatile(&raw mut (*end).nr, nr as u32);
         t.read_name();
-        if let Some((user, system)) = cpu_times() {
+        if let Some((user, system)) = cpus::own_times() {
             write_volatile(&raw mut (*end).user_ns, user);
             write_volatile(&raw mut (*end).system_ns, system);
-            write_volatile(&raw mut (*end).runq_wait_ns, runq_wait().unwrap_or(0));
-            write_volatile(&raw mut (*end).flags, abi::THREAD_END_CPU | allowed_cpus().min(0xffff) << abi::THREAD_END_CPUS_SHIFT);
+            write_volatile(&raw mut (*end).runq_wait_ns, cpus::runq_wait(0).unwrap_or(0));
+            write_volatile(&raw mut (*end).flags, abi::THREAD_END_CPU | cpus::allowed(0).min(0xffff) << abi::THREAD_END_CPUS_SHIFT);
+        }
+        if nr == EXIT_GROUP {
+            cpus::record_others(v, (*t.h).pid, (*t.h).tid);
         }
     }
-}
-
-/// The calling thread's user and kernel CPU time in ns.
-fn cpu_times() -> Option<(u64, u64)> {
-    // struct rusage starts with ru_utime and ru_stime, each {tv_sec, tv_usec}; 18 longs in all.
-    let mut usage = core::mem::MaybeUninit::<[u64; 18]>::uninit();
-    // SAFETY: the kernel writes the whole struct on success.
-    let usage = unsafe {
-        if sys::call3(sys::GETRUSAGE, sys::RUSAGE_THREAD, usage.as_mut_ptr() as usize, 0) != 0 {
-            return None;
-        }
-        usage.assume_init_ref()
-    };
-    let ns = |sec: u64, usec: u64| sec.wrapping_mul(1_000_000_000).wrapping_add(usec.wrapping_mul(1000));
-    Some((ns(usage[0], usage[1]), ns(usage[2], usage[3])))
-}
-
-/// How many CPUs the calling thread may run on (0 if unknown).
-fn allowed_cpus() -> u32 {
-    let mut mask = core::mem::MaybeUninit::<[u64; 16]>::uninit();
-    // SAFETY: the kernel writes `n` bytes of the mask, whole words; only those are read.
-    unsafe {
-        let n = sys::call3(sys::SCHED_GETAFFINITY, 0, 128, mask.as_mut_ptr() as usize);
-        let words = usize::try_from(n).unwrap_or(0) / 8;
-        let mask = mask.as_ptr() as *const u64;
-        (0..words.min(16)).map(|i| read_volatile(mask.add(i)).count_ones()).sum()
-    }
-}
-
-/// The second field of `/proc/thread-self/schedstat`: ns spent on a run queue, waiting.
-fn runq_wait() -> Option<u64> {
-    // Uninitialised: zeroing it would take vector stores, which the stubs do not save.
-    let mut buf = core::mem::MaybeUninit::<[u8; 96]>::uninit();
-    // SAFETY: a descriptor of our own, read into a buffer on the stack; only the bytes the
-    // kernel wrote are read back.
-    let text = unsafe {
-        let fd = sys::call3(sys::OPEN, c"/proc/thread-self/schedstat".as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0);
-        if fd < 0 {
-            return None;
-        }
-        let n = sys::call3(sys::READ, fd as usize, buf.as_mut_ptr() as usize, 96);
-        sys::call3(sys::CLOSE, fd as usize, 0, 0);
-        core::slice::from_raw_parts(buf.as_ptr() as *const u8, usize::try_from(n).ok()?.min(96))
-    };
-    let mut fields = text.split(|&b| b == b' ' || b == b'\n');
-    fields.next()?;
-    let field = fields.next()?;
-    let mut value: u64 = 0;
-    for &b in field {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        value = value.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
-    }
-    (!field.is_empty()).then_some(value)
 }
 
 /// Counts a call that has no end, under the current call path.

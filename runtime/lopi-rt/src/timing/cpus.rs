@@ -1,0 +1,207 @@
+//! The CPU time threads used, for the multiprocessor breakdown: the kernel forgets a thread's
+//! times when it ends, so a thread's `exit` probe reads its own, and an `exit_group` probe
+//! also records those of the threads it is about to end (a `CPUS_MAGIC` record).
+use super::thread::append;
+use crate::abi::{self, RuntimeVars, PAGE_SIZE};
+use crate::sys;
+use core::mem::MaybeUninit;
+use core::ptr::{read_volatile, write_volatile};
+
+/// Threads recorded at most (a process with more loses the rest's times, said by their absence).
+const MAX_THREADS: usize = 4096;
+/// Buffers the syscalls fill: uninitialised, since zeroing them would take vector stores,
+/// which the probe stubs do not save.
+const TEXT: usize = 1024;
+
+/// The calling thread's user and kernel CPU time in ns (`getrusage(RUSAGE_THREAD)`).
+pub(super) fn own_times() -> Option<(u64, u64)> {
+    // struct rusage starts with ru_utime and ru_stime, each {tv_sec, tv_usec}; 18 longs in all.
+    let mut usage = MaybeUninit::<[u64; 18]>::uninit();
+    // SAFETY: the kernel writes the whole struct on success.
+    let usage = unsafe {
+        if sys::call3(sys::GETRUSAGE, sys::RUSAGE_THREAD, usage.as_mut_ptr() as usize, 0) != 0 {
+            return None;
+        }
+        usage.assume_init_ref()
+    };
+    let ns = |sec: u64, usec: u64| sec.wrapping_mul(1_000_000_000).wrapping_add(usec.wrapping_mul(1000));
+    Some((ns(usage[0], usage[1]), ns(usage[2], usage[3])))
+}
+
+/// How many CPUs thread `tid` (0: the caller) may run on; 0 if unknown.
+pub(super) fn allowed(tid: u32) -> u32 {
+    let mut mask = MaybeUninit::<[u64; 16]>::uninit();
+    // SAFETY: the kernel writes `n` bytes of the mask, whole words; only those are read.
+    unsafe {
+        let n = sys::call3(sys::SCHED_GETAFFINITY, tid as usize, 128, mask.as_mut_ptr() as usize);
+        let words = usize::try_from(n).unwrap_or(0) / 8;
+        let mask = mask.as_ptr() as *const u64;
+        (0..words.min(16)).map(|i| read_volatile(mask.add(i)).count_ones()).sum()
+    }
+}
+
+/// Reads the file at the NUL-terminated `path` into `buf`; the bytes read.
+unsafe fn read_file<'a>(path: &[u8], buf: &'a mut MaybeUninit<[u8; TEXT]>) -> Option<&'a [u8]> {
+    // SAFETY: a descriptor of our own; only the bytes the kernel wrote are read back.
+    unsafe {
+        let fd = sys::call3(sys::OPEN, path.as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let n = sys::call3(sys::READ, fd as usize, buf.as_mut_ptr() as usize, TEXT);
+        sys::call3(sys::CLOSE, fd as usize, 0, 0);
+        Some(core::slice::from_raw_parts(buf.as_ptr() as *const u8, usize::try_from(n).ok()?.min(TEXT)))
+    }
+}
+
+/// `/proc/thread-self/NAME` (tid 0) or `/proc/self/task/TID/NAME`, NUL-terminated, in `out`.
+fn proc_path<'a>(tid: u32, name: &[u8], out: &'a mut MaybeUninit<[u8; 64]>) -> &'a [u8] {
+    let out = out.as_mut_ptr() as *mut u8;
+    let mut len = 0;
+    let mut push = |b: u8| {
+        if len < 63 {
+            // SAFETY: within the 64-byte buffer.
+            unsafe { write_volatile(out.add(len), b) };
+            len += 1;
+        }
+    };
+    let prefix: &[u8] = if tid == 0 { b"/proc/thread-self/" } else { b"/proc/self/task/" };
+    prefix.iter().for_each(|&b| push(b));
+    if tid != 0 {
+        let mut digits = [0u8; 10];
+        let mut n = tid;
+        let mut i = 0;
+        while n > 0 || i == 0 {
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            i += 1;
+        }
+        (0..i).rev().for_each(|j| push(digits[j]));
+        push(b'/');
+    }
+    name.iter().for_each(|&b| push(b));
+    push(0);
+    // SAFETY: `len` bytes were written.
+    unsafe { core::slice::from_raw_parts(out, len) }
+}
+
+fn number(field: &[u8]) -> Option<u64> {
+    let mut value: u64 = 0;
+    for &b in field {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+    }
+    (!field.is_empty()).then_some(value)
+}
+
+/// Field `index` (0-based) of `schedstat`: 0 ns on a CPU, 1 ns waiting on a run queue.
+fn schedstat(tid: u32, index: usize) -> Option<u64> {
+    let mut path = MaybeUninit::uninit();
+    let mut buf = MaybeUninit::uninit();
+    // SAFETY: see `read_file`.
+    let text = unsafe { read_file(proc_path(tid, b"schedstat", &mut path), &mut buf)? };
+    number(text.split(|&b| b == b' ' || b == b'\n').nth(index)?)
+}
+
+/// Ns thread `tid` (0: the caller) spent runnable, waiting for a CPU.
+pub(super) fn runq_wait(tid: u32) -> Option<u64> {
+    schedstat(tid, 1)
+}
+
+/// Another thread's user and system ns: its exact CPU time, split by its clock-tick counts.
+fn times_of(tid: u32) -> Option<(u64, u64)> {
+    let run = schedstat(tid, 0)?;
+    let mut path = MaybeUninit::uninit();
+    let mut buf = MaybeUninit::uninit();
+    // SAFETY: see `read_file`.
+    let text = unsafe { read_file(proc_path(tid, b"stat", &mut path), &mut buf)? };
+    // After the command name (which may hold spaces and parentheses): state is field 3,
+    // utime 14, stime 15.
+    let after = text.iter().rposition(|&b| b == b')')?;
+    let mut fields = text[after + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let utime = number(fields.nth(11)?)?;
+    let stime = number(fields.next()?)?;
+    let ticks = utime + stime;
+    // run * utime / ticks without 128-bit division (a libgcc call the blob cannot link).
+    let user = if ticks == 0 { run } else { run / ticks * utime + run % ticks * utime / ticks };
+    Some((user, run - user))
+}
+
+/// At `exit_group` by thread `caller` of process `pid`: a `CPUS_MAGIC` record of the CPU
+/// times of the process's other threads, which the call ends without a probe of their own.
+pub(super) unsafe fn record_others(v: *const RuntimeVars, pid: u32, caller: u32) {
+    // SAFETY: raw syscalls on private buffers and descriptors of our own; the record is a
+    // fresh mapping of the data file of the length asked for.
+    unsafe {
+        let tids = sys::call6(sys::MMAP, 0, MAX_THREADS * 4, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
+        if tids <= 0 {
+            return;
+        }
+        let tids = tids as usize as *mut u32;
+        let count = list_threads(tids, caller);
+        if count > 0 {
+            let len = (abi::CPUS_HEADER_LEN + count as u64 * abi::CPUS_ENTRY_LEN).next_multiple_of(PAGE_SIZE);
+            if let Some((at, _)) = append(v, abi::CPUS_MAGIC, len) {
+                let mut n = 0;
+                for i in 0..count {
+                    let tid = read_volatile(tids.add(i));
+                    let Some((user, system)) = times_of(tid) else { continue };
+                    let e = at + (abi::CPUS_HEADER_LEN + n as u64 * abi::CPUS_ENTRY_LEN) as usize;
+                    write_volatile(e as *mut u32, tid);
+                    write_volatile((e + 4) as *mut u32, abi::THREAD_END_CPU | allowed(tid).min(0xffff) << abi::THREAD_END_CPUS_SHIFT);
+                    write_volatile((e + 8) as *mut u64, user);
+                    write_volatile((e + 16) as *mut u64, system);
+                    write_volatile((e + 24) as *mut u64, runq_wait(tid).unwrap_or(0));
+                    n += 1;
+                }
+                write_volatile((at + 20) as *mut u32, n);
+                // The pid last: a reader takes a record without one as unfinished.
+                write_volatile((at + 16) as *mut u32, pid);
+                sys::call3(sys::MUNMAP, at, len as usize, 0);
+            }
+        }
+        sys::call3(sys::MUNMAP, tids as usize, MAX_THREADS * 4, 0);
+    }
+}
+
+/// The process's threads but `caller`, from `/proc/self/task`, into `out`; how many.
+unsafe fn list_threads(out: *mut u32, caller: u32) -> usize {
+    let mut buf = MaybeUninit::<[u8; 4096]>::uninit();
+    let mut count = 0;
+    // SAFETY: a descriptor of our own; getdents64 writes whole records into `buf`, of which
+    // only the `n` bytes written are read.
+    unsafe {
+        let fd = sys::call3(sys::OPEN, c"/proc/self/task".as_ptr() as usize, sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC, 0);
+        if fd < 0 {
+            return 0;
+        }
+        loop {
+            let n = sys::call3(sys::GETDENTS64, fd as usize, buf.as_mut_ptr() as usize, 4096);
+            if n <= 0 {
+                break;
+            }
+            let bytes = core::slice::from_raw_parts(buf.as_ptr() as *const u8, n as usize);
+            let mut at = 0;
+            // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name (NUL-terminated).
+            while at + 19 < bytes.len() {
+                let reclen = usize::from(u16::from_le_bytes([bytes[at + 16], bytes[at + 17]]));
+                if reclen == 0 || at + reclen > bytes.len() {
+                    break;
+                }
+                let name = &bytes[at + 19..at + reclen];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                if let Some(tid) = number(name).and_then(|t| u32::try_from(t).ok()) {
+                    if tid != caller && count < MAX_THREADS {
+                        write_volatile(out.add(count), tid);
+                        count += 1;
+                    }
+                }
+                at += reclen;
+            }
+        }
+        sys::call3(sys::CLOSE, fd as usize, 0, 0);
+    }
+    count
+}
