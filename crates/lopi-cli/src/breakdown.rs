@@ -116,7 +116,7 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
         "note: BLOCKED is time in system calls off the CPU (outside lock acquisitions), SPIN and LOCKWAIT the lock acquisitions' wait spinning in user space and blocked in futex, OTHER the rest of the wall time (runnable but not running: {:.3} ms in all, page faults)",
         b.total.runnable_ns / 1e6
     );
-    let _ = write!(out, "processes: {:.3} ms of wall time; {:.2} CPUs busy on average", b.process_wall_ns / 1e6, b.average_parallelism);
+    let _ = write!(out, "processes: {:.3} ms of wall time; {:.2} threads running or runnable on average", b.process_wall_ns / 1e6, b.average_parallelism);
     match b.serial_fraction {
         Some(s) => {
             let _ = writeln!(out, " of {} allowed: serial fraction {s:.3} (Karp-Flatt)", b.cpus);

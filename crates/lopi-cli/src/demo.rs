@@ -73,9 +73,9 @@ fn mp(dir: &Path) -> Result<()> {
     let [rounds, iters] = params.split(' ').collect::<Vec<_>>()[..] else { bail!("mpbench --calibrate printed {params:?}") };
     crate::print(&format!("{params}\n"))?;
     let chart = dir.join("speedup.svg");
-    step(&format!("lopi scale --runs 3 -o {} -- {} {{cpus}} {rounds} {iters}", chart.display(), prog.display()));
+    step(&format!("lopi scale --runs 3 --breakdown -o {} -- {} {{cpus}} {rounds} {iters}", chart.display(), prog.display()));
     let command = [prog.into_os_string(), "{cpus}".into(), rounds.into(), iters.into()].to_vec();
-    crate::scale::run(crate::scale::Request { cpus: Vec::new(), runs: 3, chart: Some(chart), json: false, command })?;
+    crate::scale::run(crate::scale::Request { cpus: Vec::new(), runs: 3, breakdown: true, chart: Some(chart), json: false, command })?;
     crate::print(&format!("\n(files kept in {})\n", dir.display()))
 }
 

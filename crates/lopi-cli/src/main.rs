@@ -181,6 +181,10 @@ enum Command {
         /// Draw the speedup chart (SVG) into this file.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Also record one run on the most CPUs (`lopi run --probe syscall,locks`): the serial
+        /// fraction its breakdown implies gives Amdahl's bound, printed and drawn.
+        #[arg(long)]
+        breakdown: bool,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
         /// The program and its arguments (after `--`).
@@ -431,8 +435,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
-        Command::Scale { cpus, runs, output, format, command } => {
-            scale::run(scale::Request { cpus, runs, chart: output, json: format == Format::Json, command })
+        Command::Scale { cpus, runs, output, breakdown, format, command } => {
+            scale::run(scale::Request { cpus, runs, breakdown, chart: output, json: format == Format::Json, command })
         }
     }
 }

@@ -19,6 +19,9 @@ use std::time::Instant;
 pub struct Request {
     pub cpus: Vec<u32>,
     pub runs: u32,
+    /// Also record one run on the most CPUs with `--probe syscall,locks`, whose breakdown
+    /// gives the serial fraction for Amdahl's bound.
+    pub breakdown: bool,
     pub chart: Option<PathBuf>,
     pub json: bool,
     pub command: Vec<OsString>,
@@ -54,18 +57,28 @@ pub fn run(req: Request) -> Result<()> {
             m.wall_ns.push(ns);
         }
     }
+    let largest = counts[counts.len() - 1];
+    let serial = if req.breakdown { Some(serial_fraction(&req.command, largest, &allowed)?) } else { None };
     restore_affinity(&allowed)?;
     let points = scaling::point_stats(&measured)?;
     let usl = scaling::fit_usl(&points.iter().map(|p| (f64::from(p.cpus), p.speedup)).collect::<Vec<_>>());
     if let Some(path) = &req.chart {
         let title = format!("{}: speedup by CPU count", file_name(prog));
-        let svg = scaling::chart_svg(&points, None, usl.as_ref().ok(), &title)?;
+        let svg = scaling::chart_svg(&points, serial.flatten(), usl.as_ref().ok(), &title)?;
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     if req.json {
-        println!("{}", serde_json::to_string_pretty(&report_json(allowed.len(), req.runs, &points, &usl))?);
+        println!("{}", serde_json::to_string_pretty(&report_json(allowed.len(), req.runs, &points, &usl, serial.flatten()))?);
     } else {
         print!("{}", report_text(&points, &usl));
+        match serial {
+            Some(Some(s)) => {
+                let bounds: Vec<String> = AMDAHL_CPUS.iter().map(|&n| format!("{n}: {:.2}", scaling::amdahl(s, f64::from(n)))).collect();
+                println!("Amdahl bound (serial fraction {s:.3}, from a --probe syscall,locks run on {largest} CPUs): {}", bounds.join(", "));
+            }
+            Some(None) => println!("Amdahl bound: none: a run on one CPU tells no serial fraction"),
+            None => {}
+        }
         if let Some(path) = &req.chart {
             println!("chart: {}", path.display());
         }
@@ -96,6 +109,34 @@ fn cpu_counts(asked: &[u32], allowed: usize) -> Result<Vec<u32>> {
         bail!("--cpus {too_many}: lopi may use only {allowed} CPU{} here (its affinity, as `taskset -p` shows)", if allowed == 1 { "" } else { "s" });
     }
     Ok(counts)
+}
+
+const AMDAHL_CPUS: [u32; 6] = [2, 4, 8, 16, 32, 64];
+
+/// The serial fraction a breakdown of one recorded run on `cpus` CPUs implies (None on one
+/// CPU): lopi itself records it (`lopi run -q --probe syscall,locks`) into a temporary file.
+fn serial_fraction(command: &[OsString], cpus: u32, allowed: &[usize]) -> Result<Option<f64>> {
+    pin(&allowed[..cpus as usize])?;
+    let data = std::env::temp_dir().join(format!("lopi-scale-{}.lopi", std::process::id()));
+    let _ = std::fs::remove_file(&data);
+    let (prog, args) = command.split_first().expect("checked by the caller");
+    let out = Command::new(std::env::current_exe().context("finding the lopi binary")?)
+        .args(["run", "-q", "--probe", "syscall,locks", "--"])
+        .arg(prog)
+        .args(args.iter().map(|a| substitute(a, cpus)))
+        .env("LOPI_OUTPUT", &data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("running lopi run for the breakdown")?;
+    let file = crate::read_data(&data);
+    let _ = std::fs::remove_file(&data);
+    if !out.status.success() {
+        bail!("the recorded run for the breakdown failed ({}): {}", describe(out.status), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let threads = lopi_trace::Threads::from_data(&file?);
+    Ok(lopi_trace::Breakdown::from_threads(&threads).serial_fraction)
 }
 
 /// One run on the first `cpus` allowed CPUs; its wall time in ns. A failed run stops all.
@@ -208,7 +249,9 @@ fn report_text(points: &[PointStats], usl: &Result<Usl, scaling::UslRefusal>) ->
     out
 }
 
-fn report_json(machine_cpus: usize, runs: u32, points: &[PointStats], usl: &Result<Usl, scaling::UslRefusal>) -> serde_json::Value {
+fn report_json(machine_cpus: usize, runs: u32, points: &[PointStats], usl: &Result<Usl, scaling::UslRefusal>, serial: Option<f64>) -> serde_json::Value {
+    let amdahl: Option<serde_json::Map<String, serde_json::Value>> =
+        serial.map(|s| AMDAHL_CPUS.iter().map(|&n| (n.to_string(), scaling::amdahl(s, f64::from(n)).into())).collect());
     json!({
         "machine_cpus": machine_cpus,
         "runs": runs,
@@ -221,7 +264,8 @@ fn report_json(machine_cpus: usize, runs: u32, points: &[PointStats], usl: &Resu
             "efficiency": p.efficiency,
             "karp_flatt": p.karp_flatt,
         })).collect::<Vec<_>>(),
-        "amdahl_bound": null,
+        "serial_fraction": serial,
+        "amdahl_bound": amdahl,
         "usl": usl.as_ref().ok().map(|u| json!({
             "sigma": u.sigma,
             "kappa": u.kappa,

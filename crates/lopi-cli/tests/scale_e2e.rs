@@ -79,7 +79,7 @@ fn demo_mp_builds_and_scales_the_thesis_benchmark() {
     let out = run(Command::new(lopi_bin()).args(["demo", "mp", "--dir"]).arg(&dir), common::default_timeout()).expect("running lopi demo mp");
     assert!(out.status.success(), "lopi demo mp failed: {}\n{}", out.describe_status(), out.stderr_str());
     let text = out.stdout_str();
-    assert!(text.contains("CPUS") && text.contains("SPEEDUP"), "{text}");
+    assert!(text.contains("CPUS") && text.contains("SPEEDUP") && text.contains("Amdahl bound"), "{text}");
     assert!(Path::new(&dir.join("speedup.svg")).is_file());
     cleanup(&dir);
 }
