@@ -19,7 +19,7 @@ const RUNNABLE_NOTED: f64 = 0.1;
 fn lock_bound(data: &DataFile, namer: &mut Namer, cpu_ns: f64) -> Option<(String, f64, f64)> {
     let locks = Locks::from_data(data);
     let top = locks.locks.iter().max_by(|a, b| a.counts.hold_ns.total_cmp(&b.counts.hold_ns))?;
-    (top.counts.hold_ns > 0.0).then(|| (lock_name(namer, top), top.counts.hold_ns, cpu_ns / top.counts.hold_ns))
+    (top.counts.hold_ns > 0.0 && cpu_ns > 0.0).then(|| (lock_name(namer, top), top.counts.hold_ns, cpu_ns / top.counts.hold_ns))
 }
 
 fn parts_json(p: &Parts) -> Map<String, Value> {
@@ -116,15 +116,18 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
         "note: BLOCKED is time in system calls off the CPU (outside lock acquisitions), SPIN and LOCKWAIT the lock acquisitions' wait spinning in user space and blocked in futex, OTHER the rest of the wall time (runnable but not running: {:.3} ms in all, page faults)",
         b.total.runnable_ns / 1e6
     );
-    let _ = write!(out, "processes: {:.3} ms of wall time; {:.2} threads running or runnable on average", b.process_wall_ns / 1e6, b.average_parallelism);
+    let _ = write!(out, "processes: {:.3} ms of wall time; {:.2} CPUs busy on average", b.process_wall_ns / 1e6, b.average_parallelism);
     match b.serial_fraction {
         Some(s) => {
             let _ = writeln!(out, " of {} allowed: serial fraction {s:.3} (Karp-Flatt)", b.cpus);
             let bounds: Vec<String> = AMDAHL_CPUS.iter().map(|&n| format!("{n}: {:.2}", amdahl(s, f64::from(n)))).collect();
             let _ = writeln!(out, "Amdahl bound on speedup by CPUs: {}", bounds.join(", "));
         }
+        None if b.cpus <= 1 => {
+            let _ = writeln!(out, " on {} CPU: no serial fraction can be told from one CPU", b.cpus);
+        }
         None => {
-            let _ = writeln!(out, " on {} CPU{}: no serial fraction can be told from one CPU", b.cpus, if b.cpus == 1 { "" } else { "s" });
+            let _ = writeln!(out, " on {} CPUs: too little CPU time measured for a serial fraction", b.cpus);
         }
     }
     match lock_bound(data, &mut namer, b.total.cpu_ns()) {

@@ -56,6 +56,10 @@ impl SymbolTable {
 
     fn add<'d, R: ReadRef<'d>>(&mut self, file: &ElfFile64<'d, LE, R>) {
         for s in file.symbols().chain(file.dynamic_symbols()) {
+            // An import's address, when it has one, is its PLT entry's: not its code.
+            if s.is_undefined() {
+                continue;
+            }
             let function = match s.kind() {
                 SymbolKind::Text => true,
                 SymbolKind::Data | SymbolKind::Tls => false,

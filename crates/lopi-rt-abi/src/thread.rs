@@ -155,11 +155,16 @@ pub struct ThreadEnd {
     pub system_ns: u64,
     /// Time it spent runnable, waiting for a CPU.
     pub runq_wait_ns: u64,
+    /// Its CPU time (user and system) and run-queue time when its chunk was made (its first
+    /// probe: a program's main thread has loaded libraries and started lopi's runtime by
+    /// then), to be taken off the above.
+    pub start_cpu_ns: u64,
+    pub start_runq_ns: u64,
 }
 
 pub const THREAD_END_CPU: u32 = 1;
 pub const THREAD_END_CPUS_SHIFT: u32 = 16;
-pub const THREAD_END_LEN: usize = 40;
+pub const THREAD_END_LEN: usize = 56;
 const _: () = assert!(core::mem::size_of::<ThreadEnd>() == THREAD_END_LEN);
 const _: () = assert!(THREAD_END + THREAD_END_LEN as u64 <= UNMATCHED_TABLE);
 
@@ -425,7 +430,16 @@ impl UnmatchedExit {
 impl ThreadEnd {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..THREAD_END_LEN)?);
-        Some(Self { tsc: f.u64(0), nr: f.u32(8), flags: f.u32(12), user_ns: f.u64(16), system_ns: f.u64(24), runq_wait_ns: f.u64(32) })
+        Some(Self {
+            tsc: f.u64(0),
+            nr: f.u32(8),
+            flags: f.u32(12),
+            user_ns: f.u64(16),
+            system_ns: f.u64(24),
+            runq_wait_ns: f.u64(32),
+            start_cpu_ns: f.u64(40),
+            start_runq_ns: f.u64(48),
+        })
     }
 }
 

@@ -93,8 +93,8 @@ pub struct Breakdown {
     pub process_wall_ns: f64,
     /// CPUs the threads could run on (their affinity at their end; the most seen).
     pub cpus: u32,
-    /// CPU and run-queue time over process wall time: how many threads were running or ready
-    /// to run on average (what the program could use, whatever else the machine ran).
+    /// CPU time over process wall time: how many CPUs the program kept busy on average (less
+    /// than it could use when other work took CPUs: see `runnable_ns`).
     pub average_parallelism: f64,
     /// The serial fraction that parallelism implies on `cpus` CPUs (Karp-Flatt); None on one
     /// CPU, where no run can tell serial from parallel work.
@@ -154,7 +154,7 @@ impl Breakdown {
         let start = threads.threads.iter().map(|t| t.start_ns).fold(f64::MAX, f64::min);
         let end = threads.threads.iter().map(|t| t.end_ns).fold(0.0, f64::max);
         let process_wall_ns = if end > start { end - start } else { 0.0 };
-        let average_parallelism = if process_wall_ns > 0.0 { (total.cpu_ns() + total.runnable_ns) / process_wall_ns } else { 0.0 };
+        let average_parallelism = if process_wall_ns > 0.0 { total.cpu_ns() / process_wall_ns } else { 0.0 };
         let serial_fraction = (cpus > 1 && average_parallelism > 0.0).then(|| {
             let p = f64::from(cpus);
             ((1.0 / average_parallelism - 1.0 / p) / (1.0 - 1.0 / p)).clamp(0.0, 1.0)

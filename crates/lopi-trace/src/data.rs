@@ -196,7 +196,13 @@ fn ended_cpus(record: &[u8]) -> Vec<EndedCpu> {
         .map(|e| EndedCpu {
             pid,
             tid: u32_at(e),
-            end: ThreadEnd { tsc: 0, nr: 0, flags: u32_at(e + 4), user_ns: u64_at(e + 8), system_ns: u64_at(e + 16), runq_wait_ns: u64_at(e + 24) },
+            end: ThreadEnd {
+                flags: u32_at(e + 4),
+                user_ns: u64_at(e + 8),
+                system_ns: u64_at(e + 16),
+                runq_wait_ns: u64_at(e + 24),
+                ..ThreadEnd::default()
+            },
         })
         .collect()
 }

@@ -104,11 +104,16 @@ pub struct ThreadCpu {
 }
 
 impl ThreadCpu {
-    fn of(end: &lopi_rt_abi::ThreadEnd) -> Option<ThreadCpu> {
+    /// The times in `end`, less those at the thread's first probe (`start`: its chunk's; the
+    /// CPU time before it, mostly loading libraries, comes off user time first).
+    fn of(end: &lopi_rt_abi::ThreadEnd, start: &lopi_rt_abi::ThreadEnd) -> Option<ThreadCpu> {
+        let before = start.start_cpu_ns;
+        let user = end.user_ns.saturating_sub(before);
+        let system = end.system_ns.saturating_sub(before - (end.user_ns - user));
         (end.flags & lopi_rt_abi::THREAD_END_CPU != 0).then_some(ThreadCpu {
-            user_ns: end.user_ns as f64,
-            system_ns: end.system_ns as f64,
-            runq_wait_ns: end.runq_wait_ns as f64,
+            user_ns: user as f64,
+            system_ns: system as f64,
+            runq_wait_ns: end.runq_wait_ns.saturating_sub(start.start_runq_ns) as f64,
             allowed_cpus: end.flags >> lopi_rt_abi::THREAD_END_CPUS_SHIFT,
         })
     }
@@ -137,6 +142,7 @@ impl Threads {
         let mut lives: BTreeMap<(u32, u32), ThreadLife> = BTreeMap::new();
         let mut created: HashMap<(u32, u32), Creation> = HashMap::new();
         let mut exit_groups: HashMap<u32, u64> = HashMap::new();
+        let mut starts: HashMap<(u32, u32), lopi_rt_abi::ThreadEnd> = HashMap::new();
         let mut hz = 0;
         for t in &data.threads {
             let h = &t.header;
@@ -156,7 +162,8 @@ impl Threads {
                 life.end_ns = ns(end.saturating_sub(origin_tsc));
                 life.end_seen = seen;
             }
-            if let Some(cpu) = ThreadCpu::of(&t.end) {
+            starts.insert((h.pid, h.tid), t.end);
+            if let Some(cpu) = ThreadCpu::of(&t.end, &t.end) {
                 life.cpu = Some(cpu);
             }
             if t.end.tsc != 0 && t.end.nr == EXIT_GROUP {
@@ -211,7 +218,8 @@ impl Threads {
         }
         // Threads an exit_group ended: their times, recorded by that call.
         for e in &data.ended_cpus {
-            if let (Some(life), Some(cpu)) = (lives.get_mut(&(e.pid, e.tid)), ThreadCpu::of(&e.end)) {
+            let start = starts.get(&(e.pid, e.tid)).copied().unwrap_or_default();
+            if let (Some(life), Some(cpu)) = (lives.get_mut(&(e.pid, e.tid)), ThreadCpu::of(&e.end, &start)) {
                 life.cpu.get_or_insert(cpu);
             }
         }
@@ -235,5 +243,22 @@ impl Threads {
         }
         out.threads.sort_by(|a, b| a.pid.cmp(&b.pid).then(a.start_ns.total_cmp(&b.start_ns)).then(a.tid.cmp(&b.tid)));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ThreadCpu;
+    use lopi_rt_abi::{ThreadEnd, THREAD_END_CPU};
+
+    #[test]
+    fn cpu_time_before_the_first_probe_comes_off_user_time_first() {
+        let end = ThreadEnd { flags: THREAD_END_CPU | 2 << 16, user_ns: 100, system_ns: 50, runq_wait_ns: 9, ..ThreadEnd::default() };
+        let at = |cpu, runq| ThreadEnd { start_cpu_ns: cpu, start_runq_ns: runq, ..ThreadEnd::default() };
+        let cpu = ThreadCpu::of(&end, &at(30, 4)).unwrap();
+        assert_eq!((cpu.user_ns, cpu.system_ns, cpu.runq_wait_ns, cpu.allowed_cpus), (70.0, 50.0, 5.0, 2));
+        let cpu = ThreadCpu::of(&end, &at(120, 0)).unwrap();
+        assert_eq!((cpu.user_ns, cpu.system_ns), (0.0, 30.0));
+        assert!(ThreadCpu::of(&ThreadEnd::default(), &at(0, 0)).is_none());
     }
 }

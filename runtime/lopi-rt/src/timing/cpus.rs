@@ -18,14 +18,15 @@ pub(super) fn own_times() -> Option<(u64, u64)> {
     // struct rusage starts with ru_utime and ru_stime, each {tv_sec, tv_usec}; 18 longs in all.
     let mut usage = MaybeUninit::<[u64; 18]>::uninit();
     // SAFETY: the kernel writes the whole struct on success.
-    let usage = unsafe {
-        if sys::call3(sys::GETRUSAGE, sys::RUSAGE_THREAD, usage.as_mut_ptr() as usize, 0) != 0 {
-            return None;
-        }
-        usage.assume_init_ref()
-    };
+    if unsafe { sys::call3(sys::GETRUSAGE, sys::RUSAGE_THREAD, usage.as_mut_ptr() as usize, 0) } != 0 {
+        return None;
+    }
+    // Each word read alone: a pair read at once may be compiled to a vector load.
+    let words = usage.as_ptr() as *const u64;
+    // SAFETY: the kernel wrote the struct; i < 18.
+    let word = |i: usize| unsafe { read_volatile(words.add(i)) };
     let ns = |sec: u64, usec: u64| sec.wrapping_mul(1_000_000_000).wrapping_add(usec.wrapping_mul(1000));
-    Some((ns(usage[0], usage[1]), ns(usage[2], usage[3])))
+    Some((ns(word(0), word(1)), ns(word(2), word(3))))
 }
 
 /// How many CPUs thread `tid` (0: the caller) may run on; 0 if unknown.
