@@ -181,8 +181,8 @@ enum Command {
         /// Draw the speedup chart (SVG) into this file.
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Also record one run on the most CPUs (`lopi run --probe syscall,locks`): the serial
-        /// fraction its breakdown implies gives Amdahl's bound, printed and drawn.
+        /// Also record up to three runs on the most CPUs (`lopi run --probe syscall,locks`):
+        /// the median serial fraction their breakdowns imply gives Amdahl's bound.
         #[arg(long)]
         breakdown: bool,
         #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -19,8 +19,8 @@ use std::time::Instant;
 pub struct Request {
     pub cpus: Vec<u32>,
     pub runs: u32,
-    /// Also record one run on the most CPUs with `--probe syscall,locks`, whose breakdown
-    /// gives the serial fraction for Amdahl's bound.
+    /// Also record up to three runs on the most CPUs with `--probe syscall,locks`, whose
+    /// breakdowns give the serial fraction for Amdahl's bound.
     pub breakdown: bool,
     pub chart: Option<PathBuf>,
     pub json: bool,
@@ -58,7 +58,17 @@ pub fn run(req: Request) -> Result<()> {
         }
     }
     let largest = counts[counts.len() - 1];
-    let serial = if req.breakdown { Some(serial_fraction(&req.command, largest, &allowed)?) } else { None };
+    // One recorded run of a short program is a noisy basis for a bound: the median of a few.
+    let serial = if req.breakdown {
+        let mut fractions = Vec::new();
+        for _ in 0..req.runs.min(RECORDED_RUNS) {
+            fractions.extend(serial_fraction(&req.command, largest, &allowed)?);
+        }
+        fractions.sort_by(f64::total_cmp);
+        Some(fractions.get(fractions.len() / 2).copied())
+    } else {
+        None
+    };
     restore_affinity(&allowed)?;
     let points = scaling::point_stats(&measured)?;
     let usl = scaling::fit_usl(&points.iter().map(|p| (f64::from(p.cpus), p.speedup)).collect::<Vec<_>>());
@@ -74,7 +84,7 @@ pub fn run(req: Request) -> Result<()> {
         match serial {
             Some(Some(s)) => {
                 let bounds: Vec<String> = AMDAHL_CPUS.iter().map(|&n| format!("{n}: {:.2}", scaling::amdahl(s, f64::from(n)))).collect();
-                println!("Amdahl bound (serial fraction {s:.3}, from a --probe syscall,locks run on {largest} CPUs): {}", bounds.join(", "));
+                println!("Amdahl bound (serial fraction {s:.3}, the median of {} runs recorded with --probe syscall,locks on {largest} CPUs): {}", req.runs.min(RECORDED_RUNS), bounds.join(", "));
             }
             Some(None) => println!("Amdahl bound: none: a run on one CPU tells no serial fraction"),
             None => {}
@@ -112,6 +122,8 @@ fn cpu_counts(asked: &[u32], allowed: usize) -> Result<Vec<u32>> {
 }
 
 const AMDAHL_CPUS: [u32; 6] = [2, 4, 8, 16, 32, 64];
+/// Recorded runs for `--breakdown` (at most `--runs`).
+const RECORDED_RUNS: u32 = 3;
 
 /// The serial fraction a breakdown of one recorded run on `cpus` CPUs implies (None on one
 /// CPU): lopi itself records it (`lopi run -q --probe syscall,locks`) into a temporary file.

@@ -13,7 +13,9 @@ const MAX_THREADS: usize = 4096;
 /// which the probe stubs do not save.
 const TEXT: usize = 1024;
 
-/// The calling thread's user and kernel CPU time in ns (`getrusage(RUSAGE_THREAD)`).
+/// The calling thread's user and kernel CPU time in ns: its exact CPU time (its CPU clock),
+/// split as `getrusage(RUSAGE_THREAD)` splits it. (getrusage alone trails the clock by up to
+/// a tick: the running thread's time since the scheduler last looked is not in it.)
 pub(super) fn own_times() -> Option<(u64, u64)> {
     // struct rusage starts with ru_utime and ru_stime, each {tv_sec, tv_usec}; 18 longs in all.
     let mut usage = MaybeUninit::<[u64; 18]>::uninit();
@@ -25,8 +27,45 @@ pub(super) fn own_times() -> Option<(u64, u64)> {
     let words = usage.as_ptr() as *const u64;
     // SAFETY: the kernel wrote the struct; i < 18.
     let word = |i: usize| unsafe { read_volatile(words.add(i)) };
-    let ns = |sec: u64, usec: u64| sec.wrapping_mul(1_000_000_000).wrapping_add(usec.wrapping_mul(1000));
-    Some((ns(word(0), word(1)), ns(word(2), word(3))))
+    let us = |sec: u64, usec: u64| sec.wrapping_mul(1_000_000).wrapping_add(usec);
+    let (user, system) = (us(word(0), word(1)), us(word(2), word(3)));
+    let total = cpu_clock(CLOCK_THREAD_CPUTIME_ID).unwrap_or(user.wrapping_add(system).wrapping_mul(1000));
+    Some(split(total, user, system))
+}
+
+/// `total` ns split in the ratio `user : system` (without 128-bit arithmetic: a libgcc call
+/// the blob cannot link).
+fn split(total: u64, user: u64, system: u64) -> (u64, u64) {
+    let ticks = user.saturating_add(system);
+    if ticks == 0 {
+        return (total, 0);
+    }
+    // The user share in 1/2^20ths, both counts scaled down until user * 2^20 fits.
+    let shift = (64 - ticks.leading_zeros()).saturating_sub(43);
+    let share = ((user >> shift) << 20) / (ticks >> shift).max(1);
+    let u = ((total >> 20) * share + (((total & ((1 << 20) - 1)) * share) >> 20)).min(total);
+    (u, total - u)
+}
+
+const CLOCK_THREAD_CPUTIME_ID: usize = 3;
+
+/// The CPU clock of thread `tid` of this process (its exact run time, in ns).
+fn thread_clock(tid: u32) -> usize {
+    // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): (~tid << 3) | CPUCLOCK_PERTHREAD | SCHED.
+    ((!(tid as isize)) << 3 | 6) as usize
+}
+
+/// A CPU clock's reading in ns.
+fn cpu_clock(clock: usize) -> Option<u64> {
+    let mut ts = MaybeUninit::<[u64; 2]>::uninit();
+    // SAFETY: the kernel writes the timespec on success; its words are read one at a time.
+    unsafe {
+        if sys::call3(sys::CLOCK_GETTIME, clock, ts.as_mut_ptr() as usize, 0) != 0 {
+            return None;
+        }
+        let words = ts.as_ptr() as *const u64;
+        Some(read_volatile(words).wrapping_mul(1_000_000_000).wrapping_add(read_volatile(words.add(1))))
+    }
 }
 
 /// How many CPUs thread `tid` (0: the caller) may run on; 0 if unknown.
@@ -113,7 +152,7 @@ pub(super) fn runq_wait(tid: u32) -> Option<u64> {
 
 /// Another thread's user and system ns: its exact CPU time, split by its clock-tick counts.
 fn times_of(tid: u32) -> Option<(u64, u64)> {
-    let run = schedstat(tid, 0)?;
+    let run = cpu_clock(thread_clock(tid)).or_else(|| schedstat(tid, 0))?;
     let mut path = MaybeUninit::uninit();
     let mut buf = MaybeUninit::uninit();
     // SAFETY: see `read_file`.
@@ -124,10 +163,7 @@ fn times_of(tid: u32) -> Option<(u64, u64)> {
     let mut fields = text[after + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
     let utime = number(fields.nth(11)?)?;
     let stime = number(fields.next()?)?;
-    let ticks = utime + stime;
-    // run * utime / ticks without 128-bit division (a libgcc call the blob cannot link).
-    let user = if ticks == 0 { run } else { run / ticks * utime + run % ticks * utime / ticks };
-    Some((user, run - user))
+    Some(split(run, utime, stime))
 }
 
 /// At `exit_group` by thread `caller` of process `pid`: a `CPUS_MAGIC` record of the CPU
