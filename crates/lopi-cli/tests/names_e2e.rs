@@ -322,3 +322,34 @@ fn strip_and_list_cold(dir: &Path, prog: &Path) -> (PathBuf, String, Vec<u64>) {
         .collect();
     (stripped, symbols, cold)
 }
+
+/// A lock in a library the program `dlopen`s after lopi's start is named by its symbol: the
+/// process's map recorded at its `exit_group` has the library.
+#[test]
+fn locks_in_dlopened_libraries_are_named() {
+    let dir = fresh_dir("names_dlopen");
+    let lib_src = dir.join("plugin.c");
+    std::fs::write(
+        &lib_src,
+        "#include <pthread.h>\npthread_mutex_t plugin_lock = PTHREAD_MUTEX_INITIALIZER;\n\
+         int plugin_work(int n) { int s = 0; for (int i = 0; i < n; i++) { pthread_mutex_lock(&plugin_lock); s += i; pthread_mutex_unlock(&plugin_lock); } return s; }\n",
+    )
+    .unwrap();
+    let main_src = dir.join("main.c");
+    std::fs::write(
+        &main_src,
+        "#include <dlfcn.h>\n#include <stdio.h>\nint main(int argc, char **argv) { void *h = dlopen(argv[1], RTLD_NOW); if (!h) return 1;\n\
+         int (*f)(int) = (int (*)(int))dlsym(h, \"plugin_work\"); printf(\"%d\\n\", f(100)); return 0; }\n",
+    )
+    .unwrap();
+    let lib = build(&dir, "libplugin.so", &lib_src, &["-O2", "-shared", "-fPIC"]);
+    let prog = build(&dir, "dlmain", &main_src, &["-O2"]);
+    let data = dir.join("d.lopi");
+    let out = must(lopi(&dir).args(["run", "-q", "--probe", "locks", "--"]).arg(&prog).arg(&lib).env("LOPI_OUTPUT", &data));
+    assert_eq!(out.stdout_str(), "4950\n");
+    let report: Json = serde_json::from_str(&must(lopi(&dir).args(["report", "--locks", "--format", "json"]).arg(&data)).stdout_str()).unwrap();
+    let lock = report["locks"].as_array().unwrap().iter().find(|l| l["acquisitions"] == 100).unwrap_or_else(|| panic!("no lock taken 100 times: {report}"));
+    assert_eq!(lock["name"], "plugin_lock", "{lock}");
+    assert_eq!(lock["sites"][0]["function"], "plugin_work", "{lock}");
+    cleanup(&dir);
+}

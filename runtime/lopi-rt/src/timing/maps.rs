@@ -1,5 +1,6 @@
-//! The process's memory map, recorded at start-up by a module with lock probes: readers name
-//! locks (static data) and call sites in modules that have no probes by it.
+//! The process's memory map, recorded at start-up by a module with lock probes and again at
+//! the process's `exit_group`: readers name locks (static data) and call sites in modules that
+//! have no probes by it (the last record of a process wins: it has the libraries loaded later).
 use super::thread::{append, copy};
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
 use crate::sys;

@@ -297,6 +297,9 @@ unsafe fn ended(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64) {
         }
         if nr == EXIT_GROUP {
             cpus::record_others(v, (*t.h).pid, (*t.h).tid);
+            // The map as the process ends: readers name locks and sites in libraries it
+            // loaded after its start (`dlopen`) by it.
+            super::maps::record(v, (*t.h).pid);
         }
     }
 }
