@@ -33,6 +33,7 @@ fn parts_json(p: &Parts) -> Map<String, Value> {
         ("lock_wait_ns", p.lock_wait_ns),
         ("lock_spin_ns", p.lock_spin_ns),
         ("lock_blocked_ns", p.lock_blocked_ns),
+        ("kernel_lock_spin_ns", p.kernel_lock_spin_ns),
         ("other_ns", p.other_ns),
         ("runnable_ns", p.runnable_ns),
     ] {
@@ -81,9 +82,10 @@ fn pct(part: f64, wall: f64) -> String {
     }
 }
 
-fn row(out: &mut String, pid: &str, tid: &str, name: &str, p: &Parts) {
+/// One row; `emulated` adds the spin for an emulated kernel's lock (`lopi whatif`).
+fn row(out: &mut String, pid: &str, tid: &str, name: &str, p: &Parts, emulated: bool) {
     let w = p.wall_ns;
-    let _ = writeln!(
+    let _ = write!(
         out,
         "{pid:>7} {tid:>7}  {name:<20} {:>10.3}  {:>6} {:>7} {:>8} {:>6} {:>8} {:>6}",
         w / 1e6,
@@ -94,23 +96,32 @@ fn row(out: &mut String, pid: &str, tid: &str, name: &str, p: &Parts) {
         pct(p.lock_blocked_ns, w),
         pct(p.other_ns, w),
     );
+    if emulated {
+        let _ = write!(out, " {:>6}", pct(p.kernel_lock_spin_ns, w));
+    }
+    out.push('\n');
 }
 
 pub fn report_text(data: &DataFile, threads: &Threads) -> String {
     let b = Breakdown::from_threads(threads);
     let mut namer = Namer::new(&data.maps);
     let names = display_names(threads, &mut namer);
-    let mut out = String::from("    PID     TID  THREAD                  WALL ms  USER% KERNEL% BLOCKED%  SPIN% LOCKWAIT% OTHER%\n");
+    let emulated = b.total.kernel_lock_spin_ns > 0.0;
+    let mut out = String::from("    PID     TID  THREAD                  WALL ms  USER% KERNEL% BLOCKED%  SPIN% LOCKWAIT% OTHER%");
+    out.push_str(if emulated { " KSPIN%\n" } else { "\n" });
     for t in &b.threads {
         let name: String = names.get(&(t.pid, t.tid)).cloned().unwrap_or_default().chars().take(20).collect();
         match &t.parts {
-            Some(p) => row(&mut out, &t.pid.to_string(), &t.tid.to_string(), &name, p),
+            Some(p) => row(&mut out, &t.pid.to_string(), &t.tid.to_string(), &name, p, emulated),
             None => {
                 let _ = writeln!(out, "{:>7} {:>7}  {name:<20} (CPU times unknown: ended by another thread's exit_group)", t.pid, t.tid);
             }
         }
     }
-    row(&mut out, "", "", "all threads", &b.total);
+    row(&mut out, "", "", "all threads", &b.total, emulated);
+    if emulated {
+        let _ = writeln!(out, "note: KSPIN is spinning for the emulated kernel's lock (lopi whatif), taken before the system calls that hold it");
+    }
     let _ = writeln!(
         out,
         "note: BLOCKED is time in system calls off the CPU (outside lock acquisitions), SPIN and LOCKWAIT the lock acquisitions' wait spinning in user space and blocked in futex, OTHER the rest of the wall time (runnable but not running: {:.3} ms in all, page faults)",

@@ -49,7 +49,7 @@ impl Probes {
             }
         }
         let mut env = vec![(lopi_rt_abi::OUTPUT_ENV.to_string(), output.to_string())];
-        for knob in ["LOPI_NODES", "LOPI_DEPTH", "LOPI_TRACE_EVENTS", "LOPI_BUDGET"] {
+        for knob in ["LOPI_NODES", "LOPI_DEPTH", "LOPI_TRACE_EVENTS", "LOPI_BUDGET", "LOPI_WHATIF"] {
             if let Ok(value) = std::env::var(knob) {
                 env.push((knob.to_string(), value));
             }

@@ -250,6 +250,51 @@ pub struct RuntimeVars {
     /// As `probe_inner_ticks` and `probe_pair_ticks`, for a system call's probes.
     pub syscall_inner_ticks: u64,
     pub syscall_pair_ticks: u64,
+    /// The kernel the system-call probes emulate (`whatif::*`; 0: none), from `LOPI_WHATIF`.
+    pub whatif: u32,
+    pub _pad: u32,
+    /// Address of the emulated kernel's lock words ([`whatif::LOCKS`] in the data file's
+    /// first page, mapped shared), and of this process's table of file descriptor kinds.
+    pub kernel_locks: u64,
+    pub fd_kinds: u64,
+}
+
+/// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
+pub mod whatif {
+    /// One lock for every system call of every process recording into the data file.
+    pub const GIANT_LOCK: u32 = 1;
+    /// One lock per subsystem ([`Class`]).
+    pub const SUBSYSTEM_LOCKS: u32 = 2;
+    /// Offset of the lock words in the data file's (otherwise reserved) first page: one
+    /// `u32` (the holder's tid, 0 when free) per 64-byte line, [`LOCK_COUNT`] of them.
+    pub const LOCKS: u64 = 2048;
+    pub const LOCK_COUNT: u64 = 8;
+    pub const LOCK_STRIDE: u64 = 64;
+
+    /// The subsystems of `subsystem-locks`, after Paper I's coarse-grained step.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(u8)]
+    pub enum Class {
+        FileSystem = 0,
+        Network = 1,
+        Memory = 2,
+        Process = 3,
+        Time = 4,
+        Ipc = 5,
+    }
+
+    impl Class {
+        pub const fn name(self) -> &'static str {
+            match self {
+                Class::FileSystem => "file system",
+                Class::Network => "network",
+                Class::Memory => "memory",
+                Class::Process => "processes and signals",
+                Class::Time => "time",
+                Class::Ipc => "futex and IPC",
+            }
+        }
+    }
 }
 
 /// Offsets into [`RuntimeVars`] that generated code uses.
@@ -280,7 +325,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 112);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 136);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -111,7 +111,7 @@ const _: () = assert!(core::mem::offset_of!(ThreadHeader, busy) == 192);
 /// Offset in the header page of the table of locks the thread holds (`--probe locks`).
 pub const HELD_TABLE: u64 = THREAD_HEADER_LEN as u64;
 /// Entries of that table; a thread holding more locks at once does not time those holds.
-pub const HELD_SLOTS: u32 = 27;
+pub const HELD_SLOTS: u32 = 26;
 
 /// A lock the thread holds, or (with [`HELD_PENDING`]) the mutex of a condition wait in
 /// progress, which the wait takes back before it returns.
@@ -160,6 +160,34 @@ pub struct ThreadEnd {
     /// then), to be taken off the above.
     pub start_cpu_ns: u64,
     pub start_runq_ns: u64,
+}
+
+/// Offset in the header page of the thread's state in an emulated kernel (`lopi whatif`).
+pub const KERNEL_LOCK_STATE: u64 = THREAD_END + THREAD_END_LEN as u64;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelLockState {
+    /// The frame key of the system call `state` is about.
+    pub key: u64,
+    /// 0; 1 + lock while the call at `key` holds that lock; 1 + `LOCK_COUNT` + lock when that
+    /// call (one that may sleep) takes and drops it on its return.
+    pub state: u32,
+    /// Acquisitions that found the lock taken.
+    pub waits: u32,
+    /// Ticks spent spinning for the lock.
+    pub spin_ticks: u64,
+}
+
+pub const KERNEL_LOCK_STATE_LEN: usize = 24;
+const _: () = assert!(core::mem::size_of::<KernelLockState>() == KERNEL_LOCK_STATE_LEN);
+const _: () = assert!(KERNEL_LOCK_STATE + KERNEL_LOCK_STATE_LEN as u64 <= UNMATCHED_TABLE);
+
+impl KernelLockState {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..KERNEL_LOCK_STATE_LEN)?);
+        Some(Self { key: f.u64(0), state: f.u32(8), waits: f.u32(12), spin_ticks: f.u64(16) })
+    }
 }
 
 pub const THREAD_END_CPU: u32 = 1;

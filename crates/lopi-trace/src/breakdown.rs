@@ -15,9 +15,11 @@
 //! lock_blocked    = min(futex time inside acquisitions, in_calls_asleep)
 //! syscall_blocked = in_calls_asleep - lock_blocked
 //! lock_spin       = acquisition wait - futex time inside it   (CPU, spinning)
+//! kernel_lock_spin = spinning for an emulated kernel's lock (`lopi whatif`; CPU, outside
+//!                   the system calls' probed time)
 //! kernel          = (system-call time - in_calls_asleep) * cpu / (cpu + runnable), within cpu - lock_spin
 //!                   (the kernel's system CPU when no system call was probed)
-//! user            = cpu - lock_spin - kernel
+//! user            = cpu - lock_spin - kernel_lock_spin - kernel
 //! other           = wall - all of the above    (runnable, asleep outside system calls)
 //! ```
 //!
@@ -43,6 +45,8 @@ pub struct Parts {
     pub lock_wait_ns: f64,
     pub lock_spin_ns: f64,
     pub lock_blocked_ns: f64,
+    /// Spinning for an emulated kernel's lock (`lopi whatif`).
+    pub kernel_lock_spin_ns: f64,
     pub other_ns: f64,
     /// Runnable, waiting for a CPU, anywhere (informational: inside the other parts).
     pub runnable_ns: f64,
@@ -57,19 +61,25 @@ impl Parts {
         self.lock_wait_ns += o.lock_wait_ns;
         self.lock_spin_ns += o.lock_spin_ns;
         self.lock_blocked_ns += o.lock_blocked_ns;
+        self.kernel_lock_spin_ns += o.kernel_lock_spin_ns;
         self.other_ns += o.other_ns;
         self.runnable_ns += o.runnable_ns;
     }
 
     /// CPU time: user, kernel and spinning.
     pub fn cpu_ns(&self) -> f64 {
-        self.user_ns + self.kernel_ns + self.lock_spin_ns
+        self.user_ns + self.kernel_ns + self.lock_spin_ns + self.kernel_lock_spin_ns
+    }
+
+    /// The measured parts other than `other`.
+    fn measured_ns(&self) -> f64 {
+        self.user_ns + self.kernel_ns + self.syscall_blocked_ns + self.lock_wait_ns + self.kernel_lock_spin_ns
     }
 
     /// What the measured parts exceed the wall time by (clock and accounting granularity; 0
     /// when they fit, as they should).
     fn excess_ns(&self) -> f64 {
-        (self.user_ns + self.kernel_ns + self.syscall_blocked_ns + self.lock_wait_ns - self.wall_ns).max(0.0)
+        (self.measured_ns() - self.wall_ns).max(0.0)
     }
 }
 
@@ -114,20 +124,22 @@ pub fn thread_parts(t: &ThreadLife) -> Option<(Parts, f64)> {
     let lock_blocked = t.acquire_blocked_ns.min(t.acquire_wait_ns).min(in_calls_asleep);
     let lock_spin = (t.acquire_wait_ns - t.acquire_blocked_ns).max(0.0).min(cpu);
     let in_calls_awake = t.syscall_ns - in_calls_asleep;
-    let kernel = if in_calls_awake > 0.0 { in_calls_awake * cpu / (cpu + c.runq_wait_ns) } else { c.system_ns }.min(cpu - lock_spin);
+    let kernel_lock_spin = t.kernel_lock_spin_ns.min(cpu - lock_spin);
+    let kernel = if in_calls_awake > 0.0 { in_calls_awake * cpu / (cpu + c.runq_wait_ns) } else { c.system_ns }.min(cpu - lock_spin - kernel_lock_spin);
     let mut p = Parts {
         wall_ns: wall,
-        user_ns: cpu - lock_spin - kernel,
+        user_ns: cpu - lock_spin - kernel_lock_spin - kernel,
         kernel_ns: kernel,
         syscall_blocked_ns: in_calls_asleep - lock_blocked,
         lock_wait_ns: lock_spin + lock_blocked,
         lock_spin_ns: lock_spin,
         lock_blocked_ns: lock_blocked,
+        kernel_lock_spin_ns: kernel_lock_spin,
         other_ns: 0.0,
         runnable_ns: c.runq_wait_ns,
     };
     let excess = p.excess_ns();
-    p.other_ns = (wall - (p.user_ns + p.kernel_ns + p.syscall_blocked_ns + p.lock_wait_ns)).max(0.0);
+    p.other_ns = (wall - p.measured_ns()).max(0.0);
     Some((p, excess))
 }
 

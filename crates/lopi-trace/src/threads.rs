@@ -60,6 +60,9 @@ pub struct ThreadLife {
     pub join_wait_ns: f64,
     /// In probed system calls (with `--probe locks` alone: `futex` only).
     pub syscall_ns: f64,
+    /// Spinning for an emulated kernel's lock (`lopi whatif`), and the waits that spun.
+    pub kernel_lock_spin_ns: f64,
+    pub kernel_lock_waits: u64,
     pub calls: ThreadCalls,
     /// The CPU time it used, read when it made the system call that ended it.
     pub cpu: Option<ThreadCpu>,
@@ -85,6 +88,8 @@ impl ThreadLife {
             acquire_blocked_ns: 0.0,
             join_wait_ns: 0.0,
             syscall_ns: 0.0,
+            kernel_lock_spin_ns: 0.0,
+            kernel_lock_waits: 0,
             calls: ThreadCalls::default(),
             cpu: None,
             recorded,
@@ -169,6 +174,8 @@ impl Threads {
             if t.end.tsc != 0 && t.end.nr == EXIT_GROUP {
                 exit_groups.insert(h.pid, t.end.tsc);
             }
+            life.kernel_lock_spin_ns += ns(t.kernel_lock.spin_ticks);
+            life.kernel_lock_waits += u64::from(t.kernel_lock.waits);
             life.syscall_ns += t.nodes.iter().filter(|n| syscall_name::decode(n.func).is_some()).map(|n| ns(n.ticks)).sum::<f64>();
             let futex_under = crate::locks::futex_ticks_under(&t.nodes);
             for (i, n) in t.nodes.iter().enumerate() {

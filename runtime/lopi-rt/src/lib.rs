@@ -42,6 +42,8 @@ mod sys {
     pub const RUSAGE_THREAD: usize = 1;
     pub const SCHED_GETAFFINITY: usize = 204;
     pub const GETDENTS64: usize = 217;
+    pub const FSTAT: usize = 5;
+    pub const KILL: usize = 62;
     pub const PRCTL: usize = 157;
     pub const PR_GET_NAME: usize = 16;
     pub const CLOCK_GETTIME: usize = 228;

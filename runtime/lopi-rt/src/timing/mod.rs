@@ -26,6 +26,7 @@ mod probes;
 mod stubs;
 mod syscalls;
 mod thread;
+mod whatif;
 
 use crate::abi::{self, RuntimeVars, ThreadHeader, PAGE_SIZE};
 use crate::sys;
@@ -152,6 +153,7 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
             register_fork_handlers(v);
         }
         calibrate(v, page as u64);
+        whatif::enable(v, envp);
         if probes & abi::PROBE_LOCKS != 0 {
             maps::record(v, pid);
         }

@@ -11,7 +11,7 @@
 //! neither pop nor push its frames (the child's system calls are counted per site).
 use super::probes::{begin_entry, count_untimed, enter, pause_excess};
 use super::thread::{Child, Thread};
-use super::{counter, cpus, vars};
+use super::{counter, cpus, vars, whatif};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use crate::sys;
 use core::arch::global_asm;
@@ -57,6 +57,9 @@ global_asm!(
     "mov dword ptr [rdi + {t_busy}], 1",
     "cmp qword ptr [rdi + {t_trace_cap}], 0",
     "jne 8f",
+    // An emulated kernel's locks are taken on the slow paths.
+    "cmp dword ptr [rsi + {v_whatif}], 0",
+    "jne 8f",
     ".endm",
     ".macro LOPI_SYSCALL_STUB_SLOW_AND_RETURN target, fourth",
     "8:",
@@ -70,6 +73,7 @@ global_asm!(
     "lea rsi, [rbp + 96]",
     "mov rdx, [rbp + 64]",
     "mov rcx, \\fourth",
+    "mov r8, [rbp + 48]",
     "and rsp, -16",
     "call \\target",
     "lea rsp, [rbp - 8]",
@@ -231,6 +235,7 @@ global_asm!(
     exit = sym probe_syscall_exit,
     nr_other = const syscall_name::NR_OTHER,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
+    v_whatif = const offset_of!(RuntimeVars, whatif),
     f_unclocked = const abi::FRAME_UNCLOCKED,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
@@ -255,15 +260,20 @@ extern "C" {
     pub(super) fn lopi_calibration_syscall_empty();
 }
 
-/// Before the system call `nr` (first argument `arg0`) at the site with counter `index`.
-unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64) {
+/// Before the system call `nr` (first arguments `arg0`, `arg1`) at the site with counter `index`.
+unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64, arg1: u64) {
     let v = vars();
     let slot = counter(index);
     // SAFETY: as in `probe_enter`; `busy` keeps a signal handler's (or a vfork child's) probes
     // off the state this probe changes.
     unsafe {
-        let Some((t, began)) = begin_entry(v, slot, key) else { return };
+        let Some((t, mut began)) = begin_entry(v, slot, key) else { return };
         let h = t.h;
+        if read_volatile(&(*v).whatif) != 0 {
+            // Waiting for the emulated kernel's lock is the program's time, not the probe's.
+            whatif::enter(&t, v, key, nr, arg0, arg1);
+            began = super::rdtsc();
+        }
         let name = syscall_name::encode(slot, nr, false);
         if syscall_name::never_returns(nr) {
             if nr == EXIT || nr == EXIT_GROUP {
@@ -334,9 +344,13 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
             0 => result == 0 && (ours.is_none() || name.is_some_and(|n| syscall_name::makes_child(n.nr))),
             _ => true,
         };
+        let emulated = read_volatile(&(*v).whatif) != 0;
         if leave {
             // A nested probe's; or a new child's (of clone, fork), which leaves the call to
             // its parent; or a call whose entry was counted untimed.
+            if emulated {
+                whatif::exit(&t, v, key);
+            }
             return;
         }
         write_volatile(&mut (*h).busy, 1);
@@ -359,6 +373,10 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
         }
         (*h).last_tsc = now;
         pause_excess(&t, tsc, false);
+        if emulated {
+            // After the call's end and the probe's own cost: the wait is the program's.
+            whatif::exit(&t, v, key);
+        }
         write_volatile(&mut (*h).busy, 0);
     }
 }

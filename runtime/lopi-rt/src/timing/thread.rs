@@ -496,7 +496,7 @@ unsafe fn release(v: *const RuntimeVars, at: usize, file: u64, len: usize, in_ex
 }
 
 /// Opens the data file named in the variables' path page.
-unsafe fn open_data_file(v: *const RuntimeVars) -> Option<usize> {
+pub(super) unsafe fn open_data_file(v: *const RuntimeVars) -> Option<usize> {
     // SAFETY: the variables page is followed by the NUL-terminated path (see `vars::PATH`).
     unsafe {
         let path = (v as usize + abi::vars::PATH as usize) as *const u8;

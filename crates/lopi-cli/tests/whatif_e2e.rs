@@ -1,0 +1,89 @@
+//! Emulated kernels (`LOPI_WHATIF` with `--probe syscall`): programs run to the same output
+//! under a giant lock and under subsystem locks, threads that wait for each other in system
+//! calls (pipes, futexes, joins) do not deadlock on the emulated lock, and threads that make
+//! system calls at once on two CPUs spin for it.
+mod common;
+
+use common::{cleanup, compile, fresh_dir, lopi_bin, run, workspace_root, Output};
+use serde_json::Value as Json;
+use std::path::Path;
+use std::process::Command;
+
+/// Two threads passing a counter back and forth through two pipes: each read sleeps until the
+/// other thread's write, which a kernel lock held across the read would never let happen.
+const PING_PONG: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static int ab[2], ba[2];
+static void *pong(void *arg) {
+    int v;
+    for (int i = 0; i < 2000; i++) { if (read(ab[0], &v, sizeof v) != sizeof v) return arg; v++; write(ba[1], &v, sizeof v); }
+    return arg;
+}
+int main(void) {
+    pipe(ab); pipe(ba);
+    pthread_t t; pthread_create(&t, NULL, pong, NULL);
+    int v = 0;
+    for (int i = 0; i < 2000; i++) { write(ab[1], &v, sizeof v); if (read(ba[0], &v, sizeof v) != sizeof v) return 1; v++; }
+    pthread_join(t, NULL);
+    printf("%d\n", v);
+    return 0;
+}
+"#;
+
+fn lopi_run(prog: &Path, args: &[&str], kernel: Option<&str>, data: &Path) -> Output {
+    let mut cmd = Command::new(lopi_bin());
+    cmd.args(["run", "-q", "--probe", "syscall,locks", "--"]).arg(prog).args(args).env("LOPI_OUTPUT", data);
+    match kernel {
+        Some(k) => cmd.env("LOPI_WHATIF", k),
+        None => cmd.env_remove("LOPI_WHATIF"),
+    };
+    let out = run(&mut cmd, common::default_timeout()).expect("running lopi run");
+    assert!(out.status.success(), "lopi run ({kernel:?}) failed: {}\n{}", out.describe_status(), out.stderr_str());
+    out
+}
+
+fn breakdown(data: &Path) -> Json {
+    let out = run(Command::new(lopi_bin()).args(["report", "--breakdown", "--format", "json"]).arg(data), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    serde_json::from_str(&out.stdout_str()).unwrap()
+}
+
+#[test]
+fn threads_waiting_on_each_other_in_system_calls_do_not_deadlock() {
+    let dir = fresh_dir("whatif_ping_pong");
+    let src = dir.join("pingpong.c");
+    std::fs::write(&src, PING_PONG).unwrap();
+    let prog = dir.join("pingpong");
+    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+    for kernel in ["giant-lock", "subsystem-locks"] {
+        let out = lopi_run(&prog, &[], Some(kernel), &dir.join(format!("{kernel}.lopi")));
+        assert_eq!(out.stdout_str(), "4000\n", "{kernel}");
+    }
+    cleanup(&dir);
+}
+
+#[test]
+fn system_calls_at_once_spin_for_the_giant_lock() {
+    let dir = fresh_dir("whatif_mpbench");
+    let prog = dir.join("mpbench");
+    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(workspace_root().join("crates/lopi-cli/src/mpbench.c"))).unwrap();
+    let args = ["2", "20000", "1000"];
+    let native = lopi_run(&prog, &args, None, &dir.join("native.lopi"));
+    let giant = lopi_run(&prog, &args, Some("giant-lock"), &dir.join("giant.lopi"));
+    assert_eq!(native.stdout_str(), giant.stdout_str(), "the program's output under the giant lock");
+    let spin = |json: &Json| json["total"]["kernel_lock_spin_ns"].as_u64().unwrap();
+    let native = breakdown(&dir.join("native.lopi"));
+    assert_eq!(spin(&native), 0, "no kernel lock natively: {native}");
+    let giant = breakdown(&dir.join("giant.lopi"));
+    // Two workers reading /dev/zero at once queue for the one lock, whether their two CPUs
+    // run them together or one CPU preempts a holder.
+    assert!(spin(&giant) > 0, "{giant}");
+    for t in giant["threads"].as_array().unwrap() {
+        let parts = ["user_ns", "kernel_ns", "syscall_blocked_ns", "lock_wait_ns", "kernel_lock_spin_ns", "other_ns"].iter().map(|k| t[*k].as_u64().unwrap() as f64).sum::<f64>();
+        let wall = t["wall_ns"].as_u64().unwrap() as f64;
+        assert!((parts - wall).abs() <= 0.02 * wall, "parts {parts} vs wall {wall}: {t}");
+    }
+    cleanup(&dir);
+}
