@@ -22,7 +22,7 @@ fn lock_bound(data: &DataFile, namer: &mut Namer, cpu_ns: f64) -> Option<(String
     (top.counts.hold_ns > 0.0 && cpu_ns > 0.0).then(|| (lock_name(namer, top), top.counts.hold_ns, cpu_ns / top.counts.hold_ns))
 }
 
-fn parts_json(p: &Parts) -> Map<String, Value> {
+pub(crate) fn parts_json(p: &Parts) -> Map<String, Value> {
     let ns = |x: f64| Value::from(x.round() as u64);
     let mut m = Map::new();
     for (k, v) in [

@@ -13,6 +13,7 @@ mod scaling;
 mod show;
 mod syscalls;
 mod threads;
+mod whatif;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -157,7 +158,26 @@ enum Command {
         #[arg(long)]
         clear: bool,
     },
-    /// Build a small built-in C program, rewrite it, run it and show its report.
+    /// Run PROG natively and under an emulated kernel (a giant lock around every system call,
+    /// or one lock per subsystem), on one CPU and on N, each recorded with --probe
+    /// syscall,locks: time in user, kernel and spinning, speedup, the null system call.
+    Whatif {
+        #[arg(long, value_enum)]
+        kernel: whatif::Kernel,
+        /// CPUs of the parallel runs [default: all the CPUs lopi may use].
+        #[arg(long)]
+        cpus: Option<u32>,
+        /// Recorded runs per kernel and CPU count; the median counts.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// The program and its arguments (after `--`); `{cpus}` becomes the CPU count.
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Build a small built-in C program, rewrite it, run it and show its report (`mp`: the
+    /// thesis's multiprocessor benchmark through `lopi scale`).
     Demo {
         /// `profile`: count and time a little program's functions; `mp`: the thesis's
         /// multiprocessor benchmark (threads looping between user work and a CPU-bound system
@@ -435,6 +455,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
+        Command::Whatif { kernel, cpus, runs, format, command } => {
+            whatif::run(whatif::Request { kernel, cpus, runs, json: format == Format::Json, command })
+        }
         Command::Scale { cpus, runs, output, breakdown, format, command } => {
             scale::run(scale::Request { cpus, runs, breakdown, chart: output, json: format == Format::Json, command })
         }

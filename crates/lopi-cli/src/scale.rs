@@ -97,7 +97,7 @@ pub fn run(req: Request) -> Result<()> {
 }
 
 /// The CPUs this process may run on, in order.
-fn allowed_cpus() -> Result<Vec<usize>> {
+pub(crate) fn allowed_cpus() -> Result<Vec<usize>> {
     let set = sched_getaffinity(Pid::from_raw(0)).context("reading lopi's CPU affinity")?;
     Ok((0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect())
 }
@@ -126,29 +126,39 @@ const AMDAHL_CPUS: [u32; 6] = [2, 4, 8, 16, 32, 64];
 const RECORDED_RUNS: u32 = 3;
 
 /// The serial fraction a breakdown of one recorded run on `cpus` CPUs implies (None on one
-/// CPU): lopi itself records it (`lopi run -q --probe syscall,locks`) into a temporary file.
+/// CPU).
 fn serial_fraction(command: &[OsString], cpus: u32, allowed: &[usize]) -> Result<Option<f64>> {
-    pin(&allowed[..cpus as usize])?;
-    let data = std::env::temp_dir().join(format!("lopi-scale-{}.lopi", std::process::id()));
-    let _ = std::fs::remove_file(&data);
-    let (prog, args) = command.split_first().expect("checked by the caller");
-    let out = Command::new(std::env::current_exe().context("finding the lopi binary")?)
-        .args(["run", "-q", "--probe", "syscall,locks", "--"])
-        .arg(prog)
-        .args(args.iter().map(|a| substitute(a, cpus)))
-        .env("LOPI_OUTPUT", &data)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .context("running lopi run for the breakdown")?;
-    let file = crate::read_data(&data);
-    let _ = std::fs::remove_file(&data);
-    if !out.status.success() {
-        bail!("the recorded run for the breakdown failed ({}): {}", describe(out.status), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    let threads = lopi_trace::Threads::from_data(&file?);
+    let run = recorded_run(command, cpus, allowed, None)?;
+    let threads = lopi_trace::Threads::from_data(&run.data);
     Ok(lopi_trace::Breakdown::from_threads(&threads).serial_fraction)
+}
+
+/// A run recorded by lopi itself (`lopi run -q --probe syscall,locks`, with `LOPI_WHATIF` set
+/// to `kernel` if any) into a temporary file, which is read and removed.
+pub(crate) struct RecordedRun {
+    pub stdout: Vec<u8>,
+    pub data: lopi_trace::DataFile,
+}
+
+pub(crate) fn recorded_run(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str>) -> Result<RecordedRun> {
+    pin(&allowed[..cpus as usize])?;
+    let path = std::env::temp_dir().join(format!("lopi-recorded-{}.lopi", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let (prog, args) = command.split_first().context("no program given")?;
+    let mut cmd = Command::new(std::env::current_exe().context("finding the lopi binary")?);
+    cmd.args(["run", "-q", "--probe", "syscall,locks", "--"]).arg(prog).args(args.iter().map(|a| substitute(a, cpus)));
+    cmd.env("LOPI_OUTPUT", &path).stdin(Stdio::null()).stderr(Stdio::piped());
+    match kernel {
+        Some(k) => cmd.env("LOPI_WHATIF", k),
+        None => cmd.env_remove("LOPI_WHATIF"),
+    };
+    let out = cmd.output().context("running lopi run")?;
+    let data = crate::read_data(&path);
+    let _ = std::fs::remove_file(&path);
+    if !out.status.success() {
+        bail!("{} under lopi run failed ({}): {}", prog.to_string_lossy(), describe(out.status), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(RecordedRun { stdout: out.stdout, data: data? })
 }
 
 /// One run on the first `cpus` allowed CPUs; its wall time in ns. A failed run stops all.
@@ -182,7 +192,7 @@ fn run_once(command: &[OsString], cpus: u32, allowed: &[usize], which: &str) -> 
 }
 
 /// "exit status 3", "killed by SIGSEGV".
-fn describe(status: std::process::ExitStatus) -> String {
+pub(crate) fn describe(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
@@ -194,7 +204,7 @@ fn describe(status: std::process::ExitStatus) -> String {
     }
 }
 
-fn pin(cpus: &[usize]) -> Result<()> {
+pub(crate) fn pin(cpus: &[usize]) -> Result<()> {
     let mut set = CpuSet::new();
     for &c in cpus {
         set.set(c).context("a CPU number beyond what the kernel's affinity mask holds")?;
@@ -202,12 +212,12 @@ fn pin(cpus: &[usize]) -> Result<()> {
     sched_setaffinity(Pid::from_raw(0), &set).context("setting lopi's CPU affinity")
 }
 
-fn restore_affinity(allowed: &[usize]) -> Result<()> {
+pub(crate) fn restore_affinity(allowed: &[usize]) -> Result<()> {
     pin(allowed)
 }
 
 /// `{cpus}` anywhere in an argument becomes the CPU count (`-T{cpus}` -> `-T2`).
-fn substitute(arg: &OsString, cpus: u32) -> OsString {
+pub(crate) fn substitute(arg: &OsString, cpus: u32) -> OsString {
     match arg.to_str() {
         Some(s) if s.contains(PLACEHOLDER) => s.replace(PLACEHOLDER, &cpus.to_string()).into(),
         _ => arg.clone(),
@@ -223,7 +233,7 @@ fn list(counts: &[u32]) -> String {
 }
 
 /// `0-3,6` for a set of CPU numbers.
-fn ranges(cpus: &[usize]) -> String {
+pub(crate) fn ranges(cpus: &[usize]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < cpus.len() {

@@ -87,3 +87,31 @@ fn system_calls_at_once_spin_for_the_giant_lock() {
     }
     cleanup(&dir);
 }
+
+#[test]
+fn whatif_compares_the_kernels_side_by_side() {
+    let dir = fresh_dir("whatif_cli");
+    let prog = dir.join("mpbench");
+    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(workspace_root().join("crates/lopi-cli/src/mpbench.c"))).unwrap();
+    // Mostly kernel work: under one lock, two threads must take turns.
+    let out = run(
+        Command::new(lopi_bin()).args(["whatif", "--kernel", "giant-lock", "--runs", "1", "--format", "json", "--"]).arg(&prog).args(["{cpus}", "20000", "100"]),
+        common::default_timeout(),
+    )
+    .unwrap();
+    assert!(out.status.success(), "lopi whatif failed: {}\n{}", out.describe_status(), out.stderr_str());
+    let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
+    assert_eq!(json["output_identical"], true, "{json}");
+    for kernel in ["native", "giant-lock"] {
+        let k = &json[kernel];
+        for key in ["wall_ns", "speedup", "null_syscall_ns", "user_ns", "kernel_ns", "syscall_blocked_ns", "lock_wait_ns", "kernel_lock_spin_ns", "other_ns"] {
+            assert!(k[key].is_number(), "{kernel}.{key}: {json}");
+        }
+        assert!(k["one_cpu"]["wall_ns"].as_u64().unwrap() > 0, "{json}");
+    }
+    assert_eq!(json["native"]["kernel_lock_spin_ns"], 0, "{json}");
+    assert!(json["giant-lock"]["null_syscall_ns"].as_f64().unwrap() > 0.0);
+    let bad = run(Command::new(lopi_bin()).args(["whatif", "--kernel", "giant-lock", "--cpus", "4096", "--", "true"]), common::default_timeout()).unwrap();
+    assert!(!bad.status.success() && bad.stderr_str().contains("--cpus 4096"), "{}", bad.stderr_str());
+    cleanup(&dir);
+}

@@ -1,0 +1,211 @@
+//! `lopi whatif`: the program natively and under an emulated kernel (`LOPI_WHATIF`, see the
+//! runtime's `timing/whatif.rs`), each recorded with `--probe syscall,locks` on one CPU and on
+//! N, side by side in the thesis's layout (user / kernel / spinning for the kernel lock, as
+//! shares of the CPU time), the speedup each kernel reaches against itself on one CPU, Amdahl's
+//! bound with the kernel serial, and the null system call's latency under each.
+use crate::scale::{allowed_cpus, recorded_run, restore_affinity};
+use anyhow::{bail, Context, Result};
+use lopi_trace::{Breakdown, Parts, Threads};
+use serde_json::{json, Map, Value};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::process::Command;
+
+const NULLSYS: &str = include_str!("nullsys.c");
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kernel {
+    /// One lock around every system call.
+    GiantLock,
+    /// One lock per subsystem (file system, network, memory, processes, time, IPC).
+    SubsystemLocks,
+}
+
+impl Kernel {
+    fn name(self) -> &'static str {
+        match self {
+            Kernel::GiantLock => "giant-lock",
+            Kernel::SubsystemLocks => "subsystem-locks",
+        }
+    }
+}
+
+pub struct Request {
+    pub kernel: Kernel,
+    pub cpus: Option<u32>,
+    pub runs: u32,
+    pub json: bool,
+    pub command: Vec<OsString>,
+}
+
+/// One kernel on one CPU count: the median run's wall time and the breakdown summed over
+/// threads.
+struct Point {
+    wall_ns: u64,
+    parts: Parts,
+}
+
+struct Measured {
+    name: &'static str,
+    one: Point,
+    many: Point,
+    null_cycles: f64,
+    null_ns: f64,
+    stdout: Vec<u8>,
+}
+
+pub fn run(req: Request) -> Result<()> {
+    let allowed = allowed_cpus()?;
+    let n = req.cpus.unwrap_or(allowed.len() as u32);
+    if n == 0 || n as usize > allowed.len() {
+        bail!("--cpus {n}: lopi may use {} CPU{} here (its affinity, as `taskset -p` shows)", allowed.len(), if allowed.len() == 1 { "" } else { "s" });
+    }
+    if req.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let nullsys = build_nullsys()?;
+    let kernels = [None, Some(req.kernel.name())];
+    if !req.json {
+        eprintln!(
+            "lopi whatif: {} on 1 and {n} CPU{}, {} recorded run{} each (lopi run --probe syscall,locks), natively and under an emulated {} kernel",
+            req.command[0].to_string_lossy(),
+            if n == 1 { "" } else { "s" },
+            req.runs,
+            if req.runs == 1 { "" } else { "s" },
+            req.kernel.name()
+        );
+    }
+    let mut measured = Vec::new();
+    for kernel in kernels {
+        let one = point(&req.command, 1, &allowed, kernel, req.runs)?;
+        let many = if n == 1 { point(&req.command, 1, &allowed, kernel, 1)? } else { point(&req.command, n, &allowed, kernel, req.runs)? };
+        let (null_cycles, null_ns) = null_syscall(&nullsys, &allowed, kernel)?;
+        measured.push(Measured { name: kernel.unwrap_or("native"), one: one.0, many: many.0, null_cycles, null_ns, stdout: one.1 });
+    }
+    restore_affinity(&allowed)?;
+    let _ = std::fs::remove_dir_all(nullsys.parent().unwrap_or(&nullsys));
+    let identical = measured.windows(2).all(|w| w[0].stdout == w[1].stdout);
+    let native_kernel_share = share(&measured[0].one.parts, |p| p.kernel_ns);
+    let amdahl = lopi_trace::amdahl(native_kernel_share, f64::from(n));
+    if req.json {
+        crate::print_json(&report_json(&measured, n, amdahl, native_kernel_share, identical))
+    } else {
+        crate::print(&report_text(&measured, n, amdahl, native_kernel_share, identical))
+    }
+}
+
+/// The median of `runs` recorded runs on `cpus` CPUs, and the program's output.
+fn point(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str>, runs: u32) -> Result<(Point, Vec<u8>)> {
+    let mut points = Vec::new();
+    let mut stdout = Vec::new();
+    for _ in 0..runs {
+        let run = recorded_run(command, cpus, allowed, kernel)?;
+        let b = Breakdown::from_threads(&Threads::from_data(&run.data));
+        // The program's own wall time (its first probe to its last thread's end), without
+        // lopi's start-up.
+        points.push(Point { wall_ns: b.process_wall_ns.round() as u64, parts: b.total });
+        stdout = run.stdout;
+    }
+    points.sort_by_key(|p| p.wall_ns);
+    Ok((points.swap_remove(points.len() / 2), stdout))
+}
+
+/// Builds the null-system-call program into a temporary directory.
+fn build_nullsys() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("lopi-whatif-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let src = dir.join("nullsys.c");
+    let prog = dir.join("nullsys");
+    std::fs::write(&src, NULLSYS)?;
+    let status = Command::new("cc").arg("-O2").arg("-o").arg(&prog).arg(&src).status().context("running cc (is a C compiler installed?)")?;
+    if !status.success() {
+        bail!("cc failed with {status} building the null-system-call program");
+    }
+    Ok(prog)
+}
+
+/// getppid's round trip under `kernel` (recorded like the program), on one CPU.
+fn null_syscall(prog: &std::path::Path, allowed: &[usize], kernel: Option<&str>) -> Result<(f64, f64)> {
+    let run = recorded_run(&[prog.into(), "2000".into()], 1, allowed, kernel)?;
+    let text = String::from_utf8_lossy(&run.stdout);
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    match fields[..] {
+        ["cycles", c, "ns", ns] => Ok((c.parse().unwrap_or(0.0), ns.parse().unwrap_or(0.0))),
+        _ => bail!("the null-system-call program printed {text:?}"),
+    }
+}
+
+/// A part's share of the CPU time (user, kernel, spinning).
+fn share(p: &Parts, part: impl Fn(&Parts) -> f64) -> f64 {
+    let cpu = p.cpu_ns();
+    if cpu > 0.0 {
+        part(p) / cpu
+    } else {
+        0.0
+    }
+}
+
+fn spin(p: &Parts) -> f64 {
+    p.lock_spin_ns + p.kernel_lock_spin_ns
+}
+
+fn speedup(m: &Measured) -> f64 {
+    if m.many.wall_ns > 0 {
+        m.one.wall_ns as f64 / m.many.wall_ns as f64
+    } else {
+        0.0
+    }
+}
+
+fn report_text(measured: &[Measured], n: u32, amdahl: f64, kernel_share: f64, identical: bool) -> String {
+    let mut out = String::from("KERNEL             CPUS     WALL ms  SPEEDUP   USER%  KERNEL%  SPIN%   NULL SYSCALL\n");
+    for m in measured {
+        for (cpus, p) in [(1, &m.one), (n, &m.many)] {
+            let sp = if cpus == 1 { "1.00".to_string() } else { format!("{:.2}", speedup(m)) };
+            let null = if cpus == 1 { format!("{:.0} cycles, {:.0} ns", m.null_cycles, m.null_ns) } else { String::new() };
+            let _ = writeln!(
+                out,
+                "{:<18} {cpus:>4} {:>11.1} {sp:>8} {:>7.1} {:>8.1} {:>6.1}   {null}",
+                m.name,
+                p.wall_ns as f64 / 1e6,
+                100.0 * share(&p.parts, |p| p.user_ns),
+                100.0 * share(&p.parts, |p| p.kernel_ns),
+                100.0 * share(&p.parts, spin),
+            );
+            if n == 1 {
+                break;
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "note: USER, KERNEL and SPIN are shares of the threads' CPU time (SPIN: waiting for a lock in user space, the emulated kernel's lock included); each run recorded, so the probes' cost is in both kernels' times"
+    );
+    if n > 1 {
+        let _ = writeln!(out, "Amdahl bound on {n} CPUs with the kernel serial (its native 1-CPU share {:.1}%): {amdahl:.2}", 100.0 * kernel_share);
+    }
+    let _ = writeln!(out, "output: {}", if identical { "identical under both kernels" } else { "DIFFERS between the kernels" });
+    out
+}
+
+fn report_json(measured: &[Measured], n: u32, amdahl: f64, kernel_share: f64, identical: bool) -> Value {
+    let mut out = Map::new();
+    for m in measured {
+        let entry = |p: &Point| {
+            let mut v = crate::breakdown::parts_json(&p.parts);
+            v.insert("wall_ns".into(), p.wall_ns.into());
+            v
+        };
+        let mut k = entry(&m.many);
+        k.insert("cpus".into(), n.into());
+        k.insert("speedup".into(), speedup(m).into());
+        k.insert("null_syscall_ns".into(), m.null_ns.into());
+        k.insert("null_syscall_cycles".into(), m.null_cycles.into());
+        k.insert("one_cpu".into(), Value::Object(entry(&m.one)));
+        out.insert(m.name.into(), Value::Object(k));
+    }
+    out.insert("amdahl_bound".into(), json!(if n > 1 { Some(amdahl) } else { None }));
+    out.insert("kernel_share_one_cpu".into(), kernel_share.into());
+    out.insert("output_identical".into(), identical.into());
+    Value::Object(out)
+}
