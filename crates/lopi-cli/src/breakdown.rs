@@ -162,6 +162,14 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
             waited.join(", ")
         );
     }
+    let gave_up: Vec<String> = threads.threads.iter().filter(|t| t.kernel_lock_gave_up).map(|t| t.tid.to_string()).collect();
+    if !gave_up.is_empty() {
+        let _ = writeln!(
+            out,
+            "warning: threads {} went on without the emulated kernel lock after spinning 2 s for it (its holder slept in a call taken for one that cannot): the emulation is incomplete there",
+            gave_up.join(", ")
+        );
+    }
     if b.unknown_cpu > 0 {
         let _ = writeln!(out, "note: {} thread(s) without CPU times are left out of the sums", b.unknown_cpu);
     }

@@ -43,6 +43,8 @@ pub struct Request {
 struct Point {
     wall_ns: u64,
     parts: Parts,
+    /// A call went on without the emulated lock (see the runtime's `whatif::take`).
+    gave_up: bool,
 }
 
 struct Measured {
@@ -100,10 +102,12 @@ fn point(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str
     let mut stdout = Vec::new();
     for _ in 0..runs {
         let run = recorded_run(command, cpus, allowed, kernel)?;
-        let b = Breakdown::from_threads(&Threads::from_data(&run.data));
+        let threads = Threads::from_data(&run.data);
+        let b = Breakdown::from_threads(&threads);
+        let gave_up = threads.threads.iter().any(|t| t.kernel_lock_gave_up);
         // The program's own wall time (its first probe to its last thread's end), without
         // lopi's start-up.
-        points.push(Point { wall_ns: b.process_wall_ns.round() as u64, parts: b.total });
+        points.push(Point { wall_ns: b.process_wall_ns.round() as u64, parts: b.total, gave_up });
         stdout = run.stdout;
     }
     points.sort_by_key(|p| p.wall_ns);
@@ -185,6 +189,9 @@ fn report_text(measured: &[Measured], n: u32, amdahl: f64, kernel_share: f64, id
         let _ = writeln!(out, "Amdahl bound on {n} CPUs with the kernel serial (its native 1-CPU share {:.1}%): {amdahl:.2}", 100.0 * kernel_share);
     }
     let _ = writeln!(out, "output: {}", if identical { "identical under both kernels" } else { "DIFFERS between the kernels" });
+    if measured.iter().any(|m| m.one.gave_up || m.many.gave_up) {
+        let _ = writeln!(out, "warning: a thread went on without the emulated lock after spinning 2 s for it (its holder slept in a call taken for one that cannot): the emulation is incomplete");
+    }
     out
 }
 
@@ -202,6 +209,7 @@ fn report_json(measured: &[Measured], n: u32, amdahl: f64, kernel_share: f64, id
         k.insert("null_syscall_ns".into(), m.null_ns.into());
         k.insert("null_syscall_cycles".into(), m.null_cycles.into());
         k.insert("one_cpu".into(), Value::Object(entry(&m.one)));
+        k.insert("lock_given_up".into(), (m.one.gave_up || m.many.gave_up).into());
         out.insert(m.name.into(), Value::Object(k));
     }
     out.insert("amdahl_bound".into(), json!(if n > 1 { Some(amdahl) } else { None }));

@@ -115,3 +115,48 @@ fn whatif_compares_the_kernels_side_by_side() {
     assert!(!bad.status.success() && bad.stderr_str().contains("--cpus 4096"), "{}", bad.stderr_str());
     cleanup(&dir);
 }
+
+/// A thread opening a FIFO sleeps until another opens its other end: a call the emulation
+/// takes for one that cannot sleep. The other thread's open gives up on the lock after 2 s of
+/// spinning, and the program still finishes, with the report saying so.
+const FIFO: &str = r#"
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static const char *path;
+static void *writer(void *arg) {
+    usleep(100000);
+    int fd = open(path, O_WRONLY);
+    write(fd, "x", 1);
+    close(fd);
+    return arg;
+}
+int main(int argc, char **argv) {
+    path = argv[1];
+    pthread_t t; pthread_create(&t, NULL, writer, NULL);
+    int fd = open(path, O_RDONLY);
+    char c = 0;
+    read(fd, &c, 1);
+    pthread_join(t, NULL);
+    printf("%c\n", c);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_holder_asleep_in_an_unexpected_call_does_not_hang_the_program() {
+    let dir = fresh_dir("whatif_fifo");
+    let src = dir.join("fifo.c");
+    std::fs::write(&src, FIFO).unwrap();
+    let prog = dir.join("fifo");
+    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+    let fifo = dir.join("pipe");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let data = dir.join("fifo.lopi");
+    let out = lopi_run(&prog, &[fifo.to_str().unwrap()], Some("giant-lock"), &data);
+    assert_eq!(out.stdout_str(), "x\n");
+    let report = run(Command::new(lopi_bin()).args(["report", "--breakdown"]).arg(&data), common::default_timeout()).unwrap();
+    assert!(report.stdout_str().contains("went on without the emulated kernel lock"), "{}", report.stdout_str());
+    cleanup(&dir);
+}

@@ -173,13 +173,15 @@ pub struct KernelLockState {
     /// 0; 1 + lock while the call at `key` holds that lock; 1 + `LOCK_COUNT` + lock when that
     /// call (one that may sleep) takes and drops it on its return.
     pub state: u32,
-    /// Acquisitions that found the lock taken.
+    /// Acquisitions that found the lock taken; bit 31 ([`KERNEL_LOCK_GAVE_UP`]) once a call
+    /// went on without the lock after spinning too long.
     pub waits: u32,
     /// Ticks spent spinning for the lock.
     pub spin_ticks: u64,
 }
 
 pub const KERNEL_LOCK_STATE_LEN: usize = 24;
+pub const KERNEL_LOCK_GAVE_UP: u32 = 1 << 31;
 const _: () = assert!(core::mem::size_of::<KernelLockState>() == KERNEL_LOCK_STATE_LEN);
 const _: () = assert!(KERNEL_LOCK_STATE + KERNEL_LOCK_STATE_LEN as u64 <= UNMATCHED_TABLE);
 

@@ -63,6 +63,8 @@ pub struct ThreadLife {
     /// Spinning for an emulated kernel's lock (`lopi whatif`), and the waits that spun.
     pub kernel_lock_spin_ns: f64,
     pub kernel_lock_waits: u64,
+    /// A call went on without the emulated lock after spinning for it too long.
+    pub kernel_lock_gave_up: bool,
     pub calls: ThreadCalls,
     /// The CPU time it used, read when it made the system call that ended it.
     pub cpu: Option<ThreadCpu>,
@@ -90,6 +92,7 @@ impl ThreadLife {
             syscall_ns: 0.0,
             kernel_lock_spin_ns: 0.0,
             kernel_lock_waits: 0,
+            kernel_lock_gave_up: false,
             calls: ThreadCalls::default(),
             cpu: None,
             recorded,
@@ -175,7 +178,8 @@ impl Threads {
                 exit_groups.insert(h.pid, t.end.tsc);
             }
             life.kernel_lock_spin_ns += ns(t.kernel_lock.spin_ticks);
-            life.kernel_lock_waits += u64::from(t.kernel_lock.waits);
+            life.kernel_lock_waits += u64::from(t.kernel_lock.waits & !lopi_rt_abi::KERNEL_LOCK_GAVE_UP);
+            life.kernel_lock_gave_up |= t.kernel_lock.waits & lopi_rt_abi::KERNEL_LOCK_GAVE_UP != 0;
             life.syscall_ns += t.nodes.iter().filter(|n| syscall_name::decode(n.func).is_some()).map(|n| ns(n.ticks)).sum::<f64>();
             let futex_under = crate::locks::futex_ticks_under(&t.nodes);
             for (i, n) in t.nodes.iter().enumerate() {

@@ -81,8 +81,7 @@ pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, key: u64, nr: u64,
         write_volatile(&raw mut (*s).key, key);
         if sleeps {
             write_volatile(&raw mut (*s).state, 1 + whatif::LOCK_COUNT as u32 + index);
-        } else {
-            take(t, v, index);
+        } else if take(t, v, index) {
             write_volatile(&raw mut (*s).state, 1 + index);
         }
     }
@@ -99,25 +98,29 @@ pub(super) unsafe fn exit(t: &Thread, v: *const RuntimeVars, key: u64) {
             return;
         }
         let count = whatif::LOCK_COUNT as u32;
-        if st > count {
-            take(t, v, st - 1 - count);
-        }
         write_volatile(&raw mut (*s).state, 0);
-        lock(v, (st - 1) % count).store(0, Ordering::Release);
+        if st <= count || take(t, v, st - 1 - count) {
+            lock(v, (st - 1) % count).store(0, Ordering::Release);
+        }
     }
 }
 
 /// Spins until the lock is this thread's; the spin is counted. A holder that died (killed
-/// inside a system call) is taken over.
-unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) {
+/// inside a system call) is taken over. After `GIVE_UP_SECONDS` of spinning the call goes on
+/// without the lock (false), flagged in the thread's state: a holder is asleep in a call taken
+/// for one that cannot sleep (opening a FIFO, say), and waiting longer could hang the program.
+unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) -> bool {
     // SAFETY: the header is this thread's.
     let tid = unsafe { (*t.h).tid };
     let word = lock(v, index);
     if word.compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-        return;
+        return true;
     }
     let began = rdtsc();
+    // SAFETY: `v` is this module's variables page.
+    let give_up = unsafe { (*v).tsc_hz }.saturating_mul(GIVE_UP_SECONDS);
     let mut spins: u32 = 0;
+    let mut taken = true;
     loop {
         core::hint::spin_loop();
         let owner = word.load(Ordering::Relaxed);
@@ -129,18 +132,32 @@ unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) {
             spins = spins.wrapping_add(1);
             // kill(owner, 0): ESRCH once no such thread is left.
             // SAFETY: signal 0 sends nothing.
-            if spins % (1 << 16) == 0 && unsafe { sys::call3(sys::KILL, owner as usize, 0, 0) } == -3 && word.compare_exchange(owner, tid, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                break;
+            if spins % (1 << 16) == 0 {
+                if unsafe { sys::call3(sys::KILL, owner as usize, 0, 0) } == -3 && word.compare_exchange(owner, tid, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                    break;
+                }
+                if rdtsc().wrapping_sub(began) > give_up {
+                    taken = false;
+                    break;
+                }
             }
         }
     }
     // SAFETY: the header is this thread's.
     unsafe {
         let s = state(t);
-        write_volatile(&raw mut (*s).waits, read_volatile(&raw const (*s).waits).wrapping_add(1));
+        let gave_up = abi::KERNEL_LOCK_GAVE_UP;
+        let waits = read_volatile(&raw const (*s).waits);
+        let count = (waits & !gave_up).wrapping_add(1) & !gave_up;
+        let flag = (waits & gave_up) | if taken { 0 } else { gave_up };
+        write_volatile(&raw mut (*s).waits, count | flag);
         write_volatile(&raw mut (*s).spin_ticks, read_volatile(&raw const (*s).spin_ticks).wrapping_add(rdtsc().wrapping_sub(began)));
     }
+    taken
 }
+
+/// Seconds of spinning for the emulated lock before a call goes on without it.
+const GIVE_UP_SECONDS: u64 = 2;
 
 /// The subsystem of system call `nr` (first argument `a0`), and whether it may sleep.
 unsafe fn classify(v: *const RuntimeVars, nr: u64, a0: u64) -> (Class, bool) {
