@@ -3,7 +3,11 @@
 # --breakdown` (the program uninstrumented on 1, 2, ... CPUs; speedup, efficiency, Karp-Flatt, USL,
 # the median serial fraction and Amdahl bound of up to three recorded runs) and `lopi run -q --probe syscall,locks` +
 # `lopi report --breakdown` on 1 CPU (taskset -c 0) and on all CPUs (user, kernel, blocked, lock
-# spin/blocked and other time per thread and summed; average parallelism, serial fraction).
+# spin/blocked and other time per thread and summed; average parallelism, serial fraction); then
+# `lopi whatif --kernel giant-lock` and `--kernel subsystem-locks` (the program recorded natively and
+# under an emulated kernel, a spinlock around every system call that cannot sleep or one per
+# subsystem, on 1 CPU and on all: speedup, user/kernel/spin shares of CPU, null system call,
+# output identity), and mpbench calibrated to 30% user under the giant lock.
 #
 #   bench/mp/run.sh [--quick] [extra mp_bench.py options]
 #
@@ -15,8 +19,9 @@
 # and sysbench with apt-get when missing; a workload that cannot run is shown as skipped, with why.
 # lopi is $LOPI, else built here with `cargo build --release -p lopi-cli` (target/release/lopi).
 # Writes bench/results/mp.md (+ mp.runs.json with every run and every breakdown report).
-# Full: --runs 3, mpbench 1 s, 64 MiB corpus, ~1 min on 2 CPUs. --quick: --runs 2, 300 ms,
-# 16 MiB, half the postmark and sysbench work, ~15 s (plus lopi's build when it is out of date).
+# Full: --runs 3 (lopi whatif --runs 3), mpbench 1 s (30:70 variant 600 ms), 64 MiB corpus, ~2 min on
+# 2 CPUs. --quick: --runs 2, 300 ms (and 300 ms), 16 MiB, half the postmark and sysbench work, ~35 s
+# (plus lopi's build when it is out of date). A lopi whatif call that takes over 600 s counts as hung.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)

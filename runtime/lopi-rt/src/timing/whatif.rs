@@ -185,8 +185,10 @@ unsafe fn classify(v: *const RuntimeVars, nr: u64, a0: u64) -> (Class, bool) {
         42..=47 | 288 | 299 | 307 | 7 | 23 | 232 | 270 | 271 | 281 | 441 => (Class::Network, true),
         // futex, SysV semaphores and messages, POSIX message queues.
         202 | 64..=71 | 240..=245 => (Class::Ipc, true),
-        // Sleeping: pause, nanosleep, rt_sigtimedwait, rt_sigsuspend, clock_nanosleep.
+        // Sleeping: pause, nanosleep, rt_sigtimedwait, rt_sigsuspend, clock_nanosleep; and
+        // sched_yield, which gives the CPU away (a kernel drops its lock when it switches).
         34 | 35 | 128 | 130 | 230 => (Class::Time, true),
+        24 => (Class::Process, true),
         // Clocks and timers.
         96 | 100 | 201 | 222..=229 | 283 | 286 | 287 => (Class::Time, false),
         // Children: clone, fork, vfork, execve, wait4, waitid, clone3, execveat (the child
