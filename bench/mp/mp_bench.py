@@ -235,7 +235,7 @@ def whatif_table(calls: dict, ncpu: int) -> list[str]:
         notes.append(f"- `{shown}` ({wi['wall_s']:.1f} s): {ncpu}-CPU wall time under {KNAME[kernel]} "
                      f"x{f2(f['slowdown'])} native's; Amdahl bound with the kernel serial {f2(f['amdahl'])} "
                      f"(native kernel share on 1 CPU {ks}%); "
-                     f"output {'identical' if f['identical'] else 'DIFFERS'} (lopi whatif: the 1-CPU runs' standard "
+                     f"output {'identical' if f['identical'] else 'DIFFERS'} (lopi whatif: every run's standard "
                      "output, byte for byte)")
     head = ["call", "kernel", "CPUs", "wall ms (median)", "speedup vs same kernel on 1 CPU", "user %", "kernel %",
             "kernel-lock spin %", "program-lock spin %", "null syscall ns"]
@@ -456,11 +456,8 @@ def main() -> int:
                  lambda o: (f"events {m.group(1).decode()}" if (m := re.search(rb"total number of events:\s+(\d+)", o))
                             else "no event count"),
                  skip=which("sysbench"), timed="its total time and latencies",
-                 whatif_note="each event calls sched_yield 100 times, and the emulation holds its lock across "
-                 "sched_yield (a call that cannot sleep, by its classes); its emulated figures on several CPUs vary "
-                 "widely from run to run (a median of a few runs here), likely when a thread spinning for the lock "
-                 "shares a CPU with the holder and burns its time slice, which a real kernel's spinlock (no "
-                 "preemption while held) does not allow."),
+                 whatif_note="each event calls sched_yield 100 times; the emulation runs sched_yield without its "
+                 "lock (a kernel drops its lock when it switches), as it does every call that gives the CPU away."),
     ]
     if a.only:
         wls = [w for w in wls if w.key in a.only.split(",")]
@@ -561,7 +558,7 @@ def main() -> int:
                        + ("which also passed under lopi run)." if figs[wl.key].get("identical") else
                           "which FAILED under lopi run: see the workload's section).") if wl.timed else "")
                 wnotes.append(f"- {label}: output NOT identical natively and under {' and '.join(differ)}, as lopi "
-                              f"whatif compares it (the 1-CPU runs' standard output, byte for byte).{why}")
+                              f"whatif compares it (every run's standard output, byte for byte).{why}")
             if label == wl.key and wl.threads == 1 and ok:
                 one = natives(lambda f: f"{f['native']['one_cpu']['wall_ns'] / 1e6:,.1f}")
                 wnotes.append(
@@ -612,7 +609,7 @@ def main() -> int:
            "(futex, poll, waits, fork/clone/exec, pipes, sockets, terminals) runs without it and takes and drops it "
            "on return. Not modelled: page faults and interrupts (not system calls), the real kernel's own locks "
            "(still there underneath), vDSO calls (clock_gettime and the like: not system calls), and the system "
-           "calls of a vfork child (run unemulated). lopi whatif checks output identity on the 1-CPU runs' standard "
+           "calls of a vfork child (run unemulated). lopi whatif checks output identity on every run's standard "
            "output, byte for byte. mpbench also runs as a 30% user / 70% kernel variant "
            f"(`mpbench --calibrate {ms3070} 30`) under the giant lock only.",
            f"- mpbench: [mpbench.c](../../crates/lopi-cli/src/mpbench.c) built `gcc -O2 -pthread`, calibrated once "
