@@ -20,6 +20,7 @@
 //! own.
 mod budget;
 mod cpus;
+mod lock_stubs;
 mod locks;
 mod maps;
 mod probes;
