@@ -27,15 +27,20 @@ pub fn run(which: Which, dir: Option<PathBuf>) -> Result<()> {
     }
 }
 
-/// Writes `source` to DIR/NAME.c and compiles it to DIR/NAME.
+/// Writes `source` to DIR/NAME.c and compiles it to DIR/NAME, showing the command.
 fn build(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<PathBuf> {
+    step(&format!("cc -O2 {}-o {} {}", flags.iter().map(|f| format!("{f} ")).collect::<String>(), dir.join(name).display(), dir.join(format!("{name}.c")).display()));
+    compile_c(dir, name, source, flags)
+}
+
+/// Writes `source` to DIR/NAME.c and compiles it to DIR/NAME (`cc -O2 FLAGS`).
+pub(crate) fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<PathBuf> {
     let src = dir.join(format!("{name}.c"));
     let prog = dir.join(name);
-    std::fs::write(&src, source)?;
-    step(&format!("cc -O2 {}-o {} {}", flags.iter().map(|f| format!("{f} ")).collect::<String>(), prog.display(), src.display()));
+    std::fs::write(&src, source).with_context(|| format!("writing {}", src.display()))?;
     let status = Command::new("cc").arg("-O2").args(flags).arg("-o").arg(&prog).arg(&src).status().context("running cc (is a C compiler installed?)")?;
     if !status.success() {
-        bail!("cc failed with {status}");
+        bail!("cc failed with {status} building {}", src.display());
     }
     Ok(prog)
 }

@@ -128,7 +128,7 @@ const RECORDED_RUNS: u32 = 3;
 /// The serial fraction a breakdown of one recorded run on `cpus` CPUs implies (None on one
 /// CPU).
 fn serial_fraction(command: &[OsString], cpus: u32, allowed: &[usize]) -> Result<Option<f64>> {
-    let run = recorded_run(command, cpus, allowed, None)?;
+    let run = recorded_run(command, cpus, allowed, None, false)?;
     let threads = lopi_trace::Threads::from_data(&run.data);
     Ok(lopi_trace::Breakdown::from_threads(&threads).serial_fraction)
 }
@@ -136,11 +136,12 @@ fn serial_fraction(command: &[OsString], cpus: u32, allowed: &[usize]) -> Result
 /// A run recorded by lopi itself (`lopi run -q --probe syscall,locks`, with `LOPI_WHATIF` set
 /// to `kernel` if any) into a temporary file, which is read and removed.
 pub(crate) struct RecordedRun {
+    /// The program's standard output, if kept (else discarded as it is written).
     pub stdout: Vec<u8>,
     pub data: lopi_trace::DataFile,
 }
 
-pub(crate) fn recorded_run(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str>) -> Result<RecordedRun> {
+pub(crate) fn recorded_run(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str>, keep_output: bool) -> Result<RecordedRun> {
     pin(&allowed[..cpus as usize])?;
     let path = std::env::temp_dir().join(format!("lopi-recorded-{}.lopi", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -148,6 +149,7 @@ pub(crate) fn recorded_run(command: &[OsString], cpus: u32, allowed: &[usize], k
     let mut cmd = Command::new(std::env::current_exe().context("finding the lopi binary")?);
     cmd.args(["run", "-q", "--probe", "syscall,locks", "--"]).arg(prog).args(args.iter().map(|a| substitute(a, cpus)));
     cmd.env("LOPI_OUTPUT", &path).stdin(Stdio::null()).stderr(Stdio::piped());
+    cmd.stdout(if keep_output { Stdio::piped() } else { Stdio::null() });
     match kernel {
         Some(k) => cmd.env("LOPI_WHATIF", k),
         None => cmd.env_remove("LOPI_WHATIF"),

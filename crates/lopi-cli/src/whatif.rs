@@ -9,7 +9,6 @@ use lopi_trace::{Breakdown, Parts, Threads};
 use serde_json::{json, Map, Value};
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::process::Command;
 
 const NULLSYS: &str = include_str!("nullsys.c");
 
@@ -104,7 +103,7 @@ fn point(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str
     let mut points = Vec::new();
     let mut stdout = Vec::new();
     for _ in 0..runs {
-        let run = recorded_run(command, cpus, allowed, kernel)?;
+        let run = recorded_run(command, cpus, allowed, kernel, true)?;
         let threads = Threads::from_data(&run.data);
         let b = Breakdown::from_threads(&threads);
         let gave_up = threads.threads.iter().any(|t| t.kernel_lock_gave_up);
@@ -122,19 +121,12 @@ fn point(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str
 fn build_nullsys() -> Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("lopi-whatif-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let src = dir.join("nullsys.c");
-    let prog = dir.join("nullsys");
-    std::fs::write(&src, NULLSYS)?;
-    let status = Command::new("cc").arg("-O2").arg("-o").arg(&prog).arg(&src).status().context("running cc (is a C compiler installed?)")?;
-    if !status.success() {
-        bail!("cc failed with {status} building the null-system-call program");
-    }
-    Ok(prog)
+    crate::demo::compile_c(&dir, "nullsys", NULLSYS, &[])
 }
 
 /// getppid's round trip under `kernel` (recorded like the program), on one CPU.
 fn null_syscall(prog: &std::path::Path, allowed: &[usize], kernel: Option<&str>) -> Result<(f64, f64)> {
-    let run = recorded_run(&[prog.into(), "2000".into()], 1, allowed, kernel)?;
+    let run = recorded_run(&[prog.into(), "2000".into()], 1, allowed, kernel, true)?;
     let text = String::from_utf8_lossy(&run.stdout);
     let fields: Vec<&str> = text.split_whitespace().collect();
     match fields[..] {

@@ -4,17 +4,10 @@
 //! calibrated for on this machine.
 mod common;
 
-use common::{cleanup, fresh_dir, lopi_bin, run, workspace_root};
+use common::{build_mpbench, cleanup, fresh_dir, lopi_bin, run};
 use serde_json::Value as Json;
 use std::path::Path;
 use std::process::Command;
-
-fn build_mpbench(dir: &Path) -> std::path::PathBuf {
-    let prog = dir.join("mpbench");
-    let src = workspace_root().join("crates/lopi-cli/src/mpbench.c");
-    common::compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&src)).expect("building mpbench");
-    prog
-}
 
 /// Records mpbench with `threads` threads on CPU 0 only, and returns the breakdown's JSON.
 fn breakdown(dir: &Path, prog: &Path, threads: u32, params: &[String]) -> Json {
@@ -47,9 +40,7 @@ fn thesis_benchmark_on_one_cpu_splits_64_36_and_adds_up() {
         assert_eq!(list.len(), threads as usize + 1, "{json}");
         for t in list {
             assert_eq!(t["cpu_known"], true, "{t}");
-            let parts = ["user_ns", "kernel_ns", "syscall_blocked_ns", "lock_wait_ns", "other_ns"].iter().map(|k| ns(t, k)).sum::<f64>();
-            let wall = ns(t, "wall_ns");
-            assert!((parts - wall).abs() <= 0.02 * wall, "parts {parts} vs wall {wall}: {t}");
+            common::assert_parts_add_up(t);
             assert_eq!(ns(t, "lock_wait_ns"), ns(t, "lock_spin_ns") + ns(t, "lock_blocked_ns"), "{t}");
         }
         // The worker alone on the CPU: 64:36 within 3 points (of its CPU time). Two workers on

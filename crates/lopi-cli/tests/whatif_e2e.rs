@@ -4,7 +4,7 @@
 //! system calls at once on two CPUs spin for it.
 mod common;
 
-use common::{cleanup, compile, fresh_dir, lopi_bin, run, workspace_root, Output};
+use common::{build_mpbench, cleanup, compile, fresh_dir, lopi_bin, run, Output};
 use serde_json::Value as Json;
 use std::path::Path;
 use std::process::Command;
@@ -67,8 +67,7 @@ fn threads_waiting_on_each_other_in_system_calls_do_not_deadlock() {
 #[test]
 fn system_calls_at_once_spin_for_the_giant_lock() {
     let dir = fresh_dir("whatif_mpbench");
-    let prog = dir.join("mpbench");
-    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(workspace_root().join("crates/lopi-cli/src/mpbench.c"))).unwrap();
+    let prog = build_mpbench(&dir);
     let args = ["2", "20000", "1000"];
     let native = lopi_run(&prog, &args, None, &dir.join("native.lopi"));
     let giant = lopi_run(&prog, &args, Some("giant-lock"), &dir.join("giant.lopi"));
@@ -80,19 +79,14 @@ fn system_calls_at_once_spin_for_the_giant_lock() {
     // Two workers reading /dev/zero at once queue for the one lock, whether their two CPUs
     // run them together or one CPU preempts a holder.
     assert!(spin(&giant) > 0, "{giant}");
-    for t in giant["threads"].as_array().unwrap() {
-        let parts = ["user_ns", "kernel_ns", "syscall_blocked_ns", "lock_wait_ns", "kernel_lock_spin_ns", "other_ns"].iter().map(|k| t[*k].as_u64().unwrap() as f64).sum::<f64>();
-        let wall = t["wall_ns"].as_u64().unwrap() as f64;
-        assert!((parts - wall).abs() <= 0.02 * wall, "parts {parts} vs wall {wall}: {t}");
-    }
+    giant["threads"].as_array().unwrap().iter().for_each(common::assert_parts_add_up);
     cleanup(&dir);
 }
 
 #[test]
 fn whatif_compares_the_kernels_side_by_side() {
     let dir = fresh_dir("whatif_cli");
-    let prog = dir.join("mpbench");
-    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(workspace_root().join("crates/lopi-cli/src/mpbench.c"))).unwrap();
+    let prog = build_mpbench(&dir);
     // Mostly kernel work: under one lock, two threads must take turns.
     let out = run(
         Command::new(lopi_bin()).args(["whatif", "--kernel", "giant-lock", "--runs", "1", "--format", "json", "--"]).arg(&prog).args(["{cpus}", "20000", "100"]),

@@ -583,6 +583,27 @@ pub fn by_syscall(list: &Json, field: &str) -> BTreeMap<String, u64> {
     list.as_array().into_iter().flatten().map(|s| (s["name"].as_str().unwrap_or("").to_string(), s[field].as_u64().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
 }
 
+// ---------------------------------------------------------------------------
+// The multiprocessor analysis
+// ---------------------------------------------------------------------------
+
+/// lopi's built-in thesis benchmark (`crates/lopi-cli/src/mpbench.c`), built into `dir`.
+pub fn build_mpbench(dir: &Path) -> PathBuf {
+    let prog = dir.join("mpbench");
+    let src = workspace_root().join("crates/lopi-cli/src/mpbench.c");
+    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&src)).expect("building mpbench");
+    prog
+}
+
+/// A thread of `lopi report --breakdown --format json`: its parts add up to its wall time
+/// within 2%.
+pub fn assert_parts_add_up(thread: &Json) {
+    let ns = |key: &str| thread[key].as_u64().unwrap_or_else(|| panic!("{key} in {thread}")) as f64;
+    let parts: f64 = ["user_ns", "kernel_ns", "syscall_blocked_ns", "lock_wait_ns", "kernel_lock_spin_ns", "other_ns"].iter().map(|k| ns(k)).sum();
+    let wall = ns("wall_ns");
+    assert!((parts - wall).abs() <= 0.02 * wall, "parts {parts} vs wall {wall}: {thread}");
+}
+
 #[cfg(test)]
 mod helper_tests {
     use super::*;
