@@ -252,7 +252,8 @@ pub struct RuntimeVars {
     pub syscall_pair_ticks: u64,
     /// The kernel the system-call probes emulate (`whatif::*`; 0: none), from `LOPI_WHATIF`.
     pub whatif: u32,
-    pub _pad: u32,
+    /// The CPU the application kernel's proxies run on.
+    pub kernel_cpu: u32,
     /// Address of the emulated kernel's lock words ([`whatif::LOCKS`] in the data file's
     /// first page, mapped shared), and of this process's table of file descriptor kinds.
     pub kernel_locks: u64,
@@ -265,11 +266,18 @@ pub mod whatif {
     pub const GIANT_LOCK: u32 = 1;
     /// One lock per subsystem ([`Class`]).
     pub const SUBSYSTEM_LOCKS: u32 = 2;
+    /// An application kernel: each thread's system calls are made by a proxy thread on one
+    /// CPU, which waits for work in `futex` (or spins: [`APP_KERNEL_SPIN`]).
+    pub const APP_KERNEL: u32 = 3;
+    pub const APP_KERNEL_SPIN: u32 = 4;
     /// Offset of the lock words in the data file's (otherwise reserved) first page: one
     /// `u32` (the holder's tid, 0 when free) per 64-byte line, [`LOCK_COUNT`] of them.
     pub const LOCKS: u64 = 2048;
     pub const LOCK_COUNT: u64 = 8;
     pub const LOCK_STRIDE: u64 = 64;
+    /// Offset in that page of the application kernel's CPU, as 1 + its number (0: not chosen
+    /// yet): the first module of the first process to start chooses it for all of them.
+    pub const KERNEL_CPU: u64 = LOCKS + LOCK_COUNT * LOCK_STRIDE;
 
     /// The subsystems of `subsystem-locks`, after Paper I's coarse-grained step.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,14 +6,17 @@
 //!         push <site counter>      ; the stubs return with `ret 8`
 //!         call syscall_enter_stub
 //!         lea rsp,[rsp+128]
+//!         jrcxz done               ; the enter stub made the call already (rax: its result)
 //!         syscall                  ; a restart (rip - 2) re-enters the kernel right here
-//!         lea rsp,[rsp-128]
+//! done:   lea rsp,[rsp-128]
 //!         push <site counter>
 //!         call syscall_exit_stub
 //!         lea rsp,[rsp+128]
 //! ```
-//! `lea` changes no flags. The stubs preserve every register but `rcx` and `r11`, which the
-//! `syscall` instruction itself clobbers, and the flags.
+//! `lea` and `jrcxz` change no flags. The stubs preserve every register but `rcx` and `r11`,
+//! which the `syscall` instruction itself clobbers, and the flags; the enter stub leaves `rcx`
+//! non-zero unless it has made the call itself (an emulated kernel that runs system calls on
+//! another thread: `lopi whatif --kernel app-kernel`).
 //!
 //! Both calls run on the stack the thread has at that point: in the child of a `clone` with a
 //! new stack, the exit probe runs on the child's stack, 128 bytes below its top.
@@ -49,16 +52,24 @@ fn stub_call(stub: u64, counter: u32) -> Result<[Instruction; 4], iced_x86::Iced
 
 /// The probed `syscall`: its first instruction takes the syscall's IP (branches to the
 /// syscall among the moved code run the probe); the `syscall` itself gets `label`, so that
-/// its place in the encoded trampoline can be found.
-pub(crate) fn wrapped(syscall: &Instruction, probes: &SyscallProbes<'_>, counter: u32, label: u64) -> Result<Vec<Instruction>, iced_x86::IcedError> {
-    let mut out = Vec::with_capacity(9);
+/// its place in the encoded trampoline can be found, and the exit probe `done`.
+pub(crate) fn wrapped(syscall: &Instruction, probes: &SyscallProbes<'_>, counter: u32, label: u64, done: u64) -> Result<Vec<Instruction>, iced_x86::IcedError> {
+    let mut out = Vec::with_capacity(10);
     out.extend(stub_call(probes.enter_stub, counter)?);
     out[0].set_ip(syscall.ip());
+    out.push(Instruction::with_branch(Code::Jrcxz_rel8_64, done)?);
     let mut moved = *syscall;
     moved.set_ip(label);
     out.push(moved);
-    out.extend(stub_call(probes.exit_stub, counter)?);
+    let exit = stub_call(probes.exit_stub, counter)?;
+    out.push(at(exit[0], done));
+    out.extend(&exit[1..]);
     Ok(out)
+}
+
+fn at(mut insn: Instruction, ip: u64) -> Instruction {
+    insn.set_ip(ip);
+    insn
 }
 
 /// Is this the `syscall` instruction?

@@ -130,6 +130,8 @@ const FIRST_EXIT_PATH: u64 = 16;
 const SKIP_LABELS: u64 = 0xffff_8000_0000_0000;
 /// Labels of moved `syscall` instructions (`SYSCALL_LABELS + original IP`).
 const SYSCALL_LABELS: u64 = 0xffff_c000_0000_0000;
+/// Labels of their exit probes, where a call the enter probe made itself goes on.
+const SYSCALL_DONE_LABELS: u64 = 0xffff_b000_0000_0000;
 
 fn at(mut insn: Instruction, label: u64) -> Instruction {
     insn.set_ip(label);
@@ -159,7 +161,7 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
     for insn in body.insns {
         let kind = body.exits.iter().find(|(ip, _)| *ip == insn.ip() && *ip != 0).map(|&(_, k)| k);
         if let Some((probes, counter)) = body.syscalls.and_then(|p| Some((p, p.counter_at(insn.ip()).filter(|_| crate::is_syscall(insn))?))) {
-            out.extend(wrapped(insn, &probes, counter, SYSCALL_LABELS + insn.ip()).map_err(err)?);
+            out.extend(wrapped(insn, &probes, counter, SYSCALL_LABELS + insn.ip(), SYSCALL_DONE_LABELS + insn.ip()).map_err(err)?);
             continue;
         }
         match (kind, exit) {

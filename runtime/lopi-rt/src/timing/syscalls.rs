@@ -30,9 +30,10 @@ global_asm!(
     // `seto`: cheaper than `pushfq`/`popfq`), then rdx, rsi, rdi, r8. THREAD: rdi = this
     // thread's chunk, rsi = the runtime variables, `busy` taken; to 9 when the thread has no
     // chunk of its own or a probe of it is running, to 8 (`busy` to give back) when it traces.
-    // SLOW_AND_RETURN: labels 8 and 9, the Rust slow path `target(index, key, rax, fourth)`
-    // with every register saved and the direction flag saved and cleared, then label 3, where
-    // the fast path joins: registers and flags back, `ret 8`.
+    // SLOW_AND_RETURN: labels 8 and 9, the Rust slow path `target(index, key, rax, fourth,
+    // rsi, saved)` (`saved`: where the registers are) with every register saved and the
+    // direction flag saved and cleared, its result in rcx; then label 3, where the fast path
+    // joins: registers and flags back, `ret 8`.
     ".macro LOPI_SYSCALL_STUB_SAVE",
     "push rax",
     "lahf",
@@ -74,8 +75,10 @@ global_asm!(
     "mov rdx, [rbp + 64]",
     "mov rcx, \\fourth",
     "mov r8, [rbp + 48]",
+    "mov r9, rbp",
     "and rsp, -16",
     "call \\target",
+    "mov rcx, rax",
     "lea rsp, [rbp - 8]",
     "popfq",
     "pop rbp", "pop r11", "pop r10", "pop r9",
@@ -89,8 +92,9 @@ global_asm!(
     "ret 8",
     ".endm",
     // Called from a system-call site's trampoline as `lea rsp,[rsp-128]; push <site counter
-    // index>; call`. Preserves every register (rcx and r11 only on the slow path: the
-    // `syscall` clobbers them anyway) and the flags. Fast path: a call whose node is the one the
+    // index>; call`. Preserves every register but rcx and r11 (the `syscall` clobbers them
+    // anyway) and the flags; rcx is 0 when the slow path made the call itself, its result in
+    // rax, and non-zero otherwise (the fast path's depth). Fast path: a call whose node is the one the
     // caller's path last used for this call at this site, on a stack with room; calls that
     // never return, make children or change the thread's name take the slow path. After the
     // six pushes: [rsp+32] = rax (the call's number), [rsp+56] = counter index, rsp+64 = the
@@ -260,16 +264,19 @@ extern "C" {
     pub(super) fn lopi_calibration_syscall_empty();
 }
 
-/// Before the system call `nr` (first arguments `arg0`, `arg1`) at the site with counter `index`.
-unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64, arg1: u64) {
+/// Before the system call `nr` (first arguments `arg0`, `arg1`; all its registers in `saved`)
+/// at the site with counter `index`. Returns 0 when it made the call itself (its result in
+/// `saved`), so that the trampoline skips its own `syscall`.
+unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64, arg1: u64, _saved: *mut u64) -> u64 {
     let v = vars();
     let slot = counter(index);
     // SAFETY: as in `probe_enter`; `busy` keeps a signal handler's (or a vfork child's) probes
     // off the state this probe changes.
     unsafe {
-        let Some((t, mut began)) = begin_entry(v, slot, key) else { return };
+        let Some((t, mut began)) = begin_entry(v, slot, key) else { return 1 };
         let h = t.h;
-        if read_volatile(&(*v).whatif) != 0 {
+        let kernel = read_volatile(&(*v).whatif);
+        if kernel != 0 && kernel < abi::whatif::APP_KERNEL {
             // Waiting for the emulated kernel's lock is the program's time, not the probe's.
             whatif::enter(&t, v, key, nr, arg0, arg1);
             began = super::rdtsc();
@@ -286,6 +293,7 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         }
         let vforks = nr == 58 || (nr == 56 && arg0 & CLONE_VFORK != 0) || (nr == 435 && arg0 != 0 && read_volatile(arg0 as *const u64) & CLONE_VFORK != 0);
         write_volatile(&mut (*h).busy, if vforks { VFORKING } else { 0 });
+        1
     }
 }
 
@@ -344,7 +352,8 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
             0 => result == 0 && (ours.is_none() || name.is_some_and(|n| syscall_name::makes_child(n.nr))),
             _ => true,
         };
-        let emulated = read_volatile(&(*v).whatif) != 0;
+        // An emulated kernel of locks.
+        let emulated = (1..abi::whatif::APP_KERNEL).contains(&read_volatile(&(*v).whatif));
         if leave {
             // A nested probe's; or a new child's (of clone, fork), which leaves the call to
             // its parent; or a call whose entry was counted untimed.
