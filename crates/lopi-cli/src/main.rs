@@ -159,11 +159,16 @@ enum Command {
         clear: bool,
     },
     /// Run PROG natively and under an emulated kernel (a giant lock around every system call,
-    /// or one lock per subsystem), on one CPU and on N, each recorded with --probe
+    /// one lock per subsystem, or an application kernel whose proxy threads on one CPU make
+    /// every thread's system calls), on one CPU and on N, each recorded with --probe
     /// syscall,locks: time in user, kernel and spinning, speedup, the null system call.
     Whatif {
         #[arg(long, value_enum)]
         kernel: whatif::Kernel,
+        /// How app-kernel's proxies and their callers wait for each other (the null system
+        /// call is measured both ways).
+        #[arg(long, value_enum, default_value_t = whatif::ProxyWait::Spin)]
+        proxy_wait: whatif::ProxyWait,
         /// CPUs of the parallel runs [default: all the CPUs lopi may use].
         #[arg(long)]
         cpus: Option<u32>,
@@ -455,8 +460,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
-        Command::Whatif { kernel, cpus, runs, format, command } => {
-            whatif::run(whatif::Request { kernel, cpus, runs, json: format == Format::Json, command })
+        Command::Whatif { kernel, proxy_wait, cpus, runs, format, command } => {
+            whatif::run(whatif::Request { kernel, proxy_wait, cpus, runs, json: format == Format::Json, command })
         }
         Command::Scale { cpus, runs, output, breakdown, format, command } => {
             scale::run(scale::Request { cpus, runs, breakdown, chart: output, json: format == Format::Json, command })

@@ -1,5 +1,5 @@
 //! `lopi whatif`: the program natively and under an emulated kernel (`LOPI_WHATIF`, see the
-//! runtime's `timing/whatif.rs`), each recorded with `--probe syscall,locks` on one CPU and on
+//! runtime's `timing/whatif.rs` and `timing/appkernel.rs`), each recorded with `--probe syscall,locks` on one CPU and on
 //! N, side by side in the thesis's layout (user / kernel / spinning for the kernel lock, as
 //! shares of the CPU time), the speedup each kernel reaches against itself on one CPU, Amdahl's
 //! bound with the kernel serial, and the null system call's latency under each.
@@ -18,6 +18,9 @@ pub enum Kernel {
     GiantLock,
     /// One lock per subsystem (file system, network, memory, processes, time, IPC).
     SubsystemLocks,
+    /// Every system call made by a proxy thread on one CPU, the program's threads on the others.
+    #[value(name = "app-kernel")]
+    Application,
 }
 
 impl Kernel {
@@ -25,12 +28,40 @@ impl Kernel {
         match self {
             Kernel::GiantLock => "giant-lock",
             Kernel::SubsystemLocks => "subsystem-locks",
+            Kernel::Application => "app-kernel",
+        }
+    }
+
+    /// `LOPI_WHATIF` for the runtime.
+    fn env(self, wait: ProxyWait) -> &'static str {
+        match (self, wait) {
+            (Kernel::Application, ProxyWait::Spin) => "app-kernel-spin",
+            _ => self.name(),
+        }
+    }
+}
+
+/// How the application kernel's proxies and the threads they serve wait for each other.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProxyWait {
+    /// Spin, giving the CPU away every few microseconds: the lower latency.
+    Spin,
+    /// Sleep in futex until woken: no CPU used while idle.
+    Futex,
+}
+
+impl ProxyWait {
+    fn name(self) -> &'static str {
+        match self {
+            ProxyWait::Spin => "spin",
+            ProxyWait::Futex => "futex",
         }
     }
 }
 
 pub struct Request {
     pub kernel: Kernel,
+    pub proxy_wait: ProxyWait,
     pub cpus: Option<u32>,
     pub runs: u32,
     pub json: bool,
@@ -44,14 +75,28 @@ struct Point {
     parts: Parts,
     /// A call went on without the emulated lock (see the runtime's `whatif::take`).
     gave_up: bool,
+    /// Calls the application kernel's proxies made, and calls made in place.
+    forwarded: u64,
+    in_place: u64,
+    round_trip_ns: f64,
+    proxy_ns: f64,
+    proxy_failed: bool,
+}
+
+/// The null system call's round trip: TSC cycles and ns, and how the proxies waited.
+struct NullCall {
+    cycles: f64,
+    ns: f64,
+    wait: Option<ProxyWait>,
 }
 
 struct Measured {
     name: &'static str,
     one: Point,
     many: Point,
-    null_cycles: f64,
-    null_ns: f64,
+    /// The null call's latency; the application kernel's under both wait policies, the
+    /// policy the program ran with first.
+    null: Vec<NullCall>,
     /// The program's output on one CPU and on N.
     stdout: [Vec<u8>; 2],
 }
@@ -66,7 +111,7 @@ pub fn run(req: Request) -> Result<()> {
         bail!("--runs must be at least 1");
     }
     let nullsys = build_nullsys()?;
-    let kernels = [None, Some(req.kernel.name())];
+    let kernels = [None, Some(req.kernel.env(req.proxy_wait))];
     if !req.json {
         eprintln!(
             "lopi whatif: {} on 1 and {n} CPU{}, {} recorded run{} each (lopi run --probe syscall,locks), natively and under an emulated {} kernel",
@@ -76,14 +121,29 @@ pub fn run(req: Request) -> Result<()> {
             if req.runs == 1 { "" } else { "s" },
             req.kernel.name()
         );
+        if req.kernel == Kernel::Application {
+            eprintln!("lopi whatif: the proxies run on CPU {}, the program on the other{}; they {} while they wait", allowed[0], if n > 2 { "s" } else { "" }, req.proxy_wait.name());
+        }
     }
     let mut measured = Vec::new();
     for kernel in kernels {
         let one = point(&req.command, 1, &allowed, kernel, req.runs)?;
         let many = if n == 1 { point(&req.command, 1, &allowed, kernel, 1)? } else { point(&req.command, n, &allowed, kernel, req.runs)? };
-        let (null_cycles, null_ns) = null_syscall(&nullsys, &allowed, kernel)?;
+        let null = match kernel {
+            Some(_) if req.kernel == Kernel::Application => {
+                // On two CPUs where there are: the proxy on one, its caller on the other.
+                let cpus = n.min(2);
+                let other = if req.proxy_wait == ProxyWait::Spin { ProxyWait::Futex } else { ProxyWait::Spin };
+                let mut null = Vec::new();
+                for wait in [req.proxy_wait, other] {
+                    null.push(null_syscall(&nullsys, cpus, &allowed, Some(req.kernel.env(wait)), Some(wait))?);
+                }
+                null
+            }
+            _ => vec![null_syscall(&nullsys, 1, &allowed, kernel, None)?],
+        };
         let stdout = [one.1, many.1];
-        measured.push(Measured { name: kernel.unwrap_or("native"), one: one.0, many: many.0, null_cycles, null_ns, stdout });
+        measured.push(Measured { name: if kernel.is_some() { req.kernel.name() } else { "native" }, one: one.0, many: many.0, null, stdout });
     }
     restore_affinity(&allowed)?;
     let _ = std::fs::remove_dir_all(nullsys.parent().unwrap_or(&nullsys));
@@ -107,9 +167,14 @@ fn point(command: &[OsString], cpus: u32, allowed: &[usize], kernel: Option<&str
         let threads = Threads::from_data(&run.data);
         let b = Breakdown::from_threads(&threads);
         let gave_up = threads.threads.iter().any(|t| t.kernel_lock_gave_up);
+        let forwarded = threads.threads.iter().map(|t| t.forwarded).sum();
+        let in_place = threads.threads.iter().map(|t| t.in_place).sum();
+        let proxy_failed = threads.threads.iter().any(|t| t.proxy_failed);
+        let round_trip_ns = threads.threads.iter().map(|t| t.round_trip_ns).sum();
+        let proxy_ns = threads.threads.iter().map(|t| t.proxy_ns).sum();
         // The program's own wall time (its first probe to its last thread's end), without
         // lopi's start-up.
-        points.push(Point { wall_ns: b.process_wall_ns.round() as u64, parts: b.total, gave_up });
+        points.push(Point { wall_ns: b.process_wall_ns.round() as u64, parts: b.total, gave_up, forwarded, in_place, round_trip_ns, proxy_ns, proxy_failed });
         stdout = run.stdout;
     }
     points.sort_by_key(|p| p.wall_ns);
@@ -124,15 +189,23 @@ fn build_nullsys() -> Result<std::path::PathBuf> {
     crate::demo::compile_c(&dir, "nullsys", NULLSYS, &[])
 }
 
-/// getppid's round trip under `kernel` (recorded like the program), on one CPU.
-fn null_syscall(prog: &std::path::Path, allowed: &[usize], kernel: Option<&str>) -> Result<(f64, f64)> {
-    let run = recorded_run(&[prog.into(), "2000".into()], 1, allowed, kernel, true)?;
+/// getppid's round trip under `kernel` (recorded like the program), on `cpus` CPUs.
+fn null_syscall(prog: &std::path::Path, cpus: u32, allowed: &[usize], kernel: Option<&str>, wait: Option<ProxyWait>) -> Result<NullCall> {
+    let run = recorded_run(&[prog.into(), "2000".into()], cpus, allowed, kernel, true)?;
     let text = String::from_utf8_lossy(&run.stdout);
     let fields: Vec<&str> = text.split_whitespace().collect();
     match fields[..] {
-        ["cycles", c, "ns", ns] => Ok((c.parse().unwrap_or(0.0), ns.parse().unwrap_or(0.0))),
+        ["cycles", c, "ns", ns] => Ok(NullCall { cycles: c.parse().unwrap_or(0.0), ns: ns.parse().unwrap_or(0.0), wait }),
         _ => bail!("the null-system-call program printed {text:?}"),
     }
+}
+
+fn null_text(null: &[NullCall]) -> String {
+    let one = |c: &NullCall| match c.wait {
+        Some(w) => format!("{:.0} cycles, {:.0} ns ({})", c.cycles, c.ns, w.name()),
+        None => format!("{:.0} cycles, {:.0} ns", c.cycles, c.ns),
+    };
+    null.iter().map(one).collect::<Vec<_>>().join("; ")
 }
 
 /// A part's share of the CPU time (user, kernel, spinning).
@@ -171,7 +244,7 @@ fn report_text(measured: &[Measured], n: u32, amdahl: f64, kernel_share: f64, id
     for m in measured {
         for (cpus, p) in [(1, &m.one), (n, &m.many)] {
             let sp = if cpus == 1 { "1.00".to_string() } else { format!("{:.2}", speedup(m)) };
-            let null = if cpus == 1 { format!("{:.0} cycles, {:.0} ns", m.null_cycles, m.null_ns) } else { String::new() };
+            let null = if cpus == 1 { null_text(&m.null) } else { String::new() };
             let _ = writeln!(
                 out,
                 "{:<18} {cpus:>4} {:>11.1} {sp:>8} {:>7.1} {:>8.1} {:>6.1}   {null}",
@@ -203,6 +276,22 @@ fn report_text(measured: &[Measured], n: u32, amdahl: f64, kernel_share: f64, id
         "output: {} (the whole standard output of every run; a program that prints its own timings differs by them)",
         if identical { "identical under both kernels" } else { "DIFFERS" }
     );
+    for m in measured.iter().filter(|m| m.many.forwarded > 0 || m.many.proxy_failed) {
+        let _ = writeln!(
+            out,
+            "{}: on {n} CPU{} {} system calls made by the proxies (a round trip of {:.0} ns on average, {:.0} ns of it in the call), {} by the threads themselves (calls about the calling thread: exit, clone, its signal mask, ...; a signal handler's call during a forwarded one){}",
+            m.name,
+            if n == 1 { "" } else { "s" },
+            m.many.forwarded,
+            m.many.round_trip_ns / m.many.forwarded.max(1) as f64,
+            m.many.proxy_ns / m.many.forwarded.max(1) as f64,
+            m.many.in_place,
+            if m.many.proxy_failed { "; WARNING: a thread could not get a proxy and made its calls itself" } else { "" }
+        );
+    }
+    if measured.iter().any(|m| m.null.len() > 1) {
+        let _ = writeln!(out, "note: app-kernel's KERNEL is its threads' wait for their proxies' results (spinning; asleep under futex it is blocked time, in no column); its null system call is measured on {} CPU{} (proxy and caller apart where there are two), under both ways of waiting", n.min(2), if n == 1 { "" } else { "s" });
+    }
     if measured.iter().any(|m| m.one.gave_up || m.many.gave_up) {
         let _ = writeln!(out, "warning: a thread went on without the emulated lock after spinning 2 s for it (its holder slept in a call taken for one that cannot): the emulation is incomplete");
     }
@@ -220,8 +309,21 @@ fn report_json(measured: &[Measured], n: u32, amdahl: f64, kernel_share: f64, id
         let mut k = entry(&m.many);
         k.insert("cpus".into(), n.into());
         k.insert("speedup".into(), speedup(m).into());
-        k.insert("null_syscall_ns".into(), m.null_ns.into());
-        k.insert("null_syscall_cycles".into(), m.null_cycles.into());
+        k.insert("null_syscall_ns".into(), m.null[0].ns.into());
+        k.insert("null_syscall_cycles".into(), m.null[0].cycles.into());
+        for c in &m.null {
+            if let Some(w) = c.wait {
+                k.insert(format!("null_syscall_ns_{}", w.name()), c.ns.into());
+            }
+        }
+        if let Some(w) = m.null[0].wait {
+            k.insert("proxy_wait".into(), w.name().into());
+            k.insert("forwarded".into(), m.many.forwarded.into());
+            k.insert("in_place".into(), m.many.in_place.into());
+            k.insert("round_trip_ns".into(), m.many.round_trip_ns.into());
+            k.insert("proxy_ns".into(), m.many.proxy_ns.into());
+            k.insert("proxy_failed".into(), m.many.proxy_failed.into());
+        }
         k.insert("one_cpu".into(), Value::Object(entry(&m.one)));
         k.insert("lock_given_up".into(), (m.one.gave_up || m.many.gave_up).into());
         out.insert(m.name.into(), Value::Object(k));

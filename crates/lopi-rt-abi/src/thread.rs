@@ -218,7 +218,7 @@ pub const UNMATCHED_EXIT_LEN: usize = 16;
 /// Offset in the header page of the log of functions the budget switched to counting.
 pub const SWITCH_LOG: u64 = 2048;
 /// Entries of the switch log.
-pub const SWITCH_SLOTS: u32 = 64;
+pub const SWITCH_SLOTS: u32 = 62;
 
 /// One function switched from timing to counting to keep the run within its budget.
 #[repr(C)]
@@ -233,7 +233,51 @@ pub struct Switch {
 }
 
 pub const SWITCH_LEN: usize = 32;
-const _: () = assert!(SWITCH_LOG + SWITCH_SLOTS as u64 * SWITCH_LEN as u64 <= PAGE_SIZE);
+const _: () = assert!(SWITCH_LOG + SWITCH_SLOTS as u64 * SWITCH_LEN as u64 <= PROXY_STATE);
+
+/// Offset in the header page of the thread's proxy in the emulated application kernel
+/// (`lopi whatif --kernel app-kernel`), the thread that makes its system calls.
+pub const PROXY_STATE: u64 = 4032;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyState {
+    /// The mailbox the thread posts its calls to (in the proxy's own mapping); 0 before the
+    /// thread's first forwarded call, or when its proxy could not be made.
+    pub mailbox: u64,
+    /// System calls the proxy made for the thread.
+    pub forwarded: u64,
+    /// System calls the thread made itself: calls about the calling thread (`exit`, `clone`,
+    /// its signal mask, ...), a signal handler's calls while a call of its is forwarded, and
+    /// all calls after its proxy could not be made.
+    pub in_place: u64,
+    /// TSC ticks from posting the forwarded calls to taking their results, and of those the
+    /// ticks the proxy spent making them.
+    pub round_trip_ticks: u64,
+    pub proxy_ticks: u64,
+    pub proxy_tid: u32,
+    /// Non-zero when the thread could not get a proxy.
+    pub failed: u32,
+}
+
+pub const PROXY_STATE_LEN: usize = 48;
+const _: () = assert!(core::mem::size_of::<ProxyState>() == PROXY_STATE_LEN);
+const _: () = assert!(PROXY_STATE + PROXY_STATE_LEN as u64 <= PAGE_SIZE);
+
+impl ProxyState {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..PROXY_STATE_LEN)?);
+        Some(Self {
+            mailbox: f.u64(0),
+            forwarded: f.u64(8),
+            in_place: f.u64(16),
+            round_trip_ticks: f.u64(24),
+            proxy_ticks: f.u64(32),
+            proxy_tid: f.u32(40),
+            failed: f.u32(44),
+        })
+    }
+}
 const _: () = assert!(UNMATCHED_TABLE + UNMATCHED_SLOTS as u64 * UNMATCHED_EXIT_LEN as u64 <= SWITCH_LOG);
 
 /// Node of a thread's calling-context tree: one call path.

@@ -5,7 +5,7 @@ use crate::ModuleMeta;
 use lopi_rt_abi::{
     ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
     DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, SWITCH_LEN,
-    SWITCH_LOG, ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
+    SWITCH_LOG, ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +50,8 @@ pub struct ThreadChunk {
     pub end: ThreadEnd,
     /// Its waits for an emulated kernel's lock (`lopi whatif`).
     pub kernel_lock: KernelLockState,
+    /// Its calls forwarded to its proxy in the emulated application kernel.
+    pub proxy: ProxyState,
 }
 
 /// A process's memory map (`/proc/PID/maps`) when its lock probes started.
@@ -273,5 +275,7 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
     let end = ThreadEnd::from_bytes(&end).unwrap_or_default();
     let kernel_lock = region(chunk, KERNEL_LOCK_STATE, 1, KERNEL_LOCK_STATE_LEN)?;
     let kernel_lock = KernelLockState::from_bytes(&kernel_lock).unwrap_or_default();
-    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches, end, kernel_lock }), len))
+    let proxy = region(chunk, PROXY_STATE, 1, PROXY_STATE_LEN)?;
+    let proxy = ProxyState::from_bytes(&proxy).unwrap_or_default();
+    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches, end, kernel_lock, proxy }), len))
 }

@@ -65,6 +65,14 @@ pub struct ThreadLife {
     pub kernel_lock_waits: u64,
     /// A call went on without the emulated lock after spinning for it too long.
     pub kernel_lock_gave_up: bool,
+    /// Under the emulated application kernel: calls its proxy made, calls it made itself, and
+    /// whether it could not get a proxy.
+    pub forwarded: u64,
+    pub in_place: u64,
+    /// The forwarded calls' round trips, and the proxy's time making them.
+    pub round_trip_ns: f64,
+    pub proxy_ns: f64,
+    pub proxy_failed: bool,
     pub calls: ThreadCalls,
     /// The CPU time it used, read when it made the system call that ended it.
     pub cpu: Option<ThreadCpu>,
@@ -93,6 +101,11 @@ impl ThreadLife {
             kernel_lock_spin_ns: 0.0,
             kernel_lock_waits: 0,
             kernel_lock_gave_up: false,
+            forwarded: 0,
+            in_place: 0,
+            round_trip_ns: 0.0,
+            proxy_ns: 0.0,
+            proxy_failed: false,
             calls: ThreadCalls::default(),
             cpu: None,
             recorded,
@@ -180,6 +193,11 @@ impl Threads {
             life.kernel_lock_spin_ns += ns(t.kernel_lock.spin_ticks);
             life.kernel_lock_waits += u64::from(t.kernel_lock.waits & !lopi_rt_abi::KERNEL_LOCK_GAVE_UP);
             life.kernel_lock_gave_up |= t.kernel_lock.waits & lopi_rt_abi::KERNEL_LOCK_GAVE_UP != 0;
+            life.forwarded += t.proxy.forwarded;
+            life.in_place += t.proxy.in_place;
+            life.round_trip_ns += ns(t.proxy.round_trip_ticks);
+            life.proxy_ns += ns(t.proxy.proxy_ticks);
+            life.proxy_failed |= t.proxy.failed != 0;
             life.syscall_ns += t.nodes.iter().filter(|n| syscall_name::decode(n.func).is_some()).map(|n| ns(n.ticks)).sum::<f64>();
             let futex_under = crate::locks::futex_ticks_under(&t.nodes);
             for (i, n) in t.nodes.iter().enumerate() {

@@ -11,6 +11,7 @@
 //! neither pop nor push its frames (the child's system calls are counted per site).
 use super::probes::{begin_entry, count_untimed, enter, pause_excess};
 use super::thread::{Child, Thread};
+use super::appkernel::{self, Saved};
 use super::{counter, cpus, vars, whatif};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use crate::sys;
@@ -267,7 +268,7 @@ extern "C" {
 /// Before the system call `nr` (first arguments `arg0`, `arg1`; all its registers in `saved`)
 /// at the site with counter `index`. Returns 0 when it made the call itself (its result in
 /// `saved`), so that the trampoline skips its own `syscall`.
-unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64, arg1: u64, _saved: *mut u64) -> u64 {
+unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64, arg1: u64, saved: *mut Saved) -> u64 {
     let v = vars();
     let slot = counter(index);
     // SAFETY: as in `probe_enter`; `busy` keeps a signal handler's (or a vfork child's) probes
@@ -293,6 +294,13 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         }
         let vforks = nr == 58 || (nr == 56 && arg0 & CLONE_VFORK != 0) || (nr == 435 && arg0 != 0 && read_volatile(arg0 as *const u64) & CLONE_VFORK != 0);
         write_volatile(&mut (*h).busy, if vforks { VFORKING } else { 0 });
+        if kernel >= abi::whatif::APP_KERNEL {
+            if nr == EXIT {
+                appkernel::caller_exits(&t);
+            }
+            // The round trip is the call's time: after the probe's own cost.
+            return u64::from(!appkernel::forward(&t, v, saved));
+        }
         1
     }
 }

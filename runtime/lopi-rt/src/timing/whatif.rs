@@ -1,5 +1,5 @@
-//! Emulated kernels (`lopi whatif`, `LOPI_WHATIF` in the program's environment): the
-//! system-call probes take a lock around each system call, as a kernel under one giant lock
+//! Emulated kernels (`lopi whatif`, `LOPI_WHATIF` in the program's environment; the
+//! application kernel is `appkernel.rs`): the system-call probes take a lock around each call, as a kernel under one giant lock
 //! (`giant-lock`), or one lock per subsystem (`subsystem-locks`), would, so that the program's
 //! threads queue for the kernel as they would there. The lock is a spinlock (the thesis's
 //! "spinning" column: each thread's spin time and contended acquisitions are kept in its
@@ -33,8 +33,12 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, envp: *const *const u8) {
             whatif::GIANT_LOCK
         } else if starts(value, b"subsystem-locks\0") {
             whatif::SUBSYSTEM_LOCKS
+        } else if starts(value, b"app-kernel\0") {
+            whatif::APP_KERNEL
+        } else if starts(value, b"app-kernel-spin\0") {
+            whatif::APP_KERNEL_SPIN
         } else {
-            crate::write_stderr(b"lopi: LOPI_WHATIF is giant-lock or subsystem-locks; no kernel emulated\n");
+            crate::write_stderr(b"lopi: LOPI_WHATIF is giant-lock, subsystem-locks, app-kernel or app-kernel-spin; no kernel emulated\n");
             return;
         };
         let Some(fd) = super::thread::open_data_file(v) else { return };
@@ -46,6 +50,9 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, envp: *const *const u8) {
         }
         (*v).kernel_locks = page as u64 + whatif::LOCKS;
         (*v).fd_kinds = kinds as u64;
+        if mode >= whatif::APP_KERNEL {
+            super::appkernel::enable(v, (page as u64 + whatif::KERNEL_CPU) as *const AtomicU32);
+        }
         write_volatile(&mut (*v).whatif, mode);
     }
 }
