@@ -1,10 +1,11 @@
 //! `lopi report --breakdown`: per thread and in total, wall time in user, kernel, blocked in
 //! system calls, lock wait (spinning, blocked) and the rest; the parallelism it shows, the
-//! serial fraction that implies, Amdahl's bound, and the bound the most-held lock sets.
+//! serial fraction that implies, Amdahl's bound, the bound the most-held lock sets, and the
+//! parallelism profile `lopi run` sampled.
 use crate::locks::lock_name;
 use crate::names::Namer;
 use crate::threads::display_names;
-use lopi_trace::{amdahl, Breakdown, DataFile, Locks, Parts, Threads};
+use lopi_trace::{amdahl, Breakdown, DataFile, Locks, Parallelism, Parts, Threads};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 
@@ -71,7 +72,30 @@ pub fn report_json(data: &DataFile, threads: &Threads) -> Value {
         "amdahl_bound": if b.serial_fraction.is_some() { Value::Object(amdahl_bound) } else { Value::Null },
         "lock_bound": bound.map(|(lock, hold, bound)| json!({"lock": lock, "hold_ns": hold.round() as u64, "bound": bound})),
         "threads_without_cpu_times": b.unknown_cpu,
+        "parallelism": data.parallelism.as_ref().map(parallelism_json),
     })
+}
+
+/// The parallelism profile: the share of samples (of wall time) with 0, 1, 2, ... threads
+/// ready to run.
+fn shares(p: &Parallelism) -> Vec<f64> {
+    let n = p.samples().max(1) as f64;
+    p.counts.iter().map(|&c| c as f64 / n).collect()
+}
+
+fn parallelism_json(p: &Parallelism) -> Value {
+    let shares: Map<String, Value> = shares(p).into_iter().enumerate().map(|(k, s)| (k.to_string(), Value::from(s))).collect();
+    json!({"interval_ns": p.interval_ns, "samples": p.samples(), "shares": shares})
+}
+
+fn parallelism_text(p: &Parallelism) -> String {
+    let shares: Vec<String> = shares(p).into_iter().enumerate().map(|(k, s)| format!("{k}: {:.1}%", 100.0 * s)).collect();
+    format!(
+        "parallelism profile (share of wall time with N threads ready to run, {} samples {:.0} ms apart by lopi run): {}\n",
+        p.samples(),
+        p.interval_ns as f64 / 1e6,
+        shares.join(", ")
+    )
 }
 
 fn pct(part: f64, wall: f64) -> String {
@@ -140,6 +164,10 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
         None => {
             let _ = writeln!(out, " on {} CPUs: too little CPU time measured for a serial fraction", b.cpus);
         }
+    }
+    match &data.parallelism {
+        Some(p) => out.push_str(&parallelism_text(p)),
+        None => out.push_str("parallelism profile: not recorded (lopi run --probe syscall or locks samples it; a rewritten program has no lopi beside it)\n"),
     }
     match lock_bound(data, &mut namer, b.total.cpu_ns()) {
         Some((lock, hold, bound)) if bound < LOCK_BOUND_SHOWN => {

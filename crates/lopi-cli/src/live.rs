@@ -139,6 +139,8 @@ pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet:
     };
     let install_ms = lopi_live::millis(installed);
     target.release();
+    // Records for the multiprocessor breakdown get its parallelism profile.
+    let sampler = (probes.probes.syscalls || probes.probes.locks).then(|| crate::parallelism::Sampler::start(pid));
     if !quiet {
         eprintln!("lopi: recording pid {pid} to {output}");
         if let Some(plan) = &plan {
@@ -156,6 +158,9 @@ pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet:
     mask.add(Signal::SIGQUIT);
     mask.thread_block().context("blocking SIGINT")?;
     let status = child.wait().context("waiting for the program")?;
+    if let Some(Err(e)) = sampler.map(|s| s.finish(&output)) {
+        eprintln!("lopi: {e:#}");
+    }
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {output}`");
     }

@@ -7,6 +7,7 @@ mod exports;
 mod live;
 mod locks;
 mod names;
+mod parallelism;
 mod progress;
 mod scale;
 mod scaling;

@@ -1,6 +1,6 @@
 //! `lopi report --breakdown` on the thesis's benchmark (`mpbench.c`, calibrated here for 64%
 //! user time on one CPU): its worker's user:kernel split, parts that add up to each thread's
-//! wall time, and the JSON's keys. Shapes, not timings: the split is a ratio the program was
+//! wall time, the parallelism profile, and the JSON's keys. Shapes, not timings: the split is a ratio the program was
 //! calibrated for on this machine.
 mod common;
 
@@ -61,6 +61,15 @@ fn thesis_benchmark_on_one_cpu_splits_64_36_and_adds_up() {
             for w in list.iter().filter(|t| t["name"] == "worker") {
                 assert!(ns(w, "other_ns") > 0.3 * ns(w, "wall_ns"), "two workers on one CPU wait for it: {w}");
             }
+        }
+        // The parallelism profile counts threads ready to run, running or not: the workers.
+        let profile = &json["parallelism"];
+        assert!(profile["samples"].as_u64().unwrap_or(0) > 100, "{profile}");
+        let share = |k: &str| profile["shares"][k].as_f64().unwrap_or(0.0);
+        if threads == 1 {
+            assert!(share("1") > 0.8 && share("2") < 0.05, "{profile}");
+        } else {
+            assert!(share("2") > 0.6, "{profile}");
         }
         // The main thread waits in pthread_join: asleep in a system call.
         let main = &list[0];

@@ -97,6 +97,14 @@ pub const CPUS_MAGIC: [u8; 8] = *b"LOPICPUS";
 pub const CPUS_HEADER_LEN: u64 = 32;
 pub const CPUS_ENTRY_LEN: u64 = 32;
 
+/// First bytes of a parallelism profile, which `lopi run` appends when its program ends (it
+/// samples the threads' states from outside): the magic, the record's length (a multiple of
+/// `PAGE_SIZE`), the pid (`u32`), the number of counts (`u32`), the sampling interval in ns
+/// (`u64`), then the counts (`u64` each): samples that found 0, 1, 2, ... threads ready to run
+/// (running or runnable).
+pub const PARALLELISM_MAGIC: [u8; 8] = *b"LOPIPAR1";
+pub const PARALLELISM_HEADER_LEN: u64 = 32;
+
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
 #[repr(C)]

@@ -3,7 +3,7 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
-    ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
+    ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
     DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, SWITCH_LEN,
     SWITCH_LOG, ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
 };
@@ -77,6 +77,8 @@ pub struct DataFile {
     pub threads: Vec<ThreadChunk>,
     pub maps: Vec<ProcessMaps>,
     pub ended_cpus: Vec<EndedCpu>,
+    /// Samples of how many threads were ready to run (`lopi run`'s parallelism profile).
+    pub parallelism: Option<Parallelism>,
     /// True when a record was cut short (its process died while registering).
     pub truncated: bool,
 }
@@ -110,6 +112,14 @@ impl DataFile {
             if rest.starts_with(&CPUS_MAGIC) {
                 let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 out.ended_cpus.extend(ended_cpus(&rest[..len as usize]));
+                offset += len;
+                continue;
+            }
+            if rest.starts_with(&PARALLELISM_MAGIC) {
+                let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
+                if let Some(p) = Parallelism::from_record(&rest[..len as usize]) {
+                    out.parallelism.get_or_insert_with(Parallelism::default).add(&p);
+                }
                 offset += len;
                 continue;
             }
@@ -187,6 +197,50 @@ fn maps(record: &[u8]) -> Option<ProcessMaps> {
 }
 
 /// A record of ended threads' CPU times (none while its writer was filling it in).
+/// How many threads were ready to run (running or runnable), sampled at a fixed interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Parallelism {
+    pub interval_ns: u64,
+    /// `counts[k]`: samples that found `k` threads ready.
+    pub counts: Vec<u64>,
+}
+
+impl Parallelism {
+    fn from_record(record: &[u8]) -> Option<Parallelism> {
+        let u64_at = |at: usize| record.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+        let count = u32::from_le_bytes(record.get(20..24)?.try_into().ok()?) as usize;
+        let interval_ns = u64_at(24)?;
+        let counts: Option<Vec<u64>> = (0..count).map(|k| u64_at(PARALLELISM_HEADER_LEN as usize + 8 * k)).collect();
+        Some(Parallelism { interval_ns, counts: counts? })
+    }
+
+    fn add(&mut self, other: &Parallelism) {
+        self.interval_ns = other.interval_ns;
+        if self.counts.len() < other.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        self.counts.iter_mut().zip(&other.counts).for_each(|(a, b)| *a += b);
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The record `lopi run` appends for process `pid`.
+    pub fn to_record(&self, pid: u32) -> Vec<u8> {
+        let len = (PARALLELISM_HEADER_LEN + 8 * self.counts.len() as u64).next_multiple_of(PAGE_SIZE);
+        let mut out = Vec::with_capacity(len as usize);
+        out.extend_from_slice(&PARALLELISM_MAGIC);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&pid.to_le_bytes());
+        out.extend_from_slice(&(self.counts.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.interval_ns.to_le_bytes());
+        self.counts.iter().for_each(|c| out.extend_from_slice(&c.to_le_bytes()));
+        out.resize(len as usize, 0);
+        out
+    }
+}
+
 fn ended_cpus(record: &[u8]) -> Vec<EndedCpu> {
     let u32_at = |at: usize| record.get(at..at + 4).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])));
     let u64_at = |at: usize| record.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));

@@ -16,7 +16,7 @@ mod threads;
 mod timing;
 
 pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
-pub use data::{DataError, DataFile, EndedCpu, ProcessMaps, Record, ThreadChunk};
+pub use data::{DataError, DataFile, EndedCpu, Parallelism, ProcessMaps, Record, ThreadChunk};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use pprof::{lock_pprof, pprof, LockProfile};
