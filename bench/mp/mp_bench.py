@@ -3,8 +3,9 @@
 --breakdown` (the program uninstrumented on 1, 2, ... CPUs, then up to three recorded runs for the serial
 fraction) and `lopi run -q --probe syscall,locks` + `lopi report --breakdown` on 1 CPU (taskset -c 0)
 and on all CPUs, every recorded run's output checked against plain runs of the same command; then
-`lopi whatif --kernel giant-lock` and `--kernel subsystem-locks` (the program recorded natively and
-under an emulated kernel on 1 CPU and on all), plus mpbench at 30% user under the giant lock.
+`lopi whatif --kernel giant-lock`, `--kernel subsystem-locks` and `--kernel app-kernel` (the program recorded
+natively and under an emulated kernel on 1 CPU and on all; app_kernel.py renders the last one's figures), plus
+mpbench at 30% user under the giant lock.
 
 Workloads: mpbench (lopi's mpbench.c, the thesis's synthetic benchmark, calibrated on one CPU for
 1000 ms at 64% user), `pigz -p CPUS` and `zstd -TCPUS -3` of a deterministic corpus, postmark
@@ -36,6 +37,7 @@ REPO = HERE.parents[1]
 sys.path[:0] = [str(REPO / "bench" / "lib"), str(REPO / "bench" / "locks")]
 import harness as h  # noqa: E402
 from locks_bench import make_corpus  # noqa: E402  (bench/locks's corpus: the same bytes)
+import app_kernel as ak  # noqa: E402  (this directory's: lopi whatif --kernel app-kernel's figures)
 
 BUILD = REPO / "work-real" / "bench-build" / "mp"
 MPBENCH_SRC = REPO / "crates" / "lopi-cli" / "src" / "mpbench.c"
@@ -187,8 +189,10 @@ def rng(vals: list[float], fmt: str = "{:.3f}") -> str:
     return med if len(vals) == 1 else f"{med} [{fmt.format(min(vals))}–{fmt.format(max(vals))}]"
 
 
-KERNELS = ("giant-lock", "subsystem-locks")
-KNAME = {"native": "native", "giant-lock": "giant lock", "subsystem-locks": "subsystem locks"}
+KERNELS = ("giant-lock", "subsystem-locks", "app-kernel")
+LOCKS = KERNELS[:2]  # the kernels the summary's lock table compares (the app kernel has a table of its own)
+KNAME = {"native": "native", "giant-lock": "giant lock", "subsystem-locks": "subsystem locks",
+         "app-kernel": "app kernel"}
 
 
 def cpu_share(k: dict, *keys: str) -> Optional[float]:
@@ -224,7 +228,8 @@ def whatif_table(calls: dict, ncpu: int) -> list[str]:
             notes.append(f"- `{shown}` FAILED after {wi['wall_s'] if wi else 0:.1f} s: {f['error']}")
             continue
         for name, k in (("native", f["native"]), (kernel, f["kernel"])):
-            null = f"{k['null_syscall_ns']:.0f} ({k['null_syscall_cycles']:.0f} cycles)"
+            null = (ak.null_cell(k) if name == ak.KERNEL else
+                    f"{k['null_syscall_ns']:.0f} ({k['null_syscall_cycles']:.0f} cycles)")
             for cpus, p, sp in ((1, k["one_cpu"], "–"), (k["cpus"], k, f"{k['speedup']:.2f}")):
                 rows.append([f"--kernel {kernel}", KNAME[name], str(cpus), f"{p['wall_ns'] / 1e6:,.1f}", sp,
                              f2(cpu_share(p, "user_ns"), "{:.1f}"), f2(cpu_share(p, "kernel_ns"), "{:.1f}"),
@@ -236,7 +241,7 @@ def whatif_table(calls: dict, ncpu: int) -> list[str]:
                      f"x{f2(f['slowdown'])} native's; Amdahl bound with the kernel serial {f2(f['amdahl'])} "
                      f"(native kernel share on 1 CPU {ks}%); "
                      f"output {'identical' if f['identical'] else 'DIFFERS'} (lopi whatif: every run's standard "
-                     "output, byte for byte)")
+                     "output, byte for byte)" + ("; " + ak.call_note(f["kernel"]) if kernel == ak.KERNEL else ""))
     head = ["call", "kernel", "CPUs", "wall ms (median)", "speedup vs same kernel on 1 CPU", "user %", "kernel %",
             "kernel-lock spin %", "program-lock spin %", "null syscall ns"]
     return ([h.markdown_table(head, rows), ""] if rows else []) + notes + [""]
@@ -321,7 +326,9 @@ def workload_section(wl: Workload, res: dict, ncpu: int) -> tuple[list[str], dic
     if res.get("whatif"):
         md += [f"What-if kernels (`lopi whatif --runs {res['whatif_runs']} --format json`, one call per kernel, each "
                "measuring native anew): the median recorded run's process wall time, and user, kernel and spin "
-               "as shares of the threads' summed CPU time:", "", *whatif_table(res["whatif"], ncpu)]
+               "as shares of the threads' summed CPU time (under the app kernel, kernel is a thread's wait for its "
+               f"proxy, and its null system call is forwarded on {min(ncpu, 2)} CPUs):", "",
+               *whatif_table(res["whatif"], ncpu)]
     return md, fig
 
 
@@ -362,13 +369,16 @@ def thesis_section(fig: dict, ncpu: int, res: dict, cal3070: tuple[int, str, str
          f"(the thesis's k = 36% gives its 1.47){g_amdahl}"],
         ["serial fraction", "-", f"Karp-Flatt from the speedup {f2(fig.get('kf'), '{:.3f}')}; lopi's breakdown on "
          f"{ncpu} CPUs {rng(many['serial'])}"],
+        *ak.thesis_rows(whatif_fig((res.get("whatif") or {}).get(ak.KERNEL), ak.KERNEL), ncpu),
     ]
     ms, rounds, iters = cal3070
     md = ["Beside the thesis's own figures (Paper II: its synthetic benchmark on 2 CPUs with a kernel under one "
           "giant lock). lopi's giant lock is emulated: `lopi whatif --kernel giant-lock` takes a spinlock around "
           "each of the program's system calls that cannot sleep (here every read of /dev/zero); native is "
           "Linux's fine-grained kernel. lopi's shares are of the CPU time summed over all threads, the main "
-          "thread (asleep in pthread_join, almost no CPU) included.", "",
+          "thread (asleep in pthread_join, almost no CPU) included. The application kernel (Paper III) is emulated "
+          "too: `lopi whatif --kernel app-kernel` has each thread's system calls made by a proxy thread on CPU 0.",
+          "",
           h.markdown_table(["figure", "thesis", "lopi (this run)"], rows), "",
           "At 64 : 36 an ideal spinlock lets one thread's kernel phase overlap the other's user phase, so two "
           f"threads can nearly double (lopi's emulated giant lock in this run: {g_near}), whereas the thesis's "
@@ -489,8 +499,10 @@ def main() -> int:
             f = whatif_fig(wi, kernel)
             log(f"  {kernel}: {f['error']}" if "error" in f else
                 f"  {kernel}: speedup native {f['native']['speedup']:.2f}, {kernel} {f['kernel']['speedup']:.2f}; "
-                f"spin {f2(cpu_share(f['kernel'], 'kernel_lock_spin_ns'), '{:.1f}')}%; "
-                f"output {'identical' if f['identical'] else 'DIFFERS'}; {wi['wall_s']:.1f} s")
+                + (f"{f['kernel']['forwarded']:,} calls forwarded, {f['kernel']['in_place']:,} in place; "
+                   if kernel == ak.KERNEL else
+                   f"spin {f2(cpu_share(f['kernel'], 'kernel_lock_spin_ns'), '{:.1f}')}%; ")
+                + f"output {'identical' if f['identical'] else 'DIFFERS'}; {wi['wall_s']:.1f} s")
 
     sections, figs = [], {}
     for wl in wls:
@@ -527,10 +539,10 @@ def main() -> int:
         if "whatif_3070" in res:
             variants.append(("mpbench 30:70 (giant lock only)", res["whatif_3070"]))
         for label, calls in variants:
-            fs = {k: whatif_fig(calls.get(k), k) for k in KERNELS if k in calls or label == wl.key}
+            fs = {k: whatif_fig(calls.get(k), k) for k in LOCKS if k in calls or label == wl.key}
             ok = {k: f for k, f in fs.items() if "error" not in f}
             cell = lambda k, fn: (fn(ok[k]) if k in ok else ("FAILED" if k in fs else "not run"))  # noqa: E731
-            both = lambda fn: " / ".join(cell(k, fn) for k in KERNELS)  # noqa: E731
+            both = lambda fn: " / ".join(cell(k, fn) for k in LOCKS)  # noqa: E731
             natives = lambda fn: " / ".join(fn(f) for f in ok.values()) or "-"  # noqa: E731
             spin = both(lambda f: f2(cpu_share(f["kernel"], "kernel_lock_spin_ns"), "{:.1f}"))
             null = (natives(lambda f: f"{f['native']['null_syscall_ns']:.0f}") + " → "
@@ -570,6 +582,9 @@ def main() -> int:
             spins = [cpu_share(f["kernel"], "kernel_lock_spin_ns") or 0 for f in ok.values()]
             if label == wl.key and wl.whatif_note and spins and max(spins) > 20:
                 wnotes.append(f"- {label}: {wl.whatif_note}")
+    akmd = ak.summary([(wl.key, {"skip": wl.skip} if wl.skip else
+                        whatif_fig(all_res[wl.key].get("whatif", {}).get(ak.KERNEL), ak.KERNEL), wl.timed)
+                       for wl in wls], ncpu, n)
     machine = h.machine_info(REPO, [
         ("lopi binary", lopi_line),
         *((pkg, (h._cmd(["dpkg-query", "-W", "-f", "${Version}", pkg]) or "not installed"))
@@ -599,17 +614,25 @@ def main() -> int:
            "of the same command: mpbench's checksum line, sysbench's `total number of events`, postmark's report "
            "with the lines that contain `seconds` dropped and the `(N per second)` rates cut from the others "
            "(timings vary from run to run).",
-           f"- What-if kernels: `lopi whatif --kernel giant-lock|subsystem-locks --runs {n} --format json -- "
-           "PROG ARGS`, "
+           f"- What-if kernels: `lopi whatif --kernel giant-lock|subsystem-locks|app-kernel --runs {n} --format json "
+           "-- PROG ARGS`, "
            f"one call per kernel (hung after {a.timeout} s): PROG recorded (`lopi run --probe syscall,locks`) natively "
            f"and under the emulated kernel, on 1 CPU and on {ncpu}, {n} runs each (the median process wall time "
-           "counts), plus a getppid loop for the null system call on 1 CPU. The emulated kernel is a spinlock that "
+           "counts), plus a getppid loop for the null system call on 1 CPU. The lock kernels are a spinlock that "
            "the system-call probes hold around each call that cannot sleep (one for all calls: giant-lock; one per "
            "subsystem — file system, network, memory, processes, time, IPC: subsystem-locks); a call that may sleep "
            "(futex, poll, waits, fork/clone/exec, pipes, sockets, terminals) runs without it and takes and drops it "
            "on return. Not modelled: page faults and interrupts (not system calls), the real kernel's own locks "
            "(still there underneath), vDSO calls (clock_gettime and the like: not system calls), and the system "
-           "calls of a vfork child (run unemulated). lopi whatif checks output identity on every run's standard "
+           "calls of a vfork child (run unemulated). The application kernel (app-kernel, the thesis's Paper III) "
+           "has every system call of a thread made by a proxy thread of its own, through a mailbox, all proxies "
+           "pinned to CPU 0 and the program's threads to the other CPUs (on 1 CPU they share it), the proxy and "
+           "its thread spinning while they wait (lopi whatif's default `--proxy-wait spin`); calls about the "
+           "calling thread (exit, clone, fork, exec, its signal mask, ...) and a signal handler's call during a "
+           "forwarded one run in place, and its null system call is measured on 2 CPUs (proxy and caller apart), "
+           "both spinning and waiting in futex. Not modelled there: a signal does not interrupt a forwarded call, "
+           "the proxies are visible in /proc/self/task, and page faults and interrupts are not system calls. "
+           "lopi whatif checks output identity on every run's standard "
            "output, byte for byte. mpbench also runs as a 30% user / 70% kernel variant "
            f"(`mpbench --calibrate {ms3070} 30`) under the giant lock only.",
            f"- mpbench: [mpbench.c](../../crates/lopi-cli/src/mpbench.c) built `gcc -O2 -pthread`, calibrated once "
@@ -625,8 +648,8 @@ def main() -> int:
                              f"average parallelism on {ncpu} CPUs", f"Amdahl bound on {ncpu} CPUs (scale)",
                              "outputs under lopi run"], rows), "", *odd, *([""] if odd else []),
            "### What-if kernels", "",
-           f"`lopi whatif --kernel K --runs {n} --format json` per workload and kernel K (native measured anew in each "
-           f"call, so native's figures come in pairs: giant-lock call / subsystem-locks call; pairs of the other "
+           f"`lopi whatif --kernel K --runs {n} --format json` per workload and lock kernel K (native measured anew in "
+           f"each call, so native's figures come in pairs: giant-lock call / subsystem-locks call; pairs of the other "
            f"columns: giant lock / subsystem locks). Speedup: the {ncpu}-CPU wall time against the same kernel's on "
            f"1 CPU. Spin: waiting for the emulated kernel lock, % of the threads' CPU time on {ncpu} CPUs. Wall ÷ "
            "native's: the wall time under the emulated kernel over native's in the same call. Null system call: "
@@ -635,7 +658,7 @@ def main() -> int:
                              "under subsystem locks", f"kernel-lock spin % of CPU on {ncpu} CPUs",
                              f"{ncpu}-CPU wall ÷ native's", "1-CPU wall ÷ native's",
                              "null syscall ns, native → emulated",
-                             "output identical"], wrows), "", *wnotes, *([""] if wnotes else []), *sections]
+                             "output identical"], wrows), "", *wnotes, *([""] if wnotes else []), *akmd, *sections]
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text("\n".join(md))
     raw = a.out.with_suffix(".runs.json")
