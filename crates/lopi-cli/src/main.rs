@@ -1,6 +1,7 @@
 //! The `lopi` command: argument parsing, files, and output. The libraries do the work.
 #![deny(unsafe_code)]
 
+mod blocks;
 mod breakdown;
 mod demo;
 mod exports;
@@ -264,6 +265,9 @@ impl LiveSelect {
 
 /// `--probe` as a set.
 fn probe_set(probe: &[Probe]) -> Result<Probes> {
+    if probe.contains(&Probe::Block) {
+        bail!("--probe block: only `lopi info` plans block probes so far (it lists each function's blocks and the probe each would get)");
+    }
     let probes = Probes {
         entries: probe.contains(&Probe::Entry),
         exits: probe.contains(&Probe::Exit),
@@ -312,6 +316,8 @@ enum Probe {
     Exit,
     Syscall,
     Locks,
+    /// Every basic block (`lopi info` only, so far: its blocks and their probes).
+    Block,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -348,6 +354,14 @@ fn run(cli: Cli) -> Result<()> {
             let file = read(&prog)?;
             let debug = debug_file(&prog, &file);
             let mut module = parse(&prog, &file, debug.as_ref())?;
+            if select.probe.contains(&Probe::Block) {
+                let analysis = lopi_patch::analyse(&mut module);
+                let plan = lopi_patch::blocks::plan(&module, &analysis, &select.filter()?);
+                return match format {
+                    Format::Json => print_json(&blocks::info_json(&module, &plan)),
+                    Format::Text => print(&blocks::info_text(&plan)),
+                };
+            }
             let bar = progress::Bar::new(&format!("planning {}", progress::file_name(&prog)), true);
             let probes = select.probes()?;
             let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &select.filter()?, probes, cache.as_ref(), &bar);

@@ -11,6 +11,7 @@
 //! 4. otherwise the function is skipped, with the reason.
 #![forbid(unsafe_code)]
 
+pub mod blocks;
 mod exits;
 mod fragments;
 mod gaps;
@@ -385,19 +386,8 @@ pub fn select(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, prob
 pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter, probes: Probes, progress: &dyn Progress) -> Selection {
     let targets = &analysis.targets;
     let mut gaps = Gaps::find(module, targets);
-    let starts = code_starts(module, std::iter::empty());
     let mut outcomes = vec![Outcome::NotSelected; module.functions.len()];
-    let ends: Vec<u64> = module
-        .functions
-        .iter()
-        .map(|function| {
-            let next_start = starts.get(starts.partition_point(|&s| s <= function.addr.0)).copied().unwrap_or(u64::MAX);
-            match function.size {
-                0 => next_start,
-                n => (function.addr.0 + n).min(next_start),
-            }
-        })
-        .collect();
+    let ends = function_ends(module);
     let lock_ops: Vec<_> = module.functions.iter().map(|f| if probes.locks { locks::op_of(&names_of(f)) } else { None }).collect();
     let lock_parts = if probes.locks { locks::tail_parts(module, &ends, &lock_ops, targets) } else { HashSet::new() };
     let mut sites = Vec::new();
@@ -459,6 +449,22 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     };
     sites.sort_by_key(|s| s.patch_at);
     Selection { sites, outcomes, timing: timing_outcomes, syscalls }
+}
+
+/// Where each function ends: at its size, or at the next known start of code.
+fn function_ends(module: &ElfModule<'_>) -> Vec<u64> {
+    let starts = code_starts(module, std::iter::empty());
+    module
+        .functions
+        .iter()
+        .map(|function| {
+            let next_start = starts.get(starts.partition_point(|&s| s <= function.addr.0)).copied().unwrap_or(u64::MAX);
+            match function.size {
+                0 => next_start,
+                n => (function.addr.0 + n).min(next_start),
+            }
+        })
+        .collect()
 }
 
 /// A function's name and aliases, as the filter and the lock table match them.
@@ -728,15 +734,29 @@ fn entry_instructions(
     targets: &Targets,
     want: usize,
 ) -> Result<Entry, SkipReason> {
-    let bytes = module.bytes_from(function.addr).ok_or(SkipReason::NotInFile)?;
+    patch_instructions(module, function.addr, end, targets, &|ip| targets.contains(&ip), want)
+}
+
+/// The instructions a patch at `at` may move (after an `endbr64`, which indirect branches
+/// must still find there): up to `end`, the first address `stop` names after the first, or
+/// `want` bytes.
+fn patch_instructions(
+    module: &ElfModule<'_>,
+    at: Svma,
+    end: u64,
+    targets: &Targets,
+    stop: &dyn Fn(u64) -> bool,
+    want: usize,
+) -> Result<Entry, SkipReason> {
+    let bytes = module.bytes_from(at).ok_or(SkipReason::NotInFile)?;
     let skip = if lopi_x86::is_endbr64(bytes) { 4 } else { 0 };
-    let patch_at = function.addr + skip as u64;
+    let patch_at = at + skip as u64;
     let limit = end.saturating_sub(patch_at.0).min(bytes.len().saturating_sub(skip) as u64) as usize;
     let code = &bytes[skip..skip + limit.min(64)];
     let mut entry = Entry { patch_at, insns: Vec::new(), len: 0, ends_terminal: false, stopped_at_target: false };
     let mut ip = patch_at.0;
     while entry.len < want {
-        if entry.len > 0 && targets.contains(&ip) {
+        if entry.len > 0 && stop(ip) {
             entry.stopped_at_target = true;
             break;
         }
@@ -768,7 +788,7 @@ fn entry_instructions(
         ip = next;
         if entry.ends_terminal {
             // Past a ret/jmp only padding (checked by the caller) may be overwritten.
-            entry.stopped_at_target = targets.contains(&ip);
+            entry.stopped_at_target = stop(ip);
             break;
         }
     }

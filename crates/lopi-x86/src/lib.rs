@@ -137,12 +137,17 @@ pub fn is_padding(bytes: &[u8], ip: u64) -> bool {
     }
     let mut done = 0;
     for insn in decode(bytes, ip) {
-        if !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+        if !is_filler(&insn) {
             return false;
         }
         done += insn.len();
     }
     done == bytes.len()
+}
+
+/// A `nop` (of any length) or `int3`: what compilers pad code with.
+pub fn is_filler(insn: &Instruction) -> bool {
+    matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3)
 }
 
 /// Instructions that do what `call` (at its original address) does, from anywhere: push the
