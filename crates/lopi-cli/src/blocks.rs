@@ -1,7 +1,9 @@
 //! `lopi info --probe block`: each selected function's basic blocks and the probe each would
 //! get (the tactic, or why none), summed over the module.
+use anyhow::{bail, Context, Result};
 use lopi_elf::ElfModule;
-use lopi_patch::blocks::{BlockOutcome, FunctionBlocks};
+use lopi_trace::{BlockCount, ModuleBlocks};
+use lopi_patch::blocks::{BlockOutcome, Edge, FunctionBlocks};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,6 +46,14 @@ fn pct(n: usize, of: usize) -> f64 {
     }
 }
 
+/// One line: blocks found and probed.
+pub fn summary(plan: &[FunctionBlocks]) -> String {
+    let t = totals(plan);
+    let probed: usize = t.probed.values().sum();
+    let s = if t.functions == 1 { "" } else { "s" };
+    format!("{} blocks in {} function{s}, {probed} probed ({:.2}%)", t.blocks, t.functions, pct(probed, t.blocks))
+}
+
 pub fn info_text(plan: &[FunctionBlocks]) -> String {
     let t = totals(plan);
     let probed: usize = t.probed.values().sum();
@@ -67,6 +77,15 @@ pub fn info_text(plan: &[FunctionBlocks]) -> String {
     out
 }
 
+fn edge_json(e: &Edge) -> Value {
+    match e {
+        Edge::Next(to) => json!({"kind": "next", "to": to}),
+        Edge::Jump(to) => json!({"kind": "jump", "to": to}),
+        Edge::Table => json!({"kind": "table"}),
+        Edge::Leaves => json!({"kind": "leaves"}),
+    }
+}
+
 pub fn info_json(module: &ElfModule<'_>, plan: &[FunctionBlocks]) -> Value {
     let t = totals(plan);
     let functions: Vec<Value> = plan
@@ -82,7 +101,7 @@ pub fn info_json(module: &ElfModule<'_>, plan: &[FunctionBlocks]) -> Value {
                             BlockOutcome::Probed(tactic) => (Some(tactic.name()), None),
                             BlockOutcome::Skipped(reason) => (None, Some(reason.key())),
                         };
-                        json!({"start": format!("{:#x}", b.start), "end": format!("{:#x}", b.end), "instructions": b.instructions, "edges": b.edges, "probe": probe, "skipped": reason})
+                        json!({"start": format!("{:#x}", b.start), "end": format!("{:#x}", b.end), "instructions": b.instructions, "edges": b.edges.iter().map(edge_json).collect::<Vec<_>>(), "probe": probe, "skipped": reason})
                     }).collect::<Vec<_>>(),
                 }),
                 Err(reason) => json!({"name": function.name, "address": format!("{:#x}", function.addr.0), "blocks": null, "no_graph": reason.key()}),
@@ -90,4 +109,66 @@ pub fn info_json(module: &ElfModule<'_>, plan: &[FunctionBlocks]) -> Value {
         })
         .collect();
     json!({"blocks": t.blocks, "probed": t.probed, "skipped": t.skipped, "functions_without_graph": t.no_graph, "functions": functions})
+}
+
+/// `lopi report DATA --blocks FUNC`: the function's code, block by block, each block's
+/// executions beside its first instruction (or why it had no probe).
+pub fn report_text(modules: &[ModuleBlocks], func: &str) -> Result<String> {
+    let mut out = String::new();
+    for m in modules {
+        let blocks: Vec<&BlockCount> = m.blocks.iter().filter(|b| b.function == func).collect();
+        if blocks.is_empty() {
+            continue;
+        }
+        let file = std::fs::read(&m.source).with_context(|| format!("reading {} for its code", m.source))?;
+        let probed = blocks.iter().filter(|b| b.count.is_some()).count();
+        let ran = blocks.iter().filter(|b| b.count.is_some_and(|n| n > 0)).count();
+        let _ = writeln!(out, "{func} in {}: {} blocks, {probed} probed, {ran} ran", m.source, blocks.len());
+        let _ = writeln!(out, "{:>12}  {:>10}  CODE", "COUNT", "ADDRESS");
+        for b in blocks {
+            let code = file_bytes(&file, b.addr, b.end);
+            let insns: Vec<lopi_x86::Insn> = code.map(|c| lopi_x86::decode(c, b.addr).collect()).unwrap_or_default();
+            let head = b.count.map_or_else(|| "-".to_string(), |n| n.to_string());
+            let why = b.unprobed.as_ref().map(|r| format!("    # no probe: {r}")).unwrap_or_default();
+            if insns.is_empty() {
+                let _ = writeln!(out, "{head:>12}  {:>#10x}  (code not in the file){why}", b.addr);
+            }
+            for (i, insn) in insns.iter().enumerate() {
+                let (count, why) = if i == 0 { (head.as_str(), why.as_str()) } else { ("", "") };
+                let _ = writeln!(out, "{count:>12}  {:>#10x}  {insn}{why}", insn.ip());
+            }
+        }
+    }
+    if out.is_empty() {
+        bail!("no blocks of {func} in this record (recorded with --probe block --functions {func}?)");
+    }
+    Ok(out)
+}
+
+/// `lopi report DATA --blocks FUNC --format json`.
+pub fn report_json(modules: &[ModuleBlocks], func: &str) -> Result<Value> {
+    let list: Vec<Value> = modules
+        .iter()
+        .filter(|m| m.blocks.iter().any(|b| b.function == func))
+        .map(|m| {
+            let blocks: Vec<Value> = m
+                .blocks
+                .iter()
+                .filter(|b| b.function == func)
+                .map(|b| json!({"address": b.addr, "end": b.end, "count": b.count, "no_probe": b.unprobed}))
+                .collect();
+            json!({"function": func, "file": m.source, "blocks": blocks})
+        })
+        .collect();
+    if list.is_empty() {
+        bail!("no blocks of {func} in this record (recorded with --probe block --functions {func}?)");
+    }
+    Ok(Value::Array(list))
+}
+
+/// The bytes of the file at addresses `from..to`, through its program headers.
+fn file_bytes(file: &[u8], from: u64, to: u64) -> Option<&[u8]> {
+    let module = lopi_elf::ElfModule::parse(file).ok()?;
+    let bytes = module.bytes_from(lopi_elf::Svma(from))?;
+    bytes.get(..usize::try_from(to.checked_sub(from)?).ok()?)
 }

@@ -38,7 +38,7 @@ impl Probes {
             let pattern = glob::Pattern::new(&glob).with_context(|| format!("bad glob {glob:?}"))?;
             modules.entry(lib).or_default().include.push(pattern);
         }
-        if self.include.is_empty() && self.probes.entries {
+        if self.include.is_empty() && (self.probes.entries || self.probes.blocks) {
             modules.insert(None, Filter::default());
         }
         for arg in &self.exclude {
@@ -56,7 +56,7 @@ impl Probes {
         }
         Ok(Spec {
             modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter, probes: self.probes }).collect(),
-            everywhere: ProbeSet { entries: false, exits: false, ..self.probes },
+            everywhere: ProbeSet { entries: false, exits: false, blocks: false, ..self.probes },
             recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
             cache: self.cache.clone(),
@@ -87,11 +87,15 @@ fn describe(installation: &Installation, plan: &Plan) -> String {
     for m in &installation.modules {
         let summary = Summary::from_outcomes(m.functions, &m.outcomes, &m.timing);
         let syscalls = (!m.syscalls.is_empty()).then(|| crate::syscalls::Summary::new(&m.syscalls).to_string());
-        let text = match (summary.selected, syscalls) {
+        let mut text = match (summary.selected, syscalls) {
             (0, Some(syscalls)) => syscalls,
             (_, Some(syscalls)) => format!("{summary}; {syscalls}"),
             (_, None) => summary.to_string(),
         };
+        if !m.blocks.is_empty() {
+            // Only blocks are probed: the functions' entries are not.
+            text = crate::blocks::summary(&m.blocks);
+        }
         out += &format!("lopi:   {}: {text}", m.path);
         if m.exit_sites > 0 {
             out += &format!(", {} exit sites", m.exit_sites);

@@ -90,6 +90,10 @@ enum Command {
         /// fraction and Amdahl's bound.
         #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads"])]
         breakdown: bool,
+        /// Show FUNC's code block by block with each block's executions (recorded with
+        /// --probe block).
+        #[arg(long, value_name = "FUNC", conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown"])]
+        blocks: Option<String>,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -265,15 +269,16 @@ impl LiveSelect {
 
 /// `--probe` as a set.
 fn probe_set(probe: &[Probe]) -> Result<Probes> {
-    if probe.contains(&Probe::Block) {
-        bail!("--probe block: only `lopi info` plans block probes so far (it lists each function's blocks and the probe each would get)");
-    }
     let probes = Probes {
         entries: probe.contains(&Probe::Entry),
         exits: probe.contains(&Probe::Exit),
         syscalls: probe.contains(&Probe::Syscall),
         locks: probe.contains(&Probe::Locks),
+        blocks: probe.contains(&Probe::Block),
     };
+    if probes.blocks && probe.iter().any(|&p| p != Probe::Block) {
+        bail!("--probe block counts every block of the selected functions; it does not combine with other probes yet (the entry block counts the calls)");
+    }
     if probes.exits && !probes.entries {
         bail!("--probe exit needs `entry`: exits are timed against their entries (use --probe entry,exit)");
     }
@@ -316,7 +321,7 @@ enum Probe {
     Exit,
     Syscall,
     Locks,
-    /// Every basic block (`lopi info` only, so far: its blocks and their probes).
+    /// Every basic block of the selected functions: executions counted.
     Block,
 }
 
@@ -354,19 +359,18 @@ fn run(cli: Cli) -> Result<()> {
             let file = read(&prog)?;
             let debug = debug_file(&prog, &file);
             let mut module = parse(&prog, &file, debug.as_ref())?;
-            if select.probe.contains(&Probe::Block) {
-                let analysis = lopi_patch::analyse(&mut module);
-                let plan = lopi_patch::blocks::plan(&module, &analysis, &select.filter()?);
-                return match format {
-                    Format::Json => print_json(&blocks::info_json(&module, &plan)),
-                    Format::Text => print(&blocks::info_text(&plan)),
-                };
-            }
+
             let bar = progress::Bar::new(&format!("planning {}", progress::file_name(&prog)), true);
             let probes = select.probes()?;
             let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &select.filter()?, probes, cache.as_ref(), &bar);
             drop(bar);
             note(&lookup);
+            if probes.blocks {
+                return match format {
+                    Format::Json => print_json(&blocks::info_json(&module, &selection.blocks)),
+                    Format::Text => print(&blocks::info_text(&selection.blocks)),
+                };
+            }
             let summary = show::Summary::new(&module, &selection.outcomes, &selection.timing);
             match format {
                 Format::Json => {
@@ -397,8 +401,15 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown } => {
+        Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown, blocks } => {
             let file = read_data(&data)?;
+            if let Some(func) = blocks {
+                let modules = lopi_trace::ModuleBlocks::from_data(&file);
+                return match format {
+                    Format::Json => print_json(&blocks::report_json(&modules, &func)?),
+                    Format::Text => print(&blocks::report_text(&modules, &func)?),
+                };
+            }
             if breakdown {
                 let report = lopi_trace::Threads::from_data(&file);
                 if !report.threads.iter().any(|t| t.cpu.is_some()) {
@@ -611,6 +622,9 @@ pub(crate) fn rewrite(
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
     let mut summary = if probes.entries || probes.locks { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
+    if probes.blocks {
+        summary = blocks::summary(&rewritten.plan.blocks);
+    }
     if probes.syscalls || probes.locks {
         let syscalls = syscalls::Summary::new(&rewritten.plan.syscalls);
         summary = if summary.is_empty() { syscalls.to_string() } else { format!("{summary}; {syscalls}") };

@@ -1,13 +1,14 @@
-//! `lopi info --probe block`: the control-flow graph lopi builds for a function with a loop, a
-//! dense switch (a jump table) and early returns, at -O0 and -O2, PIE and not, with and without
-//! CET: blocks that tile the function's code without overlapping, edges that land on block
-//! starts, a back edge for the loop, an indirect jump through the table, and a probe for
-//! most blocks.
+//! Basic blocks. `lopi info --probe block`: the control-flow graph lopi builds for a function
+//! with a loop, a dense switch (a jump table) and early returns, at -O0 and -O2, PIE and not,
+//! with and without CET: blocks that tile the function's code without overlapping, edges that
+//! land on block starts, a back edge for the loop, an indirect jump through the table, and a
+//! probe for most blocks. `--probe block`: every probed block's executions, rewritten and
+//! live, equal callgrind's count of its first instruction, threads included.
 mod common;
 
 use common::{cleanup, compile, fresh_dir, lopi_bin, run};
 use serde_json::Value as Json;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 
 const PROGRAM: &str = r#"
@@ -98,8 +99,124 @@ fn blocks_tile_functions_and_their_edges_land_on_blocks() {
     cleanup(&dir);
 }
 
+/// Loops with known trip counts, a switch through a jump table, early returns, `continue`, and
+/// two threads running the same code.
+const COUNTED: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) int classify(int x) {
+    switch (x % 9) {
+    case 0: return 11;
+    case 1: return x * 7 + 3;
+    case 2: return 29;
+    case 3: return x / 3;
+    case 4: return 37;
+    case 5: return x ^ 0x55;
+    case 6: return 43;
+    case 7: return 47;
+    default: return -1;
+    }
+}
+__attribute__((noinline)) long walk(int n, int stop) {
+    long sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == stop) return -sum;
+        if (i % 5 == 0) continue;
+        for (int j = 0; j < i % 4; j++) sum += classify(i + j);
+    }
+    return sum;
+}
+static void *worker(void *arg) { return (void *)walk(300, (int)(long)arg); }
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 1000;
+    long total = walk(n, -1) + walk(n, n / 2);
+    pthread_t t[2];
+    for (long i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, (void *)(i * 100 + 50));
+    for (int i = 0; i < 2; i++) { void *r; pthread_join(t[i], &r); total += (long)r; }
+    printf("%ld\n", total);
+    return 0;
+}
+"#;
+
+/// Executions of each instruction address of the program's own code, from callgrind
+/// (`--dump-instr=yes`: an instruction's Ir is its executions).
+fn callgrind_counts(prog: &std::path::Path, args: &[&str], dir: &std::path::Path) -> HashMap<u64, u64> {
+    let out = dir.join("callgrind.out");
+    let status = Command::new("valgrind")
+        .args(["-q", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no", "--compress-strings=no"])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(prog)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("valgrind (Debian's valgrind package) is the oracle of block counts");
+    assert!(status.success());
+    let mut counts = HashMap::new();
+    let mut after_call = false;
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        if line.starts_with("calls=") {
+            after_call = true;
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let (Some(addr), Some(ir)) = (fields.first().and_then(|a| a.strip_prefix("0x")), fields.last()) {
+            // The line after `calls=` is the call's inclusive cost, not the instruction's.
+            if !after_call && fields.len() >= 2 {
+                *counts.entry(u64::from_str_radix(addr, 16).unwrap()).or_default() += ir.parse::<u64>().unwrap_or(0);
+            }
+        }
+        after_call = false;
+    }
+    counts
+}
+
+fn block_counts(data: &std::path::Path, func: &str) -> Vec<Json> {
+    let out = run(Command::new(lopi_bin()).args(["report", "--format", "json", "--blocks", func]).arg(data), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
+    json[0]["blocks"].as_array().unwrap().clone()
+}
+
 #[test]
-fn block_probes_are_refused_outside_info_for_now() {
-    let out = run(Command::new(lopi_bin()).args(["run", "--probe", "block", "--", "true"]), common::default_timeout()).unwrap();
-    assert!(!out.status.success() && out.stderr_str().contains("--probe block"), "{}", out.stderr_str());
+fn block_counts_equal_callgrinds_static_and_live() {
+    let dir = fresh_dir("blocks_counts");
+    let src = dir.join("counted.c");
+    std::fs::write(&src, COUNTED).unwrap();
+    for flags in [&["-O0"][..], &["-O2"], &["-O3", "-fcf-protection"]] {
+        // Not PIE: callgrind's addresses are then the file's.
+        let prog = dir.join(format!("counted{}", flags.join("")));
+        compile(Command::new("cc").args(flags).args(["-no-pie", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+        let oracle = callgrind_counts(&prog, &["1000"], &dir);
+        let native = run(Command::new(&prog).arg("1000"), common::default_timeout()).unwrap().stdout_str();
+        let rewritten = dir.join("counted.lopi");
+        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", "block", "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{}", out.stderr_str());
+        for mode in ["static", "live"] {
+            let data = dir.join(format!("{mode}.data"));
+            let _ = std::fs::remove_file(&data);
+            let mut cmd = if mode == "static" {
+                Command::new(&rewritten)
+            } else {
+                let mut c = Command::new(lopi_bin());
+                c.args(["run", "-q", "--probe", "block", "--"]).arg(&prog);
+                c
+            };
+            let out = run(cmd.arg("1000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+            assert!(out.status.success(), "{mode} {flags:?}: {}", out.stderr_str());
+            assert_eq!(out.stdout_str(), native, "{mode} {flags:?}: the program's output");
+            let mut checked = 0;
+            for func in ["classify", "walk", "worker", "main"] {
+                for b in block_counts(&data, func) {
+                    let Some(count) = b["count"].as_u64() else { continue };
+                    let addr = b["address"].as_u64().unwrap();
+                    let want = oracle.get(&addr).copied().unwrap_or(0);
+                    assert_eq!(count, want, "{mode} {flags:?}: {func}'s block at {addr:#x} ran {count} times, callgrind says {want}");
+                    checked += 1;
+                }
+            }
+            assert!(checked >= 15, "{mode} {flags:?}: {checked} blocks checked");
+        }
+    }
+    cleanup(&dir);
 }

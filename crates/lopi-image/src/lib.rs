@@ -18,7 +18,7 @@
 use lopi_elf::{ElfModule, Svma};
 use lopi_patch::{Layout, PatchPlan, Selection, Stubs, RSEQ_CS_SIZE};
 use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC};
-use lopi_trace::{MetaFunction, MetaSyscall, ModuleMeta, META_VERSION};
+use lopi_trace::{MetaBlock, MetaFunction, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
 use std::ops::Range;
 
 #[derive(Debug, thiserror::Error)]
@@ -185,6 +185,20 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
                 MetaSyscall { addr: p.at.0, function, nr: site.nr }
             })
             .collect(),
+        blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone() }).collect(),
+        unprobed_blocks: plan
+            .blocks
+            .iter()
+            .filter_map(|f| f.blocks.as_ref().ok().map(|blocks| (f.function, blocks)))
+            .flat_map(|(f, blocks)| {
+                blocks.iter().filter_map(move |(b, outcome)| match outcome {
+                    lopi_patch::blocks::BlockOutcome::Skipped(reason) => {
+                        Some(MetaUnprobedBlock { addr: b.start, end: b.end, function: module.functions[f].name.clone(), reason: reason.key().to_string() })
+                    }
+                    lopi_patch::blocks::BlockOutcome::Probed(_) => None,
+                })
+            })
+            .collect(),
     };
     let meta_json = serde_json::to_vec(&meta).expect("metadata serialises");
 
@@ -204,7 +218,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         meta_len: meta_json.len() as u64,
         counters_offset: rw_vaddr.wrapping_sub(desc_vaddr) as i64,
         counters_len,
-        counter_count: (plan.probed.len() + plan.syscall_probes.len()) as u64,
+        counter_count: (plan.probed.len() + plan.syscall_probes.len() + plan.block_probes.len()) as u64,
         svma: desc_vaddr,
         vars_offset: vars_vaddr.wrapping_sub(desc_vaddr) as i64,
         rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,

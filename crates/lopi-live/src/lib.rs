@@ -103,6 +103,8 @@ pub struct InstalledModule {
     pub exit_sites: usize,
     /// Its `syscall` instructions and how each was probed (empty unless asked for).
     pub syscalls: Vec<lopi_patch::SyscallSite>,
+    /// The selected functions' basic blocks and their probes (empty unless asked for).
+    pub blocks: Vec<lopi_patch::blocks::FunctionBlocks>,
     /// Run-time addresses of the image mapping and of its code.
     pub image: Range<u64>,
     code: Range<u64>,
@@ -336,6 +338,7 @@ impl Target {
             timing: image.plan.timing.clone(),
             exit_sites: image.plan.exit_sites,
             syscalls: image.plan.syscalls.clone(),
+            blocks: image.plan.blocks.clone(),
             image: start..start + len,
             code: image.rx.start.wrapping_add(bias)..image.rx.end.wrapping_add(bias),
             vars: image.vars.wrapping_add(bias),

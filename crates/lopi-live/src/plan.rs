@@ -177,8 +177,8 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
                 lookup = Lookup::NotStored(why);
             }
         }
-        if image.plan.probed.is_empty() && image.plan.syscall_probes.is_empty() && !request.probes.entries {
-            // Only system calls or locks were asked for, and it has none of either.
+        if image.plan.probed.is_empty() && image.plan.syscall_probes.is_empty() && image.plan.block_probes.is_empty() && !request.probes.entries {
+            // Only system calls, locks or blocks were asked for, and it has none.
             continue;
         }
         busy.push((start, start + len + PAGE_SIZE));

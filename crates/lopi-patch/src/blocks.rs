@@ -7,14 +7,13 @@
 use crate::exits::{self, CodeMap, Region, UntimedReason};
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{patch_instructions, Analysis, Filter, SkipReason, Tactic};
+use crate::{patch_instructions, Analysis, Choice, Filter, Point, Site, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
 
 /// Where control goes from a block's end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case", tag = "kind", content = "to")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Edge {
     /// Falls through into the next block.
     Next(u64),
@@ -26,7 +25,7 @@ pub enum Edge {
     Leaves,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Block {
     pub start: u64,
     pub end: u64,
@@ -35,8 +34,7 @@ pub struct Block {
 }
 
 /// What a probe at a block's start would be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BlockOutcome {
     Probed(Tactic),
     Skipped(SkipReason),
@@ -44,7 +42,7 @@ pub enum BlockOutcome {
 
 /// A function's blocks, in address order (its entry first when it lies lowest), or why its
 /// graph is not known.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct FunctionBlocks {
     pub function: usize,
     pub blocks: Result<Vec<(Block, BlockOutcome)>, UntimedReason>,
@@ -116,11 +114,16 @@ fn direct(insn: &Insn, inside: &dyn Fn(u64) -> bool) -> Edge {
 /// Every selected function's blocks and the tactic each block's probe would take: the
 /// direct tactics first, then bounces into the padding they left.
 pub fn plan(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter) -> Vec<FunctionBlocks> {
-    let targets = &analysis.targets;
+    let mut gaps = Gaps::find(module, &analysis.targets);
+    select(module, &analysis.targets, filter, &mut gaps).1
+}
+
+/// The sites of every block probe [`plan`] finds, in block order, and the blocks.
+pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter, gaps: &mut Gaps) -> (Vec<Site>, Vec<FunctionBlocks>) {
     let map = CodeMap::new(module);
-    let mut gaps = Gaps::find(module, targets);
     let ends = crate::function_ends(module);
     let mut out = Vec::new();
+    let mut sites = Vec::new();
     let mut bounces = Vec::new();
     for (index, function) in module.functions.iter().enumerate() {
         if !filter.selects(&crate::names_of(function)) {
@@ -131,50 +134,91 @@ pub fn plan(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter) -> Vec
             blocks
                 .into_iter()
                 .map(|b| {
-                    let outcome = direct_tactic(module, targets, &starts, &b, &mut gaps);
-                    if outcome == BlockOutcome::Probed(Tactic::Jmp8ViaBounce) {
-                        bounces.push((out.len(), b.start));
-                    }
+                    let outcome = match direct_site(module, targets, &starts, &b, gaps) {
+                        Ok(Choice::Direct(site)) => {
+                            let tactic = site_tactic(&site);
+                            sites.push(Site { function: index, ..site });
+                            BlockOutcome::Probed(tactic)
+                        }
+                        Ok(Choice::NeedsBounce(entry)) => {
+                            bounces.push((out.len(), b.start, index, entry));
+                            BlockOutcome::Probed(Tactic::Jmp8ViaBounce)
+                        }
+                        Err(reason) => BlockOutcome::Skipped(reason),
+                    };
                     (b, outcome)
                 })
                 .collect::<Vec<_>>()
         });
         out.push(FunctionBlocks { function: index, blocks });
     }
-    for (f, start) in bounces {
-        let Ok(blocks) = &mut out[f].blocks else { continue };
-        let Some((block, outcome)) = blocks.iter_mut().find(|(b, _)| b.start == start) else { continue };
-        let from = patch_start(module, block.start) + JMP8_LEN as u64;
+    for (f, start, function, entry) in bounces {
+        let from = entry.patch_at.0 + JMP8_LEN as u64;
         let (lo, hi) = (from.saturating_sub(128), from + 127 - JMP32_LEN as u64);
-        if gaps.take_near(lo, hi, JMP32_LEN).is_none() {
-            *outcome = BlockOutcome::Skipped(SkipReason::NoBounceSpace);
+        match gaps.take_near(lo, hi, JMP32_LEN) {
+            Some(bounce) => {
+                let covered = entry.len;
+                sites.push(as_block(entry.into_site(function, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce)))));
+            }
+            None => set_outcome(&mut out[f], start, BlockOutcome::Skipped(SkipReason::NoBounceSpace)),
         }
     }
-    out
+    (sites, out)
 }
 
-/// Where a probe at `start` goes: past an `endbr64`.
-fn patch_start(module: &ElfModule<'_>, start: u64) -> u64 {
-    start + if module.bytes_from(Svma(start)).is_some_and(lopi_x86::is_endbr64) { 4 } else { 0 }
+/// Records that the block at `start` of `f` is probed or skipped after all.
+fn set_outcome(f: &mut FunctionBlocks, start: u64, outcome: BlockOutcome) {
+    if let Ok(blocks) = &mut f.blocks {
+        if let Some((_, o)) = blocks.iter_mut().find(|(b, _)| b.start == start) {
+            *o = outcome;
+        }
+    }
 }
 
-/// Tactics 1 and 2 for the block; `Jmp8ViaBounce` when only a short jump fits (its bounce is
-/// found later).
-fn direct_tactic(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>, block: &Block, gaps: &mut Gaps) -> BlockOutcome {
+/// The same for the block a probe at `patch_at` is in (past its `endbr64`).
+pub(crate) fn set_outcome_at(f: &mut FunctionBlocks, patch_at: u64, outcome: BlockOutcome) {
+    if let Some(start) = start_of(f, patch_at) {
+        set_outcome(f, start, outcome);
+    }
+}
+
+/// The start of the block of `f` that holds `addr`.
+pub(crate) fn start_of(f: &FunctionBlocks, addr: u64) -> Option<u64> {
+    block_of(f, addr).map(|b| b.start)
+}
+
+/// The block of `f` that holds `addr`.
+pub(crate) fn block_of(f: &FunctionBlocks, addr: u64) -> Option<&Block> {
+    f.blocks.as_ref().ok()?.iter().find(|(b, _)| (b.start..b.end).contains(&addr)).map(|(b, _)| b)
+}
+
+fn as_block(site: Site) -> Site {
+    let tactic = site_tactic(&site);
+    Site { point: Point::Block(tactic), ..site }
+}
+
+fn site_tactic(site: &Site) -> Tactic {
+    match site.point {
+        Point::Entry(t) | Point::Block(t) | Point::Syscall(t) => t,
+        Point::Exit => Tactic::Jmp32,
+    }
+}
+
+/// Tactics 1 and 2 for the block, or the instructions a short jump to a bounce would move.
+/// A block's probe moves only the block's own instructions.
+fn direct_site(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>, block: &Block, gaps: &mut Gaps) -> Result<Choice, SkipReason> {
     let stop = |ip: u64| targets.contains(&ip) || starts.contains(&ip);
-    let entry = match patch_instructions(module, Svma(block.start), block.end, targets, &stop, JMP32_LEN) {
-        Ok(entry) => entry,
-        Err(reason) => return BlockOutcome::Skipped(reason),
-    };
+    let entry = patch_instructions(module, Svma(block.start), block.end, targets, &stop, JMP32_LEN)?;
     if entry.len >= JMP32_LEN {
-        return BlockOutcome::Probed(Tactic::Jmp32);
+        let covered = entry.len;
+        return Ok(Choice::Direct(as_block(entry.into_site(0, Tactic::Jmp32, covered, None))));
     }
     let after = entry.patch_at.0 + entry.len as u64;
     if entry.ends_terminal && !entry.stopped_at_target && gaps.take_at(after, JMP32_LEN - entry.len) {
-        return BlockOutcome::Probed(Tactic::Jmp32IntoPadding);
+        return Ok(Choice::Direct(as_block(entry.into_site(0, Tactic::Jmp32IntoPadding, JMP32_LEN, None))));
     }
     if entry.len < JMP8_LEN {
-        return BlockOutcome::Skipped(SkipReason::TooShort);
+        return Err(SkipReason::TooShort);
     }
-    BlockOutcome::Probed(Tactic::Jmp8ViaBounce)
+    Ok(Choice::NeedsBounce(entry))
 }

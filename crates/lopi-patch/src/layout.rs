@@ -3,7 +3,8 @@
 //! original code. A site that cannot be encoded is given up with a reason, never patched
 //! half-way.
 use crate::syscalls::{SyscallOutcome, SyscallSkip};
-use crate::{lend, Action, CodePatch, Layout, Outcome, PatchPlan, Point, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use crate::blocks::BlockOutcome;
+use crate::{lend, Action, CodePatch, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashMap;
@@ -12,7 +13,7 @@ impl Selection {
     /// Number of counters the layout must provide (an upper bound: a site that cannot be
     /// encoded is dropped).
     pub fn counter_count(&self) -> u64 {
-        self.sites.iter().filter(|s| s.is_entry()).count() as u64 + self.sites.iter().map(|s| s.syscalls.len() as u64).sum::<u64>()
+        self.sites.iter().filter(|s| s.is_entry() || s.is_block()).count() as u64 + self.sites.iter().map(|s| s.syscalls.len() as u64).sum::<u64>()
     }
 
     /// True when some function is timed: the layout must then provide the stubs.
@@ -35,6 +36,7 @@ impl Selection {
                 Err(Failed::Exit(site)) => self.demote(site, UntimedReason::RelocationFailed),
                 Err(Failed::Entry(site, reason)) => self.remove_entry(site, reason),
                 Err(Failed::Syscall(site, reason)) => self.remove_syscall_site(site, reason),
+                Err(Failed::Block(site, reason)) => self.remove_block(site, reason),
             }
         }
     }
@@ -49,8 +51,17 @@ impl Selection {
             Point::Exit => self.demote(index, UntimedReason::ThreadInside),
             Point::Entry(_) => self.remove_entry(index, SkipReason::ThreadInside),
             Point::Syscall(_) => self.remove_syscall_site(index, SyscallSkip::ThreadInside),
+            Point::Block(_) => self.remove_block(index, SkipReason::ThreadInside),
         }
         true
+    }
+
+    /// Gives up the block site at `index`: its block is counted as skipped for `reason`.
+    fn remove_block(&mut self, index: usize, reason: SkipReason) {
+        let site = self.sites.remove(index);
+        for f in self.blocks.iter_mut().filter(|f| f.function == site.function) {
+            crate::blocks::set_outcome_at(f, site.patch_at.0, BlockOutcome::Skipped(reason));
+        }
     }
 
     /// Gives up the entry site at `index`: its function is skipped for `reason` and no longer
@@ -136,6 +147,12 @@ impl Selection {
         let mut syscall_ips: Vec<u64> = self.sites.iter().flat_map(|s| s.syscalls.iter().copied()).collect();
         syscall_ips.sort_unstable();
         let syscall_counters: Vec<(u64, u32)> = syscall_ips.iter().enumerate().map(|(i, &ip)| (ip, first_syscall + i as u32)).collect();
+        // Block sites after them, in address order.
+        let first_block = first_syscall + syscall_counters.len() as u32;
+        let block_counters: HashMap<usize, u32> =
+            self.sites.iter().enumerate().filter(|(_, s)| s.is_block()).enumerate().map(|(k, (i, _))| (i, first_block + k as u32)).collect();
+        let mut block_probes = Vec::new();
+        let mut block_sections = Vec::new();
         let mut syscall_probes = Vec::new();
         let mut probed = Vec::new();
         let mut rseq_sections = Vec::new();
@@ -151,17 +168,14 @@ impl Selection {
             });
             let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
             let encoded = match (site.point, layout.stubs) {
+                (Point::Block(_), _) => {
+                    let access = counter_access(&layout, block_counters[&index]);
+                    let flags_dead = lopi_x86::flags_dead(&site.relocated);
+                    lopi_x86::block_counting_trampoline(&access, &body, flags_dead, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                }
                 (Point::Entry(_), stubs) => {
                     let counter = probed.len() as u32;
-                    let access = lopi_x86::CounterAccess {
-                        shared: layout.counters.0 + 8 * u64::from(counter),
-                        rseq_offset_var: layout.vars.0 + lopi_rt_abi::vars::RSEQ_OFFSET,
-                        cpu_count_var: layout.vars.0 + lopi_rt_abi::vars::CPU_COUNT,
-                        percpu_base_var: layout.vars.0 + lopi_rt_abi::vars::PERCPU_BASE,
-                        stride: layout.stride,
-                        index: counter,
-                        cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
-                    };
+                    let access = counter_access(&layout, counter);
                     match (stubs, site.action) {
                         (Some(stubs), Action::Time | Action::Lock(_)) => {
                             let (enter_stub, exit_stub) = stubs.of(site.action);
@@ -201,6 +215,7 @@ impl Selection {
                     Point::Exit => Failed::Exit(index),
                     Point::Entry(_) => Failed::Entry(index, if out_of_range { SkipReason::OutOfRange } else { SkipReason::RelocationFailed }),
                     Point::Syscall(_) => Failed::Syscall(index, if out_of_range { SyscallSkip::OutOfRange } else { SyscallSkip::RelocationFailed }),
+                    Point::Block(_) => Failed::Block(index, if out_of_range { SkipReason::OutOfRange } else { SkipReason::RelocationFailed }),
                 });
             };
             for (ip, returns_to) in returns {
@@ -224,18 +239,33 @@ impl Selection {
                     });
                     rseq_sections.push(section);
                 }
+                (Point::Block(tactic), Some(section)) => {
+                    let block = self.blocks.iter().filter(|f| f.function == site.function).find_map(|f| crate::blocks::block_of(f, site.patch_at.0));
+                    block_probes.push(ProbedBlock {
+                        function: site.function,
+                        start: Svma(block.map_or(site.patch_at.0, |b| b.start)),
+                        end: Svma(block.map_or(site.patch_at.0 + site.moved_len as u64, |b| b.end)),
+                        patch_at: site.patch_at,
+                        counter: block_counters[&index],
+                        tactic,
+                    });
+                    block_sections.push(section);
+                }
                 (Point::Exit, _) => exit_sites += 1,
                 _ => {}
             }
         }
         // System-call counters have no critical section; their slots stay unused.
         rseq_sections.resize(rseq_sections.len() + syscall_counters.len(), lopi_x86::RseqSection { start: 0, post_commit_offset: 0, abort: 0 });
+        rseq_sections.extend(block_sections);
         syscall_probes.sort_by_key(|p| p.counter);
         Ok(PatchPlan {
             layout,
             probed,
             syscall_probes,
             syscalls: self.syscalls.clone(),
+            block_probes,
+            blocks: self.blocks.clone(),
             rseq_sections,
             code_patches: lend::merge_nested(code_patches),
             trampoline_code: code,
@@ -254,6 +284,21 @@ enum Failed {
     Entry(usize, SkipReason),
     /// A system-call site: its `syscall` stays unprobed.
     Syscall(usize, SyscallSkip),
+    /// A block site: its block has no probe.
+    Block(usize, SkipReason),
+}
+
+/// How a counting trampoline reaches counter `counter`.
+fn counter_access(layout: &Layout, counter: u32) -> lopi_x86::CounterAccess {
+    lopi_x86::CounterAccess {
+        shared: layout.counters.0 + 8 * u64::from(counter),
+        rseq_offset_var: layout.vars.0 + lopi_rt_abi::vars::RSEQ_OFFSET,
+        cpu_count_var: layout.vars.0 + lopi_rt_abi::vars::CPU_COUNT,
+        percpu_base_var: layout.vars.0 + lopi_rt_abi::vars::PERCPU_BASE,
+        stride: layout.stride,
+        index: counter,
+        cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
+    }
 }
 
 /// The jump (and bounce) written over the original code for one site.

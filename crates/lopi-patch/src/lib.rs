@@ -166,6 +166,8 @@ enum Point {
     Exit,
     /// A `syscall` instruction, patched with this tactic: times each system call.
     Syscall(Tactic),
+    /// A basic block's start, patched with this tactic: counts its executions.
+    Block(Tactic),
 }
 
 /// A chosen patch, before addresses in the trampoline area are known.
@@ -266,15 +268,17 @@ pub struct Probes {
     /// The lock functions (`locks.rs`), each call timed as a lock operation; with them the
     /// `futex` system calls, which tell time blocked from time spinning.
     pub locks: bool,
+    /// Every basic block of the functions the filter selects: executions counted.
+    pub blocks: bool,
 }
 
 impl Probes {
-    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false, locks: false };
-    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false, locks: false };
+    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false, locks: false, blocks: false };
+    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false, locks: false, blocks: false };
 
     /// As `--probe` spells it: `entry,exit,syscall,locks`.
     pub fn name(self) -> String {
-        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall"), (self.locks, "locks")];
+        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall"), (self.locks, "locks"), (self.blocks, "block")];
         parts.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(",")
     }
 }
@@ -291,6 +295,8 @@ pub struct Selection {
     pub timing: Vec<TimingOutcome>,
     /// Every `syscall` instruction, in address order, when system calls are probed.
     pub syscalls: Vec<SyscallSite>,
+    /// Every selected function's basic blocks and their probes, when blocks are probed.
+    pub blocks: Vec<blocks::FunctionBlocks>,
 }
 
 /// A probed function, in counter order.
@@ -315,6 +321,18 @@ pub struct ProbedSyscall {
     pub returns_to: Svma,
 }
 
+/// A probed basic block, in counter order after the system calls.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ProbedBlock {
+    pub function: usize,
+    /// The block's start and end, and where its jump is written (past an `endbr64`).
+    pub start: Svma,
+    pub end: Svma,
+    pub patch_at: Svma,
+    pub counter: u32,
+    pub tactic: Tactic,
+}
+
 /// Bytes to write over the original code.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CodePatch {
@@ -332,6 +350,9 @@ pub struct PatchPlan {
     /// Counters `probed.len()..` name these.
     pub syscall_probes: Vec<ProbedSyscall>,
     pub syscalls: Vec<SyscallSite>,
+    /// Counters `probed.len() + syscall_probes.len()..` name these.
+    pub block_probes: Vec<ProbedBlock>,
+    pub blocks: Vec<blocks::FunctionBlocks>,
     /// Critical section of each probed function's trampoline, in counter order (a timed
     /// function's counts its calls once the budget switched it to counting).
     pub rseq_sections: Vec<lopi_x86::RseqSection>,
@@ -447,8 +468,15 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
         (false, true) => syscalls::plan(module, targets, &mut gaps, &mut sites, |nr| nr.is_none_or(|n| LOCK_SYSCALLS.contains(&n))),
         (false, false) => Vec::new(),
     };
+    let blocks = if probes.blocks {
+        let (block_sites, blocks) = blocks::select(module, targets, filter, &mut gaps);
+        sites.extend(block_sites);
+        blocks
+    } else {
+        Vec::new()
+    };
     sites.sort_by_key(|s| s.patch_at);
-    Selection { sites, outcomes, timing: timing_outcomes, syscalls }
+    Selection { sites, outcomes, timing: timing_outcomes, syscalls, blocks }
 }
 
 /// Where each function ends: at its size, or at the next known start of code.
@@ -712,6 +740,10 @@ impl Entry {
 impl Site {
     fn is_entry(&self) -> bool {
         matches!(self.point, Point::Entry(_))
+    }
+
+    fn is_block(&self) -> bool {
+        matches!(self.point, Point::Block(_))
     }
 
     /// An exit site is needed only while some timed function owns it.

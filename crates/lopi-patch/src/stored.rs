@@ -6,6 +6,7 @@
 //! entry can never make an installer index out of bounds or write past a site. (The cache
 //! also checksums its entries and keys them by lopi's build; these checks are what remains
 //! if both were defeated.)
+use crate::blocks::FunctionBlocks;
 use crate::syscalls::NO_FUNCTION;
 use crate::{Insn, Outcome, Point, Selection, Site, SyscallSite, TimingOutcome};
 use lopi_elf::{ElfModule, Svma};
@@ -28,6 +29,7 @@ struct Stored<'s> {
     outcomes: &'s [Outcome],
     timing: &'s [TimingOutcome],
     syscalls: &'s [SyscallSite],
+    blocks: &'s [FunctionBlocks],
 }
 
 /// [`Stored`], read back.
@@ -37,6 +39,7 @@ struct Read {
     outcomes: Vec<Outcome>,
     timing: Vec<TimingOutcome>,
     syscalls: Vec<SyscallSite>,
+    blocks: Vec<FunctionBlocks>,
 }
 
 /// More bytes than any site covers (an entry's instructions up to the 5th byte, plus one).
@@ -46,7 +49,7 @@ const MAX_MOVED: usize = 1 << 16;
 
 impl Selection {
     pub fn to_bytes(&self) -> Result<Vec<u8>, StoredError> {
-        Ok(postcard::to_stdvec(&Stored { sites: &self.sites, outcomes: &self.outcomes, timing: &self.timing, syscalls: &self.syscalls })?)
+        Ok(postcard::to_stdvec(&Stored { sites: &self.sites, outcomes: &self.outcomes, timing: &self.timing, syscalls: &self.syscalls, blocks: &self.blocks })?)
     }
 
     /// Reads what [`Selection::to_bytes`] wrote for `module`.
@@ -55,7 +58,7 @@ impl Selection {
         if !rest.is_empty() {
             return Err(StoredError::Trailing(rest.len()));
         }
-        let mut selection = Selection { sites: stored.sites, outcomes: stored.outcomes, timing: stored.timing, syscalls: stored.syscalls };
+        let mut selection = Selection { sites: stored.sites, outcomes: stored.outcomes, timing: stored.timing, syscalls: stored.syscalls, blocks: stored.blocks };
         selection.check(module.functions.len())?;
         for site in &mut selection.sites {
             site.relocated = moved(module, site.moved_from, site.moved_len)
@@ -76,6 +79,9 @@ impl Selection {
         let no_function = |s: &Site| matches!(s.point, Point::Syscall(_)) && s.function == NO_FUNCTION;
         if self.syscalls.iter().any(|s| s.function.is_some_and(|f| f >= functions)) {
             return fail("a system-call site names a function that does not exist");
+        }
+        if self.blocks.iter().any(|b| b.function >= functions) {
+            return fail("blocks name a function that does not exist");
         }
         for site in &self.sites {
             if (site.function >= functions && !no_function(site)) || site.owners.iter().any(|&o| o >= functions) {

@@ -31,6 +31,8 @@ pub struct Record {
     /// Per probed `syscall`: calls that got no timed frame (made before the runtime was
     /// ready, or inside a probe, or by a vfork child).
     pub syscall_counts: Vec<u64>,
+    /// Per probed basic block: its executions.
+    pub block_counts: Vec<u64>,
 }
 
 /// One thread's timing state as its process left it.
@@ -152,7 +154,7 @@ impl DataFile {
                 serde_json::from_slice(meta_bytes).map_err(|e| corrupt(&format!("metadata: {e}")))?;
             let count_bytes = header.counter_count.checked_mul(8).ok_or_else(|| corrupt("counter count"))?;
             let counters = slice(header.counters_offset, count_bytes).ok_or_else(|| corrupt("counter range"))?;
-            if (meta.functions.len() + meta.syscalls.len()) as u64 != header.counter_count {
+            if (meta.functions.len() + meta.syscalls.len() + meta.blocks.len()) as u64 != header.counter_count {
                 return Err(corrupt("metadata and counters disagree"));
             }
             let mut counts: Vec<u64> = read_counts(counters);
@@ -167,7 +169,8 @@ impl DataFile {
                     *total = total.saturating_add(n);
                 }
             }
-            let syscall_counts = counts.split_off(meta.functions.len());
+            let mut syscall_counts = counts.split_off(meta.functions.len());
+            let block_counts = syscall_counts.split_off(meta.syscalls.len());
             out.records.push(Record {
                 pid: header.pid,
                 exe: String::from_utf8_lossy(exe).into_owned(),
@@ -175,6 +178,7 @@ impl DataFile {
                 meta,
                 counts,
                 syscall_counts,
+                block_counts,
             });
             offset += header.record_len;
         }

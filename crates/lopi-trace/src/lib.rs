@@ -5,6 +5,7 @@
 //! a record cut short by a dying process, the end of the data.
 #![forbid(unsafe_code)]
 
+mod blocks;
 mod breakdown;
 mod data;
 mod export;
@@ -15,6 +16,7 @@ mod syscalls;
 mod threads;
 mod timing;
 
+pub use blocks::{BlockCount, ModuleBlocks};
 pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
 pub use data::{DataError, DataFile, EndedCpu, Parallelism, ProcessMaps, Record, ThreadChunk};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
@@ -57,6 +59,29 @@ pub struct ModuleMeta {
     /// Probed `syscall` instructions; index + `functions.len()` = counter index.
     #[serde(default)]
     pub syscalls: Vec<MetaSyscall>,
+    /// Probed basic blocks; index + `functions.len() + syscalls.len()` = counter index.
+    #[serde(default)]
+    pub blocks: Vec<MetaBlock>,
+    /// Blocks of the probed functions that have no probe, and why.
+    #[serde(default)]
+    pub unprobed_blocks: Vec<MetaUnprobedBlock>,
+}
+
+/// A probed basic block.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetaBlock {
+    /// File addresses of its first instruction and of the end of its last.
+    pub addr: u64,
+    pub end: u64,
+    pub function: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetaUnprobedBlock {
+    pub addr: u64,
+    pub end: u64,
+    pub function: String,
+    pub reason: String,
 }
 
 /// A probed `syscall` instruction.

@@ -7,7 +7,7 @@ use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, MemoryOp
 pub use iced_x86::Instruction as Insn;
 pub use syscall::{is_syscall, sets_rax, SyscallProbes};
 pub use trampoline::{
-    counting_trampoline, exit_trampoline, syscall_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, ExitProbe, RseqSection,
+    block_counting_trampoline, counting_trampoline, exit_trampoline, flags_dead, syscall_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, ExitProbe, RseqSection,
     TimedEntry, Trampoline, RSEQ_SIG,
 };
 
@@ -18,6 +18,8 @@ mod trampoline;
 pub const JMP32_LEN: usize = 5;
 /// Length of `jmp rel8`.
 pub const JMP8_LEN: usize = 2;
+/// Red zone size of the x86-64 System V ABI: below the stack pointer, data a function keeps.
+pub(crate) const RED_ZONE: i64 = 128;
 
 /// Why instructions could not be moved.
 #[derive(Debug, thiserror::Error)]

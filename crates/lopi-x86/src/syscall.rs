@@ -20,6 +20,7 @@
 //!
 //! Both calls run on the stack the thread has at that point: in the child of a `clone` with a
 //! new stack, the exit probe runs on the child's stack, 128 bytes below its top.
+use crate::RED_ZONE;
 use iced_x86::{Code, Instruction, InstructionInfoFactory, MemoryOperand, OpAccess, Register};
 
 /// The runtime's syscall stubs, and the moved `syscall` instructions to probe.
@@ -37,8 +38,6 @@ impl SyscallProbes<'_> {
     }
 }
 
-/// Red zone size of the x86-64 System V ABI.
-const RED_ZONE: i64 = 128;
 
 fn stub_call(stub: u64, counter: u32) -> Result<[Instruction; 4], iced_x86::IcedError> {
     let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);

@@ -36,6 +36,7 @@
 //! change; compilers never keep flags live across a call.
 use crate::syscall::{wrapped, SyscallProbes};
 use crate::RelocError;
+use crate::RED_ZONE;
 use iced_x86::{BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, MemoryOperand, Register};
 
 /// glibc's rseq signature on x86 (sysdeps/unix/sysv/linux/x86/bits/rseq.h): the kernel
@@ -123,6 +124,8 @@ const END: u64 = 3;
 const OUT: u64 = 4;
 const LOCKED: u64 = 5;
 const ABORT: u64 = 6;
+/// Where a block probe's counting code ends: its flags and stack pointer restored.
+const EPILOGUE: u64 = 7;
 /// Labels for the exit paths of conditional tail jumps, upwards from here.
 const FIRST_EXIT_PATH: u64 = 16;
 /// Labels for the instructions exit probes skip to, upwards from here: kernel addresses, which
@@ -325,6 +328,49 @@ pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Resul
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
     encode_with_section(&insns, ip)
+}
+
+/// The same for a probe inside a function (a basic block's start), where the red zone may hold
+/// the function's data and the flags may be live: the counting code runs 128 bytes lower, with
+/// the flags saved unless `flags_dead` (the body sets them all before it reads any).
+pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead: bool, ip: u64) -> Result<Trampoline, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    let mut insns = vec![Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-RED_ZONE)).map_err(err)?];
+    if !flags_dead {
+        insns.push(Instruction::with(Code::Pushfq));
+    }
+    insns.extend(counting_code(c, EPILOGUE)?);
+    let mut epilogue = Vec::new();
+    if !flags_dead {
+        epilogue.push(Instruction::with(Code::Popfq));
+    }
+    epilogue.push(Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(RED_ZONE)).map_err(err)?);
+    epilogue[0].set_ip(EPILOGUE);
+    insns.extend(epilogue);
+    insns.extend(body_with_exits(body, None)?);
+    insns.extend(abort_code()?);
+    encode_with_section(&insns, ip)
+}
+
+/// True when `insns`, run in order from their start, set every status flag before they read
+/// any: the flags are dead where they begin.
+pub fn flags_dead(insns: &[Instruction]) -> bool {
+    let status = iced_x86::RflagsBits::OF | iced_x86::RflagsBits::SF | iced_x86::RflagsBits::ZF | iced_x86::RflagsBits::AF | iced_x86::RflagsBits::CF | iced_x86::RflagsBits::PF;
+    let mut set = 0;
+    for insn in insns {
+        if insn.rflags_read() & status & !set != 0 {
+            return false;
+        }
+        set |= insn.rflags_modified() & status;
+        if set == status {
+            return true;
+        }
+        if crate::flow(insn) != crate::Flow::Next {
+            return false;
+        }
+    }
+    false
 }
 
 fn body_ip(body: &Body<'_>) -> Result<u64, RelocError> {
