@@ -14,6 +14,8 @@ struct Totals {
     /// Functions whose graph is not known, by reason.
     no_graph: BTreeMap<String, usize>,
     blocks: usize,
+    /// Blocks without a probe that probed blocks stand for.
+    implied: usize,
     probed: BTreeMap<&'static str, usize>,
     skipped: BTreeMap<&'static str, usize>,
 }
@@ -25,6 +27,7 @@ fn totals(plan: &[FunctionBlocks]) -> Totals {
         match &f.blocks {
             Ok(blocks) => {
                 t.blocks += blocks.len();
+                t.implied += lopi_patch::blocks::implications(f).values().filter(|i| !i.by.is_empty()).count();
                 for (_, outcome) in blocks {
                     match outcome {
                         BlockOutcome::Probed(tactic) => *t.probed.entry(tactic.name()).or_default() += 1,
@@ -51,19 +54,27 @@ pub fn summary(plan: &[FunctionBlocks]) -> String {
     let t = totals(plan);
     let probed: usize = t.probed.values().sum();
     let s = if t.functions == 1 { "" } else { "s" };
-    format!("{} blocks in {} function{s}, {probed} probed ({:.2}%)", t.blocks, t.functions, pct(probed, t.blocks))
+    format!(
+        "{} blocks in {} function{s}, {probed} probed ({:.2}%), {:.2}% probed or implied",
+        t.blocks,
+        t.functions,
+        pct(probed, t.blocks),
+        pct(probed + t.implied, t.blocks)
+    )
 }
 
 pub fn info_text(plan: &[FunctionBlocks]) -> String {
     let t = totals(plan);
     let probed: usize = t.probed.values().sum();
     let mut out = format!(
-        "blocks: {} in {} functions ({} functions without a known graph); a probe fits {} ({:.1}%)\n",
+        "blocks: {} in {} functions ({} functions without a known graph); a probe fits {} ({:.1}%); {} more are implied by probed ones ({:.1}% probed or implied)\n",
         t.blocks,
         t.functions - t.no_graph.values().sum::<usize>(),
         t.no_graph.values().sum::<usize>(),
         probed,
-        pct(probed, t.blocks)
+        pct(probed, t.blocks),
+        t.implied,
+        pct(probed + t.implied, t.blocks)
     );
     for (tactic, n) in &t.probed {
         let _ = writeln!(out, "  {tactic:<16} {n:>8} ({:.1}%)", pct(*n, t.blocks));
@@ -108,7 +119,7 @@ pub fn info_json(module: &ElfModule<'_>, plan: &[FunctionBlocks]) -> Value {
             }
         })
         .collect();
-    json!({"blocks": t.blocks, "probed": t.probed, "skipped": t.skipped, "functions_without_graph": t.no_graph, "functions": functions})
+    json!({"blocks": t.blocks, "probed": t.probed, "skipped": t.skipped, "implied": t.implied, "functions_without_graph": t.no_graph, "functions": functions})
 }
 
 /// `lopi report DATA --blocks FUNC`: the function's code, block by block, each block's
@@ -125,11 +136,19 @@ pub fn report_text(modules: &[ModuleBlocks], func: &str) -> Result<String> {
         let ran = blocks.iter().filter(|b| b.count.is_some_and(|n| n > 0)).count();
         let _ = writeln!(out, "{func} in {}: {} blocks, {probed} probed, {ran} ran", m.source, blocks.len());
         let _ = writeln!(out, "{:>12}  {:>10}  CODE", "COUNT", "ADDRESS");
-        for b in blocks {
+        let covered = m.covered();
+        let mine: Vec<usize> = (0..m.blocks.len()).filter(|&i| m.blocks[i].function == func).collect();
+        for (b, i) in blocks.iter().zip(mine) {
             let code = file_bytes(&file, b.addr, b.end);
             let insns: Vec<lopi_x86::Insn> = code.map(|c| lopi_x86::decode(c, b.addr).collect()).unwrap_or_default();
             let head = b.count.map_or_else(|| "-".to_string(), |n| n.to_string());
-            let why = b.unprobed.as_ref().map(|r| format!("    # no probe: {r}")).unwrap_or_default();
+            let implied = match covered[i] {
+                Some(true) if b.count.is_none() => ", ran (implied)",
+                Some(false) if b.count.is_none() => ", did not run (implied)",
+                None => ", not known whether it ran",
+                _ => "",
+            };
+            let why = b.unprobed.as_ref().map(|r| format!("    # no probe: {r}{implied}")).unwrap_or_default();
             if insns.is_empty() {
                 let _ = writeln!(out, "{head:>12}  {:>#10x}  (code not in the file){why}", b.addr);
             }
@@ -151,11 +170,13 @@ pub fn report_json(modules: &[ModuleBlocks], func: &str) -> Result<Value> {
         .iter()
         .filter(|m| m.blocks.iter().any(|b| b.function == func))
         .map(|m| {
+            let covered = m.covered();
             let blocks: Vec<Value> = m
                 .blocks
                 .iter()
-                .filter(|b| b.function == func)
-                .map(|b| json!({"address": b.addr, "end": b.end, "count": b.count, "no_probe": b.unprobed}))
+                .zip(covered)
+                .filter(|(b, _)| b.function == func)
+                .map(|(b, ran)| json!({"address": b.addr, "end": b.end, "count": b.count, "ran": ran, "no_probe": b.unprobed}))
                 .collect();
             json!({"function": func, "file": m.source, "blocks": blocks})
         })

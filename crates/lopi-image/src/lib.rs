@@ -189,14 +189,24 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         unprobed_blocks: plan
             .blocks
             .iter()
-            .filter_map(|f| f.blocks.as_ref().ok().map(|blocks| (f.function, blocks)))
+            .filter_map(|f| f.blocks.as_ref().ok().map(|blocks| (f, blocks)))
             .flat_map(|(f, blocks)| {
-                blocks.iter().filter_map(move |(b, outcome)| match outcome {
-                    lopi_patch::blocks::BlockOutcome::Skipped(reason) => {
-                        Some(MetaUnprobedBlock { addr: b.start, end: b.end, function: module.functions[f].name.clone(), reason: reason.key().to_string() })
-                    }
-                    lopi_patch::blocks::BlockOutcome::Probed(_) => None,
-                })
+                let implied = lopi_patch::blocks::implications(f);
+                let name = &module.functions[f.function].name;
+                blocks
+                    .iter()
+                    .filter_map(|(b, outcome)| match outcome {
+                        lopi_patch::blocks::BlockOutcome::Skipped(reason) => Some(MetaUnprobedBlock {
+                            addr: b.start,
+                            end: b.end,
+                            function: name.clone(),
+                            reason: reason.key().to_string(),
+                            implied_by: implied.get(&b.start).map(|i| i.by.clone()).unwrap_or_default(),
+                            needs: implied.get(&b.start).map(|i| i.needs.clone()).unwrap_or_default(),
+                        }),
+                        lopi_patch::blocks::BlockOutcome::Probed(_) => None,
+                    })
+                    .collect::<Vec<_>>()
             })
             .collect(),
     };

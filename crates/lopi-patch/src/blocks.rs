@@ -12,6 +12,8 @@ use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
 
+pub use crate::implied::{implications, Implication};
+
 /// Where control goes from a block's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Edge {
@@ -31,6 +33,8 @@ pub struct Block {
     pub end: u64,
     pub instructions: u32,
     pub edges: Vec<Edge>,
+    /// It calls (or traps): the call may not return, so running it does not imply its end.
+    pub calls: bool,
 }
 
 /// What a probe at a block's start would be.
@@ -45,11 +49,15 @@ pub enum BlockOutcome {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct FunctionBlocks {
     pub function: usize,
+    /// The function's address: its entry block's start.
+    pub entry: u64,
     pub blocks: Result<Vec<(Block, BlockOutcome)>, UntimedReason>,
+    /// Where its indirect jumps may go (its jump tables' entries): the targets of `Edge::Table`.
+    pub table: Vec<u64>,
 }
 
 /// The control-flow graph of the function at `index` (ending at `end`).
-pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, index: usize, end: u64) -> Result<Vec<Block>, UntimedReason> {
+pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, index: usize, end: u64) -> Result<(Vec<Block>, Vec<u64>), UntimedReason> {
     let function = &module.functions[index];
     if function.size == 0 {
         return Err(UntimedReason::UnknownSize);
@@ -85,10 +93,11 @@ pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, in
                 Flow::Next | Flow::Call | Flow::IndirectCall | Flow::Interrupt if next < region.end => vec![Edge::Next(next)],
                 Flow::Next | Flow::Call | Flow::IndirectCall | Flow::Interrupt => vec![Edge::Leaves],
             };
-            blocks.push(Block { start, end: next, instructions: body.len() as u32, edges });
+            let calls = body.iter().any(|i| matches!(lopi_x86::flow(i), Flow::Call | Flow::IndirectCall | Flow::Interrupt));
+            blocks.push(Block { start, end: next, instructions: body.len() as u32, edges, calls });
         }
     }
-    Ok(blocks)
+    Ok((blocks, table))
 }
 
 /// Block starts in one region: its start, every known target in it, and whatever follows a
@@ -129,7 +138,9 @@ pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter,
         if !filter.selects(&crate::names_of(function)) {
             continue;
         }
-        let blocks = graph(module, targets, &map, index, ends[index]).map(|blocks| {
+        let mut table = Vec::new();
+        let blocks = graph(module, targets, &map, index, ends[index]).map(|(blocks, t)| {
+            table = t;
             let starts: BTreeSet<u64> = blocks.iter().map(|b| b.start).collect();
             blocks
                 .into_iter()
@@ -150,7 +161,7 @@ pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter,
                 })
                 .collect::<Vec<_>>()
         });
-        out.push(FunctionBlocks { function: index, blocks });
+        out.push(FunctionBlocks { function: index, entry: function.addr.0, blocks, table });
     }
     for (f, start, function, entry) in bounces {
         let from = entry.patch_at.0 + JMP8_LEN as u64;

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod blocks;
+mod implied;
 mod exits;
 mod fragments;
 mod gaps;

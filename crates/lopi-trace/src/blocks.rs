@@ -13,6 +13,10 @@ pub struct BlockCount {
     pub count: Option<u64>,
     /// Why it had none.
     pub unprobed: Option<String>,
+    /// For a block without a probe: probed blocks any of which, had it run, implies it ran;
+    /// and probed blocks each of which ran if it did.
+    pub implied_by: Vec<u64>,
+    pub needs: Vec<u64>,
 }
 
 /// The blocks of one module file, in address order.
@@ -24,17 +28,32 @@ pub struct ModuleBlocks {
 }
 
 impl ModuleBlocks {
+    /// Whether each block ran: counted; or, without a probe, implied by a counted block that ran,
+    /// or ruled out by one it needs that did not (`None`: nobody knows).
+    pub fn covered(&self) -> Vec<Option<bool>> {
+        let ran: std::collections::HashMap<u64, bool> = self.blocks.iter().filter_map(|b| b.count.map(|n| (b.addr, n > 0))).collect();
+        self.blocks
+            .iter()
+            .map(|b| match b.count {
+                Some(n) => Some(n > 0),
+                None if b.implied_by.iter().any(|a| ran.get(a) == Some(&true)) => Some(true),
+                None if b.needs.iter().any(|a| ran.get(a) == Some(&false)) => Some(false),
+                None => None,
+            })
+            .collect()
+    }
+
     /// Every module with probed blocks in `data`, by source path.
     pub fn from_data(data: &DataFile) -> Vec<ModuleBlocks> {
         let mut by_source: BTreeMap<&str, BTreeMap<u64, BlockCount>> = BTreeMap::new();
         for r in data.records.iter().filter(|r| !r.meta.blocks.is_empty() || !r.meta.unprobed_blocks.is_empty()) {
             let blocks = by_source.entry(r.meta.source.as_str()).or_default();
             for (b, &n) in r.meta.blocks.iter().zip(&r.block_counts) {
-                let entry = blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: Some(0), unprobed: None });
+                let entry = blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: Some(0), unprobed: None, implied_by: Vec::new(), needs: Vec::new() });
                 entry.count = Some(entry.count.unwrap_or(0).saturating_add(n));
             }
             for b in &r.meta.unprobed_blocks {
-                blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: None, unprobed: Some(b.reason.clone()) });
+                blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: None, unprobed: Some(b.reason.clone()), implied_by: b.implied_by.clone(), needs: b.needs.clone() });
             }
         }
         by_source.into_iter().map(|(source, blocks)| ModuleBlocks { source: source.to_string(), blocks: blocks.into_values().collect() }).collect()

@@ -82,6 +82,12 @@ pub struct MetaUnprobedBlock {
     pub end: u64,
     pub function: String,
     pub reason: String,
+    /// Probed blocks of which any one that ran implies this block ran.
+    #[serde(default)]
+    pub implied_by: Vec<u64>,
+    /// Probed blocks each of which ran if this block did.
+    #[serde(default)]
+    pub needs: Vec<u64>,
 }
 
 /// A probed `syscall` instruction.

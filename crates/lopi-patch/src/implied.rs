@@ -1,0 +1,228 @@
+//! Which probed blocks stand for a block without a probe: if any of them ran, it ran. A block
+//! `u` is implied by a probed block `p` when `u` dominates `p` (every path from the function's
+//! entry, or from a landing pad the unwinder enters, to `p` goes through `u`), or when `p`'s
+//! only way on is into `u` and `p` makes no call (a call may not return: `exit`, `longjmp`, an
+//! exception). Both hold whatever edges the graph has too many (a call to a function that does
+//! not return still gets its fall-through edge), so an implication is never wrong; edges
+//! missing would make it so, and the graph has none missing but the unwinder's, whose targets
+//! are roots here.
+use crate::blocks::{Block, BlockOutcome, Edge, FunctionBlocks};
+use std::collections::HashMap;
+
+/// What the probed blocks tell of a block without a probe.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Implication {
+    /// Probed blocks any of which, had it run, implies the block ran.
+    pub by: Vec<u64>,
+    /// Probed blocks each of which must have run if the block did: those that dominate it,
+    /// and the one its straight way on (no call) leads into.
+    pub needs: Vec<u64>,
+}
+
+/// For each block of `f` without a probe, what the probed blocks tell of it.
+pub fn implications(f: &FunctionBlocks) -> HashMap<u64, Implication> {
+    let Ok(blocks) = &f.blocks else { return HashMap::new() };
+    let graph = Graph::new(blocks, &f.table, f.entry);
+    let dom = graph.dominators();
+    let probed = |i: usize| matches!(blocks[i].1, BlockOutcome::Probed(_));
+    let mut out = HashMap::new();
+    for (u, (block, _)) in blocks.iter().enumerate().filter(|&(u, _)| !probed(u)) {
+        let mut imp = Implication::default();
+        for p in (0..blocks.len()).filter(|&p| probed(p)) {
+            if dominates(&dom, u, p) || straight_into(&graph, &blocks[p].0, p, u) {
+                imp.by.push(blocks[p].0.start);
+            }
+            if (p != u && dominates(&dom, p, u)) || straight_into(&graph, block, u, p) {
+                imp.needs.push(blocks[p].0.start);
+            }
+        }
+        out.insert(block.start, imp);
+    }
+    out
+}
+
+/// `p` goes on only into `u` (possibly through blocks without probes that do the same), and
+/// none of the blocks on the way calls.
+fn straight_into(graph: &Graph, block: &Block, p: usize, u: usize) -> bool {
+    let (mut at, mut b) = (p, block);
+    for _ in 0..graph.succs.len() {
+        if b.calls || graph.succs[at].len() != 1 || graph.exits[at] {
+            return false;
+        }
+        at = graph.succs[at][0];
+        if at == u {
+            return true;
+        }
+        b = graph.block(at);
+    }
+    false
+}
+
+/// Block indices; `ROOT` stands for the entry and every landing pad, which have no edge in.
+struct Graph<'b> {
+    blocks: &'b [(Block, BlockOutcome)],
+    succs: Vec<Vec<usize>>,
+    preds: Vec<Vec<usize>>,
+    /// The block leaves the function (returns, tail-calls, jumps out).
+    exits: Vec<bool>,
+    roots: Vec<usize>,
+}
+
+impl<'b> Graph<'b> {
+    fn new(blocks: &'b [(Block, BlockOutcome)], table: &[u64], entry: u64) -> Graph<'b> {
+        let index: HashMap<u64, usize> = blocks.iter().enumerate().map(|(i, (b, _))| (b.start, i)).collect();
+        let n = blocks.len();
+        let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut exits = vec![false; n];
+        for (i, (b, _)) in blocks.iter().enumerate() {
+            for e in &b.edges {
+                match e {
+                    Edge::Next(t) | Edge::Jump(t) => succs[i].extend(index.get(t)),
+                    Edge::Table => succs[i].extend(table.iter().filter_map(|t| index.get(t))),
+                    Edge::Leaves => exits[i] = true,
+                }
+            }
+            succs[i].sort_unstable();
+            succs[i].dedup();
+        }
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, s) in succs.iter().enumerate() {
+            for &t in s {
+                preds[t].push(i);
+            }
+        }
+        let roots = (0..n).filter(|&i| blocks[i].0.start == entry || preds[i].is_empty()).collect();
+        Graph { blocks, succs, preds, exits, roots }
+    }
+
+    fn block(&self, i: usize) -> &Block {
+        &self.blocks[i].0
+    }
+
+    /// Immediate dominators (`None`: unreachable, or a root), by Cooper, Harvey and Kennedy's
+    /// iteration over reverse postorder, with a virtual root above the real ones.
+    fn dominators(&self) -> Vec<Option<usize>> {
+        let n = self.blocks.len();
+        let root = n;
+        let order = self.reverse_postorder();
+        let mut rank = vec![usize::MAX; n + 1];
+        rank[root] = 0;
+        for (k, &b) in order.iter().enumerate() {
+            rank[b] = k + 1;
+        }
+        let mut idom: Vec<Option<usize>> = vec![None; n + 1];
+        idom[root] = Some(root);
+        for &r in &self.roots {
+            idom[r] = Some(root);
+        }
+        let intersect = |idom: &[Option<usize>], mut a: usize, mut b: usize| {
+            while a != b {
+                while rank[a] > rank[b] {
+                    a = idom[a].expect("processed");
+                }
+                while rank[b] > rank[a] {
+                    b = idom[b].expect("processed");
+                }
+            }
+            a
+        };
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for &b in order.iter().filter(|b| !self.roots.contains(b)) {
+                let mut new = None;
+                for &p in self.preds[b].iter().filter(|&&p| idom[p].is_some()) {
+                    new = Some(new.map_or(p, |d| intersect(&idom, p, d)));
+                }
+                if new.is_some() && idom[b] != new {
+                    idom[b] = new;
+                    changed = true;
+                }
+            }
+        }
+        idom.truncate(n);
+        idom.iter().map(|d| d.filter(|&d| d != root)).collect()
+    }
+
+    fn reverse_postorder(&self) -> Vec<usize> {
+        let n = self.blocks.len();
+        let mut seen = vec![false; n];
+        let mut post = Vec::with_capacity(n);
+        for &r in &self.roots {
+            if seen[r] {
+                continue;
+            }
+            seen[r] = true;
+            let mut stack = vec![(r, 0)];
+            while let Some((b, next)) = stack.pop() {
+                if let Some(&s) = self.succs[b].get(next) {
+                    stack.push((b, next + 1));
+                    if !seen[s] {
+                        seen[s] = true;
+                        stack.push((s, 0));
+                    }
+                } else {
+                    post.push(b);
+                }
+            }
+        }
+        post.reverse();
+        post
+    }
+}
+
+/// `u` dominates `p`: it is on `p`'s chain of immediate dominators (or is `p`).
+fn dominates(idom: &[Option<usize>], u: usize, p: usize) -> bool {
+    let mut at = Some(p);
+    for _ in 0..=idom.len() {
+        match at {
+            Some(b) if b == u => return true,
+            Some(b) => at = idom[b],
+            None => return false,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SkipReason, Tactic};
+
+    fn block(start: u64, edges: Vec<Edge>, calls: bool) -> Block {
+        Block { start, end: start + 1, instructions: 1, edges, calls }
+    }
+
+    /// A diamond, 1 -> {2, 3} -> 4 -> leaves; 3 calls.
+    fn diamond(probed: &[u64]) -> FunctionBlocks {
+        let blocks = vec![
+            block(1, vec![Edge::Jump(3), Edge::Next(2)], false),
+            block(2, vec![Edge::Jump(4)], false),
+            block(3, vec![Edge::Next(4)], true),
+            block(4, vec![Edge::Leaves], false),
+        ];
+        let outcome = |b: &Block| if probed.contains(&b.start) { BlockOutcome::Probed(Tactic::Jmp32) } else { BlockOutcome::Skipped(SkipReason::TooShort) };
+        FunctionBlocks { function: 0, entry: 1, blocks: Ok(blocks.into_iter().map(|b| (b.clone(), outcome(&b))).collect()), table: Vec::new() }
+    }
+
+    #[test]
+    fn the_entry_is_implied_by_every_block_it_dominates() {
+        let i = implications(&diamond(&[2, 3, 4]));
+        assert_eq!(i[&1], Implication { by: vec![2, 3, 4], needs: vec![] });
+    }
+
+    #[test]
+    fn a_join_is_implied_only_through_a_way_in_without_calls() {
+        let i = implications(&diamond(&[1, 2, 3]));
+        // 2 jumps straight into 4; 3 calls, which may not return.
+        assert_eq!(i[&4].by, vec![2]);
+        assert_eq!(i[&4].needs, vec![1]);
+    }
+
+    #[test]
+    fn a_branch_needs_its_dominator_and_where_it_goes_straight() {
+        let i = implications(&diamond(&[1, 4]));
+        assert_eq!(i[&2], Implication { by: vec![], needs: vec![1, 4] });
+        assert_eq!(i[&3], Implication { by: vec![], needs: vec![1] });
+    }
+}
