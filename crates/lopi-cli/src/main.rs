@@ -3,6 +3,7 @@
 
 mod blocks;
 mod breakdown;
+mod coverage;
 mod demo;
 mod exports;
 mod live;
@@ -58,6 +59,16 @@ enum Command {
         trace: bool,
         #[command(flatten)]
         budget: Budget,
+    },
+    /// Which blocks and source lines ran, from a record made with --probe block: per function
+    /// and per source file (lines from DWARF, the file's or its debug file's).
+    Coverage {
+        data: PathBuf,
+        #[arg(long, value_enum, default_value_t = coverage::Format::Text)]
+        format: coverage::Format,
+        /// Write to FILE instead of standard output (drcov, which is binary, needs it).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// Show the functions recorded in a data file, most called first.
     Report {
@@ -401,6 +412,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Coverage { data, format, output } => coverage::run(&read_data(&data)?, format, output.as_deref()),
         Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown, blocks } => {
             let file = read_data(&data)?;
             if let Some(func) = blocks {

@@ -227,3 +227,66 @@ fn block_counts_equal_callgrinds_static_and_live() {
     }
     cleanup(&dir);
 }
+
+/// gcov's verdict per line of `src` (built with --coverage into `dir`, run with `args`):
+/// line -> executed.
+fn gcov_lines(dir: &std::path::Path, src: &std::path::Path, args: &[&str]) -> HashMap<u32, bool> {
+    let prog = dir.join("gcov_build");
+    compile(Command::new("cc").args(["-g", "-O0", "-no-pie", "-pthread", "--coverage", "-o"]).arg(&prog).arg(src).current_dir(dir)).unwrap();
+    assert!(Command::new(&prog).args(args).current_dir(dir).stdout(std::process::Stdio::null()).status().unwrap().success());
+    let notes = dir.join(format!("gcov_build-{}", src.file_stem().unwrap().to_string_lossy()));
+    let out = Command::new("gcov").arg("-t").arg("-o").arg(&notes).arg(src).current_dir(dir).output().expect("gcov");
+    let mut lines = HashMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut parts = l.splitn(3, ':');
+        let (Some(count), Some(line)) = (parts.next(), parts.next()) else { continue };
+        let (count, line) = (count.trim().trim_end_matches('*'), line.trim().parse::<u32>().unwrap_or(0));
+        if count == "#####" || count == "=====" {
+            lines.insert(line, false);
+        } else if count.parse::<u64>().is_ok() {
+            lines.insert(line, true);
+        }
+    }
+    lines
+}
+
+#[test]
+fn coverage_agrees_with_gcov_on_every_line_both_report() {
+    let dir = fresh_dir("blocks_coverage");
+    let src = dir.join("counted.c");
+    std::fs::write(&src, COUNTED).unwrap();
+    let prog = dir.join("counted");
+    compile(Command::new("cc").args(["-g", "-O0", "-no-pie", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+    let data = dir.join("cov.data");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "block", "--"]).arg(&prog).arg("1000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let cov = run(Command::new(lopi_bin()).args(["coverage", "--format", "json"]).arg(&data), common::default_timeout()).unwrap();
+    assert!(cov.status.success(), "{}", cov.stderr_str());
+    let json: Json = serde_json::from_str(&cov.stdout_str()).unwrap();
+    let file = json["files"].as_array().unwrap().iter().find(|f| f["path"].as_str().unwrap().ends_with("counted.c")).unwrap_or_else(|| panic!("{json}"));
+    let lopi: HashMap<u32, bool> = file["covered_lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l.as_u64().unwrap() as u32, true))
+        .chain(file["missed_lines"].as_array().unwrap().iter().map(|l| (l.as_u64().unwrap() as u32, false)))
+        .collect();
+    let gcov = gcov_lines(&dir, &src, &["1000"]);
+    let both: Vec<u32> = lopi.keys().filter(|l| gcov.contains_key(l)).copied().collect();
+    for l in &both {
+        assert_eq!(lopi[l], gcov[l], "line {l}: lopi says {}, gcov {}", lopi[l], gcov[l]);
+    }
+    assert!(both.len() * 10 >= gcov.len() * 8, "lopi reports {} of gcov's {} lines: {lopi:?} vs {gcov:?}", both.len(), gcov.len());
+    let lcov = run(Command::new(lopi_bin()).args(["coverage", "--format", "lcov"]).arg(&data), common::default_timeout()).unwrap();
+    let text = lcov.stdout_str();
+    assert!(text.starts_with("TN:\nSF:") && text.contains("\nDA:") && text.trim_end().ends_with("end_of_record"), "{text}");
+    let drcov = dir.join("cov.drcov");
+    let out = run(Command::new(lopi_bin()).args(["coverage", "--format", "drcov", "-o"]).arg(&drcov).arg(&data), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let bytes = std::fs::read(&drcov).unwrap();
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(400)]).into_owned();
+    let bbs: usize = head.split("BB Table: ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    let table = bytes.len() - (head.find("bbs\n").unwrap() + 4);
+    assert!(head.starts_with("DRCOV VERSION: 2\n") && bbs > 10 && table == bbs * 8, "{head}: {table} table bytes");
+    cleanup(&dir);
+}

@@ -7,6 +7,7 @@
 mod addr;
 mod debug_file;
 mod functions;
+pub mod lines;
 mod lsda;
 mod references;
 mod symbols;
