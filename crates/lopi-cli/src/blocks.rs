@@ -141,7 +141,11 @@ pub fn report_text(modules: &[ModuleBlocks], func: &str) -> Result<String> {
         for (b, i) in blocks.iter().zip(mine) {
             let code = file_bytes(&file, b.addr, b.end);
             let insns: Vec<lopi_x86::Insn> = code.map(|c| lopi_x86::decode(c, b.addr).collect()).unwrap_or_default();
-            let head = b.count.map_or_else(|| "-".to_string(), |n| n.to_string());
+            let head = match b.count {
+                Some(n) if m.marks => (if n > 0 { "ran" } else { "no" }).to_string(),
+                Some(n) => n.to_string(),
+                None => "-".to_string(),
+            };
             let implied = match covered[i] {
                 Some(true) if b.count.is_none() => ", ran (implied)",
                 Some(false) if b.count.is_none() => ", did not run (implied)",
@@ -178,7 +182,7 @@ pub fn report_json(modules: &[ModuleBlocks], func: &str) -> Result<Value> {
                 .filter(|(b, _)| b.function == func)
                 .map(|(b, ran)| json!({"address": b.addr, "end": b.end, "count": b.count, "ran": ran, "no_probe": b.unprobed}))
                 .collect();
-            json!({"function": func, "file": m.source, "blocks": blocks})
+            json!({"function": func, "file": m.source, "marks": m.marks, "blocks": blocks})
         })
         .collect();
     if list.is_empty() {

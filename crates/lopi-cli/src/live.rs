@@ -38,7 +38,7 @@ impl Probes {
             let pattern = glob::Pattern::new(&glob).with_context(|| format!("bad glob {glob:?}"))?;
             modules.entry(lib).or_default().include.push(pattern);
         }
-        if self.include.is_empty() && (self.probes.entries || self.probes.blocks) {
+        if self.include.is_empty() && (self.probes.entries || self.probes.blocks || self.probes.coverage) {
             modules.insert(None, Filter::default());
         }
         for arg in &self.exclude {
@@ -56,7 +56,7 @@ impl Probes {
         }
         Ok(Spec {
             modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter, probes: self.probes }).collect(),
-            everywhere: ProbeSet { entries: false, exits: false, blocks: false, ..self.probes },
+            everywhere: ProbeSet { entries: false, exits: false, blocks: false, coverage: false, ..self.probes },
             recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
             cache: self.cache.clone(),

@@ -286,9 +286,13 @@ fn probe_set(probe: &[Probe]) -> Result<Probes> {
         syscalls: probe.contains(&Probe::Syscall),
         locks: probe.contains(&Probe::Locks),
         blocks: probe.contains(&Probe::Block),
+        coverage: probe.contains(&Probe::Coverage),
     };
     if probes.blocks && probe.iter().any(|&p| p != Probe::Block) {
         bail!("--probe block counts every block of the selected functions; it does not combine with other probes yet (the entry block counts the calls)");
+    }
+    if probes.coverage && probe.iter().any(|&p| p != Probe::Coverage) {
+        bail!("--probe coverage records which blocks of the selected functions ran; it does not combine with other probes");
     }
     if probes.exits && !probes.entries {
         bail!("--probe exit needs `entry`: exits are timed against their entries (use --probe entry,exit)");
@@ -334,6 +338,9 @@ enum Probe {
     Locks,
     /// Every basic block of the selected functions: executions counted.
     Block,
+    /// Whether each basic block of the selected functions ran: a one-byte mark per set of
+    /// blocks that run together (`lopi coverage`).
+    Coverage,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]

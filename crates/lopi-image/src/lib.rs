@@ -185,6 +185,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
                 MetaSyscall { addr: p.at.0, function, nr: site.nr }
             })
             .collect(),
+        block_marks: plan.block_probes.iter().any(|b| b.mark),
         blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone() }).collect(),
         unprobed_blocks: plan
             .blocks
@@ -203,6 +204,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
                             reason: reason.key().to_string(),
                             implied_by: implied.get(&b.start).map(|i| i.by.clone()).unwrap_or_default(),
                             needs: implied.get(&b.start).map(|i| i.needs.clone()).unwrap_or_default(),
+                            exactly: implied.get(&b.start).is_some_and(|i| i.exactly),
                         }),
                         lopi_patch::blocks::BlockOutcome::Probed(_) => None,
                     })

@@ -7,7 +7,7 @@
 use crate::exits::{self, CodeMap, Region, UntimedReason};
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{patch_instructions, Analysis, Choice, Filter, Point, Site, SkipReason, Tactic};
+use crate::{patch_instructions, Action, Analysis, Choice, Filter, Point, Site, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
@@ -124,11 +124,13 @@ fn direct(insn: &Insn, inside: &dyn Fn(u64) -> bool) -> Edge {
 /// direct tactics first, then bounces into the padding they left.
 pub fn plan(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter) -> Vec<FunctionBlocks> {
     let mut gaps = Gaps::find(module, &analysis.targets);
-    select(module, &analysis.targets, filter, &mut gaps).1
+    select(module, &analysis.targets, filter, &mut gaps, Action::Count).1
 }
 
-/// The sites of every block probe [`plan`] finds, in block order, and the blocks.
-pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter, gaps: &mut Gaps) -> (Vec<Site>, Vec<FunctionBlocks>) {
+/// The sites of every block probe [`plan`] finds, in block order, and the blocks. With
+/// `Action::Mark` (coverage) only the blocks whose running the probed blocks they dominate do
+/// not tell get a probe (see `implied.rs`).
+pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter, gaps: &mut Gaps, action: Action) -> (Vec<Site>, Vec<FunctionBlocks>) {
     let map = CodeMap::new(module);
     let ends = crate::function_ends(module);
     let mut out = Vec::new();
@@ -140,22 +142,25 @@ pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter,
         }
         let mut table = Vec::new();
         let blocks = graph(module, targets, &map, index, ends[index]).map(|(blocks, t)| {
+            let own = if action == Action::Mark { crate::implied::needs_own_probe(&blocks, &t, function.addr.0) } else { vec![true; blocks.len()] };
             table = t;
             let starts: BTreeSet<u64> = blocks.iter().map(|b| b.start).collect();
             blocks
                 .into_iter()
-                .map(|b| {
-                    let outcome = match direct_site(module, targets, &starts, &b, gaps) {
-                        Ok(Choice::Direct(site)) => {
+                .zip(own)
+                .map(|(b, own)| {
+                    let outcome = match own.then(|| direct_site(module, targets, &starts, &b, gaps)) {
+                        None => BlockOutcome::Skipped(SkipReason::Implied),
+                        Some(Ok(Choice::Direct(site))) => {
                             let tactic = site_tactic(&site);
-                            sites.push(Site { function: index, ..site });
+                            sites.push(Site { function: index, action, ..site });
                             BlockOutcome::Probed(tactic)
                         }
-                        Ok(Choice::NeedsBounce(entry)) => {
+                        Some(Ok(Choice::NeedsBounce(entry))) => {
                             bounces.push((out.len(), b.start, index, entry));
                             BlockOutcome::Probed(Tactic::Jmp8ViaBounce)
                         }
-                        Err(reason) => BlockOutcome::Skipped(reason),
+                        Some(Err(reason)) => BlockOutcome::Skipped(reason),
                     };
                     (b, outcome)
                 })
@@ -169,7 +174,7 @@ pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter,
         match gaps.take_near(lo, hi, JMP32_LEN) {
             Some(bounce) => {
                 let covered = entry.len;
-                sites.push(as_block(entry.into_site(function, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce)))));
+                sites.push(Site { action, ..as_block(entry.into_site(function, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce)))) });
             }
             None => set_outcome(&mut out[f], start, BlockOutcome::Skipped(SkipReason::NoBounceSpace)),
         }

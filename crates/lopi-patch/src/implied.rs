@@ -6,6 +6,13 @@
 //! not return still gets its fall-through edge), so an implication is never wrong; edges
 //! missing would make it so, and the graph has none missing but the unwinder's, whose targets
 //! are roots here.
+//!
+//! The other way, a block that makes no call, does not leave the function and dominates every
+//! block it goes on to runs only on into the blocks it dominates; if each block below it in the
+//! dominator tree that lacks that property has a probe, it ran exactly when one of the probed
+//! blocks it dominates did (every path from it stays among the blocks it dominates until a probe,
+//! and a loop's way back leaves the block it starts from, so it has a probe). Coverage probes
+//! (`--probe coverage`) go only where that does not hold.
 use crate::blocks::{Block, BlockOutcome, Edge, FunctionBlocks};
 use std::collections::HashMap;
 
@@ -17,28 +24,42 @@ pub struct Implication {
     /// Probed blocks each of which must have run if the block did: those that dominate it,
     /// and the one its straight way on (no call) leads into.
     pub needs: Vec<u64>,
+    /// It ran exactly when one of `by` did (see the module's comment).
+    pub exactly: bool,
 }
 
 /// For each block of `f` without a probe, what the probed blocks tell of it.
 pub fn implications(f: &FunctionBlocks) -> HashMap<u64, Implication> {
     let Ok(blocks) = &f.blocks else { return HashMap::new() };
-    let graph = Graph::new(blocks, &f.table, f.entry);
+    let plain: Vec<Block> = blocks.iter().map(|(b, _)| b.clone()).collect();
+    let graph = Graph::new(&plain, &f.table, f.entry);
     let dom = graph.dominators();
     let probed = |i: usize| matches!(blocks[i].1, BlockOutcome::Probed(_));
+    let own = graph.needs_own_probe(&dom);
+    let covered_below = graph.covered_below(&dom, &own, &probed);
     let mut out = HashMap::new();
     for (u, (block, _)) in blocks.iter().enumerate().filter(|&(u, _)| !probed(u)) {
         let mut imp = Implication::default();
         for p in (0..blocks.len()).filter(|&p| probed(p)) {
-            if dominates(&dom, u, p) || straight_into(&graph, &blocks[p].0, p, u) {
+            if dominates(&dom, u, p) || straight_into(&graph, &plain[p], p, u) {
                 imp.by.push(blocks[p].0.start);
             }
             if (p != u && dominates(&dom, p, u)) || straight_into(&graph, block, u, p) {
                 imp.needs.push(blocks[p].0.start);
             }
         }
+        imp.exactly = !own[u] && covered_below[u] && !imp.by.is_empty();
         out.insert(block.start, imp);
     }
     out
+}
+
+/// Which blocks `--probe coverage` probes: those whose running the blocks they dominate do not
+/// tell (see the module's comment).
+pub(crate) fn needs_own_probe(blocks: &[Block], table: &[u64], entry: u64) -> Vec<bool> {
+    let graph = Graph::new(blocks, table, entry);
+    let dom = graph.dominators();
+    graph.needs_own_probe(&dom)
 }
 
 /// `p` goes on only into `u` (possibly through blocks without probes that do the same), and
@@ -60,7 +81,7 @@ fn straight_into(graph: &Graph, block: &Block, p: usize, u: usize) -> bool {
 
 /// Block indices; `ROOT` stands for the entry and every landing pad, which have no edge in.
 struct Graph<'b> {
-    blocks: &'b [(Block, BlockOutcome)],
+    blocks: &'b [Block],
     succs: Vec<Vec<usize>>,
     preds: Vec<Vec<usize>>,
     /// The block leaves the function (returns, tail-calls, jumps out).
@@ -69,12 +90,12 @@ struct Graph<'b> {
 }
 
 impl<'b> Graph<'b> {
-    fn new(blocks: &'b [(Block, BlockOutcome)], table: &[u64], entry: u64) -> Graph<'b> {
-        let index: HashMap<u64, usize> = blocks.iter().enumerate().map(|(i, (b, _))| (b.start, i)).collect();
+    fn new(blocks: &'b [Block], table: &[u64], entry: u64) -> Graph<'b> {
+        let index: HashMap<u64, usize> = blocks.iter().enumerate().map(|(i, b)| (b.start, i)).collect();
         let n = blocks.len();
         let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut exits = vec![false; n];
-        for (i, (b, _)) in blocks.iter().enumerate() {
+        for (i, b) in blocks.iter().enumerate() {
             for e in &b.edges {
                 match e {
                     Edge::Next(t) | Edge::Jump(t) => succs[i].extend(index.get(t)),
@@ -91,12 +112,59 @@ impl<'b> Graph<'b> {
                 preds[t].push(i);
             }
         }
-        let roots = (0..n).filter(|&i| blocks[i].0.start == entry || preds[i].is_empty()).collect();
+        let roots = (0..n).filter(|&i| blocks[i].start == entry || preds[i].is_empty()).collect();
         Graph { blocks, succs, preds, exits, roots }
     }
 
     fn block(&self, i: usize) -> &Block {
-        &self.blocks[i].0
+        &self.blocks[i]
+    }
+
+    /// A block whose running the blocks it dominates may not tell: it calls, leaves the
+    /// function, jumps through a table, dominates nothing else, or goes on to a block it does
+    /// not dominate.
+    fn needs_own_probe(&self, dom: &[Option<usize>]) -> Vec<bool> {
+        let mut dominates_other = vec![false; self.blocks.len()];
+        for &d in dom.iter().flatten() {
+            dominates_other[d] = true;
+        }
+        (0..self.blocks.len())
+            .map(|i| {
+                let b = self.block(i);
+                b.calls
+                    || self.exits[i]
+                    || b.edges.contains(&Edge::Table)
+                    || !dominates_other[i]
+                    || self.succs[i].iter().any(|&s| s == i || !dominates(dom, i, s))
+            })
+            .collect()
+    }
+
+    /// For each block: every block at or below it in the dominator tree that needs a probe of
+    /// its own has one.
+    fn covered_below(&self, dom: &[Option<usize>], own: &[bool], probed: &dyn Fn(usize) -> bool) -> Vec<bool> {
+        let n = self.blocks.len();
+        let mut ok: Vec<bool> = (0..n).map(|i| !own[i] || probed(i)).collect();
+        let depth = |mut i: usize| {
+            let mut d = 0;
+            while let Some(p) = dom[i] {
+                i = p;
+                d += 1;
+                if d > n {
+                    break;
+                }
+            }
+            d
+        };
+        // Children before their parents: the deepest first.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(depth(i)));
+        for i in order {
+            if let Some(p) = dom[i] {
+                ok[p] &= ok[i];
+            }
+        }
+        ok
     }
 
     /// Immediate dominators (`None`: unreachable, or a root), by Cooper, Harvey and Kennedy's
@@ -208,7 +276,18 @@ mod tests {
     #[test]
     fn the_entry_is_implied_by_every_block_it_dominates() {
         let i = implications(&diamond(&[2, 3, 4]));
-        assert_eq!(i[&1], Implication { by: vec![2, 3, 4], needs: vec![] });
+        // Both its ways on stay among the blocks it dominates, all probed: exactly.
+        assert_eq!(i[&1], Implication { by: vec![2, 3, 4], needs: vec![], exactly: true });
+        // Without a probe in 3 (a leaf of the dominator tree), its not running tells nothing.
+        let i = implications(&diamond(&[2, 4]));
+        assert_eq!(i[&1], Implication { by: vec![2, 4], needs: vec![], exactly: false });
+    }
+
+    #[test]
+    fn coverage_probes_all_but_the_blocks_their_dominated_blocks_tell() {
+        let d = diamond(&[]);
+        let blocks: Vec<Block> = d.blocks.unwrap().into_iter().map(|(b, _)| b).collect();
+        assert_eq!(needs_own_probe(&blocks, &[], 1), vec![false, true, true, true]);
     }
 
     #[test]
@@ -222,7 +301,7 @@ mod tests {
     #[test]
     fn a_branch_needs_its_dominator_and_where_it_goes_straight() {
         let i = implications(&diamond(&[1, 4]));
-        assert_eq!(i[&2], Implication { by: vec![], needs: vec![1, 4] });
-        assert_eq!(i[&3], Implication { by: vec![], needs: vec![1] });
+        assert_eq!(i[&2], Implication { by: vec![], needs: vec![1, 4], exactly: false });
+        assert_eq!(i[&3], Implication { by: vec![], needs: vec![1], exactly: false });
     }
 }

@@ -168,6 +168,12 @@ impl Selection {
             });
             let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
             let encoded = match (site.point, layout.stubs) {
+                (Point::Block(_), _) if site.action == Action::Mark => {
+                    // Into the counter's shared slot, without a critical section: a one-byte store
+                    // is never torn, and two threads storing 1 leave 1.
+                    let mark = layout.counters.0 + 8 * u64::from(block_counters[&index]);
+                    lopi_x86::marking_trampoline(mark, &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                }
                 (Point::Block(_), _) => {
                     let access = counter_access(&layout, block_counters[&index]);
                     let flags_dead = lopi_x86::flags_dead(&site.relocated);
@@ -248,6 +254,7 @@ impl Selection {
                         patch_at: site.patch_at,
                         counter: block_counters[&index],
                         tactic,
+                        mark: site.action == Action::Mark,
                     });
                     block_sections.push(section);
                 }

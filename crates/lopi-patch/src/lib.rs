@@ -84,6 +84,8 @@ pub enum SkipReason {
     ThreadInside,
     #[error("a lock function tail-jumps into it: its returns end lock calls (--probe locks)")]
     PartOfLockFunction,
+    #[error("a block whose running the probed blocks it dominates tell needs no probe of its own (--probe coverage)")]
+    Implied,
 }
 
 impl SkipReason {
@@ -100,6 +102,7 @@ impl SkipReason {
             SkipReason::LoopAtEntry => "loop-at-entry",
             SkipReason::ThreadInside => "thread-inside",
             SkipReason::PartOfLockFunction => "part-of-lock-function",
+            SkipReason::Implied => "implied",
         }
     }
 }
@@ -147,12 +150,14 @@ pub enum Action {
     /// A lock operation (`lopi_rt_abi::lock_name::Op`): the call is timed as a lock node
     /// named by the operation and the lock, under its call site.
     Lock(u8),
+    /// Marks that the point ran: one byte stored into its counter (`--probe coverage`).
+    Mark,
 }
 
 impl Action {
     /// Entry and exit probes run (a lock operation is timed too).
     pub fn timed(self) -> bool {
-        self != Action::Count
+        matches!(self, Action::Time | Action::Lock(_))
     }
 }
 
@@ -271,15 +276,17 @@ pub struct Probes {
     pub locks: bool,
     /// Every basic block of the functions the filter selects: executions counted.
     pub blocks: bool,
+    /// Whether each basic block ran, with a probe per set of blocks that run together.
+    pub coverage: bool,
 }
 
 impl Probes {
-    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false, locks: false, blocks: false };
-    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false, locks: false, blocks: false };
+    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false, locks: false, blocks: false, coverage: false };
+    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false, locks: false, blocks: false, coverage: false };
 
     /// As `--probe` spells it: `entry,exit,syscall,locks`.
     pub fn name(self) -> String {
-        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall"), (self.locks, "locks"), (self.blocks, "block")];
+        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall"), (self.locks, "locks"), (self.blocks, "block"), (self.coverage, "coverage")];
         parts.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(",")
     }
 }
@@ -332,6 +339,8 @@ pub struct ProbedBlock {
     pub patch_at: Svma,
     pub counter: u32,
     pub tactic: Tactic,
+    /// Its counter holds 1 once it ran (`--probe coverage`), not its executions.
+    pub mark: bool,
 }
 
 /// Bytes to write over the original code.
@@ -469,8 +478,9 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
         (false, true) => syscalls::plan(module, targets, &mut gaps, &mut sites, |nr| nr.is_none_or(|n| LOCK_SYSCALLS.contains(&n))),
         (false, false) => Vec::new(),
     };
-    let blocks = if probes.blocks {
-        let (block_sites, blocks) = blocks::select(module, targets, filter, &mut gaps);
+    let blocks = if probes.blocks || probes.coverage {
+        let action = if probes.coverage { Action::Mark } else { Action::Count };
+        let (block_sites, blocks) = blocks::select(module, targets, filter, &mut gaps, action);
         sites.extend(block_sites);
         blocks
     } else {

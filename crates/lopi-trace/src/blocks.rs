@@ -17,6 +17,8 @@ pub struct BlockCount {
     /// and probed blocks each of which ran if it did.
     pub implied_by: Vec<u64>,
     pub needs: Vec<u64>,
+    /// It ran exactly when one of `implied_by` did.
+    pub exactly: bool,
 }
 
 /// The blocks of one module file, in address order.
@@ -24,6 +26,8 @@ pub struct BlockCount {
 pub struct ModuleBlocks {
     /// The original file (the record's source).
     pub source: String,
+    /// Counts are marks: 1 once a block ran (`--probe coverage`).
+    pub marks: bool,
     pub blocks: Vec<BlockCount>,
 }
 
@@ -38,6 +42,7 @@ impl ModuleBlocks {
                 Some(n) => Some(n > 0),
                 None if b.implied_by.iter().any(|a| ran.get(a) == Some(&true)) => Some(true),
                 None if b.needs.iter().any(|a| ran.get(a) == Some(&false)) => Some(false),
+                None if b.exactly => Some(false),
                 None => None,
             })
             .collect()
@@ -45,17 +50,21 @@ impl ModuleBlocks {
 
     /// Every module with probed blocks in `data`, by source path.
     pub fn from_data(data: &DataFile) -> Vec<ModuleBlocks> {
-        let mut by_source: BTreeMap<&str, BTreeMap<u64, BlockCount>> = BTreeMap::new();
+        let mut by_source: BTreeMap<&str, (bool, BTreeMap<u64, BlockCount>)> = BTreeMap::new();
         for r in data.records.iter().filter(|r| !r.meta.blocks.is_empty() || !r.meta.unprobed_blocks.is_empty()) {
-            let blocks = by_source.entry(r.meta.source.as_str()).or_default();
+            let (marks, blocks) = by_source.entry(r.meta.source.as_str()).or_default();
+            *marks |= r.meta.block_marks;
             for (b, &n) in r.meta.blocks.iter().zip(&r.block_counts) {
-                let entry = blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: Some(0), unprobed: None, implied_by: Vec::new(), needs: Vec::new() });
+                let entry = blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: Some(0), unprobed: None, implied_by: Vec::new(), needs: Vec::new(), exactly: false });
                 entry.count = Some(entry.count.unwrap_or(0).saturating_add(n));
             }
             for b in &r.meta.unprobed_blocks {
-                blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: None, unprobed: Some(b.reason.clone()), implied_by: b.implied_by.clone(), needs: b.needs.clone() });
+                blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: None, unprobed: Some(b.reason.clone()), implied_by: b.implied_by.clone(), needs: b.needs.clone(), exactly: b.exactly });
             }
         }
-        by_source.into_iter().map(|(source, blocks)| ModuleBlocks { source: source.to_string(), blocks: blocks.into_values().collect() }).collect()
+        by_source
+            .into_iter()
+            .map(|(source, (marks, blocks))| ModuleBlocks { source: source.to_string(), marks, blocks: blocks.into_values().collect() })
+            .collect()
     }
 }

@@ -65,6 +65,9 @@ pub struct ModuleMeta {
     /// Blocks of the probed functions that have no probe, and why.
     #[serde(default)]
     pub unprobed_blocks: Vec<MetaUnprobedBlock>,
+    /// The block counters are marks, 1 once the block ran (`--probe coverage`).
+    #[serde(default)]
+    pub block_marks: bool,
 }
 
 /// A probed basic block.
@@ -88,6 +91,9 @@ pub struct MetaUnprobedBlock {
     /// Probed blocks each of which ran if this block did.
     #[serde(default)]
     pub needs: Vec<u64>,
+    /// It ran exactly when one of `implied_by` did.
+    #[serde(default)]
+    pub exactly: bool,
 }
 
 /// A probed `syscall` instruction.

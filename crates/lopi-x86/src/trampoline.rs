@@ -330,6 +330,15 @@ pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Resul
     encode_with_section(&insns, ip)
 }
 
+/// A trampoline that marks that the code ran, storing 1 into the byte at `mark`, then runs the
+/// body: no register, no flag and no stack touched.
+pub fn marking_trampoline(mark: u64, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let mut insns = vec![Instruction::with2(Code::Mov_rm8_imm8, rip(mark), 1u32).map_err(err)?];
+    insns.extend(body_with_exits(body, None)?);
+    encode_without_section(&insns, ip)
+}
+
 /// The same for a probe inside a function (a basic block's start), where the red zone may hold
 /// the function's data and the flags may be live: the counting code runs 128 bytes lower, with
 /// the flags saved unless `flags_dead` (the body sets them all before it reads any).
