@@ -383,7 +383,7 @@ fn run(cli: Cli) -> Result<()> {
             let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &select.filter()?, probes, cache.as_ref(), &bar);
             drop(bar);
             note(&lookup);
-            if probes.blocks {
+            if probes.blocks || probes.coverage {
                 return match format {
                     Format::Json => print_json(&blocks::info_json(&module, &selection.blocks)),
                     Format::Text => print(&blocks::info_text(&selection.blocks)),
@@ -641,7 +641,7 @@ pub(crate) fn rewrite(
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
     let mut summary = if probes.entries || probes.locks { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
-    if probes.blocks {
+    if probes.blocks || probes.coverage {
         summary = blocks::summary(&rewritten.plan.blocks);
     }
     if probes.syscalls || probes.locks {

@@ -295,3 +295,30 @@ fn coverage_agrees_with_gcov_on_every_line_both_report() {
     assert!(head.starts_with("DRCOV VERSION: 2\n") && bbs > 10 && table == bbs * 8, "{head}: {table} table bytes");
     cleanup(&dir);
 }
+
+/// A hot loop that runs for a while: its coverage probes fire at once.
+const HOT: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) long step(long i) { if (i % 7 == 0) return i / 7; if (i % 5 == 1) return i - 3; return i + 1; }
+int main(int argc, char **argv) { long n = argc > 1 ? atol(argv[1]) : 100000000; long s = 0; for (long i = 0; i < n; i++) s += step(i); printf("%ld\n", s); return 0; }
+"#;
+
+#[test]
+fn lopi_run_takes_coverage_probes_out_once_they_fired() {
+    let dir = fresh_dir("blocks_retire");
+    let src = dir.join("hot.c");
+    std::fs::write(&src, HOT).unwrap();
+    let prog = dir.join("hot");
+    compile(Command::new("cc").args(["-O2", "-o"]).arg(&prog).arg(&src)).unwrap();
+    let native = run(Command::new(&prog).arg("300000000"), common::default_timeout()).unwrap().stdout_str();
+    let data = dir.join("hot.data");
+    let out = run(Command::new(lopi_bin()).args(["run", "--probe", "coverage", "--"]).arg(&prog).arg("300000000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    assert_eq!(out.stdout_str(), native);
+    assert!(out.stderr_str().contains("coverage probes taken out once they had fired"), "{}", out.stderr_str());
+    // What they recorded before they went stays: step's three blocks all ran.
+    let blocks = block_counts(&data, "step");
+    assert!(blocks.len() >= 3 && blocks.iter().all(|b| b["ran"] == true), "{blocks:?}");
+    cleanup(&dir);
+}
