@@ -77,9 +77,11 @@ pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, in
                 j += 1;
             }
             let body = &insns[i..j];
+            let after_terminal = i > 0 && lopi_x86::flow(&insns[i - 1]).is_terminal();
             i = j;
-            if !leaders.contains(&start) || (body.iter().all(lopi_x86::is_filler) && !targets.contains(&start)) {
-                // Padding after a jump or return that nothing reaches.
+            if !leaders.contains(&start) || (after_terminal && body.iter().all(lopi_x86::is_filler) && !targets.contains(&start)) {
+                // Padding after a jump or return that nothing reaches (padding a branch can fall
+                // into is a block: it runs).
                 continue;
             }
             let last = body.last().expect("a block has an instruction");

@@ -32,6 +32,10 @@ pub struct Implication {
 pub fn implications(f: &FunctionBlocks) -> HashMap<u64, Implication> {
     let Ok(blocks) = &f.blocks else { return HashMap::new() };
     let plain: Vec<Block> = blocks.iter().map(|(b, _)| b.clone()).collect();
+    if !complete(&plain) {
+        // An edge to no block would make every conclusion doubtful: claim nothing.
+        return blocks.iter().filter(|(_, o)| !matches!(o, BlockOutcome::Probed(_))).map(|(b, _)| (b.start, Implication::default())).collect();
+    }
     let graph = Graph::new(&plain, &f.table, f.entry);
     let dom = graph.dominators();
     let probed = |i: usize| matches!(blocks[i].1, BlockOutcome::Probed(_));
@@ -57,9 +61,21 @@ pub fn implications(f: &FunctionBlocks) -> HashMap<u64, Implication> {
 /// Which blocks `--probe coverage` probes: those whose running the blocks they dominate do not
 /// tell (see the module's comment).
 pub(crate) fn needs_own_probe(blocks: &[Block], table: &[u64], entry: u64) -> Vec<bool> {
+    if !complete(blocks) {
+        return vec![true; blocks.len()];
+    }
     let graph = Graph::new(blocks, table, entry);
     let dom = graph.dominators();
     graph.needs_own_probe(&dom)
+}
+
+/// Every edge inside the function lands on a block's start.
+fn complete(blocks: &[Block]) -> bool {
+    let starts: std::collections::HashSet<u64> = blocks.iter().map(|b| b.start).collect();
+    blocks.iter().flat_map(|b| &b.edges).all(|e| match e {
+        Edge::Next(t) | Edge::Jump(t) => starts.contains(t),
+        Edge::Table | Edge::Leaves => true,
+    })
 }
 
 /// `p` goes on only into `u` (possibly through blocks without probes that do the same), and
@@ -281,6 +297,19 @@ mod tests {
         // Without a probe in 3 (a leaf of the dominator tree), its not running tells nothing.
         let i = implications(&diamond(&[2, 4]));
         assert_eq!(i[&1], Implication { by: vec![2, 4], needs: vec![], exactly: false });
+    }
+
+    #[test]
+    fn an_edge_to_no_block_makes_no_claim() {
+        // 2's way on lands between blocks (padding dropped by mistake, say): 4's dominator
+        // could then be taken for 1 alone, and 1 "implied" by a block 2 leads to.
+        let mut f = diamond(&[2, 3, 4]);
+        if let Ok(blocks) = &mut f.blocks {
+            blocks[1].0.edges = vec![Edge::Jump(5)];
+        }
+        assert_eq!(implications(&f)[&1], Implication::default());
+        let blocks: Vec<Block> = f.blocks.unwrap().into_iter().map(|(b, _)| b).collect();
+        assert_eq!(needs_own_probe(&blocks, &[], 1), vec![true; 4]);
     }
 
     #[test]
