@@ -84,14 +84,6 @@ def label(cfg: str, wl: dict) -> str:
 # ---------------------------------------------------------------- hooks
 
 
-def sha256(path: Path) -> str:
-    d = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            d.update(chunk)
-    return d.hexdigest()
-
-
 def output_file_hooks(out: Path):
     """(before, after): OUT removed before the run; after it, its size and sha256 (then removed)."""
 
@@ -102,7 +94,7 @@ def output_file_hooks(out: Path):
     def after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
         if not out.exists():
             return {"after_error": f"no output file {out}"}
-        extra = {"output": f"{out.stat().st_size:,} bytes, sha256 {sha256(out)[:16]}"}
+        extra = {"output": f"{out.stat().st_size:,} bytes, sha256 {zstd_bench.sha256(out)[:16]}"}
         out.unlink()
         return extra
 

@@ -6,7 +6,7 @@
 //! and a null system call slower than the native one.
 mod common;
 
-use common::{build_mpbench, cleanup, compile, fresh_dir, lopi_bin, run};
+use common::{build_c, build_mpbench, cleanup, fresh_dir, lopi_bin, run};
 use serde_json::Value as Json;
 use std::process::Command;
 
@@ -108,10 +108,7 @@ int main(void) {
 #[test]
 fn forwarded_calls_keep_the_programs_behaviour() {
     let dir = fresh_dir("appkernel_behaviour");
-    let src = dir.join("appk.c");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let prog = dir.join("appk");
-    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+    let prog = build_c(&dir, "appk", PROGRAM, &["-O2", "-pthread"]);
     let native = run(&mut Command::new(&prog), common::default_timeout()).unwrap();
     assert!(native.status.success(), "{}", native.stderr_str());
     assert!(native.stdout_str().contains("handler wrote") && native.stdout_str().contains("SIGPIPE 1"), "{}", native.stdout_str());

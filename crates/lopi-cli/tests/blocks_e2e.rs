@@ -6,7 +6,7 @@
 //! live, equal callgrind's count of its first instruction, threads included.
 mod common;
 
-use common::{cleanup, compile, fresh_dir, lopi_bin, run};
+use common::{build_c, cleanup, compile, fresh_dir, lopi_bin, run};
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
@@ -52,11 +52,8 @@ fn hex(v: &Json) -> u64 {
 #[test]
 fn blocks_tile_functions_and_their_edges_land_on_blocks() {
     let dir = fresh_dir("blocks_graph");
-    let src = dir.join("blocks.c");
-    std::fs::write(&src, PROGRAM).unwrap();
     for flags in [&["-O0"][..], &["-O2"], &["-O2", "-no-pie"], &["-O3", "-fcf-protection"]] {
-        let prog = dir.join(format!("blocks{}", flags.join("")));
-        compile(Command::new("cc").args(flags).arg("-o").arg(&prog).arg(&src)).unwrap();
+        let prog = build_c(&dir, &format!("blocks{}", flags.join("")), PROGRAM, flags);
         let out = run(Command::new(lopi_bin()).args(["info", "--probe", "block", "--format", "json"]).arg(&prog), common::default_timeout()).unwrap();
         assert!(out.status.success(), "{flags:?}: {}", out.stderr_str());
         let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
@@ -181,12 +178,9 @@ fn block_counts(data: &std::path::Path, func: &str) -> Vec<Json> {
 #[test]
 fn block_counts_equal_callgrinds_static_and_live() {
     let dir = fresh_dir("blocks_counts");
-    let src = dir.join("counted.c");
-    std::fs::write(&src, COUNTED).unwrap();
     for flags in [&["-O0"][..], &["-O2"], &["-O3", "-fcf-protection"]] {
         // Not PIE: callgrind's addresses are then the file's.
-        let prog = dir.join(format!("counted{}", flags.join("")));
-        compile(Command::new("cc").args(flags).args(["-no-pie", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+        let prog = build_c(&dir, &format!("counted{}", flags.join("")), COUNTED, &[flags, &["-no-pie", "-pthread"]].concat());
         let oracle = callgrind_counts(&prog, &["1000"], &dir);
         let native = run(Command::new(&prog).arg("1000"), common::default_timeout()).unwrap().stdout_str();
         let rewritten = dir.join("counted.lopi");
@@ -258,10 +252,8 @@ fn gcov_lines(dir: &std::path::Path, src: &std::path::Path, args: &[&str]) -> Ha
 #[test]
 fn coverage_agrees_with_gcov_on_every_line_both_report() {
     let dir = fresh_dir("blocks_coverage");
+    let prog = build_c(&dir, "counted", COUNTED, &["-g", "-O0", "-no-pie", "-pthread"]);
     let src = dir.join("counted.c");
-    std::fs::write(&src, COUNTED).unwrap();
-    let prog = dir.join("counted");
-    compile(Command::new("cc").args(["-g", "-O0", "-no-pie", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
     let data = dir.join("cov.data");
     let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "block", "--"]).arg(&prog).arg("1000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
     assert!(out.status.success(), "{}", out.stderr_str());
@@ -307,10 +299,7 @@ int main(int argc, char **argv) { long n = argc > 1 ? atol(argv[1]) : 100000000;
 #[test]
 fn lopi_run_takes_coverage_probes_out_once_they_fired() {
     let dir = fresh_dir("blocks_retire");
-    let src = dir.join("hot.c");
-    std::fs::write(&src, HOT).unwrap();
-    let prog = dir.join("hot");
-    compile(Command::new("cc").args(["-O2", "-o"]).arg(&prog).arg(&src)).unwrap();
+    let prog = build_c(&dir, "hot", HOT, &["-O2"]);
     let native = run(Command::new(&prog).arg("300000000"), common::default_timeout()).unwrap().stdout_str();
     let data = dir.join("hot.data");
     let out = run(Command::new(lopi_bin()).args(["run", "--probe", "coverage", "--"]).arg(&prog).arg("300000000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();

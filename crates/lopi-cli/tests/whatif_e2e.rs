@@ -4,7 +4,7 @@
 //! system calls at once on two CPUs spin for it.
 mod common;
 
-use common::{build_mpbench, cleanup, compile, fresh_dir, lopi_bin, run, Output};
+use common::{build_c, build_mpbench, cleanup, fresh_dir, lopi_bin, run, Output};
 use serde_json::Value as Json;
 use std::path::Path;
 use std::process::Command;
@@ -53,10 +53,7 @@ fn breakdown(data: &Path) -> Json {
 #[test]
 fn threads_waiting_on_each_other_in_system_calls_do_not_deadlock() {
     let dir = fresh_dir("whatif_ping_pong");
-    let src = dir.join("pingpong.c");
-    std::fs::write(&src, PING_PONG).unwrap();
-    let prog = dir.join("pingpong");
-    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+    let prog = build_c(&dir, "pingpong", PING_PONG, &["-O2", "-pthread"]);
     for kernel in ["giant-lock", "subsystem-locks"] {
         let out = lopi_run(&prog, &[], Some(kernel), &dir.join(format!("{kernel}.lopi")));
         assert_eq!(out.stdout_str(), "4000\n", "{kernel}");
@@ -141,10 +138,7 @@ int main(int argc, char **argv) {
 #[test]
 fn a_holder_asleep_in_an_unexpected_call_does_not_hang_the_program() {
     let dir = fresh_dir("whatif_fifo");
-    let src = dir.join("fifo.c");
-    std::fs::write(&src, FIFO).unwrap();
-    let prog = dir.join("fifo");
-    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&src)).unwrap();
+    let prog = build_c(&dir, "fifo", FIFO, &["-O2", "-pthread"]);
     let fifo = dir.join("pipe");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let data = dir.join("fifo.lopi");

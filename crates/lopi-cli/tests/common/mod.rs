@@ -344,6 +344,15 @@ fn shell_quote(s: &OsStr) -> String {
 }
 
 /// Run a compiler command; Err carries the command line and diagnostics.
+/// The C program `source`, written to `dir/NAME.c` and built with `cc FLAGS` into `dir/NAME`.
+pub fn build_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("writing a fixture's source");
+    let prog = dir.join(name);
+    compile(Command::new("cc").args(flags).arg("-o").arg(&prog).arg(&src)).unwrap_or_else(|e| panic!("building {name}: {e}"));
+    prog
+}
+
 pub fn compile(cmd: &mut Command) -> Result<(), String> {
     let line = render_cmd(cmd);
     let out =
