@@ -136,17 +136,17 @@ pub fn report_text(modules: &[ModuleBlocks], func: &str) -> Result<String> {
         let ran = blocks.iter().filter(|b| b.count.is_some_and(|n| n > 0)).count();
         let _ = writeln!(out, "{func} in {}: {} blocks, {probed} probed, {ran} ran", m.source, blocks.len());
         let _ = writeln!(out, "{:>12}  {:>10}  CODE", "COUNT", "ADDRESS");
-        let covered = m.covered();
-        let mine: Vec<usize> = (0..m.blocks.len()).filter(|&i| m.blocks[i].function == func).collect();
-        for (b, i) in blocks.iter().zip(mine) {
-            let code = file_bytes(&file, b.addr, b.end);
+        let elf = lopi_elf::ElfModule::parse(&file).ok();
+        for (b, ran) in m.blocks.iter().zip(m.covered()).filter(|(b, _)| b.function == func) {
+            let len = usize::try_from(b.end.saturating_sub(b.addr)).unwrap_or(0);
+            let code = elf.as_ref().and_then(|e| e.bytes_from(lopi_elf::Svma(b.addr))).and_then(|c| c.get(..len));
             let insns: Vec<lopi_x86::Insn> = code.map(|c| lopi_x86::decode(c, b.addr).collect()).unwrap_or_default();
             let head = match b.count {
                 Some(n) if m.marks => (if n > 0 { "ran" } else { "no" }).to_string(),
                 Some(n) => n.to_string(),
                 None => "-".to_string(),
             };
-            let implied = match covered[i] {
+            let implied = match ran {
                 Some(true) if b.count.is_none() => ", ran (implied)",
                 Some(false) if b.count.is_none() => ", did not run (implied)",
                 None => ", not known whether it ran",
@@ -189,11 +189,4 @@ pub fn report_json(modules: &[ModuleBlocks], func: &str) -> Result<Value> {
         bail!("no blocks of {func} in this record (recorded with --probe block --functions {func}?)");
     }
     Ok(Value::Array(list))
-}
-
-/// The bytes of the file at addresses `from..to`, through its program headers.
-fn file_bytes(file: &[u8], from: u64, to: u64) -> Option<&[u8]> {
-    let module = lopi_elf::ElfModule::parse(file).ok()?;
-    let bytes = module.bytes_from(lopi_elf::Svma(from))?;
-    bytes.get(..usize::try_from(to.checked_sub(from)?).ok()?)
 }

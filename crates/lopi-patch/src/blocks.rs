@@ -7,7 +7,7 @@
 use crate::exits::{self, CodeMap, Region, UntimedReason};
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{patch_instructions, Action, Analysis, Choice, Filter, Point, Site, SkipReason, Tactic};
+use crate::{patch_instructions, Action, Choice, Filter, Point, Site, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
@@ -122,14 +122,8 @@ fn direct(insn: &Insn, inside: &dyn Fn(u64) -> bool) -> Edge {
     }
 }
 
-/// Every selected function's blocks and the tactic each block's probe would take: the
-/// direct tactics first, then bounces into the padding they left.
-pub fn plan(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter) -> Vec<FunctionBlocks> {
-    let mut gaps = Gaps::find(module, &analysis.targets);
-    select(module, &analysis.targets, filter, &mut gaps, Action::Count).1
-}
-
-/// The sites of every block probe [`plan`] finds, in block order, and the blocks. With
+/// Every selected function's blocks and the sites of their probes (direct tactics first,
+/// then bounces into the padding they left). With
 /// `Action::Mark` (coverage) only the blocks whose running the probed blocks they dominate do
 /// not tell get a probe (see `implied.rs`).
 pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter, gaps: &mut Gaps, action: Action) -> (Vec<Site>, Vec<FunctionBlocks>) {
