@@ -161,47 +161,14 @@ pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet:
     mask.add(Signal::SIGINT);
     mask.add(Signal::SIGQUIT);
     mask.thread_block().context("blocking SIGINT")?;
-    let (status, retired) = if installation.has_marks() { retire_fired(pid, &installation, &mut child)? } else { (child.wait().context("waiting for the program")?, 0) };
+    let status = child.wait().context("waiting for the program")?;
     if let Some(Err(e)) = sampler.map(|s| s.finish(&output)) {
         eprintln!("lopi: {e:#}");
-    }
-    if !quiet && retired > 0 {
-        eprintln!("lopi: {retired} coverage probes taken out once they had fired");
     }
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {output}`");
     }
     exit_like(status, &mask)
-}
-
-/// Waits for the program while taking out its coverage probes once they fired: the record
-/// already says those blocks ran, and a long-running program then runs its original code.
-/// Looks after 0.1 s, then twice as long each time up to every 2 s; each time, stops the
-/// program (milliseconds) only if probes fired since. Returns the status and the probes taken out.
-fn retire_fired(pid: i32, installation: &lopi_live::Installation, child: &mut std::process::Child) -> Result<(std::process::ExitStatus, usize)> {
-    let mut retired = std::collections::HashSet::new();
-    let mut wait = Duration::from_millis(100);
-    loop {
-        let until = Instant::now() + wait;
-        while Instant::now() < until {
-            if let Some(status) = child.try_wait().context("waiting for the program")? {
-                return Ok((status, retired.len()));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        wait = (wait * 2).min(Duration::from_secs(2));
-        let fired = installation.fired(pid, &retired);
-        if fired.is_empty() {
-            continue;
-        }
-        // The program may end meanwhile: then there is nothing left to take out.
-        if let Ok(mut target) = lopi_live::Target::attach(pid) {
-            if target.retire(installation, &fired).is_ok() {
-                retired.extend(fired);
-            }
-            target.release();
-        }
-    }
 }
 
 /// Ends lopi the way the program ended: same exit code, or killed by the same signal, so

@@ -289,25 +289,60 @@ fn coverage_agrees_with_gcov_on_every_line_both_report() {
 }
 
 /// A hot loop that runs for a while: its coverage probes fire at once.
+/// Runs a hot loop, then prints its result, its pid and where `step` is, and waits for its
+/// input to end. `step` starts a cache line, so that no probe's jump spans two (those stay).
 const HOT: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
-__attribute__((noinline)) long step(long i) { if (i % 7 == 0) return i / 7; if (i % 5 == 1) return i - 3; return i + 1; }
-int main(int argc, char **argv) { long n = argc > 1 ? atol(argv[1]) : 100000000; long s = 0; for (long i = 0; i < n; i++) s += step(i); printf("%ld\n", s); return 0; }
+#include <unistd.h>
+__attribute__((noinline, aligned(64))) long step(long i) { if (i % 7 == 0) return i / 7; if (i % 5 == 1) return i - 3; return i + 1; }
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 100000000; long s = 0;
+    for (long i = 0; i < n; i++) s += step(i);
+    printf("%ld %d %p\n", s, getpid(), (void *)step);
+    fflush(stdout);
+    while (getchar() != EOF) {}
+    return 0;
+}
 "#;
 
+/// Coverage probes that fired put their site's original code back: once the hot loop has
+/// run, `step` is its original code again, in a rewritten binary and under `lopi run`, and
+/// what the probes recorded stays.
 #[test]
-fn lopi_run_takes_coverage_probes_out_once_they_fired() {
+fn coverage_probes_take_themselves_out_once_they_fired() {
+    use std::io::BufRead;
     let dir = fresh_dir("blocks_retire");
     let prog = build_c(&dir, "hot", HOT, &["-O2"]);
-    let native = run(Command::new(&prog).arg("300000000"), common::default_timeout()).unwrap().stdout_str();
-    let data = dir.join("hot.data");
-    let out = run(Command::new(lopi_bin()).args(["run", "--probe", "coverage", "--"]).arg(&prog).arg("300000000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+    let rewritten = dir.join("hot.cov");
+    let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", "coverage", "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
     assert!(out.status.success(), "{}", out.stderr_str());
-    assert_eq!(out.stdout_str(), native);
-    assert!(out.stderr_str().contains("coverage probes taken out once they had fired"), "{}", out.stderr_str());
-    // What they recorded before they went stays: step's three blocks all ran.
-    let blocks = block_counts(&data, "step");
-    assert!(blocks.len() >= 3 && blocks.iter().all(|b| b["ran"] == true), "{blocks:?}");
+    let bytes = std::fs::read(&prog).unwrap();
+    let module = lopi_elf::ElfModule::parse(&bytes).unwrap();
+    let step = module.functions.iter().find(|f| f.name == "step").unwrap();
+    for (mode, mapped) in [("rewritten", &rewritten), ("lopi run", &prog)] {
+        let data = dir.join(format!("hot-{}.data", mode.replace(' ', "-")));
+        let mut cmd = if mode == "lopi run" {
+            let mut c = Command::new(lopi_bin());
+            c.args(["run", "--probe", "coverage", "--"]).arg(&prog);
+            c
+        } else {
+            Command::new(&rewritten)
+        };
+        let mut child = cmd.arg("3000000").env("LOPI_OUTPUT", &data).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields.len(), 3, "{mode}: {line:?}");
+        let pid: i32 = fields[1].parse().unwrap();
+        let at = u64::from_str_radix(fields[2].trim_start_matches("0x"), 16).unwrap();
+        let differences = common::code_differences(pid, mapped, &prog);
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success(), "{mode}");
+        let inside: Vec<u64> = differences.unwrap().into_iter().filter(|&d| d >= at && d < at + step.size).map(|d| d - at).collect();
+        assert!(inside.is_empty(), "{mode}: step still patched at offsets {inside:x?}");
+        let blocks = block_counts(&data, "step");
+        assert!(blocks.len() >= 3 && blocks.iter().all(|b| b["ran"] == true), "{mode}: {blocks:?}");
+    }
     cleanup(&dir);
 }

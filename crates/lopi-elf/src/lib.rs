@@ -62,6 +62,13 @@ pub struct Segment {
     pub align: u64,
 }
 
+impl Segment {
+    /// True when the segment is mapped readable and executable, not writable.
+    pub fn is_read_exec(&self) -> bool {
+        self.flags & (elf::PF_R | elf::PF_W | elf::PF_X) == elf::PF_R | elf::PF_X
+    }
+}
+
 /// An allocated, executable section that holds functions (`.plt*` excluded).
 #[derive(Clone, Debug)]
 pub struct CodeSection {

@@ -160,6 +160,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         stride,
         stubs,
         clean_copies: request.recording.budget_ppm > 0,
+        retire_stub: Some(stub(lopi_rt_blob::RETIRE_STUB_OFFSET)),
     };
     let plan = selection.lay_out(module, layout);
 

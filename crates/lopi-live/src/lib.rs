@@ -28,7 +28,7 @@ use lopi_patch::{CodePatch, Filter, Outcome, Probes, TimingOutcome};
 use lopi_rt_abi::{page_align, RuntimeVars, PAGE_SIZE};
 use nix::errno::Errno;
 use procfs::{Mapping, Memory};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 use tracee::{Regs, Threads};
@@ -112,9 +112,6 @@ pub struct InstalledModule {
     timed: bool,
     /// Run-time address, jump bytes, original bytes.
     patches: Vec<CodePatch>,
-    /// Coverage probes (`--probe coverage`): run-time addresses of each one's mark and of the
-    /// jump into it.
-    marks: Vec<(u64, u64)>,
     /// Probed `syscall`s: run-time address right after the original and after its moved
     /// copy, where a thread in that call returns to.
     syscall_returns: Vec<(u64, u64)>,
@@ -130,24 +127,6 @@ pub struct Installation {
 impl Installation {
     pub fn sites(&self) -> usize {
         self.modules.iter().map(|m| m.patches.len()).sum()
-    }
-
-    /// True when it has coverage probes, which [`Target::retire`] can take out once they fired.
-    pub fn has_marks(&self) -> bool {
-        self.modules.iter().any(|m| !m.marks.is_empty())
-    }
-
-    /// The jumps (run-time addresses) of coverage probes whose mark is set and that are not in
-    /// `retired`, read from the running process without stopping it.
-    pub fn fired(&self, pid: i32, retired: &HashSet<u64>) -> Vec<u64> {
-        let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return Vec::new() };
-        let mut byte = [0u8];
-        self.modules
-            .iter()
-            .flat_map(|m| &m.marks)
-            .filter(|(mark, at)| !retired.contains(at) && std::os::unix::fs::FileExt::read_exact_at(&mem, &mut byte, *mark).is_ok() && byte[0] != 0)
-            .map(|&(_, at)| at)
-            .collect()
     }
 }
 
@@ -365,13 +344,6 @@ impl Target {
             vars: image.vars.wrapping_add(bias),
             timed: image.plan.probed.iter().any(|p| p.action.timed()),
             patches,
-            marks: image
-                .plan
-                .block_probes
-                .iter()
-                .filter(|b| b.mark)
-                .map(|b| (image.plan.layout.counters.0.wrapping_add(8 * u64::from(b.counter)).wrapping_add(bias), b.patch_at.0.wrapping_add(bias)))
-                .collect(),
             syscall_returns: syscall_returns(image, bias),
         };
         if let Err(e) = self.load(image, env, bias, gadget, &path) {
@@ -514,22 +486,6 @@ impl Target {
         let maps = procfs::maps(self.pid()).ok()?;
         let m = maps.into_iter().find(|m| m.start <= addr && addr < m.end)?;
         (m.inode != 0).then_some((m.dev, m.inode))
-    }
-
-    /// Puts the original code back over the jumps at `jumps` (coverage probes that fired: what
-    /// they record is known, and running them again would cost for nothing). Their trampolines
-    /// and bounces stay, for threads already on their way through them. Returns how many it
-    /// restored: a jump whose bytes are not lopi's any more is left alone.
-    pub fn retire(&mut self, installation: &Installation, jumps: &[u64]) -> Result<usize, LiveError> {
-        let mut restore = Vec::new();
-        for p in installation.modules.iter().flat_map(|m| &m.patches).filter(|p| jumps.contains(&p.at.0)) {
-            let now = self.mem.read(p.at.0, p.bytes.len()).map_err(LiveError::io(format!("reading code at {:#x}", p.at.0)))?;
-            if now == p.bytes {
-                restore.push(p.clone());
-            }
-        }
-        self.write_patches(&restore, |p| &p.original)?;
-        Ok(restore.len())
     }
 
     /// Takes every probe out: original bytes back, threads out of lopi's code, lopi's

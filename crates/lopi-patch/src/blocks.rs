@@ -7,7 +7,7 @@
 use crate::exits::{self, CodeMap, Region, UntimedReason};
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{patch_instructions, Action, Choice, Filter, Point, Site, SkipReason, Tactic};
+use crate::{patch_instructions, Action, Choice, Entry, Filter, Point, Site, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
@@ -145,7 +145,7 @@ pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter,
                 .into_iter()
                 .zip(own)
                 .map(|(b, own)| {
-                    let outcome = match own.then(|| direct_site(module, targets, &starts, &b, gaps)) {
+                    let outcome = match own.then(|| direct_site(module, targets, &starts, &b, gaps, action == Action::Mark)) {
                         None => BlockOutcome::Skipped(SkipReason::Implied),
                         Some(Ok(Choice::Direct(site))) => {
                             let tactic = site_tactic(&site);
@@ -217,10 +217,17 @@ fn site_tactic(site: &Site) -> Tactic {
 }
 
 /// Tactics 1 and 2 for the block, or the instructions a short jump to a bounce would move.
-/// A block's probe moves only the block's own instructions.
-fn direct_site(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>, block: &Block, gaps: &mut Gaps) -> Result<Choice, SkipReason> {
+/// A block's probe moves only the block's own instructions. With `fit_line` (a coverage
+/// probe), a jump that would span two cache lines moves past the block's first instructions
+/// if it can (see [`later_in_line`]).
+fn direct_site(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>, block: &Block, gaps: &mut Gaps, fit_line: bool) -> Result<Choice, SkipReason> {
     let stop = |ip: u64| targets.contains(&ip) || starts.contains(&ip);
-    let entry = patch_instructions(module, Svma(block.start), block.end, targets, &stop, JMP32_LEN)?;
+    let mut entry = patch_instructions(module, Svma(block.start), block.end, targets, &stop, JMP32_LEN)?;
+    if fit_line && entry.len >= JMP32_LEN && !within_line(entry.patch_at.0, JMP32_LEN) {
+        if let Some(later) = later_in_line(module, targets, &stop, block, &entry) {
+            entry = later;
+        }
+    }
     if entry.len >= JMP32_LEN {
         let covered = entry.len;
         return Ok(Choice::Direct(as_block(entry.into_site(0, Tactic::Jmp32, covered, None))));
@@ -233,4 +240,35 @@ fn direct_site(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>
         return Err(SkipReason::TooShort);
     }
     Ok(Choice::NeedsBounce(entry))
+}
+
+/// Bytes in a cache line: the runtime takes a coverage probe out with one store, which only
+/// a jump within one line allows.
+const CACHE_LINE: u64 = 64;
+
+pub(crate) fn within_line(at: u64, len: usize) -> bool {
+    at % CACHE_LINE + len as u64 <= CACHE_LINE
+}
+
+/// A coverage probe's site a few instructions into the block whose jump lies within one
+/// cache line, if the instructions it passes only fall through: once they ran, the block
+/// ran (no call that might not return, no system call).
+fn later_in_line(module: &ElfModule<'_>, targets: &Targets, stop: &dyn Fn(u64) -> bool, block: &Block, entry: &Entry) -> Option<Entry> {
+    let mut at = entry.patch_at.0;
+    let mut first = *entry.insns.first()?;
+    for _ in 0..4 {
+        if lopi_x86::flow(&first) != Flow::Next {
+            return None;
+        }
+        at += first.len() as u64;
+        if at >= block.end || stop(at) {
+            return None;
+        }
+        let later = patch_instructions(module, Svma(at), block.end, targets, stop, JMP32_LEN).ok()?;
+        if later.len >= JMP32_LEN && within_line(at, JMP32_LEN) {
+            return Some(later);
+        }
+        first = *later.insns.first()?;
+    }
+    None
 }

@@ -159,6 +159,7 @@ impl Selection {
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
         let mut exit_sites = 0;
+        let bounces: Vec<u64> = self.sites.iter().filter_map(|s| s.bounce.map(|b| b.0)).collect();
         for (index, site) in self.sites.iter().enumerate() {
             let trampoline = layout.trampolines + code.len() as u64;
             let syscalls = layout.stubs.filter(|_| !site.syscalls.is_empty()).map(|stubs| lopi_x86::SyscallProbes {
@@ -172,7 +173,9 @@ impl Selection {
                     // Into the counter's shared slot, without a critical section: a one-byte store
                     // is never torn, and two threads storing 1 leave 1.
                     let mark = layout.counters.0 + 8 * u64::from(block_counters[&index]);
-                    lopi_x86::marking_trampoline(mark, &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                    let retire = retire_record(module, &layout, site, &bounces);
+                    let retire = retire.as_ref().map(|(jump_len, original)| lopi_x86::Retire { stub: layout.retire_stub.map_or(0, |s| s.0), site: site.patch_at.0, jump_len: *jump_len, original });
+                    lopi_x86::marking_trampoline(mark, retire.as_ref(), &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
                 }
                 (Point::Block(_), _) => {
                     let access = counter_access(&layout, block_counters[&index]);
@@ -306,6 +309,26 @@ fn counter_access(layout: &Layout, counter: u32) -> lopi_x86::CounterAccess {
         index: counter,
         cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
     }
+}
+
+/// What a coverage probe's trampoline needs to put `site`'s original code back once it has
+/// fired (the jump's length and the original bytes), or `None` when the runtime could not do
+/// that safely: the jump would span two cache lines (one store could not replace it), the
+/// code is not in a read-only executable segment (the runtime gives the page back exactly
+/// that protection), or another site's bounce lives in its bytes.
+fn retire_record(module: &ElfModule<'_>, layout: &Layout, site: &Site, bounces: &[u64]) -> Option<(u8, Vec<u8>)> {
+    layout.retire_stub?;
+    let jump_len = if site.bounce.is_some() { lopi_x86::JMP8_LEN } else { JMP32_LEN };
+    let len = site.covered.max(jump_len);
+    let at = site.patch_at.0;
+    let segment = module.segments.iter().find(|s| at >= s.vaddr.0 && at + len as u64 <= s.vaddr.0 + s.filesz)?;
+    let one_line = crate::blocks::within_line(at, jump_len);
+    let hosts_bounce = bounces.iter().any(|&b| (at..at + len as u64).contains(&b));
+    if !one_line || !segment.is_read_exec() || hosts_bounce || len > lopi_rt_abi::retire::MAX_LEN {
+        return None;
+    }
+    let original = module.bytes_from(site.patch_at)?.get(..len)?.to_vec();
+    Some((jump_len as u8, original))
 }
 
 /// The jump (and bounce) written over the original code for one site.

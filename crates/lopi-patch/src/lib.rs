@@ -232,6 +232,9 @@ pub struct Layout {
     pub stubs: Option<Stubs>,
     /// Give switched small leaf functions a clean copy to run (a perturbation budget is set).
     pub clean_copies: bool,
+    /// The runtime's stub that puts a fired coverage probe's site back (`None`: coverage
+    /// probes stay).
+    pub retire_stub: Option<Svma>,
 }
 
 impl Layout {

@@ -266,6 +266,12 @@ pub struct RuntimeVars {
     /// first page, mapped shared), and of this process's table of file descriptor kinds.
     pub kernel_locks: u64,
     pub fd_kinds: u64,
+    /// Held (1) while a coverage probe takes itself out (see [`retire`]); a probe that finds
+    /// it held leaves that to its next run.
+    pub retire_lock: u32,
+    /// Non-zero once this process may not change its code (`mprotect` refused): probes then
+    /// stay and only mark.
+    pub retire_off: u32,
 }
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
@@ -332,6 +338,21 @@ pub mod vars {
     }
 }
 
+/// The record a coverage probe's trampoline passes to the runtime's retire stub, which puts
+/// the site's original code back once the probe has marked its block (it runs after that
+/// only on threads already on their way through the trampoline).
+pub mod retire {
+    /// `u8`: bytes of original code the site's patch covers.
+    pub const LEN: usize = 0;
+    /// `u8`: bytes of the jump at the start of the patch (5, or 2 for a short jump to a
+    /// bounce); they lie within one cache line, so that one store replaces them.
+    pub const JUMP_LEN: usize = 1;
+    /// The original bytes, `LEN` of them.
+    pub const ORIGINAL: usize = 2;
+    /// Most bytes a patch covers.
+    pub const MAX_LEN: usize = 64;
+}
+
 /// A timed function's mode word.
 pub mod mode {
     /// Timed: its trampoline calls the entry and exit probes.
@@ -341,7 +362,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 136);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 144);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

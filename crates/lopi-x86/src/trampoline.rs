@@ -126,6 +126,8 @@ const LOCKED: u64 = 5;
 const ABORT: u64 = 6;
 /// Where a block probe's counting code ends: its flags and stack pointer restored.
 const EPILOGUE: u64 = 7;
+/// A coverage probe's retire record.
+const RECORD: u64 = 8;
 /// Labels for the exit paths of conditional tail jumps, upwards from here.
 const FIRST_EXIT_PATH: u64 = 16;
 /// Labels for the instructions exit probes skip to, upwards from here: kernel addresses, which
@@ -330,12 +332,53 @@ pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Resul
     encode_with_section(&insns, ip)
 }
 
+/// What a coverage probe needs to take itself out once it has marked its block (see the
+/// runtime's `retire.rs`).
+#[derive(Clone, Copy, Debug)]
+pub struct Retire<'a> {
+    /// The runtime's `lopi_retire_stub`.
+    pub stub: u64,
+    /// Where the site's patch starts.
+    pub site: u64,
+    /// Bytes of the jump at its start (5, or 2 for a short jump to a bounce).
+    pub jump_len: u8,
+    /// The original bytes the patch covers.
+    pub original: &'a [u8],
+}
+
 /// A trampoline that marks that the code ran, storing 1 into the byte at `mark`, then runs the
-/// body: no register, no flag and no stack touched.
-pub fn marking_trampoline(mark: u64, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+/// body: no register, no flag and no stack touched. With `retire`, it calls the runtime to put
+/// the original code back over its site in between (below the red zone, `rdi` and `rsi` saved;
+/// the stub saves the rest), passing its record, which follows the code.
+pub fn marking_trampoline(mark: u64, retire: Option<&Retire<'_>>, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let mut insns = vec![Instruction::with2(Code::Mov_rm8_imm8, rip(mark), 1u32).map_err(err)?];
+    if let Some(r) = retire {
+        let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+        insns.extend([
+            Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-RED_ZONE)).map_err(err)?,
+            Instruction::with1(Code::Push_r64, Register::RDI).map_err(err)?,
+            Instruction::with1(Code::Push_r64, Register::RSI).map_err(err)?,
+            Instruction::with2(Code::Lea_r64_m, Register::RDI, rip(RECORD)).map_err(err)?,
+            // The site is the first moved instruction's IP, which the encoder would take for
+            // the moved copy: address the byte before it.
+            Instruction::with2(Code::Lea_r64_m, Register::RSI, rip(r.site - 1)).map_err(err)?,
+            Instruction::with2(Code::Lea_r64_m, Register::RSI, MemoryOperand::with_base_displ(Register::RSI, 1)).map_err(err)?,
+            Instruction::with_branch(Code::Call_rel32_64, r.stub).map_err(err)?,
+            Instruction::with1(Code::Pop_r64, Register::RSI).map_err(err)?,
+            Instruction::with1(Code::Pop_r64, Register::RDI).map_err(err)?,
+            Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(RED_ZONE)).map_err(err)?,
+        ]);
+    }
     insns.extend(body_with_exits(body, None)?);
+    if let Some(r) = retire {
+        let len = u8::try_from(r.original.len()).map_err(|_| RelocError::Encode("a patch of over 255 bytes".into()))?;
+        let record: Vec<u8> = [len, r.jump_len].into_iter().chain(r.original.iter().copied()).collect();
+        for (i, chunk) in record.chunks(16).enumerate() {
+            let bytes = Instruction::with_declare_byte(chunk).map_err(err)?;
+            insns.push(if i == 0 { at(bytes, RECORD) } else { bytes });
+        }
+    }
     encode_without_section(&insns, ip)
 }
 

@@ -14,6 +14,7 @@
 
 #[path = "../../../crates/lopi-rt-abi/src/lib.rs"]
 mod abi;
+mod retire;
 mod timing;
 
 use abi::{ModuleDescriptor, RecordHeader, PAGE_SIZE};

@@ -549,11 +549,22 @@ pub fn check_info_summary(info: &Info) -> Result<f64, String> {
 
 /// Every executable mapping of `prog` in process `pid` equals the file's bytes.
 pub fn code_matches_file(pid: i32, prog: &Path) -> Result<(), String> {
+    match code_differences(pid, prog, prog)?.first() {
+        Some(at) => Err(format!("code differs from the file at {at:#x}")),
+        None => Ok(()),
+    }
+}
+
+/// The run-time addresses where the executable mappings of `mapped` in process `pid` differ
+/// from the bytes of `original` at the same file offsets (a rewritten file keeps its input's
+/// offsets).
+pub fn code_differences(pid: i32, mapped: &Path, original: &Path) -> Result<Vec<u64>, String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
-    let file = std::fs::read(prog).unwrap();
+    let file = std::fs::read(original).unwrap();
     let mem = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| e.to_string())?;
-    let path = prog.canonicalize().unwrap().display().to_string();
+    let path = mapped.canonicalize().unwrap().display().to_string();
     let mut checked = 0;
+    let mut differences = Vec::new();
     for line in maps.lines().filter(|l| l.ends_with(&path)) {
         let f: Vec<&str> = line.split_whitespace().collect();
         if !f[1].contains('x') {
@@ -565,15 +576,13 @@ pub fn code_matches_file(pid: i32, prog: &Path) -> Result<(), String> {
         let len = ((end - start) as usize).min(file.len().saturating_sub(offset));
         let mut now = vec![0; len];
         std::os::unix::fs::FileExt::read_exact_at(&mem, &mut now, start).map_err(|e| e.to_string())?;
-        if let Some(i) = (0..len).find(|&i| now[i] != file[offset + i]) {
-            return Err(format!("code differs from the file at {:#x} (file offset {:#x})", start + i as u64, offset + i));
-        }
+        differences.extend((0..len).filter(|&i| now[i] != file[offset + i]).map(|i| start + i as u64));
         checked += len;
     }
     if checked == 0 {
         return Err(format!("no executable mapping of {path} in process {pid}"));
     }
-    Ok(())
+    Ok(differences)
 }
 
 // ---------------------------------------------------------------------------

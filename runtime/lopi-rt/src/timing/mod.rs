@@ -60,7 +60,7 @@ fn deltas() -> *const i64 {
     at
 }
 
-fn vars() -> *mut RuntimeVars {
+pub(crate) fn vars() -> *mut RuntimeVars {
     from_delta(deltas()) as *mut RuntimeVars
 }
 
