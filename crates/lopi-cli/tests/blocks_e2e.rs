@@ -346,3 +346,74 @@ fn coverage_probes_take_themselves_out_once_they_fired() {
     }
     cleanup(&dir);
 }
+
+/// Eight threads released together into a function of many blocks, and a profiling timer whose
+/// handler runs the same function on whichever thread it interrupts: probes fire and take
+/// themselves out on several threads at once, and inside a handler that interrupted one.
+const RACE: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/time.h>
+static pthread_barrier_t start;
+static volatile long sink;
+__attribute__((noinline)) long spread(long i) {
+    switch (i % 12) {
+    case 0: return i * 3;
+    case 1: return i ^ 0x5a5a;
+    case 2: return i + 17;
+    case 3: return i / 3;
+    case 4: return -i;
+    case 5: return i << 2;
+    case 6: return i % 7 ? i : 1;
+    case 7: return i & 0xff;
+    case 8: return i | 1;
+    case 9: return i - 99;
+    case 10: return i * i;
+    default: return 5;
+    }
+}
+static void on_prof(int sig) { (void)sig; sink += spread(sink & 15); }
+static void *work(void *arg) {
+    long id = (long)arg, sum = 0;
+    pthread_barrier_wait(&start);
+    for (long i = 0; i < 2000000; i++) sum += spread(i + id);
+    return (void *)sum;
+}
+int main(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_prof;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGPROF, &sa, 0);
+    struct itimerval t = {{0, 200}, {0, 200}};
+    setitimer(ITIMER_PROF, &t, 0);
+    pthread_barrier_init(&start, 0, 8);
+    pthread_t th[8];
+    for (long i = 0; i < 8; i++) pthread_create(&th[i], 0, work, (void *)i);
+    long total = 0;
+    for (int i = 0; i < 8; i++) { void *r; pthread_join(th[i], &r); total += (long)r; }
+    printf("%ld\n", total);
+    return 0;
+}
+"#;
+
+#[test]
+fn coverage_probes_retire_under_threads_and_signals() {
+    let dir = fresh_dir("blocks_race");
+    let prog = build_c(&dir, "race", RACE, &["-O2", "-pthread"]);
+    let native = run(&mut Command::new(&prog), common::default_timeout()).unwrap().stdout_str();
+    let rewritten = dir.join("race.cov");
+    let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", "coverage", "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    for round in 0..10 {
+        let data = dir.join(format!("race{round}.data"));
+        let out = run(Command::new(&rewritten).env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "round {round}: {}", common::describe_status(&out.status));
+        assert_eq!(out.stdout_str(), native, "round {round}");
+        // Every case of the switch ran, so every block of spread did.
+        let blocks = block_counts(&data, "spread");
+        assert!(blocks.len() >= 12 && blocks.iter().all(|b| b["ran"] == true), "round {round}: {blocks:?}");
+    }
+    cleanup(&dir);
+}
