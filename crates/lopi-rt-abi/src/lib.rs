@@ -266,8 +266,8 @@ pub struct RuntimeVars {
     /// first page, mapped shared), and of this process's table of file descriptor kinds.
     pub kernel_locks: u64,
     pub fd_kinds: u64,
-    /// Held (1) while a coverage probe takes itself out (see [`retire`]); a probe that finds
-    /// it held leaves that to its next run.
+    /// The thread id of the thread taking a coverage probe out (see [`retire`]), 0 when none;
+    /// a probe that finds it held leaves that to its next run.
     pub retire_lock: u32,
     /// Non-zero once this process may not change its code (`mprotect` refused): probes then
     /// stay and only mark.

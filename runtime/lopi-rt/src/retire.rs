@@ -15,7 +15,7 @@
 //! the change and executable all along; if the process may not do that (a seccomp filter,
 //! `MemoryDenyWriteExecute`), retiring stops and probes only mark. One thread retires at a
 //! time; another, or a signal handler on the same thread, finds the lock held and leaves
-//! the work to the probe's next run.
+//! the work to the probe's next run (see [`take`] for a holder that is gone).
 use crate::abi::{retire, PAGE_SIZE};
 use crate::sys;
 use core::arch::{asm, global_asm};
@@ -23,6 +23,8 @@ use core::ptr::{addr_of_mut, read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const MPROTECT: usize = 10;
+const TGKILL: usize = 234;
+const ESRCH: isize = -3;
 const PROT_READ_EXEC: usize = 1 | 4;
 const PROT_READ_WRITE_EXEC: usize = 1 | 2 | 4;
 const CACHE_LINE: usize = 64;
@@ -58,7 +60,7 @@ unsafe extern "C" fn retire_site(record: *const u8, site: *mut u8) {
     // process; `AtomicU32` has the layout of `u32`.
     let (lock, off) = unsafe { (AtomicU32::from_ptr(addr_of_mut!((*v).retire_lock)), addr_of_mut!((*v).retire_off)) };
     // SAFETY: see above.
-    if unsafe { read_volatile(off) } != 0 || lock.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+    if unsafe { read_volatile(off) } != 0 || !take(lock) {
         return;
     }
     // SAFETY: the trampoline passes its own record and site, which the planner built together.
@@ -67,6 +69,22 @@ unsafe extern "C" fn retire_site(record: *const u8, site: *mut u8) {
         unsafe { write_volatile(off, 1) };
     }
     lock.store(0, Ordering::Release);
+}
+
+/// Takes the lock, its word then holding this thread's id; false when another thread of this
+/// process holds it, or this one (a signal handler's probe inside a retirement). A holder
+/// that is no thread of this process (a forked child inherits the word; a thread that exited
+/// inside its handler) can never give it back: the lock is taken over.
+fn take(lock: &AtomicU32) -> bool {
+    // SAFETY: gettid takes no arguments.
+    let me = unsafe { sys::call3(sys::GETTID, 0, 0, 0) } as u32;
+    let holder = match lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+        Ok(_) => return true,
+        Err(holder) => holder,
+    };
+    // SAFETY: getpid takes no arguments; signal 0 sends nothing.
+    let gone = holder != me && unsafe { sys::call3(TGKILL, sys::call3(sys::GETPID, 0, 0, 0) as usize, holder as usize, 0) } == ESRCH;
+    gone && lock.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
 }
 
 /// Leaves the site alone when it is already original, no longer starts with lopi's jump, or
