@@ -92,19 +92,27 @@ impl Tally {
     }
 }
 
-/// Per source file, per line: the highest count of the known blocks its code is in (a block
-/// known to have run without a count counts 1).
+/// Per source file, per line: the highest count of the blocks its code is in (a block known
+/// to have run without a count counts 1). A line none of whose blocks is known to have run
+/// while some are not known is left out: it may have run.
 fn line_hits(modules: &[Module]) -> BTreeMap<String, BTreeMap<u32, u64>> {
-    let mut files: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
+    let mut files: BTreeMap<String, BTreeMap<u32, Option<u64>>> = BTreeMap::new();
     for b in modules.iter().flat_map(|m| &m.blocks) {
-        let Some(ran) = b.ran else { continue };
-        let hits = if ran { b.count.unwrap_or(1).max(1) } else { 0 };
+        let hits = b.ran.map(|ran| if ran { b.count.unwrap_or(1).max(1) } else { 0 });
         for l in &b.lines {
-            let e = files.entry(l.file.clone()).or_default().entry(l.line).or_default();
-            *e = (*e).max(hits);
+            let e = files.entry(l.file.clone()).or_default().entry(l.line).or_insert(Some(0));
+            *e = match (*e, hits) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (Some(n), None) | (None, Some(n)) if n > 0 => Some(n),
+                _ => None,
+            };
         }
     }
     files
+        .into_iter()
+        .map(|(file, lines)| (file, lines.into_iter().filter_map(|(l, h)| Some((l, h?))).collect::<BTreeMap<_, _>>()))
+        .filter(|(_, lines)| !lines.is_empty())
+        .collect()
 }
 
 fn functions(modules: &[Module]) -> BTreeMap<(String, String), Tally> {
