@@ -22,7 +22,7 @@ Agreement is also given against gcov with its self-contradictions counted as run
 speedtest1: fetch_sqlite.sh's amalgamation, W2 flags (-O2 -g -DSQLITE_THREADSAFE=0; harness.py's cached
 builds), `speedtest1 --memdb --size 40`. zstd: fetch_zstd.sh's Debian source, Debian's flags (bench/zstd's),
 `make -C programs zstd-release` in trees kept under work-real/ (gcov needs the .gcno), `zstd -q -T1 -3 -c`
-of bench/locks's 8 MiB corpus, then `zstd -q -d -c` of that. Needs gcc, gcov, gcov-dump, make, lopi.
+of bench/locks's 8 MiB corpus, then `zstd -q -d -c` of that; or (--zstd-battery) tests/real/zstd-battery.sh. Needs gcc, gcov, gcov-dump, make, lopi.
 """
 from __future__ import annotations
 
@@ -211,24 +211,27 @@ def programs(a) -> dict:
         d = a.sqlite_dir or Path(sh("bash", REPO / "bench/lib/fetch_sqlite.sh").strip())
         out["speedtest1"] = dict(plain=h.build(*h.w2_job("speedtest1", d)), root=str(d), groot=str(d), cwd=str(d),
                                  gcov=h.build(*h.w2_job("speedtest1-gcov", d, flags=("--coverage",))), src=d,
-                                 runs=[(["--memdb", "--size", str(a.size)], None)])
+                                 runs=[(["{prog}", "--memdb", "--size", str(a.size)], None)])
     if a.program in ("zstd", "all"):
         env = zstd_bench.read_env(a.zstd_paths or Path(sh("bash", REPO / "bench/lib/fetch_zstd.sh").strip()))
         src, ver = Path(env["ZSTD_SRC"]), env["ZSTD_SRC_VERSION"]
         tp, tg = build_zstd(src, ver, "plain", []), build_zstd(src, ver, "gcov", ["--coverage"])
         corpus = WORK / f"corpus-{a.corpus_mib}M.dat"
         if not corpus.exists(): make_corpus(corpus, a.corpus_mib)
+        runs = [(["{prog}", "-q", "-T1", "-3", "-c", str(corpus)], "{out}"), (["{prog}", "-q", "-d", "-c", "{out}"], None)]
+        if a.zstd_battery:
+            subprocess.run(["make", "-C", "tests", "datagen"], cwd=tp, check=True, stdout=subprocess.DEVNULL)
+            runs = [(["bash", str(REPO / "tests/real/zstd-battery.sh"), "{prog}", str(tp / "tests/datagen"),
+                      str(WORK / "battery")], None)]
         out["zstd"] = dict(plain=tp / "programs/zstd", gcov=tg / "programs/zstd", root=str(tp), groot=str(tg),
-                           cwd=str(tp / "programs"), src=tp, runs=[(["-q", "-T1", "-3", "-c", str(corpus)], "{out}"),
-                                                                   (["-q", "-d", "-c", "{out}"], None)])
+                           cwd=str(tp / "programs"), src=tp, runs=runs)
     return out
 
 
-def run(prog: Path, runs: list, env: dict, out: Path) -> None:
+def run(prog: Path, runs: list, env: dict, out: Path) -> None:  # each run: argv ({prog}, {out}), stdout to
     for tail, to in runs:
         with open(str(to).format(out=out) if to else os.devnull, "wb") as f:
-            subprocess.run([str(prog), *[t.format(out=out) for t in tail]], env=dict(os.environ, **env), stdout=f,
-                           check=True)
+            subprocess.run([t.format(out=out, prog=prog) for t in tail], env=dict(os.environ, **env), stdout=f, check=True)
 
 
 def analyse(name: str, p: dict, lopi: Path, probe: str, gcov: dict, gcov_wrong: set, examples: int) -> dict:
@@ -277,6 +280,8 @@ def main() -> int:
     ap.add_argument("--zstd-paths", type=Path, help="fetch_zstd.sh's env file (default: run it)")
     ap.add_argument("--size", type=int, default=40, help="speedtest1 --size")
     ap.add_argument("--corpus-mib", type=int, default=8, help="zstd's corpus, MiB")
+    ap.add_argument("--zstd-battery", action="store_true",
+                    help="run tests/real/zstd-battery.sh (levels, dictionaries, formats, error cases) instead")
     ap.add_argument("--examples", type=int, default=3, help="examples printed per category")
     ap.add_argument("--json", type=Path, help="write the summaries and every disagreeing line here")
     a = ap.parse_args()

@@ -13,7 +13,8 @@
 #        - sqlite3 shell (shell.c + amalgamation, one PIE executable)
 #        - libsqlite3.so.0 (the same amalgamation as a shared library)
 #        - testfixture (sqlite's TCL test harness)
-#        - zstd program (lib compiled in, as Debian does) and tests/datagen
+#        - zstd program (lib compiled in, as Debian does) and tests/datagen,
+#          and the program once more with --coverage (gcov's reference)
 #   5. `apt-get download` Debian's stripped binary packages sqlite3,
 #      libsqlite3-0, zstd, libzstd1 and extracts them with `dpkg-deb -x`.
 #   6. writes WORKDIR/paths.env (KEY=VALUE, one a line) naming everything.
@@ -259,13 +260,25 @@ zstd_build() {
     cp -L lib/libzstd.so.1 lopi-lib/libzstd.so.1 2>/dev/null || cp -L lib/libzstd.so.1.* lopi-lib/libzstd.so.1
 }
 step zstd-copy zstd_copy
+# The same program built with --coverage: gcov's verdicts, which lopi coverage's
+# are checked against (real_programs.rs, real_zstd_coverage_agrees_with_gcov).
+ZG=$WORK/build/zstd-gcov
+zstd_gcov_build() {
+    rm -rf "$ZG"
+    cp -a "$ZSTD_SRC" "$ZG"
+    cd "$ZG"
+    logged zstd-gcov-build.log env CFLAGS="$DEB_CFLAGS --coverage" CPPFLAGS="$DEB_CPPFLAGS" \
+        LDFLAGS="$DEB_LDFLAGS --coverage" PREFIX=/usr V=1 \
+        make -j"$JOBS" -C programs zstd-release
+    ./programs/zstd -V >/dev/null || die "zstd built with --coverage does not run"
+}
 
 # sqlite3.c is one translation unit and testfixture is linked by a single
 # gcc command, so the three builds run side by side to use both cores.
 pids=()
 ( step sqlite-objects sqlite_objects && step sqlite-link sqlite_link ) & pids+=($!)
 ( step sqlite-testfixture sqlite_testfixture ) & pids+=($!)
-( step zstd-build zstd_build ) & pids+=($!)
+( step zstd-build zstd_build && step zstd-gcov-build zstd_gcov_build ) & pids+=($!)
 fail=0
 for p in "${pids[@]}"; do wait "$p" || fail=1; done
 (( fail == 0 )) || die "a build step failed (see messages above and $WORK/logs)"
@@ -304,6 +317,7 @@ ZSTD_VERSION=$(basename "$(ls "$WORK"/debs/zstd_*.deb)" | cut -d_ -f2)
 ZSTD_SRC_BIN=$ZB/programs/zstd
 LIBZSTD_SRC=$ZB/lopi-lib/libzstd.so.1
 DATAGEN=$ZB/tests/datagen
+ZSTD_GCOV_BIN=$ZG/programs/zstd
 DEB_SQLITE3=$DR/usr/bin/sqlite3
 DEB_LIBSQLITE3=$WORK/deb-lib/libsqlite3.so.0
 DEB_ZSTD=$DR/usr/bin/zstd

@@ -10,29 +10,6 @@ use common::*;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
-
-/// `tests/real/prepare.sh`'s list of built and downloaded programs (it runs once per work
-/// directory and is quick when done).
-fn paths() -> &'static BTreeMap<String, PathBuf> {
-    static PATHS: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
-    PATHS.get_or_init(|| {
-        let root = workspace_root();
-        let work = root.join("work-real");
-        let out = run(Command::new("bash").arg(root.join("tests/real/prepare.sh")).arg(&work), std::time::Duration::from_secs(3600)).expect("prepare.sh");
-        assert!(out.status.success(), "tests/real/prepare.sh failed:\n{}\n{}", out.stdout_str(), out.stderr_str());
-        std::fs::read_to_string(work.join("paths.env"))
-            .expect("paths.env")
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
-            .collect()
-    })
-}
-
-fn program(key: &str) -> PathBuf {
-    paths().get(key).unwrap_or_else(|| panic!("prepare.sh did not name {key}")).clone()
-}
 
 /// Calls per name in an `strace -f -o` log, less the dynamic loader's start-up: opening the
 /// loader cache and the shared libraries, and reading those files (tracked by descriptor
@@ -154,7 +131,7 @@ fn zstd(key: &str) {
         script: "rm -rf out && mkdir out && PROG_RUN -q -r in --output-dir-flat out && PROG_RUN -q -d -r out -c | cksum > sums".into(),
         compare: &["write", "read", "openat"],
     };
-    let problems = case.check(key, &program(key), &["sums"]);
+    let problems = case.check(key, &real_program(key), &["sums"]);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     cleanup(&dir);
 }
@@ -173,13 +150,13 @@ fn sqlite3(key: &str, library: Option<&str>) {
     let dir = fresh_dir(&format!("real-syscalls-{key}"));
     let inserts: String = (0..200).map(|i| format!("INSERT INTO t VALUES({i}, 'row {i}');\n")).collect();
     std::fs::write(dir.join("work.sql"), format!("PRAGMA synchronous=FULL;\nCREATE TABLE t(a, b);\n{inserts}SELECT count(*), sum(a) FROM t;\n")).unwrap();
-    let preload = library.map(|lib| format!("LD_LIBRARY_PATH={} ", program(lib).parent().unwrap().display())).unwrap_or_default();
+    let preload = library.map(|lib| format!("LD_LIBRARY_PATH={} ", real_program(lib).parent().unwrap().display())).unwrap_or_default();
     let case = Case {
         dir: dir.clone(),
         script: format!("rm -f db db-journal && {preload}PROG_RUN db < work.sql > result"),
         compare: &["pwrite64", "fdatasync", "unlink"],
     };
-    let problems = case.check(key, &program(key), &["result"]);
+    let problems = case.check(key, &real_program(key), &["result"]);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     cleanup(&dir);
 }

@@ -622,6 +622,33 @@ pub fn assert_parts_add_up(thread: &Json) {
     assert!((parts - wall).abs() <= 0.02 * wall, "parts {parts} vs wall {wall}: {thread}");
 }
 
+// ---------------------------------------------------------------------------
+// Real programs
+// ---------------------------------------------------------------------------
+
+/// `tests/real/prepare.sh`'s list of built and downloaded programs (it runs once per work
+/// directory and is quick when done).
+pub fn real_paths() -> &'static BTreeMap<String, PathBuf> {
+    static PATHS: std::sync::OnceLock<BTreeMap<String, PathBuf>> = std::sync::OnceLock::new();
+    PATHS.get_or_init(|| {
+        let root = workspace_root();
+        let work = root.join("work-real");
+        let out = run(Command::new("bash").arg(root.join("tests/real/prepare.sh")).arg(&work), Duration::from_secs(3600)).expect("prepare.sh");
+        assert!(out.status.success(), "tests/real/prepare.sh failed:\n{}\n{}", out.stdout_str(), out.stderr_str());
+        std::fs::read_to_string(work.join("paths.env"))
+            .expect("paths.env")
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+            .collect()
+    })
+}
+
+/// The path `prepare.sh` gave `key`.
+pub fn real_program(key: &str) -> PathBuf {
+    real_paths().get(key).unwrap_or_else(|| panic!("prepare.sh did not name {key}")).clone()
+}
+
 #[cfg(test)]
 mod helper_tests {
     use super::*;
