@@ -1,0 +1,149 @@
+//! Resolution and type checking: [`check`] turns a parsed script into an [`ir::Program`], or
+//! reports every error it finds, not only the first.
+//!
+//! A map may be read before the statement that gives it its type: `func:f:return` reads what
+//! `func:f` stored, whichever of the two is written first. So the bodies are checked in
+//! rounds: a read of a map not typed yet takes the type the previous round ended with, until
+//! a round relies on nothing its own end contradicts. Points are resolved once, before.
+mod expr;
+mod locals;
+mod maps;
+mod points;
+mod stmt;
+
+pub use points::Resolver;
+
+use crate::ast::{self, Script};
+use crate::diag::{diagnostics, Diagnostics, Issue, Span};
+use crate::ir::{self, Builtin, Format, Point, Program, StrId, Type};
+use crate::limits::{DEFAULT_MAX_ENTRIES, DEFAULT_STR_SIZE, MAX_MAPS, MAX_PROBES};
+use locals::Locals;
+use maps::{Hints, MapInfo, Maps};
+use points::Source;
+use std::collections::{HashMap, HashSet};
+
+/// The program `script` describes, checked against the target `resolver` knows.
+pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagnostics> {
+    let mut issues = Vec::new();
+    let points: Vec<Vec<Point>> = script.probes.iter().map(|p| points::resolve(&p.points, resolver, &mut issues)).collect();
+    if let Some(extra) = script.probes.get(MAX_PROBES) {
+        issues.push(Issue::new(extra.span, format!("too many probes: at most {MAX_PROBES} are allowed")));
+    }
+    let assigned = maps::assigned(script);
+    let mut hints = Hints::new();
+    let mut round = Checker::run(script, &points, &assigned, &hints);
+    // A round that is not settled typed a map the one before did not; the bound stops a
+    // script whose rounds would never agree (its last round's errors are reported).
+    for _ in 0..=MAX_MAPS {
+        if round.settled {
+            break;
+        }
+        hints = round.values;
+        round = Checker::run(script, &points, &assigned, &hints);
+    }
+    issues.extend(round.issues);
+    let mut maps = Vec::new();
+    for info in round.maps {
+        match (info.keys, info.value) {
+            (Some((keys, _)), Some((value, _))) => maps.push(ir::Map { name: info.name, keys, value, max_entries: DEFAULT_MAX_ENTRIES }),
+            _ if issues.is_empty() => issues.push(Issue::new(info.first, format!("the type of map `@{}` could not be inferred", info.name))),
+            _ => {}
+        }
+    }
+    if !issues.is_empty() {
+        return Err(diagnostics(issues, &script.source));
+    }
+    Ok(Program { maps, probes: round.probes, strings: round.strings, formats: round.formats, str_size: DEFAULT_STR_SIZE })
+}
+
+/// What one round over all bodies found.
+struct Round {
+    probes: Vec<ir::Probe>,
+    maps: Vec<MapInfo>,
+    strings: Vec<Vec<u8>>,
+    formats: Vec<Format>,
+    issues: Vec<Issue>,
+    /// The maps' value kinds at the end.
+    values: Hints,
+    /// No read went untyped, and every hint it took held: another round would find the same.
+    settled: bool,
+}
+
+/// The state of one round: maps and constants of the whole script, locals of the probe at hand.
+struct Checker<'s> {
+    maps: Maps<'s>,
+    strings: Vec<Vec<u8>>,
+    interned: HashMap<Vec<u8>, StrId>,
+    formats: Vec<Format>,
+    issues: Vec<Issue>,
+    /// The points of the probe being checked: every one must give the builtins its body reads.
+    points: &'s [Point],
+    /// Per [`Source`], the first of `points` that does not give its builtins, as written.
+    lacking: [Option<String>; 3],
+    locals: Locals,
+}
+
+impl<'s> Checker<'s> {
+    fn run(script: &Script, points: &'s [Vec<Point>], assigned: &'s HashSet<String>, hints: &'s Hints) -> Round {
+        let mut checker = Checker {
+            maps: Maps::new(assigned, hints),
+            strings: Vec::new(),
+            interned: HashMap::new(),
+            formats: Vec::new(),
+            issues: Vec::new(),
+            points: &[],
+            lacking: Default::default(),
+            locals: Locals::default(),
+        };
+        let mut probes = Vec::new();
+        for (probe, points) in script.probes.iter().zip(points) {
+            checker.points = points;
+            probes.push(checker.probe(probe));
+        }
+        let values = checker.maps.values();
+        let held = checker.maps.used_hints.iter().all(|(name, kind)| values.get(name) == Some(kind));
+        let settled = (held && !checker.maps.missed) || values == *hints;
+        Round {
+            probes,
+            maps: checker.maps.list,
+            strings: checker.strings,
+            formats: checker.formats,
+            issues: checker.issues,
+            values,
+            settled,
+        }
+    }
+
+    fn probe(&mut self, probe: &ast::Probe) -> ir::Probe {
+        self.locals = Locals::default();
+        self.lacking = Source::ALL.map(|source| self.points.iter().find(|p| !source.gives(p)).map(Point::to_string));
+        let predicate = probe.predicate.as_ref().and_then(|p| self.condition(p, "a predicate"));
+        let body = self.block(&probe.body);
+        let locals = std::mem::take(&mut self.locals).finish(&mut self.issues);
+        ir::Probe { points: self.points.to_vec(), locals, predicate, body }
+    }
+
+    fn intern(&mut self, bytes: &[u8]) -> StrId {
+        if let Some(&id) = self.interned.get(bytes) {
+            return id;
+        }
+        let id = StrId(self.strings.len());
+        self.strings.push(bytes.to_vec());
+        self.interned.insert(bytes.to_vec(), id);
+        id
+    }
+
+    /// The type of `builtin`, or an error if a point of the probe does not give it.
+    fn builtin(&mut self, builtin: Builtin, span: Span) -> Option<Type> {
+        if let Some(source) = Source::of(builtin) {
+            if let Some(point) = &self.lacking[source as usize] {
+                self.issues.push(Issue::new(span, format!("`{}` needs {}, and `{point}` is not one", builtin.name(), source.needed())));
+                return None;
+            }
+        }
+        Some(match builtin {
+            Builtin::Comm | Builtin::Func | Builtin::Probe => Type::Str,
+            _ => Type::Int,
+        })
+    }
+}

@@ -1,0 +1,114 @@
+//! Probe points against the target: a `func:` or `syscall:` point must cover at least one
+//! function or system call the [`Resolver`] knows. Also which builtins each kind of point
+//! can give.
+use crate::ast::{self, PointSpec};
+use crate::diag::Issue;
+use crate::glob::is_glob;
+use crate::ir::{Builtin, LockEvent, Point};
+use std::collections::HashSet;
+
+/// What the checker asks about the program to be traced. Implementations match names with
+/// [`crate::glob_match`].
+pub trait Resolver {
+    /// How many functions of the main program (`lib: None`) or of the loaded library `lib`
+    /// (a path or a file name such as `libc.so.6`) match `glob`.
+    fn functions_matching(&self, lib: Option<&str>, glob: &str) -> usize;
+    /// Whether `name` is a system call of the target's architecture.
+    fn syscall_known(&self, name: &str) -> bool;
+    /// How many system calls match `glob`.
+    fn syscalls_matching(&self, glob: &str) -> usize;
+}
+
+/// The resolved points of one probe, without repeats (`lock:*` is its four events); an error
+/// for each point that covers nothing.
+pub(super) fn resolve(points: &[ast::Point], resolver: &dyn Resolver, issues: &mut Vec<Issue>) -> Vec<Point> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for point in points {
+        let lib_of = |lib: &Option<ast::Name>| lib.as_ref().map(|l| l.text.clone());
+        let in_lib = |lib: &Option<ast::Name>| lib.as_ref().map(|l| format!(" in `{}`", l.text)).unwrap_or_default();
+        let resolved = match &point.spec {
+            PointSpec::Func { lib, glob, ret } => {
+                if resolver.functions_matching(lib.as_ref().map(|l| l.text.as_str()), &glob.text) == 0 {
+                    let what = if is_glob(&glob.text) { "matches" } else { "is named" };
+                    issues.push(Issue::new(glob.span, format!("no function {what} `{}`{}", glob.text, in_lib(lib))));
+                    continue;
+                }
+                let (lib, glob) = (lib_of(lib), glob.text.clone());
+                vec![if *ret { Point::FuncReturn { lib, glob } } else { Point::FuncEntry { lib, glob } }]
+            }
+            PointSpec::FuncOffset { lib, name, offset } => {
+                if resolver.functions_matching(lib.as_ref().map(|l| l.text.as_str()), &name.text) == 0 {
+                    issues.push(Issue::new(name.span, format!("no function is named `{}`{}", name.text, in_lib(lib))));
+                    continue;
+                }
+                vec![Point::FuncOffset { lib: lib_of(lib), name: name.text.clone(), offset: *offset }]
+            }
+            PointSpec::Syscall { glob, ret } => {
+                let known = if is_glob(&glob.text) { resolver.syscalls_matching(&glob.text) > 0 } else { resolver.syscall_known(&glob.text) };
+                if !known {
+                    let message = match is_glob(&glob.text) {
+                        true => format!("no system call matches `{}`", glob.text),
+                        false => format!("unknown system call `{}`", glob.text),
+                    };
+                    issues.push(Issue::new(glob.span, message));
+                    continue;
+                }
+                vec![if *ret { Point::SyscallReturn(glob.text.clone()) } else { Point::SyscallEntry(glob.text.clone()) }]
+            }
+            PointSpec::Addr(addr) => vec![Point::Addr(*addr)],
+            PointSpec::Lock(Some(event)) => vec![Point::Lock(*event)],
+            PointSpec::Lock(None) => LockEvent::ALL.into_iter().map(Point::Lock).collect(),
+            PointSpec::Begin => vec![Point::Begin],
+            PointSpec::End => vec![Point::End],
+            PointSpec::Interval { ns } => vec![Point::Interval { ns: *ns }],
+            PointSpec::ThreadStart => vec![Point::ThreadStart],
+            PointSpec::ThreadExit => vec![Point::ThreadExit],
+        };
+        for point in resolved {
+            if seen.insert(point.clone()) {
+                out.push(point);
+            }
+        }
+    }
+    out
+}
+
+/// The builtins only some points give, grouped by the points that give them.
+#[derive(Clone, Copy)]
+pub(super) enum Source {
+    Return,
+    Args,
+    Func,
+}
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Return, Source::Args, Source::Func];
+
+    /// `None` for the builtins every point gives.
+    pub fn of(builtin: Builtin) -> Option<Source> {
+        match builtin {
+            Builtin::Retval | Builtin::Elapsed => Some(Source::Return),
+            Builtin::Arg(_) => Some(Source::Args),
+            Builtin::Func => Some(Source::Func),
+            Builtin::Pid | Builtin::Tid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe => None,
+        }
+    }
+
+    pub fn gives(self, point: &Point) -> bool {
+        match self {
+            Source::Return => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn(_)),
+            Source::Args => matches!(point, Point::FuncEntry { .. } | Point::FuncOffset { .. } | Point::Addr(_) | Point::SyscallEntry(_)),
+            Source::Func => matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::FuncOffset { .. }),
+        }
+    }
+
+    /// The kind of point that gives them.
+    pub fn needed(self) -> &'static str {
+        match self {
+            Source::Return => "a return probe (`func:F:return` or `syscall:S:return`)",
+            Source::Args => "a function entry, `func:F+OFF`, `addr:` or system call entry probe",
+            Source::Func => "a `func:` probe",
+        }
+    }
+}

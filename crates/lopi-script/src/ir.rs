@@ -1,0 +1,292 @@
+//! The checked program a code generator walks: probe points resolved, maps and locals numbered
+//! with their types, every expression node typed, string constants interned, `printf` formats
+//! split into text and typed conversions. Nothing in it needs checking again.
+use std::fmt;
+
+pub use crate::ast::{BinOp, Builtin, LockEvent, UnOp};
+
+/// Type of a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Type {
+    /// 64-bit signed.
+    Int,
+    /// Bounded by [`Program::str_size`].
+    Str,
+    /// A user stack (`ustack()`): only a key, a local or printed.
+    Stack,
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Type::Int => "int",
+            Type::Str => "str",
+            Type::Stack => "stack",
+        })
+    }
+}
+
+/// What an aggregation map keeps per key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AggKind {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+    /// Count, sum, min and max together.
+    Stats,
+    /// Power-of-two buckets.
+    Hist,
+    /// Linear buckets from `min` to `max` (exclusive) of `step` each, plus one below and one above.
+    Lhist { min: i64, max: i64, step: i64 },
+}
+
+/// What a map's values are: plain values assigned by `=`, or an aggregation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValueKind {
+    /// `Int` or `Str`.
+    Plain(Type),
+    Agg(AggKind),
+}
+
+impl fmt::Display for ValueKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueKind::Plain(ty) => ty.fmt(f),
+            ValueKind::Agg(AggKind::Lhist { min, max, step }) => write!(f, "lhist(.., {min}, {max}, {step})"),
+            ValueKind::Agg(agg) => {
+                let name = match agg {
+                    AggKind::Count => "count",
+                    AggKind::Sum => "sum",
+                    AggKind::Avg => "avg",
+                    AggKind::Min => "min",
+                    AggKind::Max => "max",
+                    AggKind::Stats => "stats",
+                    _ => "hist",
+                };
+                write!(f, "{name}()")
+            }
+        }
+    }
+}
+
+/// Index into [`Program::maps`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MapId(pub usize);
+
+/// Index into its probe's [`Probe::locals`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LocalId(pub usize);
+
+/// Index into [`Program::strings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StrId(pub usize);
+
+/// Index into [`Program::formats`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FormatId(pub usize);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Map {
+    /// Without the `@`; empty for `@`.
+    pub name: String,
+    /// Key tuple, empty for a map used as a scalar.
+    pub keys: Vec<Type>,
+    pub value: ValueKind,
+    /// Bound on live keys.
+    pub max_entries: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Local {
+    /// Without the `$`.
+    pub name: String,
+    pub ty: Type,
+}
+
+/// A resolved probe point.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Point {
+    /// Functions matching `glob`, in the main program or in library `lib`.
+    FuncEntry { lib: Option<String>, glob: String },
+    FuncReturn { lib: Option<String>, glob: String },
+    /// The instruction `offset` bytes into function `name`.
+    FuncOffset { lib: Option<String>, name: String, offset: u64 },
+    Addr(u64),
+    SyscallEntry(String),
+    SyscallReturn(String),
+    Lock(LockEvent),
+    Begin,
+    End,
+    Interval { ns: u64 },
+    ThreadStart,
+    ThreadExit,
+}
+
+/// The point as a script writes it; also what the `probe` builtin yields.
+impl fmt::Display for Point {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lib = |lib: &Option<String>| lib.as_ref().map(|l| format!("{l}:")).unwrap_or_default();
+        match self {
+            Point::FuncEntry { lib: l, glob } => write!(f, "func:{}{glob}", lib(l)),
+            Point::FuncReturn { lib: l, glob } => write!(f, "func:{}{glob}:return", lib(l)),
+            Point::FuncOffset { lib: l, name, offset } => write!(f, "func:{}{name}+{offset:#x}", lib(l)),
+            Point::Addr(addr) => write!(f, "addr:{addr:#x}"),
+            Point::SyscallEntry(glob) => write!(f, "syscall:{glob}"),
+            Point::SyscallReturn(glob) => write!(f, "syscall:{glob}:return"),
+            Point::Lock(event) => write!(f, "lock:{}", event.name()),
+            Point::Begin => f.write_str("begin"),
+            Point::End => f.write_str("end"),
+            Point::Interval { ns } => match [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")].into_iter().find(|(unit, _)| ns % unit == 0) {
+                Some((unit, name)) => write!(f, "interval:{}{name}", ns / unit),
+                None => write!(f, "interval:{ns}ns"),
+            },
+            Point::ThreadStart => f.write_str("thread:start"),
+            Point::ThreadExit => f.write_str("thread:exit"),
+        }
+    }
+}
+
+/// Points sharing a predicate and a body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub points: Vec<Point>,
+    /// Locals of one run of the body; all assigned before they are read.
+    pub locals: Vec<Local>,
+    pub predicate: Option<Expr>,
+    pub body: Vec<Stmt>,
+}
+
+/// A typed expression node. Trees are at most [`crate::limits::MAX_DEPTH`] deep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expr {
+    pub ty: Type,
+    pub kind: ExprKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExprKind {
+    /// A literal; those above `i64::MAX` wrap (`0xffff_ffff_ffff_ffff` is -1).
+    Int(i64),
+    Str(StrId),
+    Builtin(Builtin),
+    Local(LocalId),
+    /// Value of a plain map (0 or "" for a missing key).
+    Map { map: MapId, keys: Vec<Expr> },
+    /// `str(ptr)` / `str(ptr, len)`: at most [`Program::str_size`] bytes of the traced program.
+    ReadStr { ptr: Box<Expr>, len: Option<Box<Expr>> },
+    Ustack { depth: u8 },
+    Unary { op: UnOp, expr: Box<Expr> },
+    /// `==`/`!=` compare strings when both sides are `Str`.
+    Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    Ternary { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stmt {
+    /// `$x = v`, or `$x op= v` when `op` is set (`$x++` is `$x += 1`).
+    SetLocal { local: LocalId, op: Option<BinOp>, value: Expr },
+    /// The same on an element of a plain map; the keys are evaluated once.
+    SetMap { map: MapId, keys: Vec<Expr>, op: Option<BinOp>, value: Expr },
+    /// Adds `value` to the element's aggregation (the kind is the map's); `None` for `count()`.
+    Aggregate { map: MapId, keys: Vec<Expr>, value: Option<Expr> },
+    /// The first arm whose condition holds runs, else `els`.
+    If { arms: Vec<IfArm>, els: Vec<Stmt> },
+    Delete { map: MapId, keys: Vec<Expr> },
+    Clear(MapId),
+    Exit,
+    Printf { format: FormatId, args: Vec<Expr> },
+    PrintMap(MapId),
+    Print(Expr),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IfArm {
+    pub cond: Expr,
+    pub body: Vec<Stmt>,
+}
+
+/// A `printf` format: text and conversions, one argument per conversion in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Format {
+    pub pieces: Vec<Piece>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Text as is (`%%` already made `%`).
+    Text(StrId),
+    Conv(Conversion),
+}
+
+/// One `%...` of a format; length modifiers (`%ld`) are accepted and dropped, as every integer
+/// is 64-bit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conversion {
+    pub kind: ConvKind,
+    /// Flags `-`, `0`, `+`, ` `, `#`.
+    pub left: bool,
+    pub zero: bool,
+    pub plus: bool,
+    pub space: bool,
+    pub alt: bool,
+    pub width: Option<u8>,
+    pub precision: Option<u8>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvKind {
+    /// `%d`, `%i`.
+    #[default]
+    Signed,
+    Unsigned,
+    /// `%x`, `%X`.
+    Hex,
+    HexUpper,
+    Str,
+    /// `%c`: the low byte of an int.
+    Char,
+}
+
+impl ConvKind {
+    /// The type its argument must have.
+    pub fn arg_type(self) -> Type {
+        match self {
+            ConvKind::Str => Type::Str,
+            _ => Type::Int,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    pub maps: Vec<Map>,
+    pub probes: Vec<Probe>,
+    /// Interned string constants: literals and the text of formats.
+    pub strings: Vec<Vec<u8>>,
+    pub formats: Vec<Format>,
+    /// Bytes of a string value.
+    pub str_size: usize,
+}
+
+impl Program {
+    pub fn map(&self, id: MapId) -> &Map {
+        &self.maps[id.0]
+    }
+
+    pub fn string(&self, id: StrId) -> &[u8] {
+        &self.strings[id.0]
+    }
+
+    pub fn format(&self, id: FormatId) -> &Format {
+        &self.formats[id.0]
+    }
+
+    /// Bounds every map to `entries` live keys instead of [`crate::limits::DEFAULT_MAX_ENTRIES`].
+    pub fn set_max_entries(&mut self, entries: u32) {
+        for map in &mut self.maps {
+            map.max_entries = entries;
+        }
+    }
+}
