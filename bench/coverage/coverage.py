@@ -46,6 +46,8 @@ sys.path[:0] = [str(REPO / "bench" / "lib"), str(REPO / "bench" / "locks"), str(
 import harness as h  # noqa: E402
 from locks_bench import make_corpus  # noqa: E402  (bench/locks's and bench/mp's corpus: the same bytes)
 import zstd_bench  # noqa: E402  (bench/zstd's build of Debian's zstd source package)
+sys.path.insert(0, str(HERE))
+from answers import callgrind_counts, consistency  # noqa: E402
 
 BUILD = REPO / "work-real" / "bench-build" / "coverage"
 log = h.log
@@ -167,31 +169,6 @@ def gcov_hooks(prefix: Path):
         return extra
 
     return before, after
-
-
-def callgrind_counts(out: Path, obj: str) -> dict[int, int]:
-    """{instruction address: executions} of OBJ's code from a callgrind output file written with
-    --dump-instr=yes --compress-pos=no --compress-strings=no (cost lines `ADDR LINE Ir`; the lines after
-    calls=, jump= and jcnd= are a call's inclusive cost or a jump's source, not executions)."""
-    counts: dict[int, int] = {}
-    ob, skip, real = "", False, {}
-    obj = os.path.realpath(obj)
-    rx = re.compile(r"^0x([0-9a-f]+) \d+ (\d+)")
-    with out.open() as f:
-        for line in f:
-            if line.startswith("ob="):
-                ob = line[3:].strip()
-                ob = real.setdefault(ob, os.path.realpath(ob))
-            elif line.startswith(("calls=", "jump=", "jcnd=")):
-                skip = True
-            elif line[:1].isalpha():
-                continue
-            elif skip:
-                skip = False
-            elif ob == obj and (m := rx.match(line)):
-                a = int(m.group(1), 16)
-                counts[a] = counts.get(a, 0) + int(m.group(2))
-    return counts
 
 
 def callgrind_hooks(out: Path, obj: str):
@@ -382,99 +359,6 @@ def workload_table(wl: dict, variants: list[h.Variant], res: dict, vres: dict, s
     header = ["configuration", "wall time median [min–max]", "x native", *([timer] if timer else []), "output",
               "blocks ran (lopi's data)", "notes"]
     return [h.markdown_table(header, rows)], ratios
-
-
-def block_answers(lopi: Path, data: str, fn: str) -> dict:
-    """{block address: (ran, count, no_probe)} of FN's blocks in a record (`lopi report DATA --blocks FN
-    --format json`; every function of that name)."""
-    p = subprocess.run([str(lopi), "report", data, "--blocks", fn, "--format", "json"], capture_output=True,
-                       text=True, timeout=600)
-    if p.returncode != 0:
-        return {}
-    return {b["address"]: (b["ran"], b["count"], b["no_probe"]) for e in json.loads(p.stdout) for b in e["blocks"]}
-
-
-def block_mismatches(lopi: Path, cov_data: list[str], blk_data: list[str], fn: str,
-                     oracle: Optional[dict] = None) -> tuple[list[str], int]:
-    """FN's blocks that block mode counted (a probe, so a measured count) and whose coverage-mode answer
-    (its mark, or implied by marked blocks) says the opposite in every run of both modes; and how many
-    of its blocks ran in some runs of a mode and not in others (timing: not counted as a contradiction)."""
-    covs = [block_answers(lopi, d, fn) for d in cov_data]
-    blks = [block_answers(lopi, d, fn) for d in blk_data]
-    if not covs or not blks or not all(covs) or not all(blks):
-        return [], 0
-    wrong, varying = [], 0
-    for addr, (_, count, _) in sorted(blks[0].items()):
-        counts = [b.get(addr, (None, None, None))[1] for b in blks]
-        answers = [c.get(addr, (None, None, None)) for c in covs]
-        if count is None or None in counts or any(a[0] is None for a in answers):
-            continue
-        ran_blk = {n > 0 for n in counts}
-        ran_cov = {a[0] for a in answers}
-        if len(ran_blk) > 1 or len(ran_cov) > 1:
-            varying += 1
-        elif ran_blk != ran_cov:
-            how = answers[0][2]
-            wrong.append(f"{addr:#x}: block mode counted {h.fmt_int(counts[0])}, coverage mode says "
-                         f"{'ran' if answers[0][0] else 'did not run'} "
-                         f"({'implied, no probe' if how == 'implied' else how or 'its own mark'})"
-                         + (f", callgrind on native {oracle.get(addr, 0):,}" if oracle else ""))
-    return wrong, varying
-
-
-def consistency(res: dict, lopi: Optional[Path], every_block: bool, deterministic: bool,
-                oracle: Optional[dict]) -> list[str]:
-    """Coverage mode's answers against block mode's, over all their runs (warm-up included). Per
-    function (`lopi coverage DATA --format json`: blocks ran and not known), a contradiction shows when
-    one mode has more blocks ran than the other has ran + not known; such functions (EVERY_BLOCK: every
-    function that ran) are compared block by block (`lopi report DATA --blocks FUNC --format json`)."""
-    cov_runs = [r for r in res.get(COV, []) if r.ok and "fn_ran" in r.extra]
-    blk_runs = [r for r in res.get(BLK, []) if r.ok and "fn_ran" in r.extra]
-    if not cov_runs or not blk_runs or not lopi:
-        return []
-    fns = sorted(set().union(*(r.extra["fn_ran"] for r in cov_runs + blk_runs)))
-    suspects = []
-    for fn in fns:
-        cs = {tuple(r.extra["fn_ran"].get(fn, [0, 0])) for r in cov_runs}
-        bs = {tuple(r.extra["fn_ran"].get(fn, [0, 0])) for r in blk_runs}
-        if every_block and any(c[0] or b[0] for c in cs for b in bs):
-            suspects.append(fn)
-        elif any(c[0] > b[0] + b[1] or b[0] > c[0] + c[1] for c in cs for b in bs):
-            suspects.append(fn)
-    cov_data = [r.extra["data_path"] for r in cov_runs if "data_path" in r.extra]
-    blk_data = [r.extra["data_path"] for r in blk_runs if "data_path" in r.extra]
-    n_ran = len(suspects)
-    if every_block:  # every block of every function that ran: one run of each mode first, all runs where they differ
-        first = [fn for fn in suspects
-                 if block_mismatches(lopi, cov_data[-1:], blk_data[-1:], fn.split(":", 1)[1])[0]]
-        log(f"  blocks: {len(suspects)} functions that ran compared block by block, {len(first)} with a difference")
-        suspects = first
-    wrong, varying = [], {}
-    for fn in suspects:
-        name = fn.split(":", 1)[1]
-        w, v = block_mismatches(lopi, cov_data, blk_data, name, oracle)
-        wrong += [f"`{name}` {x}" for x in w]
-        if v:
-            varying[name] = v
-    scope = (f"every block of the {n_ran:,} functions that ran compared" if every_block else
-             f"{len(fns):,} functions compared by their totals, {len(suspects)} of them block by block")
-    runs = f"{len(cov_runs)} runs of coverage mode, {len(blk_runs)} of block mode"
-    out = []
-    if wrong:
-        what = ("CONTRADICTS block mode's counts" if deterministic else
-                "differs from block mode's counts (not necessarily an error: this program's paths depend on its "
-                "threads' timing, which block mode's slowdown shifts)")
-        out.append(f"- Blocks ran: coverage mode {what} on {len(wrong)} blocks ({scope}; "
-                   f"{runs}, the same answer in every run"
-                   + ("; callgrind = executions of the block's first instruction in valgrind's run of the native "
-                      "program" if oracle else "") + "): " + "; ".join(wrong[:20])
-                   + (f"; and {len(wrong) - 20} more" if len(wrong) > 20 else "") + ".")
-    else:
-        out.append(f"- Blocks ran: coverage mode agrees with block mode's counts ({scope}; {runs}).")
-    if varying:
-        out.append(f"- Blocks that ran in some runs and not in others (timing; not counted above): "
-                   + ", ".join(f"`{k}` {v}" for k, v in varying.items()) + ".")
-    return out
 
 
 def startup_lines(wl: dict, svs: list[h.Variant], sres: dict) -> list[str]:
@@ -730,7 +614,8 @@ def main() -> int:
                 + (f"; `lopi run --probe coverage` installs {sites:,} sites" if sites else "") + ".")
         oracle = next((r.extra["insn_counts"] for r in m["vres"].get(CALLGRIND, []) if "insn_counts" in r.extra),
                       None) if wl["vsame"] else None  # callgrind's counts, when it ran the same input
-        sections += consistency(m["res"], lopi, check_blocks, wl["deterministic"], oracle)
+        sections += consistency(m["res"].get(COV, []), m["res"].get(BLK, []), lopi, check_blocks,
+                                wl["deterministic"], oracle)
         outs = verdicts(m["res"])
         lopi_outs = {c: outs.get(c) for c in LOPI_CFGS if outs.get(c)}
         if lopi_outs:
