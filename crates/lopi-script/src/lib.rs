@@ -6,16 +6,18 @@
 //! [`parse`] turns text into an [`ast::Script`]; [`check`] resolves its probe points through a
 //! [`Resolver`], types everything and returns an [`ir::Program`] that a code generator walks
 //! without checking again. Errors are [`Diagnostics`] with exact lines and columns, rendered
-//! like rustc's.
+//! like rustc's. [`codegen`] turns the program into x86-64 machine code, one function per
+//! probe, that the runtime calls with the helpers [`codegen::abi`] describes.
 //!
 //! The parser is written by hand (recursive descent, precedence climbing for the binary
 //! operators) rather than generated: every token keeps its exact column for diagnostics, the
 //! nesting limit is enforced inside the parser itself so that no input can exhaust the stack,
-//! and the crate depends on nothing but `thiserror`.
+//! and the front end depends on nothing but `thiserror` (the code generator adds `iced-x86`).
 #![forbid(unsafe_code)]
 
 pub mod ast;
 mod check;
+pub mod codegen;
 mod diag;
 mod format;
 mod glob;
