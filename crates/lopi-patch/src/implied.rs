@@ -41,19 +41,57 @@ pub fn implications(f: &FunctionBlocks) -> HashMap<u64, Implication> {
     let probed = |i: usize| matches!(blocks[i].1, BlockOutcome::Probed(_));
     let own = graph.needs_own_probe(&dom);
     let covered_below = graph.covered_below(&dom, &own, &probed);
-    let mut out = HashMap::new();
-    for (u, (block, _)) in blocks.iter().enumerate().filter(|&(u, _)| !probed(u)) {
-        let mut imp = Implication::default();
-        for p in (0..blocks.len()).filter(|&p| probed(p)) {
-            if dominates(&dom, u, p) || straight_into(&graph, &plain[p], p, u) {
-                imp.by.push(blocks[p].0.start);
-            }
-            if (p != u && dominates(&dom, p, u)) || straight_into(&graph, block, u, p) {
-                imp.needs.push(blocks[p].0.start);
-            }
+    // Walked from each block up its dominators and along its straight way on: linear in the
+    // blocks times the dominator tree's depth, where every pair of blocks would be quadratic.
+    let n = blocks.len();
+    let mut by: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut needs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for p in (0..n).filter(|&p| probed(p)) {
+        for u in strict_dominators(&dom, p).chain(straight_on(&graph, p)) {
+            by[u].push(p);
         }
-        imp.exactly = !own[u] && covered_below[u] && !imp.by.is_empty();
-        out.insert(block.start, imp);
+    }
+    for u in (0..n).filter(|&u| !probed(u)) {
+        needs[u].extend(strict_dominators(&dom, u).chain(straight_on(&graph, u)).filter(|&p| probed(p)));
+    }
+    let starts = |mut list: Vec<usize>| {
+        list.sort_unstable();
+        list.dedup();
+        list.into_iter().map(|i| plain[i].start).collect::<Vec<u64>>()
+    };
+    let mut out = HashMap::new();
+    for u in (0..n).filter(|&u| !probed(u)) {
+        let by = starts(std::mem::take(&mut by[u]));
+        let exactly = !own[u] && covered_below[u] && !by.is_empty();
+        out.insert(plain[u].start, Implication { by, needs: starts(std::mem::take(&mut needs[u])), exactly });
+    }
+    out
+}
+
+/// `b`'s dominators, nearest first, `b` left out.
+fn strict_dominators(idom: &[Option<usize>], b: usize) -> impl Iterator<Item = usize> + '_ {
+    let mut at = idom.get(b).copied().flatten();
+    (0..idom.len()).map_while(move |_| {
+        let d = at?;
+        at = idom.get(d).copied().flatten();
+        Some(d)
+    })
+}
+
+/// The blocks `from` goes on into only (possibly through others that do the same), none of the
+/// blocks on the way calling.
+fn straight_on(graph: &Graph, from: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut at = from;
+    for _ in 0..graph.succs.len() {
+        if graph.block(at).calls || graph.succs[at].len() != 1 || graph.exits[at] {
+            break;
+        }
+        at = graph.succs[at][0];
+        if at == from || out.contains(&at) {
+            break;
+        }
+        out.push(at);
     }
     out
 }
@@ -76,23 +114,6 @@ fn complete(blocks: &[Block]) -> bool {
         Edge::Next(t) | Edge::Jump(t) => starts.contains(t),
         Edge::Table | Edge::Leaves => true,
     })
-}
-
-/// `p` goes on only into `u` (possibly through blocks without probes that do the same), and
-/// none of the blocks on the way calls.
-fn straight_into(graph: &Graph, block: &Block, p: usize, u: usize) -> bool {
-    let (mut at, mut b) = (p, block);
-    for _ in 0..graph.succs.len() {
-        if b.calls || graph.succs[at].len() != 1 || graph.exits[at] {
-            return false;
-        }
-        at = graph.succs[at][0];
-        if at == u {
-            return true;
-        }
-        b = graph.block(at);
-    }
-    false
 }
 
 /// Block indices; `ROOT` stands for the entry and every landing pad, which have no edge in.

@@ -159,7 +159,8 @@ impl Selection {
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
         let mut exit_sites = 0;
-        let bounces: Vec<u64> = self.sites.iter().filter_map(|s| s.bounce.map(|b| b.0)).collect();
+        let mut bounces: Vec<u64> = self.sites.iter().filter_map(|s| s.bounce.map(|b| b.0)).collect();
+        bounces.sort_unstable();
         for (index, site) in self.sites.iter().enumerate() {
             let trampoline = layout.trampolines + code.len() as u64;
             let syscalls = layout.stubs.filter(|_| !site.syscalls.is_empty()).map(|stubs| lopi_x86::SyscallProbes {
@@ -323,7 +324,7 @@ fn retire_record(module: &ElfModule<'_>, layout: &Layout, site: &Site, bounces: 
     let at = site.patch_at.0;
     let segment = module.segments.iter().find(|s| at >= s.vaddr.0 && at + len as u64 <= s.vaddr.0 + s.filesz)?;
     let one_line = crate::blocks::within_line(at, jump_len);
-    let hosts_bounce = bounces.iter().any(|&b| (at..at + len as u64).contains(&b));
+    let hosts_bounce = bounces.get(bounces.partition_point(|&b| b < at)).is_some_and(|&b| b < at + len as u64);
     if !one_line || !segment.is_read_exec() || hosts_bounce || len > lopi_rt_abi::retire::MAX_LEN {
         return None;
     }
