@@ -8,6 +8,7 @@
 //! without checking again. Errors are [`Diagnostics`] with exact lines and columns, rendered
 //! like rustc's. [`codegen`] turns the program into x86-64 machine code, one function per
 //! probe, that the runtime calls with the helpers [`codegen::abi`] describes.
+//! [`output`] merges the threads' maps and prints them as bpftrace does or as JSON.
 //!
 //! The parser is written by hand (recursive descent, precedence climbing for the binary
 //! operators) rather than generated: every token keeps its exact column for diagnostics, the
@@ -25,6 +26,7 @@ pub mod ir;
 mod lexer;
 pub mod limits;
 mod needs;
+pub mod output;
 mod parse;
 
 pub use check::{check, Resolver};

@@ -1,0 +1,81 @@
+//! Keys of a map, decoded from the packed bytes [`abi::key_size`] describes, and written for
+//! the text and JSON outputs.
+use super::{OutputError, Symbolizer};
+use crate::codegen::abi::{self, STACK_FRAMES};
+use crate::ir::{Map, Type};
+
+/// One element of a key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    Int(i64),
+    /// The text up to its NUL.
+    Str(Vec<u8>),
+    /// Return addresses, innermost first.
+    Stack(Vec<u64>),
+}
+
+/// Splits `bytes`, a key of `map`, into its elements.
+pub(super) fn decode(map: &Map, str_size: usize, bytes: &[u8]) -> Result<Vec<Key>, OutputError> {
+    let expected = abi::key_size(&map.keys, str_size);
+    if bytes.len() != expected {
+        return Err(OutputError::KeyLength { map: map.name.clone(), expected, found: bytes.len() });
+    }
+    let mut rest = bytes;
+    let mut key = Vec::with_capacity(map.keys.len());
+    for &ty in &map.keys {
+        let (value, tail) = rest.split_at(abi::value_size(ty, str_size));
+        rest = tail;
+        key.push(match ty {
+            Type::Int => Key::Int(le_i64(value)),
+            Type::Str => Key::Str(until_nul(value).to_vec()),
+            Type::Stack => {
+                let mut words = value.chunks_exact(8).map(|w| le_i64(w) as u64);
+                let frames = words.next().unwrap_or(0);
+                if frames > STACK_FRAMES as u64 {
+                    return Err(OutputError::StackDepth { map: map.name.clone(), frames, max: STACK_FRAMES });
+                }
+                Key::Stack(words.take(frames as usize).collect())
+            }
+        });
+    }
+    Ok(key)
+}
+
+/// The little-endian `i64` at the start of `bytes`, which holds at least 8.
+pub(super) fn le_i64(bytes: &[u8]) -> i64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[..8]);
+    i64::from_le_bytes(word)
+}
+
+/// A `str` value's text: up to its first NUL, or all of it.
+pub(super) fn until_nul(bytes: &[u8]) -> &[u8] {
+    bytes.iter().position(|&b| b == 0).map_or(bytes, |end| &bytes[..end])
+}
+
+/// bpftrace's `[a, b]` after the map name: elements joined by `, `, a stack on its own lines,
+/// one frame each indented by 8 spaces.
+pub(super) fn text(key: &[Key], symbolize: Symbolizer) -> String {
+    if key.is_empty() {
+        return String::new();
+    }
+    let stack = |frames: &[u64]| frames.iter().map(|&pc| format!("\n        {}", symbolize(pc))).collect::<String>() + "\n";
+    format!("[{}]", join(key, ", ", stack))
+}
+
+/// The name of a key in a JSON object: elements joined by `,`, a stack's frames by `;`.
+pub(super) fn json(key: &[Key], symbolize: Symbolizer) -> String {
+    join(key, ",", |frames| frames.iter().map(|&pc| symbolize(pc)).collect::<Vec<_>>().join(";"))
+}
+
+fn join(key: &[Key], separator: &str, stack: impl Fn(&[u64]) -> String) -> String {
+    let parts: Vec<String> = key
+        .iter()
+        .map(|element| match element {
+            Key::Int(value) => value.to_string(),
+            Key::Str(text) => String::from_utf8_lossy(text).into_owned(),
+            Key::Stack(frames) => stack(frames),
+        })
+        .collect();
+    parts.join(separator)
+}
