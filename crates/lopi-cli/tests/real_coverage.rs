@@ -1,13 +1,14 @@
 //! `lopi coverage` against gcov on a real program nobody here wrote: zstd from Debian's source
 //! with Debian's flags (-O2 -g), rewritten with `--probe coverage`, and the same source and
 //! flags built with `--coverage` (both by tests/real/prepare.sh); each runs
-//! tests/real/zstd-battery.sh. Of the lines both report, at least 98.5% must agree (README,
-//! "Coverage against gcov", sorts the rest into the kinds binary coverage at -O2 cannot avoid).
+//! tests/real/zstd-battery.sh. Of the lines both report, 99% agree, gcov's verdicts corrected
+//! where its own graph contradicts them (README, "Coverage against gcov", sorts the rest into
+//! the kinds binary coverage at -O2 cannot avoid).
 mod common;
 
 use common::*;
 use serde_json::Value as Json;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -34,19 +35,28 @@ fn real_zstd_coverage_agrees_with_gcov() {
         std::fs::remove_file(stale).unwrap();
     }
     battery(&gcov_build, &datagen, &dir, None);
-    let gcov = gcov_lines(&tree(&gcov_build));
+    let facts = gcov_facts(&tree(&gcov_build));
+    // Where gcov's own graph says a line it calls not run did run, its graph is the truth.
+    let gcov: HashMap<SourceLine, bool> = facts.lines.iter().map(|(l, &ran)| (l.clone(), ran || facts.contradicted.contains(l))).collect();
 
     let both: Vec<&SourceLine> = lopi.keys().filter(|l| gcov.contains_key(*l)).collect();
     let differ: Vec<&&SourceLine> = both.iter().filter(|l| lopi[**l] != gcov[**l]).collect();
     let agree = 100.0 * (both.len() - differ.len()) as f64 / both.len().max(1) as f64;
-    println!("lines both report: {}, agree {agree:.2}% ({} differ); lopi alone {}, gcov alone {}", both.len(), differ.len(), lopi.len() - both.len(), gcov.len() - both.len());
+    println!(
+        "lines both report: {}, agree {agree:.2}% ({} differ; {} lines gcov's own graph says ran taken as run); lopi alone {}, gcov alone {}",
+        both.len(),
+        differ.len(),
+        facts.contradicted.len(),
+        lopi.len() - both.len(),
+        gcov.len() - both.len()
+    );
     for l in differ.iter().take(20) {
         println!("  {}:{}: lopi {}, gcov {}", l.0, l.1, lopi[**l], gcov[**l]);
     }
     assert!(both.len() > 10_000, "only {} lines both report", both.len());
-    // 98.96% when this was written: the battery's error cases run code GCC merged across
-    // `EXM_THROW`s (cross-jumping), which gcov, instrumenting before that, tells apart.
-    assert!(agree >= 98.5, "lopi and gcov agree on {agree:.2}% of {} lines", both.len());
+    // 99.03% when this was written (98.96% against gcov's raw verdicts). The bound leaves room
+    // for the few lines whose running depends on the battery's threads' timing.
+    assert!(agree >= 98.9, "lopi and gcov agree on {agree:.2}% of {} lines", both.len());
     cleanup(&dir);
 }
 
@@ -79,14 +89,32 @@ fn lopi_lines(data: &Path, tree: &Path) -> HashMap<SourceLine, bool> {
     lines
 }
 
-/// gcov's verdict per line of the files under `tree`, from the counts its run left there.
-fn gcov_lines(tree: &Path) -> HashMap<SourceLine, bool> {
+/// What gcov's run left under `tree`: its verdict per line, and the lines it reports as not
+/// run although its own graph has them in a block that ran.
+struct Gcov {
+    lines: HashMap<SourceLine, bool>,
+    contradicted: HashSet<SourceLine>,
+}
+
+/// A block of gcov's graph: its notes file, function and number.
+type GcovBlock = (usize, String, u64);
+
+/// gcov's verdicts from the counts its run left under `tree`, and its contradictions: gcov
+/// counts a line only in the blocks where it ends, so a line in the middle of a block of an
+/// inlined copy reads "not run" although that block ran. A block of a line is known to have run
+/// when its function ran every block, or when it is an inlined copy (not in the line's own
+/// function) holding another line that ran and whose blocks are all the line's too.
+fn gcov_facts(tree: &Path) -> Gcov {
     let mut lines = HashMap::new();
-    for gcda in gcda_files(tree) {
-        let out = Command::new("gcov").args(["-t", "-j"]).arg(&gcda).current_dir(gcda.parent().unwrap()).output().expect("gcov");
+    let mut fully_run: HashSet<(usize, String)> = HashSet::new();
+    let mut functions: HashMap<String, Vec<(u64, u64, String)>> = HashMap::new();
+    let mut blocks_of: HashMap<SourceLine, HashSet<GcovBlock>> = HashMap::new();
+    for (notes, gcda) in gcda_files(tree).into_iter().enumerate() {
+        let dir = gcda.parent().unwrap();
+        let out = Command::new("gcov").args(["-t", "-j"]).arg(&gcda).current_dir(dir).output().expect("gcov");
         assert!(out.status.success(), "gcov {}: {}", gcda.display(), String::from_utf8_lossy(&out.stderr));
         let json: Json = serde_json::from_slice(&out.stdout).unwrap();
-        let cwd = Path::new(json["current_working_directory"].as_str().unwrap());
+        let cwd = Path::new(json["current_working_directory"].as_str().unwrap()).to_path_buf();
         for file in json["files"].as_array().unwrap() {
             let Some(path) = relative(&cwd.join(file["file"].as_str().unwrap()), tree) else { continue };
             for l in file["lines"].as_array().unwrap() {
@@ -94,9 +122,43 @@ fn gcov_lines(tree: &Path) -> HashMap<SourceLine, bool> {
                 // are not atomic): any but zero says the line ran.
                 *lines.entry((path.clone(), l["line_number"].as_u64().unwrap())).or_insert(false) |= l["count"].as_i64().unwrap() != 0;
             }
+            for f in file["functions"].as_array().unwrap() {
+                let name = f["name"].as_str().unwrap().to_string();
+                if f["execution_count"].as_u64().unwrap_or(0) > 0 && f["blocks_executed"] == f["blocks"] {
+                    fully_run.insert((notes, name.clone()));
+                }
+                functions.entry(path.clone()).or_default().push((f["start_line"].as_u64().unwrap(), f["end_line"].as_u64().unwrap(), name));
+            }
+        }
+        let dump = Command::new("gcov-dump").arg("-l").arg(gcda.with_extension("gcno")).output().expect("gcov-dump");
+        let mut function = String::new();
+        for line in String::from_utf8_lossy(&dump.stdout).lines() {
+            if let Some(rest) = line.split_once("FUNCTION ident=").map(|(_, r)| r) {
+                function = rest.split_once('`').and_then(|(_, r)| r.split_once('\'')).map(|(n, _)| n.to_string()).unwrap_or_default();
+            } else if let Some((block, rest)) = line.split_once("block ").and_then(|(_, r)| r.split_once(":`")) {
+                let Some((file, numbers)) = rest.split_once("':") else { continue };
+                let (Ok(block), Some(path)) = (block.trim().parse::<u64>(), relative(&cwd.join(file), tree)) else { continue };
+                for n in numbers.split(',').filter_map(|n| n.trim().parse::<u64>().ok()) {
+                    blocks_of.entry((path.clone(), n)).or_default().insert((notes, function.clone(), block));
+                }
+            }
         }
     }
-    lines
+    let mut members: HashMap<&GcovBlock, Vec<&SourceLine>> = HashMap::new();
+    for (line, blocks) in &blocks_of {
+        for b in blocks {
+            members.entry(b).or_default().push(line);
+        }
+    }
+    let ran = |line: &SourceLine, block: &GcovBlock, its_blocks: &HashSet<GcovBlock>| {
+        if fully_run.contains(&(block.0, block.1.clone())) {
+            return true;
+        }
+        let own = functions.get(&line.0).is_some_and(|fs| fs.iter().any(|(lo, hi, name)| (lo..=hi).contains(&&line.1) && *name == block.1));
+        !own && members[block].iter().any(|m| lines.get(*m) == Some(&true) && blocks_of[*m].is_subset(its_blocks))
+    };
+    let contradicted = blocks_of.iter().filter(|(line, blocks)| lines.get(*line) == Some(&false) && blocks.iter().any(|b| ran(line, b, blocks))).map(|(line, _)| line.clone()).collect();
+    Gcov { lines, contradicted }
 }
 
 fn gcda_files(dir: &Path) -> Vec<PathBuf> {
