@@ -11,8 +11,13 @@ use lopi_patch::{Filter, Probes, Progress, Selection};
 use lopi_rt_abi::{page_align, PAGE_SIZE};
 use std::time::{Duration, Instant};
 
-/// Room below a module besides twice its code, for the first layout (runtime, metadata).
+/// Room below a module besides `BELOW_PER_CODE_BYTE` times its code, for the first layout
+/// (runtime, metadata).
 const BELOW_ROOM: u64 = 1 << 20;
+/// Bytes of image room below a module per byte of its code: a coverage image of every block
+/// (zstd: 1 MB of code, 30,000 trampolines and the metadata of 40,000 blocks) takes about 5.
+/// An image that fits goes there, at the same place in every process: it is cached.
+const BELOW_PER_CODE_BYTE: u64 = 8;
 /// The runtime's environment room is a multiple of this.
 const ENV_ROOM: usize = 512;
 
@@ -146,12 +151,12 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         let source = Source { request: request.clone(), entry, cache, key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
         let shape = Shape { names, recording: spec.recording, env_len, bias };
-        // Laid out first below the module, with room for an image twice the size of its code
-        // (images are far smaller): used there when the space is free, which spares a
+        // Laid out first below the module, with room for an image eight times the size of its
+        // code (images are smaller): used there when the space is free, which spares a
         // second layout; else placed in the nearest hole and laid out again. The image
         // below the module is the same in every process of the program: it is cached too.
         let low = mapped.iter().map(|m| m.start).min().unwrap_or(code.0);
-        let below = low.checked_sub(page_align(2 * (code.1 - code.0) + BELOW_ROOM));
+        let below = low.checked_sub(page_align(BELOW_PER_CODE_BYTE * (code.1 - code.0) + BELOW_ROOM));
         let image_key = source.key.as_ref().zip(below).map(|(key, at)| {
             let at = at.wrapping_sub(bias);
             key.clone().with("image", format!("at {at:#x} path {path} trace {} budget {} env {env_len} entry {entry:x?}", spec.recording.trace, spec.recording.budget_ppm))
