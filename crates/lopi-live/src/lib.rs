@@ -130,6 +130,18 @@ impl Installation {
     }
 }
 
+/// A coverage site its runtime was putting back when the threads were stopped: the filler
+/// after the jump is original already, the jump not yet (see the runtime's `retire.rs`). Still
+/// lopi's: left as it is, it would jump into a trampoline about to be unmapped.
+fn half_retired(now: &[u8], patch: &CodePatch) -> bool {
+    let jump = match patch.bytes.first() {
+        Some(0xe9) => 5, // jmp rel32
+        Some(0xeb) => 2, // jmp rel8, to a bounce
+        _ => return false,
+    };
+    now.len() == patch.original.len() && now.get(..jump) == patch.bytes.get(..jump) && now.get(jump..) == patch.original.get(jump..)
+}
+
 /// What removal did.
 #[derive(Debug, Default)]
 pub struct Removal {
@@ -496,7 +508,7 @@ impl Target {
             let mut restore = Vec::new();
             for p in &module.patches {
                 let now = self.mem.read(p.at.0, p.bytes.len()).map_err(LiveError::io(format!("reading code at {:#x}", p.at.0)))?;
-                if now == p.bytes {
+                if now == p.bytes || half_retired(&now, p) {
                     restore.push(p.clone());
                 } else if now != p.original {
                     removal.changed_sites += 1;
@@ -777,6 +789,16 @@ pub fn millis(start: Instant) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_site_whose_filler_is_back_but_not_its_jump_is_still_lopis() {
+        let patch = CodePatch { at: Svma(0x1000), bytes: vec![0xe9, 1, 2, 3, 4, 0xcc, 0xcc], original: vec![0x48, 0x89, 0xe5, 0x41, 0x54, 0x53, 0x90] };
+        let half = [0xe9, 1, 2, 3, 4, 0x53, 0x90];
+        assert!(half_retired(&half, &patch));
+        assert!(!half_retired(&patch.original, &patch));
+        assert!(!half_retired(&[0xe9, 9, 2, 3, 4, 0x53, 0x90], &patch));
+        assert!(!half_retired(&[0xe9, 1, 2, 3, 4, 0x53, 0x91], &patch));
+    }
 
     #[test]
     fn architectures() {
