@@ -259,11 +259,31 @@ impl Threads {
     fn release_all(&mut self) {
         let mut undelivered = Vec::new();
         for (tid, signals) in std::mem::take(&mut self.held) {
-            let _ = ptrace::detach(Pid::from_raw(tid), signals.first().copied());
+            let thread = Pid::from_raw(tid);
+            if ptrace::detach(thread, signals.first().copied()) == Err(Errno::ESRCH) && ptrace::interrupt(thread).is_ok() {
+                // Not in a stop (left running, by a wait for it to leave lopi's code): a thread
+                // not detached stays traced by lopi until lopi exits, and the next attach finds
+                // it taken. Stopped again, it can be let go.
+                undelivered.extend(Self::wait_any_stop(thread));
+                let _ = ptrace::detach(thread, signals.first().copied());
+            }
             undelivered.extend(signals.into_iter().skip(1).filter(|s| !matches!(s, Signal::SIGSTOP | Signal::SIGTRAP)));
         }
         for signal in undelivered {
             let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), signal);
+        }
+    }
+}
+
+impl Threads {
+    /// Waits until `thread` is in a stop, or gone; returns a signal it stopped to receive.
+    fn wait_any_stop(thread: Pid) -> Option<Signal> {
+        loop {
+            match waitpid(thread, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::Stopped(_, signal)) if !matches!(signal, Signal::SIGSTOP | Signal::SIGTRAP) => return Some(signal),
+                Err(Errno::EINTR) => continue,
+                _ => return None,
+            }
         }
     }
 }
