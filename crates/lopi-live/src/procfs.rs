@@ -55,7 +55,12 @@ pub fn threads(pid: i32) -> std::io::Result<Vec<i32>> {
 
 /// The pid of the process tracing `pid`, if any (`TracerPid:` in `/proc/PID/status`).
 pub fn tracer(pid: i32) -> Option<i32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    task_tracer(pid, pid)
+}
+
+/// The thread tracing thread `tid` of `pid`, if any.
+pub fn task_tracer(pid: i32, tid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("TracerPid:"))?;
     line["TracerPid:".len()..].trim().parse().ok().filter(|&t| t != 0)
 }

@@ -269,6 +269,18 @@ impl Threads {
             }
             undelivered.extend(signals.into_iter().skip(1).filter(|s| !matches!(s, Signal::SIGSTOP | Signal::SIGTRAP)));
         }
+        // Threads made while some thread ran (out of lopi's code): traced from birth by this
+        // thread, never held. Let go too.
+        let me = nix::unistd::gettid().as_raw();
+        for tid in crate::procfs::threads(self.pid).unwrap_or_default() {
+            if crate::procfs::task_tracer(self.pid, tid) == Some(me) {
+                let thread = Pid::from_raw(tid);
+                if ptrace::detach(thread, None) == Err(Errno::ESRCH) && ptrace::interrupt(thread).is_ok() {
+                    undelivered.extend(Self::wait_any_stop(thread));
+                    let _ = ptrace::detach(thread, None);
+                }
+            }
+        }
         for signal in undelivered {
             let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), signal);
         }
