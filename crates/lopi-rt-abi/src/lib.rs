@@ -366,6 +366,8 @@ const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 144);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;
+#[path = "script.rs"]
+pub mod script;
 #[path = "script_map.rs"]
 pub mod script_map;
 #[path = "syscall_name.rs"]
