@@ -4,28 +4,8 @@
 //! seed), so a failure names its input.
 mod common;
 
-use common::{TestResolver, SCRIPTS};
+use common::{Rng, TestResolver, SCRIPTS};
 use std::time::{Duration, Instant};
-
-/// xorshift64*, as in lopi-cache's robustness tests.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
 
 /// Generous for a debug build: no input here should take a millisecond.
 const BOUND: Duration = Duration::from_secs(2);

@@ -1,25 +1,10 @@
 //! Random integer expressions, compiled and run, against the interpreter in `interp.rs`: the
 //! value, the faults counted and the `pid` helper calls made (which `&&`, `||` and `?:` skip)
 //! must all agree. Deterministic (fixed seed), so a failure names its expression.
+use crate::common::Rng;
 use crate::harness::{printed_int, Script};
 use crate::interp::{self, Env};
 use lopi_script::ir::Stmt;
-
-/// xorshift64*, as in the robustness tests.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 const LITERALS: &[&str] = &["0", "1", "2", "3", "7", "63", "64", "65", "-1", "-64", "9223372036854775807", "-9223372036854775808", "0x8000000000000000", "0xffffffffffffffff", "1_000_003"];
 const BINARY: &[&str] = &["+", "-", "*", "/", "%", "&", "|", "^", "<<", ">>", "<", "<=", ">", ">=", "==", "!=", "&&", "||"];

@@ -128,3 +128,24 @@ pub const SCRIPTS: &[(&str, &str)] = &[
 pub fn script(name: &str) -> &'static str {
     SCRIPTS.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no script {name}")).1
 }
+
+/// xorshift64*, as in lopi-cache's robustness tests: the fixed-seed randomness of the
+/// robustness and property tests.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+}
