@@ -259,14 +259,7 @@ impl Threads {
     fn release_all(&mut self) {
         let mut undelivered = Vec::new();
         for (tid, signals) in std::mem::take(&mut self.held) {
-            let thread = Pid::from_raw(tid);
-            if ptrace::detach(thread, signals.first().copied()) == Err(Errno::ESRCH) && ptrace::interrupt(thread).is_ok() {
-                // Not in a stop (left running, by a wait for it to leave lopi's code): a thread
-                // not detached stays traced by lopi until lopi exits, and the next attach finds
-                // it taken. Stopped again, it can be let go.
-                undelivered.extend(Self::wait_any_stop(thread));
-                let _ = ptrace::detach(thread, signals.first().copied());
-            }
+            undelivered.extend(Self::let_go(Pid::from_raw(tid), signals.first().copied()));
             undelivered.extend(signals.into_iter().skip(1).filter(|s| !matches!(s, Signal::SIGSTOP | Signal::SIGTRAP)));
         }
         // Threads made while some thread ran (out of lopi's code): traced from birth by this
@@ -274,11 +267,7 @@ impl Threads {
         let me = nix::unistd::gettid().as_raw();
         for tid in crate::procfs::threads(self.pid).unwrap_or_default() {
             if crate::procfs::task_tracer(self.pid, tid) == Some(me) {
-                let thread = Pid::from_raw(tid);
-                if ptrace::detach(thread, None) == Err(Errno::ESRCH) && ptrace::interrupt(thread).is_ok() {
-                    undelivered.extend(Self::wait_any_stop(thread));
-                    let _ = ptrace::detach(thread, None);
-                }
+                undelivered.extend(Self::let_go(Pid::from_raw(tid), None));
             }
         }
         for signal in undelivered {
@@ -288,15 +277,23 @@ impl Threads {
 }
 
 impl Threads {
-    /// Waits until `thread` is in a stop, or gone; returns a signal it stopped to receive.
-    fn wait_any_stop(thread: Pid) -> Option<Signal> {
-        loop {
-            match waitpid(thread, Some(WaitPidFlag::__WALL)) {
-                Ok(WaitStatus::Stopped(_, signal)) if !matches!(signal, Signal::SIGSTOP | Signal::SIGTRAP) => return Some(signal),
-                Err(Errno::EINTR) => continue,
-                _ => return None,
-            }
+    /// Detaches `thread`, delivering `signal`. One not in a stop (left running, by a wait for it
+    /// to leave lopi's code) is stopped first: a thread not detached stays traced by lopi until
+    /// lopi exits, and the next attach finds it taken. Returns a signal it stopped to receive
+    /// meanwhile.
+    fn let_go(thread: Pid, signal: Option<Signal>) -> Option<Signal> {
+        if ptrace::detach(thread, signal) != Err(Errno::ESRCH) || ptrace::interrupt(thread).is_err() {
+            return None;
         }
+        let received = loop {
+            match waitpid(thread, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::Stopped(_, s)) if !matches!(s, Signal::SIGSTOP | Signal::SIGTRAP) => break Some(s),
+                Err(Errno::EINTR) => continue,
+                _ => break None,
+            }
+        };
+        let _ = ptrace::detach(thread, signal);
+        received
     }
 }
 
