@@ -175,7 +175,7 @@ impl Selection {
                     // is never torn, and two threads storing 1 leave 1.
                     let mark = layout.counters.0 + 8 * u64::from(block_counters[&index]);
                     let retire = retire_record(module, &layout, site, &bounces);
-                    let retire = retire.as_ref().map(|(jump_len, original)| lopi_x86::Retire { stub: layout.retire_stub.map_or(0, |s| s.0), site: site.patch_at.0, jump_len: *jump_len, original });
+                    let retire = retire.as_ref().map(|(stub, jump_len, original)| lopi_x86::Retire { stub: stub.0, site: site.patch_at.0, jump_len: *jump_len, original });
                     lopi_x86::marking_trampoline(mark, retire.as_ref(), &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
                 }
                 (Point::Block(_), _) => {
@@ -313,12 +313,12 @@ fn counter_access(layout: &Layout, counter: u32) -> lopi_x86::CounterAccess {
 }
 
 /// What a coverage probe's trampoline needs to put `site`'s original code back once it has
-/// fired (the jump's length and the original bytes), or `None` when the runtime could not do
-/// that safely: the jump would span two cache lines (one store could not replace it), the
-/// code is not in a read-only executable segment (the runtime gives the page back exactly
-/// that protection), or another site's bounce lives in its bytes.
-fn retire_record(module: &ElfModule<'_>, layout: &Layout, site: &Site, bounces: &[u64]) -> Option<(u8, Vec<u8>)> {
-    layout.retire_stub?;
+/// fired (the runtime's stub, the jump's length, the original bytes), or `None` when the
+/// runtime could not do that safely: the jump would span two cache lines (one store could not
+/// replace it), the code is not in a read-only executable segment (the runtime gives the page
+/// back exactly that protection), or another site's bounce lives in its bytes.
+fn retire_record(module: &ElfModule<'_>, layout: &Layout, site: &Site, bounces: &[u64]) -> Option<(Svma, u8, Vec<u8>)> {
+    let stub = layout.retire_stub?;
     let jump_len = if site.bounce.is_some() { lopi_x86::JMP8_LEN } else { JMP32_LEN };
     let len = site.covered.max(jump_len);
     let at = site.patch_at.0;
@@ -329,7 +329,7 @@ fn retire_record(module: &ElfModule<'_>, layout: &Layout, site: &Site, bounces: 
         return None;
     }
     let original = module.bytes_from(site.patch_at)?.get(..len)?.to_vec();
-    Some((jump_len as u8, original))
+    Some((stub, jump_len as u8, original))
 }
 
 /// The jump (and bounce) written over the original code for one site.
