@@ -30,6 +30,7 @@ mod sys {
     pub const CLOSE: usize = 3;
     pub const LSEEK: usize = 8;
     pub const MMAP: usize = 9;
+    pub const MPROTECT: usize = 10;
     pub const PWRITE64: usize = 18;
     pub const GETPID: usize = 39;
     pub const FLOCK: usize = 73;
@@ -45,10 +46,14 @@ mod sys {
     pub const GETDENTS64: usize = 217;
     pub const FSTAT: usize = 5;
     pub const KILL: usize = 62;
+    pub const TGKILL: usize = 234;
     pub const PRCTL: usize = 157;
     pub const PR_GET_NAME: usize = 16;
     pub const CLOCK_GETTIME: usize = 228;
     pub const FALLOCATE: usize = 285;
+
+    /// `-ESRCH`: no such process or thread.
+    pub const ESRCH: isize = -3;
 
     pub const O_RDONLY: usize = 0;
     pub const O_RDWR: usize = 2;

@@ -22,9 +22,6 @@ use core::arch::{asm, global_asm};
 use core::ptr::{addr_of_mut, read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
 
-const MPROTECT: usize = 10;
-const TGKILL: usize = 234;
-const ESRCH: isize = -3;
 const PROT_READ_EXEC: usize = 1 | 4;
 const PROT_READ_WRITE_EXEC: usize = 1 | 2 | 4;
 const CACHE_LINE: usize = 64;
@@ -83,7 +80,7 @@ fn take(lock: &AtomicU32) -> bool {
         Err(holder) => holder,
     };
     // SAFETY: getpid takes no arguments; signal 0 sends nothing.
-    let gone = holder != me && unsafe { sys::call3(TGKILL, sys::call3(sys::GETPID, 0, 0, 0) as usize, holder as usize, 0) } == ESRCH;
+    let gone = holder != me && unsafe { sys::call3(sys::TGKILL, sys::call3(sys::GETPID, 0, 0, 0) as usize, holder as usize, 0) } == sys::ESRCH;
     gone && lock.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
 }
 
@@ -106,7 +103,7 @@ unsafe fn restore(record: *const u8, site: *mut u8) -> Result<(), Refused> {
     let page = site as usize & !(PAGE_SIZE as usize - 1);
     let pages = (site as usize + len).next_multiple_of(PAGE_SIZE as usize) - page;
     // SAFETY: changes the protection of the module's own code pages, which stay executable.
-    if unsafe { sys::call3(MPROTECT, page, pages, PROT_READ_WRITE_EXEC) } < 0 {
+    if unsafe { sys::call3(sys::MPROTECT, page, pages, PROT_READ_WRITE_EXEC) } < 0 {
         return Err(Refused);
     }
     for i in jump..len {
@@ -128,6 +125,6 @@ unsafe fn restore(record: *const u8, site: *mut u8) -> Result<(), Refused> {
     // since they were read, it writes nothing.
     unsafe { asm!("lock cmpxchg qword ptr [{w}], {new}", w = in(reg) window, new = in(reg) new, inout("rax") old => _, options(nostack)) };
     // SAFETY: gives the pages back their protection.
-    unsafe { sys::call3(MPROTECT, page, pages, PROT_READ_EXEC) };
+    unsafe { sys::call3(sys::MPROTECT, page, pages, PROT_READ_EXEC) };
     Ok(())
 }

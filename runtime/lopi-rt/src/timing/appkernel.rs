@@ -78,10 +78,8 @@ const SCHED_SETAFFINITY: usize = 203;
 const FUTEX: usize = 202;
 const FUTEX_WAIT_PRIVATE: usize = 128;
 const FUTEX_WAKE_PRIVATE: usize = 129;
-const TGKILL: usize = 234;
 const RT_SIGTIMEDWAIT: usize = 128;
 const PR_SET_NAME: usize = 15;
-const ESRCH: isize = -3;
 const ETIMEDOUT: isize = -110;
 const EPIPE: u64 = (-32i64) as u64;
 const EFBIG: u64 = (-27i64) as u64;
@@ -332,7 +330,7 @@ fn wait_for_work(m: &Mailbox) -> u32 {
 /// Its caller ended without a probe seeing it (an `exit` at a site not probed).
 fn caller_gone(m: &Mailbox) -> bool {
     // SAFETY: signal 0 sends nothing.
-    unsafe { sys::call3(TGKILL, m.caller_pid as usize, m.caller_tid as usize, 0) == ESRCH }
+    unsafe { sys::call3(sys::TGKILL, m.caller_pid as usize, m.caller_tid as usize, 0) == sys::ESRCH }
 }
 
 /// A write to a broken pipe raises `SIGPIPE`, one beyond the file size limit `SIGXFSZ`, in
@@ -348,7 +346,7 @@ unsafe fn pass_on_signal(m: &Mailbox, result: u64) {
     // SAFETY: takes the signal off this thread's queue, if it is there, without waiting.
     unsafe {
         if sys::call6(RT_SIGTIMEDWAIT, &raw const set as usize, 0, seconds(&mut zero, 0), 8, 0, 0) == sig as isize {
-            sys::call3(TGKILL, m.caller_pid as usize, m.caller_tid as usize, sig);
+            sys::call3(sys::TGKILL, m.caller_pid as usize, m.caller_tid as usize, sig);
         }
     }
 }

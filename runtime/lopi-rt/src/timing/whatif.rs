@@ -140,7 +140,7 @@ unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) -> bool {
             // kill(owner, 0): ESRCH once no such thread is left.
             // SAFETY: signal 0 sends nothing.
             if spins % (1 << 16) == 0 {
-                if unsafe { sys::call3(sys::KILL, owner as usize, 0, 0) } == -3 && word.compare_exchange(owner, tid, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                if unsafe { sys::call3(sys::KILL, owner as usize, 0, 0) } == sys::ESRCH && word.compare_exchange(owner, tid, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     break;
                 }
                 if rdtsc().wrapping_sub(began) > give_up {
