@@ -8,6 +8,10 @@
  *                                       USER_ITERS only (the same for any THREADS)
  *   mpbench --calibrate [MS [USER_PCT]] prints "ROUNDS USER_ITERS" for one CPU to spend about MS
  *                                       ms (default 2000), USER_PCT% of it in user space (64)
+ *
+ * With MPBENCH_SPLIT set in the environment, each worker also prints to standard error the time
+ * stamp counter's ticks it spent in its user loops and in its reads: its own user:kernel split,
+ * measured in the same run, which `lopi report --breakdown`'s can be checked against.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #define READ_BYTES 65536
 
@@ -44,13 +49,23 @@ static void *worker(void *arg) {
         perror("mpbench: /dev/zero");
         exit(1);
     }
-    uint64_t sum = 0;
+    uint64_t sum = 0, user_ticks = 0, read_ticks = 0;
+    /* The time stamp counter, not clock_gettime: no system call whatever the clock source. */
+    uint64_t before = __rdtsc();
     /* Round r belongs to thread r % threads; each round's value depends on r only. */
     for (long r = t; r < rounds; r += threads) {
         sum += user_work((uint64_t)r, user_iters);
+        uint64_t between = __rdtsc();
         kernel_work(fd, buf);
+        uint64_t after = __rdtsc();
+        user_ticks += between - before;
+        read_ticks += after - between;
+        before = after;
     }
     sums[t] = sum;
+    if (getenv("MPBENCH_SPLIT"))
+        fprintf(stderr, "mpbench: thread %ld: %llu ticks in user loops, %llu in reads\n", t, (unsigned long long)user_ticks,
+                (unsigned long long)read_ticks);
     close(fd);
     free(buf);
     return NULL;
