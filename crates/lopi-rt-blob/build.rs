@@ -40,7 +40,7 @@ fn main() {
         .args(["-pie", "--no-dynamic-linker", "-z", "norelro", "-z", "noexecstack", "--gc-sections"])
         .args(["--undefined=lopi_rt_init", "--undefined=lopi_enter_stub", "--undefined=lopi_exit_stub"])
         .args(["--undefined=lopi_syscall_enter_stub", "--undefined=lopi_syscall_exit_stub"])
-        .args(["--undefined=lopi_lock_enter_stub", "--undefined=lopi_lock_exit_stub", "--undefined=lopi_retire_stub"])
+        .args(["--undefined=lopi_lock_enter_stub", "--undefined=lopi_lock_exit_stub", "--undefined=lopi_retire_stub", "--undefined=lopi_script_helpers"])
         .args(["--undefined=LOPI_DELTAS", "-e", "lopi_rt_init", "-T"])
         .arg(&script)
         .arg(&lib)
@@ -49,7 +49,7 @@ fn main() {
     reject_vector_registers(&elf);
     let (blob, symbols) = flatten(&elf);
     std::fs::write(out.join("lopi_rt.bin"), &blob).unwrap();
-    let [init, enter, exit, syscall_enter, syscall_exit, lock_enter, lock_exit, retire, delta] = symbols;
+    let [init, enter, exit, syscall_enter, syscall_exit, lock_enter, lock_exit, retire, script_helpers, delta] = symbols;
     std::fs::write(
         out.join("blob.rs"),
         format!(
@@ -63,6 +63,8 @@ fn main() {
              pub const LOCK_ENTER_STUB_OFFSET: usize = {lock_enter};\npub const LOCK_EXIT_STUB_OFFSET: usize = {lock_exit};\n\
              /// Offset of the stub a coverage probe calls to take itself out (`rdi` = its record,\n\
              /// `rsi` = its site, below the red zone).\npub const RETIRE_STUB_OFFSET: usize = {retire};\n\
+             /// Offset of the probe-script helpers' jump table: one `jmp` per helper, 8 bytes apart,\n\
+             /// in `lopi_rt_abi::script::Helpers` order.\npub const SCRIPT_HELPERS_OFFSET: usize = {script_helpers};\n\
              /// Offset of two i64 the installer sets to (runtime variables - their address) and\n\
              /// (counter array - the second one's address).\npub const DELTAS_OFFSET: usize = {delta};\n"
         ),
@@ -88,7 +90,7 @@ fn reject_vector_registers(elf: &Path) {
         }
     }
     let mut todo: Vec<String> =
-        ["lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub"]
+        ["lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers"]
             .map(String::from)
             .into();
     let mut seen = std::collections::HashSet::new();
@@ -111,7 +113,7 @@ fn reject_vector_registers(elf: &Path) {
 
 /// Returns the loaded image from address 0 and the offsets of the exported symbols,
 /// rejecting anything that would need relocation or writes.
-fn flatten(path: &Path) -> (Vec<u8>, [u64; 9]) {
+fn flatten(path: &Path) -> (Vec<u8>, [u64; 10]) {
     let data = std::fs::read(path).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let mut image = Vec::new();
@@ -141,6 +143,6 @@ fn flatten(path: &Path) -> (Vec<u8>, [u64; 9]) {
     let symbol = |name: &str| {
         file.symbols().find(|s| s.name() == Ok(name)).map(|s| s.address()).unwrap_or_else(|| panic!("{name} not found in the runtime blob"))
     };
-    let names = ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "LOPI_DELTAS"];
+    let names = ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers", "LOPI_DELTAS"];
     (image, names.map(symbol))
 }

@@ -79,6 +79,7 @@ fn image(module: &ElfModule<'_>, selection: Selection) -> lopi_image::ProbeImage
         entry_room: 16,
         header_room: 0,
         fork_handlers: false,
+        script: None,
     };
     lopi_image::build(module, selection, &request).unwrap()
 }

@@ -21,6 +21,8 @@ pub struct Probes {
     /// Perturbation budget, parts per million (0: none).
     pub budget_ppm: u32,
     pub cache: Option<PlanCache>,
+    /// A probe script for the main executable (`lopi trace`).
+    pub script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
 }
 
 impl Probes {
@@ -60,6 +62,7 @@ impl Probes {
             recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
             cache: self.cache.clone(),
+            script: self.script.clone(),
         })
     }
 }
@@ -112,11 +115,21 @@ fn describe(installation: &Installation, plan: &Plan) -> String {
     out + &notes
 }
 
-/// `lopi run -- PROG ARGS`: launches PROG, installs the probes at its entry point, lets it
-/// run without ptrace and exits with its status.
-pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
+/// A program launched with probes in it, running free.
+pub struct Launched {
+    pub child: std::process::Child,
+    /// The data file.
+    pub output: String,
+    pub installation: Installation,
+    sampler: Option<crate::parallelism::Sampler>,
+    /// SIGINT and SIGQUIT, blocked in lopi: the terminal's Ctrl-C is for the program.
+    pub blocked: SigSet,
+}
+
+/// Launches PROG, installs the probes at its entry point and lets it run without ptrace.
+pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<Launched> {
     use std::os::unix::process::CommandExt;
-    let Some((program, args)) = command.split_first() else { bail!("lopi run needs a program to run: lopi run -- PROG ARGS") };
+    let Some((program, args)) = command.split_first() else { bail!("lopi needs a program to run: -- PROG ARGS") };
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
     if let Some(name) = arg0 {
@@ -156,24 +169,36 @@ pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet:
             (installed - started).as_secs_f64() * 1e3
         );
     }
-    // The terminal's Ctrl-C is for the program; lopi only waits for it.
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGINT);
-    mask.add(Signal::SIGQUIT);
-    mask.thread_block().context("blocking SIGINT")?;
-    let status = child.wait().context("waiting for the program")?;
-    if let Some(Err(e)) = sampler.map(|s| s.finish(&output)) {
-        eprintln!("lopi: {e:#}");
+    let mut blocked = SigSet::empty();
+    blocked.add(Signal::SIGINT);
+    blocked.add(Signal::SIGQUIT);
+    blocked.thread_block().context("blocking SIGINT")?;
+    Ok(Launched { child, output, installation, sampler, blocked })
+}
+
+impl Launched {
+    /// Adds the parallelism profile, if one was sampled, once the program has ended.
+    pub fn finish_sampling(&mut self) {
+        if let Some(Err(e)) = self.sampler.take().map(|s| s.finish(&self.output)) {
+            eprintln!("lopi: {e:#}");
+        }
     }
+}
+
+/// `lopi run -- PROG ARGS`: launches PROG with the probes in and exits with its status.
+pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
+    let mut launched = launch(probes, command, arg0, quiet)?;
+    let status = launched.child.wait().context("waiting for the program")?;
+    launched.finish_sampling();
     if !quiet {
-        eprintln!("lopi: the program {status}; see `lopi report {output}`");
+        eprintln!("lopi: the program {status}; see `lopi report {}`", launched.output);
     }
-    exit_like(status, &mask)
+    exit_like(status, &launched.blocked)
 }
 
 /// Ends lopi the way the program ended: same exit code, or killed by the same signal, so
 /// that scripts and test harnesses see no difference.
-fn exit_like(status: std::process::ExitStatus, blocked: &SigSet) -> ! {
+pub fn exit_like(status: std::process::ExitStatus, blocked: &SigSet) -> ! {
     use std::os::unix::process::ExitStatusExt;
     if let Some(signal) = status.signal().and_then(|s| Signal::try_from(s).ok()) {
         let _ = blocked.thread_unblock();
@@ -311,12 +336,12 @@ mod tests {
 
     #[test]
     fn library_patterns_go_to_their_library() {
-        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None };
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None };
         let spec = probes.spec("/tmp/x").unwrap();
         assert_eq!(spec.modules.len(), 2);
         assert_eq!(spec.modules[0].library, None);
         assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
-        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None };
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None };
         assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
     }
 }

@@ -274,7 +274,7 @@ impl LiveSelect {
         probes.exits |= trace;
         probes.entries |= trace;
         let budget_ppm = budget.ppm(probes.exits)?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache })
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script: None })
     }
 }
 

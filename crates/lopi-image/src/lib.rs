@@ -15,6 +15,8 @@
 //! "negative" addresses that wrap; all the code built here is relative, so it does not care.
 #![forbid(unsafe_code)]
 
+pub mod script;
+
 use lopi_elf::{ElfModule, Svma};
 use lopi_patch::{Layout, PatchPlan, Selection, Stubs, RSEQ_CS_SIZE};
 use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC};
@@ -25,6 +27,8 @@ use std::ops::Range;
 pub enum ImageError {
     #[error("the probe image would not fit in the address space")]
     TooLarge,
+    #[error("compiling the probe script: {0}")]
+    Script(#[from] lopi_script::codegen::CodegenError),
 }
 
 /// Why a stored image cannot be used.
@@ -67,6 +71,9 @@ pub struct Request<'a> {
     /// Let an executable's runtime register glibc fork handlers. Only for code that stays
     /// mapped for the life of the process.
     pub fork_handlers: bool,
+    /// A probe script to compile in: its probes run at the entries and exits of the timed
+    /// functions its points name.
+    pub script: Option<&'a script::ScriptSpec>,
 }
 
 /// A laid-out image: `bytes` cover `rw.start..r.end`; gaps between regions are zero.
@@ -215,11 +222,24 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     };
     let meta_json = serde_json::to_vec(&meta).expect("metadata serialises");
 
-    let rx_len = trampolines.wrapping_sub(rx_vaddr) + plan.trampoline_code.len() as u64;
+    let script_code_at = trampolines.wrapping_add(plan.trampoline_code.len().next_multiple_of(16) as u64);
+    let compiled = request.script.map(|spec| script::compile(spec, script_code_at, rx_vaddr)).transpose()?;
+    let rx_len = match &compiled {
+        Some(c) => script_code_at.wrapping_sub(rx_vaddr) + c.code.len() as u64,
+        None => trampolines.wrapping_sub(rx_vaddr) + plan.trampoline_code.len() as u64,
+    };
     let r_vaddr = rx_vaddr.wrapping_add(page_align(rx_len));
     let desc_vaddr = r_vaddr.wrapping_add(request.header_room.next_multiple_of(8) as u64);
     let meta_vaddr = desc_vaddr.wrapping_add(DESCRIPTOR_LEN as u64);
-    let r_end = meta_vaddr.wrapping_add(meta_json.len() as u64);
+    let script_vaddr = meta_vaddr.wrapping_add(meta_json.len().next_multiple_of(8) as u64);
+    let script_bytes = match (request.script, &compiled) {
+        (Some(spec), Some(compiled)) => {
+            let counted = counted(module, &plan);
+            script::descriptor(spec, compiled, &counted, script_vaddr, script_code_at)
+        }
+        _ => Vec::new(),
+    };
+    let r_end = if script_bytes.is_empty() { meta_vaddr.wrapping_add(meta_json.len() as u64) } else { script_vaddr.wrapping_add(script_bytes.len() as u64) };
     let total = r_end.wrapping_sub(rw_vaddr);
     if total > 1 << 40 {
         return Err(ImageError::TooLarge);
@@ -237,6 +257,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,
         stride: u64::from(stride),
         budget_ppm: u64::from(request.recording.budget_ppm),
+        script_offset: if script_bytes.is_empty() { 0 } else { script_vaddr.wrapping_sub(desc_vaddr) as i64 },
         probes: if plan.probed.iter().any(|p| p.action.timed()) || !plan.syscall_probes.is_empty() {
             let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
             let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {
@@ -288,9 +309,26 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let code = std::mem::take(&mut image.plan.trampoline_code);
     image.slice_mut(trampolines, code.len()).copy_from_slice(&code);
     image.plan.trampoline_code = code;
+    if let Some(compiled) = &compiled {
+        image.slice_mut(script_code_at, compiled.code.len()).copy_from_slice(&compiled.code);
+    }
 
     // R: descriptor and metadata after the header room.
     image.slice_mut(desc_vaddr, DESCRIPTOR_LEN).copy_from_slice(&descriptor.to_bytes());
     image.slice_mut(meta_vaddr, meta_json.len()).copy_from_slice(&meta_json);
+    if !script_bytes.is_empty() {
+        image.slice_mut(script_vaddr, script_bytes.len()).copy_from_slice(&script_bytes);
+    }
     Ok(image)
+}
+
+/// What each counter counts, in counter order: the probed functions, then the system-call
+/// sites and blocks (which scripts do not probe).
+fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Counted<'m>> {
+    let functions = plan.probed.iter().map(|p| {
+        let f = &module.functions[p.function];
+        script::Counted { name: &f.name, addr: f.addr.0, timed: p.action == lopi_patch::Action::Time }
+    });
+    let others = (0..plan.syscall_probes.len() + plan.block_probes.len()).map(|_| script::Counted { name: "", addr: 0, timed: false });
+    functions.chain(others).collect()
 }

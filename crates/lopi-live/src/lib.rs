@@ -90,6 +90,8 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     /// Where planned selections are kept and looked up; `None`: plan every time.
     pub cache: Option<lopi_cache::PlanCache>,
+    /// A probe script for the main executable (`lopi trace`).
+    pub script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
 }
 
 /// A module with probes in it.

@@ -87,6 +87,7 @@ impl Source {
 struct Shape {
     names: ModuleNames,
     recording: Recording,
+    script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
     env_len: usize,
     bias: u64,
 }
@@ -101,6 +102,7 @@ impl Shape {
             entry_room: 16,
             header_room: self.env_len,
             fork_handlers: false,
+            script: self.script.as_deref(),
         };
         lopi_image::build(module, selection.clone(), &request).map_err(|e| LiveError::Module(format!("{}: {e}", self.names.module)))
     }
@@ -150,7 +152,10 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         let cache = spec.cache.clone().filter(|_| path != VDSO);
         let source = Source { request: request.clone(), entry, cache, key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
-        let shape = Shape { names, recording: spec.recording, env_len, bias };
+        // The script goes into the main executable's image: its points name its functions.
+        let script = spec.script.clone().filter(|_| request.library.is_none());
+        let script_id = script.as_ref().map(|s| s.id);
+        let shape = Shape { names, recording: spec.recording, script, env_len, bias };
         // Laid out first below the module, with room for an image eight times the size of its
         // code (images are smaller): used there when the space is free, which spares a
         // second layout; else placed in the nearest hole and laid out again. The image
@@ -159,7 +164,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         let below = low.checked_sub(page_align(BELOW_PER_CODE_BYTE * (code.1 - code.0) + BELOW_ROOM));
         let image_key = source.key.as_ref().zip(below).map(|(key, at)| {
             let at = at.wrapping_sub(bias);
-            key.clone().with("image", format!("at {at:#x} path {path} trace {} budget {} env {env_len} entry {entry:x?}", spec.recording.trace, spec.recording.budget_ppm))
+            key.clone().with("image", format!("at {at:#x} path {path} trace {} budget {} env {env_len} entry {entry:x?} script {script_id:x?}", spec.recording.trace, spec.recording.budget_ppm))
         });
         let (stored, unusable) = stored_image(spec.cache.as_ref(), image_key.as_ref());
         let stored = stored.zip(below).map(|(image, at)| (at, page_align(image.bytes.len() as u64) + PAGE_SIZE, image));

@@ -46,12 +46,15 @@ pub enum RewriteError {
     NoInitSlot,
     #[error("the rewritten image would not fit in the address space")]
     TooLarge,
+    #[error("{0}")]
+    Script(String),
 }
 
 impl From<ImageError> for RewriteError {
     fn from(e: ImageError) -> Self {
         match e {
             ImageError::TooLarge => RewriteError::TooLarge,
+            ImageError::Script(_) => RewriteError::Script(e.to_string()),
         }
     }
 }
@@ -89,7 +92,7 @@ pub fn rewrite(
     let rw_offset = page_align(input.len() as u64);
     let phnum = module.program_headers.len() + 3;
     let phdrs_len = phnum * elf::PHENT_SIZE;
-    let request = Request { names, recording, at: rw_vaddr, entry_room: STUB_LEN, header_room: phdrs_len, fork_handlers: true };
+    let request = Request { names, recording, at: rw_vaddr, entry_room: STUB_LEN, header_room: phdrs_len, fork_handlers: true, script: None };
     let built = lopi_image::build(module, selection, &request)?;
     let file_offset = |vaddr: u64| rw_offset + (vaddr - rw_vaddr);
 

@@ -20,7 +20,7 @@ pub const DATA_MAGIC_PREFIX: [u8; 7] = *b"LOPIDAT";
 pub const RECORD_MAGIC: [u8; 8] = *b"LOPIREC2";
 
 /// First bytes of the module descriptor the rewriter places in the image.
-pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD4";
+pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD5";
 
 /// What every descriptor magic starts with, of any version: a file holding it was rewritten.
 pub const DESCRIPTOR_MAGIC_PREFIX: [u8; 7] = *b"LOPIMOD";
@@ -64,10 +64,12 @@ pub struct ModuleDescriptor {
     pub probes: u64,
     /// Perturbation budget in parts per million (0: none) unless `LOPI_BUDGET` says otherwise.
     pub budget_ppm: u64,
+    /// Offset of the module's probe script (`script::ScriptImage`) from the descriptor; 0: none.
+    pub script_offset: i64,
 }
 
 /// Size of `ModuleDescriptor` in bytes.
-pub const DESCRIPTOR_LEN: usize = 96;
+pub const DESCRIPTOR_LEN: usize = 104;
 
 /// [`ModuleDescriptor::probes`]: exit probes and timing (calling-context trees per thread).
 pub const PROBE_TIMING: u64 = 1;
@@ -208,6 +210,7 @@ impl ModuleDescriptor {
         out[72..80].copy_from_slice(&self.stride.to_le_bytes());
         out[80..88].copy_from_slice(&self.probes.to_le_bytes());
         out[88..96].copy_from_slice(&self.budget_ppm.to_le_bytes());
+        out[96..104].copy_from_slice(&self.script_offset.to_le_bytes());
         out
     }
 }
@@ -272,6 +275,18 @@ pub struct RuntimeVars {
     /// Non-zero once this process may not change its code (`mprotect` refused): probes then
     /// stay and only mark.
     pub retire_off: u32,
+    /// Address of the module's probe script (`script::ScriptImage`), and of its hook table
+    /// (a `u64` per counter, non-zero for a function with script probes, which the entry and
+    /// exit stubs then leave to their slow paths); 0 without a script.
+    pub script: u64,
+    pub script_hooks: u64,
+    /// Non-zero once a script probe of this process called `exit()`: no script runs again.
+    pub script_off: u64,
+    /// Nanoseconds per TSC tick, times 2^32; and a TSC reading with the `CLOCK_MONOTONIC`
+    /// time it was taken at, by which a script's `nsecs` is worked out from the TSC.
+    pub ns_per_tick_q32: u64,
+    pub clock_tsc: u64,
+    pub clock_ns: u64,
 }
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
@@ -362,7 +377,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 144);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 192);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -220,3 +220,190 @@ pub fn lhist_bucket(value: i64, min: i64, max: i64, step: i64) -> usize {
         1 + (value.abs_diff(min) / step.unsigned_abs().max(1)) as usize
     }
 }
+
+/// First bytes of a module image's [`ScriptImage`].
+pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI1";
+
+/// A module image's probe script (R region), found through the module descriptor: the
+/// compiled probes and what the runtime needs to run them and to make each thread's area.
+/// Offsets are from this header (module addresses: the image moves as a whole).
+///
+/// ```text
+/// formats      a FormatArgs per printf format
+/// hooks        a u64 per counter: entry list (low u32) and exit list (high u32), indices of
+///              the first word of a list in `lists`, 0 for none (word 0 is never a list's)
+/// lists        u32 words: (probe, point) pairs, each list ending with u32::MAX
+/// functions    a FunctionName per counter (the probed function's name and address)
+/// points       a (u32 offset, u32 length) per point, into `strings`: the point's text
+/// tables       a TableShape per map
+/// probe_code   a u64 per probe: offset of its function from `code`
+/// ```
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScriptImage {
+    pub magic: [u8; 8],
+    /// Identity of the script and its options: a thread's area made for another one is not
+    /// used (a forked child keeps no area).
+    pub id: u64,
+    pub code: i64,
+    pub probe_code: i64,
+    pub hooks: i64,
+    pub lists: i64,
+    pub lists_len: u32,
+    pub counter_count: u32,
+    pub functions: i64,
+    pub points: i64,
+    pub strings: i64,
+    pub strings_len: u64,
+    pub tables: i64,
+    pub probe_count: u32,
+    pub point_count: u32,
+    pub map_count: u32,
+    pub str_size: u32,
+    /// Bytes of a thread's [`ScriptArea`]: header, tables, output ring; a multiple of 4096.
+    pub area_len: u64,
+    /// Offset and length of the output ring in the area.
+    pub ring_offset: u64,
+    pub ring_len: u64,
+    /// A [`FormatArgs`] per `printf` format.
+    pub formats: i64,
+    pub format_count: u32,
+    pub _pad: u32,
+}
+
+pub const SCRIPT_IMAGE_LEN: usize = 152;
+const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
+
+impl ScriptImage {
+    /// The header's bytes, in field order (the struct has no padding).
+    pub fn to_bytes(&self) -> [u8; SCRIPT_IMAGE_LEN] {
+        let mut out = [0u8; SCRIPT_IMAGE_LEN];
+        let words: [u64; 18] = [
+            u64::from_le_bytes(self.magic),
+            self.id,
+            self.code as u64,
+            self.probe_code as u64,
+            self.hooks as u64,
+            self.lists as u64,
+            u64::from(self.lists_len) | u64::from(self.counter_count) << 32,
+            self.functions as u64,
+            self.points as u64,
+            self.strings as u64,
+            self.strings_len,
+            self.tables as u64,
+            u64::from(self.probe_count) | u64::from(self.point_count) << 32,
+            u64::from(self.map_count) | u64::from(self.str_size) << 32,
+            self.area_len,
+            self.ring_offset,
+            self.ring_len,
+            self.formats as u64,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            out[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
+        out
+    }
+}
+
+/// Where a counter's function is named in [`ScriptImage::strings`], and its address as an
+/// offset from the [`ScriptImage`] (the function's `func` and `ustack` frame).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FunctionName {
+    pub name: u32,
+    pub name_len: u32,
+    pub addr: i64,
+}
+
+/// The arguments of a `printf` format, which the runtime copies into its output record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FormatArgs {
+    /// Conversions, at most [`MAX_PRINTF_ARGS`].
+    pub count: u32,
+    pub _pad: u32,
+    /// Bit `i` set: argument `i` is a string (`str_size` bytes), else an int.
+    pub strings: u64,
+}
+
+/// Most arguments a `printf` may take.
+pub const MAX_PRINTF_ARGS: usize = 64;
+
+/// A map's table in a thread's area: `script_map`'s shape, at `offset` from the area.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableShape {
+    pub key_size: u32,
+    pub slot_size: u32,
+    pub max_entries: u32,
+    pub _pad: u32,
+    pub offset: u64,
+}
+
+/// First bytes of a thread's [`ScriptArea`] in the data file.
+pub const SCRIPT_AREA_MAGIC: [u8; 8] = *b"LOPISCA1";
+
+/// A thread's probe-script state, appended to the data file on its first script probe: this
+/// header, a `script_map` table per map, and the output ring the host prints from. Only the
+/// thread writes it, except `ring_tail`, which the host advances as it prints.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScriptArea {
+    pub magic: [u8; 8],
+    /// Bytes of the area, a multiple of 4096.
+    pub len: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub script_id: u64,
+    /// Runtime faults of the script (bad reads, division by zero): counted, never fatal.
+    pub faults: u64,
+    /// Output records dropped because the ring was full (no host reading, or one too slow).
+    pub ring_drops: u64,
+    /// Bytes written to the ring and bytes the host has taken out, both counting up from 0
+    /// (positions in the ring are these modulo its length).
+    pub ring_head: u64,
+    pub ring_tail: u64,
+    /// Non-zero once a probe of this thread called `exit()`.
+    pub exit: u64,
+}
+
+pub const SCRIPT_AREA_HEADER_LEN: usize = 72;
+const _: () = assert!(size_of::<ScriptArea>() == SCRIPT_AREA_HEADER_LEN);
+/// Where the host writes `ring_tail` in the data file, from the area's start.
+pub const RING_TAIL: usize = 56;
+const _: () = assert!(offset_of!(ScriptArea, ring_tail) == RING_TAIL);
+
+/// An output record in a thread's ring: this header, then `len - 16` bytes of payload,
+/// `len` a multiple of 8. A record never wraps: one that would is preceded by a
+/// [`record::PAD`] record to the ring's end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordHead {
+    pub len: u32,
+    /// One of [`record`]'s kinds.
+    pub kind: u16,
+    pub _pad: u16,
+    /// The format, map or value type the record is about.
+    pub what: u32,
+    pub _pad2: u32,
+    pub tsc: u64,
+}
+
+pub const RECORD_HEAD_LEN: usize = 24;
+const _: () = assert!(size_of::<RecordHead>() == RECORD_HEAD_LEN);
+
+/// Kinds of output records.
+pub mod record {
+    /// Filler to the ring's end.
+    pub const PAD: u16 = 0;
+    /// `printf`: `what` is the format; per conversion, an int (8 bytes) or a string
+    /// (`str_size` bytes, padded to 8).
+    pub const PRINTF: u16 = 1;
+    /// `print(@map)`: `what` is the map; the host prints the map as it is then.
+    pub const PRINT_MAP: u16 = 2;
+    /// `print(value)`: `what` is the `ValueType`; the value's bytes, padded to 8.
+    pub const PRINT_VALUE: u16 = 3;
+    /// `exit()` ran: the host stops the trace.
+    pub const EXIT: u16 = 4;
+}

@@ -114,6 +114,7 @@ impl Shape {
 }
 
 /// Reads and checks `table`'s header.
+#[inline(always)]
 pub fn shape(table: &[u8]) -> Option<Shape> {
     let s = Shape {
         key_size: u32_at(table, KEY_SIZE) as usize,
@@ -140,6 +141,7 @@ pub fn init(table: &mut [u8], key_size: u32, slot_size: u32, max_entries: u32) -
 
 /// Where `key` is, or where it would go (the first deleted entry on its way, else the empty
 /// entry that ends it): `(index, found)`.
+#[inline(always)]
 fn probe(table: &[u8], s: &Shape, key: &[u8]) -> Option<(usize, bool)> {
     if key.len() != s.key_size {
         return None;
@@ -164,15 +166,21 @@ fn probe(table: &[u8], s: &Shape, key: &[u8]) -> Option<(usize, bool)> {
 /// The value slot of `key`, inserted zeroed if absent; `None` when the table is full (the
 /// drop is counted) or `key` has the wrong length.
 pub fn slot<'t>(table: &'t mut [u8], key: &[u8]) -> Option<&'t mut [u8]> {
+    slot_with(table, key, |dst, src| dst.copy_from_slice(src), |dst| dst.fill(0))
+}
+
+/// [`slot`], copying the key and zeroing the slot with `copy` and `zero`: the runtime's
+/// own, which call no `memcpy` or `memset` (a flat blob cannot reach them).
+#[inline(always)]
+pub fn slot_with<'t>(table: &'t mut [u8], key: &[u8], copy: impl Fn(&mut [u8], &[u8]), zero: impl Fn(&mut [u8])) -> Option<&'t mut [u8]> {
     let s = shape(table)?;
     let (i, found) = probe(table, &s, key)?;
     if !found {
         let live = u32_at(table, LIVE);
         if live >= s.max_entries {
             let drops = u64_at(table, DROPS).wrapping_add(1);
-            if let Some(d) = table.get_mut(DROPS..DROPS + 8) {
-                d.copy_from_slice(&drops.to_le_bytes());
-            }
+            set_u32(table, DROPS, drops as u32);
+            set_u32(table, DROPS + 4, (drops >> 32) as u32);
             return None;
         }
         if u32_at(table, s.entry_at(i)) == GONE {
@@ -180,8 +188,8 @@ pub fn slot<'t>(table: &'t mut [u8], key: &[u8]) -> Option<&'t mut [u8]> {
         }
         set_u32(table, LIVE, live + 1);
         set_u32(table, s.entry_at(i) + 4, hash(key));
-        table.get_mut(s.key_at(i)..s.key_at(i) + s.key_size)?.copy_from_slice(key);
-        table.get_mut(s.slot_at(i)..s.slot_at(i) + s.slot_size)?.fill(0);
+        copy(table.get_mut(s.key_at(i)..s.key_at(i) + s.key_size)?, key);
+        zero(table.get_mut(s.slot_at(i)..s.slot_at(i) + s.slot_size)?);
         set_u32(table, s.entry_at(i), FULL);
     }
     table.get_mut(s.slot_at(i)..s.slot_at(i) + s.slot_size)

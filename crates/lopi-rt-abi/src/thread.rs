@@ -262,7 +262,12 @@ pub struct ProxyState {
 
 pub const PROXY_STATE_LEN: usize = 48;
 const _: () = assert!(core::mem::size_of::<ProxyState>() == PROXY_STATE_LEN);
-const _: () = assert!(PROXY_STATE + PROXY_STATE_LEN as u64 <= PAGE_SIZE);
+const _: () = assert!(PROXY_STATE + PROXY_STATE_LEN as u64 <= SCRIPT_AREA);
+
+/// Offset in the header page of the address (`u64`) of the thread's probe-script area
+/// (`script::ScriptArea`), 0 before its first script probe.
+pub const SCRIPT_AREA: u64 = 4080;
+const _: () = assert!(SCRIPT_AREA + 8 <= PAGE_SIZE);
 
 impl ProxyState {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {

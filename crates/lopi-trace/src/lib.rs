@@ -12,6 +12,7 @@ mod export;
 mod locks;
 mod pprof;
 mod report;
+pub mod script_areas;
 mod syscalls;
 mod threads;
 mod timing;

@@ -50,6 +50,8 @@ mod sys {
     pub const PRCTL: usize = 157;
     pub const PR_GET_NAME: usize = 16;
     pub const CLOCK_GETTIME: usize = 228;
+    pub const GETCPU: usize = 309;
+    pub const PROCESS_VM_READV: usize = 310;
     pub const FALLOCATE: usize = 285;
 
     /// `-ESRCH`: no such process or thread.

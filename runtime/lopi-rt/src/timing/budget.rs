@@ -85,6 +85,8 @@ unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u6
         let count = (*v).counter_count;
         let mine = |func: u64| func >= first && (func - first) / 8 < count && (func - first) % 8 == 0;
         let slot = |func: u64| mode_word(v, (func - first) / 8);
+        // A function with script probes stays timed: counting would skip its probes.
+        let scripted = |func: u64| super::script::hooks(v, (func - first) / 8) != (0, 0);
         // System calls are timed whatever the budget says: their probes are not timing's cost.
         let timed = |func: u64| abi::syscall_name::decode(func).is_none() && (!mine(func) || *slot(func) == abi::mode::TIMED);
         let mut cost: u64 = table.iter().filter(|e| e.func != 0 && timed(e.func)).map(|e| e.calls.saturating_mul(pair)).fold(0, u64::saturating_add);
@@ -100,7 +102,7 @@ unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u6
         let mut len = 0;
         for i in 0..table.len() {
             let e = table[i];
-            if e.func != 0 && e.calls > 0 && e.calls.saturating_mul(pair) >= worth && mine(e.func) && *slot(e.func) == abi::mode::TIMED {
+            if e.func != 0 && e.calls > 0 && e.calls.saturating_mul(pair) >= worth && mine(e.func) && *slot(e.func) == abi::mode::TIMED && !scripted(e.func) {
                 swap(table, len, i);
                 len += 1;
             }

@@ -25,6 +25,7 @@ mod lock_stubs;
 mod locks;
 mod maps;
 mod probes;
+mod script;
 mod stubs;
 mod syscalls;
 mod thread;
@@ -155,6 +156,7 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
             register_fork_handlers(v);
         }
         calibrate(v, page as u64);
+        script::enable(v, d, clock_pair());
         whatif::enable(v, envp);
         if probes & abi::PROBE_LOCKS != 0 {
             maps::record(v, pid);

@@ -1,6 +1,6 @@
 //! The probes' slow paths, called by the stubs with every call-clobbered register saved.
 use super::thread::{Child, Thread};
-use super::{counter, mode_word, rdtsc, vars};
+use super::{counter, mode_word, rdtsc, script, vars};
 use crate::abi::{self, Frame, RuntimeVars};
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
@@ -21,13 +21,19 @@ unsafe fn switched(v: *const RuntimeVars, index: u64) -> bool {
 }
 
 /// Entry probe: `index` is the function's counter index (the counter's address is its name
-/// in context trees), `rsp` the stack pointer at its entry.
-pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64) {
+/// in context trees), `rsp` the stack pointer at its entry, `regs` the registers the stub
+/// saved. The function's script probes run before its frame opens, so that their time is
+/// not the call's.
+pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64, regs: *const u64) {
     let v = vars();
     let counter = counter(index);
     // SAFETY: see `begin_entry`.
     unsafe {
         let Some((t, began)) = begin_entry(v, counter, rsp) else { return };
+        let (list, _) = script::hooks(v, index);
+        if list != 0 {
+            script::run(&t, v, list, index, regs, rsp, (*t.h).depth, 0);
+        }
         enter(&t, v, counter, counter, rsp, began);
         write_volatile(&mut (*t.h).busy, 0);
     }
@@ -182,17 +188,28 @@ pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32,
 
 /// Exit probe: `rsp` is the stack pointer at the `ret` (or tail jump), `tsc` the TSC the stub
 /// read first, `index` the exiting function's counter index (`u32::MAX` when the exit site is
-/// shared by several functions).
-pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32) {
+/// shared by several functions), `regs` the registers the stub saved. The function's script
+/// probes run once its frame is closed, with the call's time.
+pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32, regs: *const u64) {
     let v = vars();
     // SAFETY: see `begin_exit`.
     unsafe {
         let Some((t, now)) = begin_exit(v, rsp, tsc) else { return };
         let h = t.h;
         let depth = (*h).depth;
-        let index = u64::from(index);
+        let mut index = u64::from(index);
         if depth > 0 && (*t.frame(depth - 1)).rsp == rsp {
+            let top = *t.frame(depth - 1);
+            if index == u64::from(u32::MAX) {
+                // A shared exit site: the frame's node names the function.
+                index = (*t.node(top.node)).func.wrapping_sub(counter(0)) / 8;
+            }
+            let elapsed = if top.flags & (abi::FRAME_UNTIMED | abi::FRAME_UNCLOCKED) == 0 { now.saturating_sub(top.start_tsc) } else { 0 };
             t.close_top(now, abi::EVENT_EXIT);
+            let (_, list) = script::hooks(v, index);
+            if list != 0 {
+                script::run(&t, v, list, index, regs, rsp, depth - 1, elapsed);
+            }
         } else if switched(v, index) {
             // Its function was switched to counting as this call began: its trampoline
             // counted the entry, and no frame was made.

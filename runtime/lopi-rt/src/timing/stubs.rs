@@ -7,7 +7,9 @@
 //! Fast path of an exit: the exit of the top frame. (A function the budget switched to
 //! counting no longer calls the stubs: its trampoline checks its mode word.)
 //! A frame with any flag (inherited, merged, untimed), a clock that went backwards, a trace,
-//! a due budget check, or an entry inside an unclocked lock call take the slow path.
+//! a due budget check, an entry inside an unclocked lock call, or a function with script
+//! probes take the slow path (which gets the saved registers: a script reads arguments and
+//! the return value).
 use crate::abi::{self, ContextNode, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;
@@ -22,6 +24,14 @@ global_asm!(
     "lea r8, [rsi + 8]",
     "add rsi, [rsi]",
     "add r8, [r8]",
+    // A function with script probes takes the slow path, which runs them.
+    "mov rax, [rsi + {v_hooks}]",
+    "test rax, rax",
+    "jz 1f",
+    "mov ecx, dword ptr [rsp + 56]",
+    "cmp qword ptr [rax + rcx*8], 0",
+    "jne 9f",
+    "1:",
     "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
     "jbe 9f",
@@ -90,6 +100,7 @@ global_asm!(
     "mov rbp, rsp",
     "mov rdi, [rbp + 88]",
     "lea rsi, [rbp + 96]",
+    "mov rdx, rbp",
     "and rsp, -16",
     "call {enter}",
     "mov rsp, rbp",
@@ -109,6 +120,17 @@ global_asm!(
     "or rax, rdx",
     "lea rsi, [rip + LOPI_DELTAS]",
     "add rsi, [rsi]",
+    // So does an exit of one, or of a site several functions share (-1), while the module
+    // has script probes.
+    "mov rdi, [rsi + {v_hooks}]",
+    "test rdi, rdi",
+    "jz 1f",
+    "mov ecx, dword ptr [rsp + 56]",
+    "cmp rcx, [rsi + {v_count}]",
+    "jae 9f",
+    "cmp qword ptr [rdi + rcx*8], 0",
+    "jne 9f",
+    "1:",
     "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
     "jbe 9f",
@@ -164,6 +186,7 @@ global_asm!(
     "lea rdi, [rbp + 96]",
     "mov rsi, rax",
     "mov edx, dword ptr [rbp + 88]",
+    "mov rcx, rbp",
     "and rsp, -16",
     "call {exit}",
     "mov rsp, rbp",
@@ -210,6 +233,8 @@ global_asm!(
     enter = sym super::probes::probe_enter,
     exit = sym super::probes::probe_exit,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
+    v_hooks = const offset_of!(RuntimeVars, script_hooks),
+    v_count = const offset_of!(RuntimeVars, counter_count),
     f_unclocked = const abi::FRAME_UNCLOCKED,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),

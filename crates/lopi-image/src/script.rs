@@ -1,0 +1,205 @@
+//! A probe script in the image (`lopi trace`): the compiled probes in RX, and in R the
+//! `lopi_rt_abi::script::ScriptImage` the runtime runs them by — which probes run at each
+//! function's entry and exits (its hooks), the names `func` and `probe` give, the printf
+//! formats' argument types, and the layout of a thread's script area.
+use lopi_rt_abi::page_align;
+use lopi_rt_abi::script::{self as abi, FormatArgs, FunctionName, ScriptImage, TableShape};
+use lopi_script::codegen::{self, abi::Helpers};
+use lopi_script::ir::{ConvKind, Piece, Point, Program};
+
+/// A checked script to compile into an image.
+#[derive(Debug)]
+pub struct ScriptSpec {
+    pub program: Program,
+    /// Identity of the script and its options, which the data file's areas carry.
+    pub id: u64,
+    /// Bytes of each thread's output ring.
+    pub ring_len: u64,
+}
+
+impl ScriptSpec {
+    /// `id` from the text and the options that shape the areas.
+    pub fn new(program: Program, source: &str, ring_len: u64) -> ScriptSpec {
+        let mut id = 0xcbf2_9ce4_8422_2325u64;
+        let options = format!("{source}\0{}\0{ring_len}\0{:?}", program.str_size, program.maps.iter().map(|m| m.max_entries).collect::<Vec<_>>());
+        for b in options.bytes() {
+            id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        ScriptSpec { program, id, ring_len: ring_len.next_multiple_of(8).max(4096) }
+    }
+}
+
+/// Where each map's table lies in a thread's area, and where the output ring is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AreaLayout {
+    pub tables: Vec<TableShape>,
+    pub ring_offset: u64,
+    pub ring_len: u64,
+    pub len: u64,
+}
+
+/// Most keys of a map: a map without keys has one.
+pub fn max_entries(program: &Program, map: usize) -> u32 {
+    let m = &program.maps[map];
+    if m.keys.is_empty() { 1 } else { m.max_entries }
+}
+
+/// The area a thread of `spec`'s program gets.
+pub fn area_layout(spec: &ScriptSpec) -> AreaLayout {
+    let program = &spec.program;
+    let mut at = abi::SCRIPT_AREA_HEADER_LEN as u64;
+    let tables = (0..program.maps.len())
+        .map(|i| {
+            let map = &program.maps[i];
+            let key_size = codegen::abi::key_size(&map.keys, program.str_size) as u32;
+            let slot_size = codegen::abi::slot_size(map.value, program.str_size) as u32;
+            let max_entries = max_entries(program, i);
+            let shape = TableShape { key_size, slot_size, max_entries, _pad: 0, offset: at };
+            at = (at + lopi_rt_abi::script_map::table_size(key_size as usize, slot_size as usize, max_entries) as u64).next_multiple_of(8);
+            shape
+        })
+        .collect();
+    let ring_offset = at.next_multiple_of(64);
+    AreaLayout { tables, ring_offset, ring_len: spec.ring_len, len: page_align(ring_offset + spec.ring_len) }
+}
+
+/// The function a counter counts: its name and module address.
+pub struct Counted<'a> {
+    pub name: &'a str,
+    pub addr: u64,
+    /// Its calls reach the stubs (entry and exit probes).
+    pub timed: bool,
+}
+
+/// The points of every probe, in the program's order: (probe index, point).
+fn points(program: &Program) -> impl Iterator<Item = (usize, &Point)> {
+    program.probes.iter().enumerate().flat_map(|(i, p)| p.points.iter().map(move |point| (i, point)))
+}
+
+/// (probe, point) pairs a probe site runs, in order.
+pub type HookList = Vec<(u32, u32)>;
+
+/// Per counter, the (probe, point) pairs its entry and its exits run.
+pub fn hooks(program: &Program, counted: &[Counted<'_>]) -> Vec<(HookList, HookList)> {
+    counted
+        .iter()
+        .map(|c| {
+            let (mut entry, mut exit) = (Vec::new(), Vec::new());
+            for (n, (probe, point)) in points(program).enumerate() {
+                match point {
+                    Point::FuncEntry { lib: None, glob } if c.timed && lopi_script::glob_match(glob, c.name) => entry.push((probe as u32, n as u32)),
+                    Point::FuncReturn { lib: None, glob } if c.timed && lopi_script::glob_match(glob, c.name) => exit.push((probe as u32, n as u32)),
+                    _ => {}
+                }
+            }
+            (entry, exit)
+        })
+        .collect()
+}
+
+/// The compiled probes, to be placed at `at` with the runtime blob at `blob`.
+pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compiled, codegen::CodegenError> {
+    let helper = |i: u64| blob.wrapping_add(lopi_rt_blob::SCRIPT_HELPERS_OFFSET as u64 + 8 * i);
+    let helpers = Helpers {
+        builtin: helper(0),
+        builtin_str: helper(1),
+        map_slot: helper(2),
+        map_lookup: helper(3),
+        map_delete: helper(4),
+        map_clear: helper(5),
+        read_str: helper(6),
+        ustack: helper(7),
+        printf: helper(8),
+        print_map: helper(9),
+        print_value: helper(10),
+    };
+    codegen::compile(&spec.program, &helpers, at)
+}
+
+/// The R-region bytes of the script: a `ScriptImage` at `at` (8-aligned) and its tables, for
+/// code placed at `code`.
+pub fn descriptor(spec: &ScriptSpec, compiled: &codegen::Compiled, counted: &[Counted<'_>], at: u64, code: u64) -> Vec<u8> {
+    let program = &spec.program;
+    let area = area_layout(spec);
+    let mut strings: Vec<u8> = Vec::new();
+    let mut intern = |text: &[u8]| {
+        let offset = strings.len() as u32;
+        strings.extend_from_slice(text);
+        [offset, text.len() as u32]
+    };
+    let functions: Vec<FunctionName> = counted
+        .iter()
+        .map(|c| {
+            let [name, name_len] = intern(c.name.as_bytes());
+            FunctionName { name, name_len, addr: c.addr.wrapping_sub(at) as i64 }
+        })
+        .collect();
+    let point_names: Vec<[u32; 2]> = points(program).map(|(_, p)| intern(p.to_string().as_bytes())).collect();
+    let formats: Vec<FormatArgs> = program
+        .formats
+        .iter()
+        .map(|f| {
+            let convs: Vec<ConvKind> = f.pieces.iter().filter_map(|p| if let Piece::Conv(c) = p { Some(c.kind) } else { None }).collect();
+            let strings = convs.iter().enumerate().fold(0u64, |m, (i, k)| if *k == ConvKind::Str && i < 64 { m | 1 << i } else { m });
+            FormatArgs { count: convs.len().min(abi::MAX_PRINTF_ARGS) as u32, _pad: 0, strings }
+        })
+        .collect();
+    let mut lists: Vec<u32> = vec![u32::MAX];
+    let mut add_list = |pairs: &[(u32, u32)]| -> u32 {
+        if pairs.is_empty() {
+            return 0;
+        }
+        let start = lists.len() as u32;
+        lists.extend(pairs.iter().flat_map(|&(probe, point)| [probe, point]));
+        lists.push(u32::MAX);
+        start
+    };
+    let hooks: Vec<u64> = hooks(program, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
+
+    // Header, then each table 8-aligned.
+    let mut out = vec![0u8; abi::SCRIPT_IMAGE_LEN];
+    let mut place = |bytes: &[u8]| -> i64 {
+        let offset = out.len().next_multiple_of(8);
+        out.resize(offset, 0);
+        out.extend_from_slice(bytes);
+        offset as i64
+    };
+    let words = |v: &[u64]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+    let formats_at = place(&formats.iter().flat_map(|f| [u64::from(f.count), f.strings]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
+    let hooks_at = place(&words(&hooks));
+    let lists_at = place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+    let functions_at = place(&functions.iter().flat_map(|f| [u64::from(f.name) | u64::from(f.name_len) << 32, f.addr as u64]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
+    let points_at = place(&point_names.iter().flatten().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+    let tables_at = place(
+        &area.tables.iter().flat_map(|t| [u64::from(t.key_size) | u64::from(t.slot_size) << 32, u64::from(t.max_entries), t.offset]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>(),
+    );
+    let probe_code_at = place(&words(&compiled.probes));
+    let strings_at = place(&strings);
+    let header = ScriptImage {
+        magic: abi::SCRIPT_IMAGE_MAGIC,
+        id: spec.id,
+        code: code.wrapping_sub(at) as i64,
+        probe_code: probe_code_at,
+        hooks: hooks_at,
+        lists: lists_at,
+        lists_len: lists.len() as u32,
+        counter_count: counted.len() as u32,
+        functions: functions_at,
+        points: points_at,
+        strings: strings_at,
+        strings_len: strings.len() as u64,
+        tables: tables_at,
+        probe_count: program.probes.len() as u32,
+        point_count: point_names.len() as u32,
+        map_count: program.maps.len() as u32,
+        str_size: program.str_size as u32,
+        area_len: area.len,
+        ring_offset: area.ring_offset,
+        ring_len: area.ring_len,
+        formats: formats_at,
+        format_count: formats.len() as u32,
+        _pad: 0,
+    };
+    out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
+    out
+}

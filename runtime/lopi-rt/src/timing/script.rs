@@ -1,0 +1,445 @@
+//! Probe scripts (`lopi trace`): the entry and exit slow paths run a function's compiled
+//! probes here, and the compiled code calls the helpers below (`lopi_rt_abi::script`) through
+//! the jump table `lopi_script_helpers`, whose entries the image builder hands the code
+//! generator.
+//!
+//! A thread's maps and output live in its script area, appended to the data file on its
+//! first script probe: one `script_map` table per map (this thread's only, so no lock), and
+//! a ring of output records the host prints from while the program runs.
+use super::thread::{append, Thread};
+use super::{rdtsc, thread_word};
+use crate::abi::script::{self, record, FunctionName, RecordHead, ScriptArea, ScriptCtx, ScriptImage, TableShape};
+use crate::abi::{script_map, RuntimeVars, SCRIPT_AREA};
+use crate::sys;
+use core::arch::global_asm;
+use core::ptr::{read_volatile, write_volatile};
+use core::sync::atomic::{fence, Ordering};
+
+// One `jmp` per helper, 8 bytes apart, in `script::Helpers` order.
+global_asm!(
+    ".globl lopi_script_helpers",
+    ".p2align 3",
+    "lopi_script_helpers:",
+    "jmp {builtin}", ".p2align 3",
+    "jmp {builtin_str}", ".p2align 3",
+    "jmp {map_slot}", ".p2align 3",
+    "jmp {map_lookup}", ".p2align 3",
+    "jmp {map_delete}", ".p2align 3",
+    "jmp {map_clear}", ".p2align 3",
+    "jmp {read_str}", ".p2align 3",
+    "jmp {ustack}", ".p2align 3",
+    "jmp {printf}", ".p2align 3",
+    "jmp {print_map}", ".p2align 3",
+    "jmp {print_value}", ".p2align 3",
+    builtin = sym builtin,
+    builtin_str = sym builtin_str,
+    map_slot = sym map_slot,
+    map_lookup = sym map_lookup,
+    map_delete = sym map_delete,
+    map_clear = sym map_clear,
+    read_str = sym read_str,
+    ustack = sym ustack,
+    printf = sym printf,
+    print_map = sym print_map,
+    print_value = sym print_value,
+);
+
+/// Registers a stub saved, as `u64` slots above the `rbp` it passes (see `stubs.rs`).
+pub(super) mod saved {
+    pub const R9: usize = 3;
+    pub const R8: usize = 4;
+    pub const RDI: usize = 5;
+    pub const RSI: usize = 6;
+    pub const RDX: usize = 7;
+    pub const RCX: usize = 8;
+    pub const RAX: usize = 9;
+}
+
+/// What the helpers find through `ScriptCtx::runtime`.
+struct Env {
+    s: *const ScriptImage,
+    area: *mut ScriptArea,
+    h: *const crate::abi::ThreadHeader,
+    thread: usize,
+    /// Counter index of the probed function.
+    index: u64,
+    /// Stack pointer at the call's entry (its return address) and frames below the call.
+    call_rsp: u64,
+    below: u32,
+}
+
+/// Where a function's probes are: (entry list, exit list), 0 for none.
+pub(super) unsafe fn hooks(v: *const RuntimeVars, index: u64) -> (u32, u32) {
+    // SAFETY: the hook table has a word per counter of this module.
+    unsafe {
+        let table = (*v).script_hooks;
+        if table == 0 || index >= (*v).counter_count || read_volatile(&(*v).script_off) != 0 {
+            return (0, 0);
+        }
+        let word = read_volatile((table + 8 * index) as *const u64);
+        (word as u32, (word >> 32) as u32)
+    }
+}
+
+/// Sets up the module's script at init, if its image has one.
+pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescriptor, clock: (u64, u64)) {
+    // SAFETY: the descriptor's script offset points into its own image (checked by magic).
+    unsafe {
+        (*v).ns_per_tick_q32 = if (*v).tsc_hz == 0 { 0 } else { (1_000_000_000u64 << 32) / (*v).tsc_hz };
+        (*v).clock_tsc = clock.0;
+        (*v).clock_ns = clock.1;
+        if d.script_offset == 0 {
+            return;
+        }
+        let s = (d as *const _ as u64).wrapping_add(d.script_offset as u64);
+        if (*(s as *const ScriptImage)).magic != script::SCRIPT_IMAGE_MAGIC || u64::from((*(s as *const ScriptImage)).counter_count) != d.counter_count {
+            return;
+        }
+        (*v).script = s;
+        (*v).script_hooks = s.wrapping_add((*(s as *const ScriptImage)).hooks as u64);
+    }
+}
+
+/// Runs the probes of list `list` for the function with counter `index`: `regs` are the
+/// registers the stub saved, `elapsed_ticks` the call's time on an exit (0 on an entry).
+/// The caller holds the thread busy.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: *const u64, call_rsp: u64, below: u32, elapsed_ticks: u64) {
+    // SAFETY: the script image is this module's; `regs` points at the stub's saved registers;
+    // the area is this thread's.
+    unsafe {
+        let s = (*v).script as *const ScriptImage;
+        let Some(area) = area(t, v, s) else { return };
+        // Field by field, with volatile accesses: a copy the compiler merged would use vector
+        // registers, which hold the program's live values here.
+        let reg = |i: usize| read_volatile(regs.add(i));
+        let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
+        let c = ctx.as_mut_ptr();
+        for (i, r) in [saved::RDI, saved::RSI, saved::RDX, saved::RCX, saved::R8, saved::R9].into_iter().enumerate() {
+            write_volatile(&mut (*c).args[i], reg(r));
+        }
+        write_volatile(&mut (*c).retval, reg(saved::RAX));
+        write_volatile(&mut (*c).elapsed_ns, ((u128::from(elapsed_ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64);
+        write_volatile(&mut (*c).func, index);
+        write_volatile(&mut (*c).probe, 0);
+        write_volatile(&mut (*c).faults, 0);
+        write_volatile(&mut (*c).exit, 0);
+        let env = Env { s, area, h: t.h, thread: t.base, index, call_rsp, below };
+        write_volatile(&mut (*c).runtime, &env as *const Env as u64);
+        let ctx = ctx.assume_init_mut();
+        let base = s as u64;
+        let lists = base.wrapping_add((*s).lists as u64) as *const u32;
+        let code = base.wrapping_add((*s).code as u64);
+        let probe_code = base.wrapping_add((*s).probe_code as u64) as *const u64;
+        let mut at = list as usize;
+        while at + 1 < (*s).lists_len as usize {
+            let probe = *lists.add(at);
+            if probe == u32::MAX || probe >= (*s).probe_count {
+                break;
+            }
+            ctx.probe = u64::from(*lists.add(at + 1));
+            let f: extern "sysv64" fn(*mut ScriptCtx) = core::mem::transmute(code.wrapping_add(*probe_code.add(probe as usize)));
+            f(ctx);
+            if ctx.exit != 0 {
+                (*area).exit = 1;
+                write_volatile(&mut (*(v as *mut RuntimeVars)).script_off, 1);
+                emit(area, s, record::EXIT, 0, 0, |_| (value_none(), 0));
+                break;
+            }
+            at += 2;
+        }
+        (*area).faults = (*area).faults.wrapping_add(ctx.faults);
+    }
+}
+
+/// The thread's script area, made on first use; `None` when it could not be made (then
+/// never tried again) or belongs to another script.
+unsafe fn area(t: &Thread, v: *const RuntimeVars, s: *const ScriptImage) -> Option<*mut ScriptArea> {
+    // SAFETY: the header page's `SCRIPT_AREA` word is this thread's; a non-zero value above 1
+    // is an area this thread mapped.
+    unsafe {
+        let slot = (t.base + SCRIPT_AREA as usize) as *mut u64;
+        match *slot {
+            0 => {}
+            1 => return None,
+            a => return ((*(a as *const ScriptArea)).script_id == (*s).id).then_some(a as *mut ScriptArea),
+        }
+        *slot = 1;
+        let (m, _) = append(v, script::SCRIPT_AREA_MAGIC, (*s).area_len)?;
+        let area = m as *mut ScriptArea;
+        (*area).pid = (*t.h).pid;
+        (*area).tid = (*t.h).tid;
+        (*area).script_id = (*s).id;
+        let shapes = (s as u64).wrapping_add((*s).tables as u64) as *const TableShape;
+        for i in 0..(*s).map_count as usize {
+            let shape = *shapes.add(i);
+            let table = table_of(area, shape);
+            script_map::init(table, shape.key_size, shape.slot_size, shape.max_entries);
+        }
+        *slot = m as u64;
+        Some(area)
+    }
+}
+
+/// A map's table in `area`.
+unsafe fn table_of<'a>(area: *mut ScriptArea, shape: TableShape) -> &'a mut [u8] {
+    let len = script_map::table_size(shape.key_size as usize, shape.slot_size as usize, shape.max_entries);
+    // SAFETY: the image builder laid the tables out inside the area.
+    unsafe { core::slice::from_raw_parts_mut((area as *mut u8).add(shape.offset as usize), len) }
+}
+
+/// The context's environment.
+unsafe fn env<'a>(ctx: *mut ScriptCtx) -> &'a Env {
+    // SAFETY: `run` set `runtime` to an Env that outlives the probe function.
+    unsafe { &*((*ctx).runtime as *const Env) }
+}
+
+/// The table of map `map`, if the script has it.
+unsafe fn table<'a>(ctx: *mut ScriptCtx, map: u64) -> Option<&'a mut [u8]> {
+    // SAFETY: as `env`; the shapes table has `map_count` entries.
+    unsafe {
+        let e = env(ctx);
+        if map >= u64::from((*e.s).map_count) {
+            return None;
+        }
+        let shape = *((e.s as u64).wrapping_add((*e.s).tables as u64) as *const TableShape).add(map as usize);
+        Some(table_of(e.area, shape))
+    }
+}
+
+/// A string of the script image: (address, length).
+unsafe fn string(s: *const ScriptImage, offset: u32, len: u32) -> (*const u8, usize) {
+    // SAFETY: the image builder keeps every (offset, length) inside `strings`.
+    unsafe {
+        let end = (u64::from(offset) + u64::from(len)).min((*s).strings_len);
+        let start = u64::from(offset).min(end);
+        ((s as u64).wrapping_add((*s).strings as u64).wrapping_add(start) as *const u8, (end - start) as usize)
+    }
+}
+
+unsafe fn function(s: *const ScriptImage, index: u64) -> Option<FunctionName> {
+    // SAFETY: a `FunctionName` per counter.
+    unsafe { (index < u64::from((*s).counter_count)).then(|| *((s as u64).wrapping_add((*s).functions as u64) as *const FunctionName).add(index as usize)) }
+}
+
+extern "sysv64" fn builtin(ctx: *mut ScriptCtx, which: u64) -> u64 {
+    // SAFETY: see `env`; the thread header is this thread's.
+    unsafe {
+        let e = env(ctx);
+        let v = super::vars();
+        match which {
+            0 => u64::from((*e.h).pid),
+            1 => u64::from((*e.h).tid),
+            2 => match (*v).rseq_offset {
+                0 => {
+                    let mut cpu = 0u32;
+                    sys::call3(sys::GETCPU, &mut cpu as *mut u32 as usize, 0, 0);
+                    u64::from(cpu)
+                }
+                // `struct rseq`'s `cpu_id` follows `cpu_id_start`.
+                offset => u64::from(thread_word((offset + 4) as u32)),
+            },
+            3 => {
+                let ticks = rdtsc().wrapping_sub((*v).clock_tsc);
+                (*v).clock_ns.wrapping_add(((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64)
+            }
+            _ => 0,
+        }
+    }
+}
+
+extern "sysv64" fn builtin_str(ctx: *mut ScriptCtx, which: u64, dst: *mut u8, cap: u64) -> u64 {
+    // SAFETY: see `env`; `dst` has `cap` bytes (the generated code's buffer).
+    unsafe {
+        let e = env(ctx);
+        let (src, len) = match which {
+            0 => {
+                let comm = &(*e.h).comm;
+                (comm.as_ptr(), comm.iter().position(|&b| b == 0).unwrap_or(comm.len()))
+            }
+            1 => match function(e.s, (*ctx).func) {
+                Some(f) => string(e.s, f.name, f.name_len),
+                None => (dst as *const u8, 0),
+            },
+            2 if (*ctx).probe < u64::from((*e.s).point_count) => {
+                let point = *((e.s as u64).wrapping_add((*e.s).points as u64) as *const [u32; 2]).add((*ctx).probe as usize);
+                string(e.s, point[0], point[1])
+            }
+            _ => (dst as *const u8, 0),
+        };
+        let n = len.min(cap as usize);
+        super::thread::copy(dst as usize, src as usize, n);
+        n as u64
+    }
+}
+
+extern "sysv64" fn map_slot(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_len: u64) -> *mut u8 {
+    // SAFETY: `key` has `key_len` bytes (the generated code's buffer).
+    unsafe {
+        let Some(table) = table(ctx, map) else { return core::ptr::null_mut() };
+        let key = core::slice::from_raw_parts(key, key_len as usize);
+        let copy = |dst: &mut [u8], src: &[u8]| super::thread::copy(dst.as_mut_ptr() as usize, src.as_ptr() as usize, dst.len().min(src.len()));
+        let zero = |dst: &mut [u8]| fill_zero(dst.as_mut_ptr(), dst.len());
+        script_map::slot_with(table, key, copy, zero).map_or(core::ptr::null_mut(), |s| s.as_mut_ptr())
+    }
+}
+
+extern "sysv64" fn map_lookup(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_len: u64) -> *const u8 {
+    // SAFETY: as `map_slot`.
+    unsafe {
+        let Some(table) = table(ctx, map) else { return core::ptr::null() };
+        let key = core::slice::from_raw_parts(key, key_len as usize);
+        script_map::lookup(table, key).map_or(core::ptr::null(), |s| s.as_ptr())
+    }
+}
+
+extern "sysv64" fn map_delete(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_len: u64) {
+    // SAFETY: as `map_slot`.
+    unsafe {
+        if let Some(table) = table(ctx, map) {
+            script_map::delete(table, core::slice::from_raw_parts(key, key_len as usize));
+        }
+    }
+}
+
+extern "sysv64" fn map_clear(ctx: *mut ScriptCtx, map: u64) {
+    // SAFETY: as `map_slot`.
+    unsafe {
+        if let Some(table) = table(ctx, map) {
+            script_map::clear(table);
+        }
+    }
+}
+
+/// Copies the traced program's bytes with `process_vm_readv` on itself, which fails instead
+/// of faulting on a bad address; the part before the next page is read on its own, so that a
+/// string that ends before an unmapped page is still read.
+extern "sysv64" fn read_str(ctx: *mut ScriptCtx, dst: *mut u8, src: u64, max: u64) -> u64 {
+    // SAFETY: `dst` has `max` bytes; iovecs are on this stack.
+    unsafe {
+        let e = env(ctx);
+        let first = (4096 - src % 4096).min(max);
+        let local = [dst as u64, max];
+        let remote = [src, first, src.wrapping_add(first), max - first];
+        let iovecs = if first == max { 1 } else { 2 };
+        let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, iovecs, 0);
+        if got <= 0 {
+            (*ctx).faults += 1;
+            return 0;
+        }
+        let got = (got as usize).min(max as usize);
+        let bytes = core::slice::from_raw_parts_mut(dst, max as usize);
+        let len = bytes.iter().take(got).position(|&b| b == 0).unwrap_or(got);
+        fill_zero(dst.add(len), max as usize - len);
+        len as u64
+    }
+}
+
+/// The probed function's address, the return address of its call, then those of the calls
+/// below it on the shadow stack (probed functions only), innermost first.
+extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64 {
+    // SAFETY: `dst` has room for `depth` frames (at most `STACK_FRAMES`); frames below
+    // `below` are this thread's open calls, whose stack pointers hold return addresses.
+    unsafe {
+        let e = env(ctx);
+        let depth = depth.min(script::STACK_FRAMES as u64) as usize;
+        let t = Thread { h: e.h as *mut _, base: e.thread };
+        let own = function(e.s, e.index).map(|f| (e.s as u64).wrapping_add(f.addr as u64));
+        let callers = (0..e.below).rev().map(|i| *((*t.frame(i)).rsp as *const u64));
+        let mut n = 0;
+        for addr in own.into_iter().chain(core::iter::once(*(e.call_rsp as *const u64))).chain(callers).take(depth) {
+            *dst.add(n) = addr;
+            n += 1;
+        }
+        n as u64
+    }
+}
+
+extern "sysv64" fn printf(ctx: *mut ScriptCtx, format: u64, args: *const u64) {
+    // SAFETY: `args` has a word per conversion of the format, the format table an entry per
+    // format; a string argument's word is the address of `str_size` bytes.
+    unsafe {
+        let e = env(ctx);
+        let s = e.s;
+        if format >= u64::from((*s).format_count) {
+            return;
+        }
+        let f = *((s as u64).wrapping_add((*s).formats as u64) as *const script::FormatArgs).add(format as usize);
+        let str_size = (*s).str_size as usize;
+        let count = (f.count as usize).min(script::MAX_PRINTF_ARGS);
+        let part = |i: usize| {
+            let word = args.add(i);
+            if f.strings >> i & 1 != 0 { (*word as *const u8, str_size) } else { (word as *const u8, 8) }
+        };
+        emit(e.area, s, record::PRINTF, format as u32, count, part);
+    }
+}
+
+extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64) {
+    // SAFETY: see `env`.
+    unsafe {
+        let e = env(ctx);
+        emit(e.area, e.s, record::PRINT_MAP, map as u32, 0, |_| (value_none(), 0));
+    }
+}
+
+extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
+    // SAFETY: `value` has the type's bytes.
+    unsafe {
+        let e = env(ctx);
+        let len = match ty {
+            0 => 8,
+            1 => (*e.s).str_size as usize,
+            _ => core::mem::size_of::<script::StackValue>(),
+        };
+        emit(e.area, e.s, record::PRINT_VALUE, ty as u32, 1, |_| (value, len));
+    }
+}
+
+/// Zeroes `len` bytes. Not `memset`, for the reason `thread::copy` is not `memcpy`.
+unsafe fn fill_zero(dst: *mut u8, len: usize) {
+    // SAFETY: the caller's range is mapped.
+    unsafe { core::arch::asm!("rep stosb", inout("rcx") len => _, inout("rdi") dst => _, in("al") 0u8, options(nostack, preserves_flags)) };
+}
+
+/// A part of no bytes.
+fn value_none() -> *const u8 {
+    core::ptr::null()
+}
+
+/// Appends a record of `count` parts, `part(i)` giving each one's bytes (padded to 8 in the
+/// record), to the area's ring, or counts a drop.
+unsafe fn emit(area: *mut ScriptArea, s: *const ScriptImage, kind: u16, what: u32, count: usize, part: impl Fn(usize) -> (*const u8, usize)) {
+    // SAFETY: the ring lies inside the area; only this thread writes it.
+    unsafe {
+        let ring = (area as *mut u8).add((*s).ring_offset as usize);
+        let ring_len = (*s).ring_len;
+        let payload: u64 = (0..count).map(|i| (part(i).1 as u64 + 7) & !7).sum();
+        let need = script::RECORD_HEAD_LEN as u64 + payload;
+        let head = (*area).ring_head;
+        let tail = read_volatile(&(*area).ring_tail);
+        let to_end = ring_len - head % ring_len;
+        let pad = if need > to_end { to_end } else { 0 };
+        if need > ring_len || head.wrapping_add(pad + need).wrapping_sub(tail) > ring_len {
+            (*area).ring_drops += 1;
+            return;
+        }
+        if pad != 0 {
+            write_volatile(ring.add((head % ring_len) as usize) as *mut [u32; 2], [pad as u32, u32::from(record::PAD)]);
+        }
+        let at = ring.add(((head + pad) % ring_len) as usize);
+        let record = at as *mut RecordHead;
+        write_volatile(&mut (*record).len, need as u32);
+        write_volatile(&mut (*record).kind, kind);
+        write_volatile(&mut (*record).what, what);
+        write_volatile(&mut (*record).tsc, rdtsc());
+        let mut to = at.add(script::RECORD_HEAD_LEN);
+        for i in 0..count {
+            let (from, len) = part(i);
+            super::thread::copy(to as usize, from as usize, len);
+            to = to.add((len + 7) & !7);
+        }
+        fence(Ordering::Release);
+        write_volatile(&mut (*area).ring_head, head + pad + need);
+    }
+}
