@@ -16,6 +16,7 @@ mod scaling;
 mod show;
 mod syscalls;
 mod threads;
+mod trace;
 mod whatif;
 
 use anyhow::{bail, Context, Result};
@@ -174,6 +175,30 @@ enum Command {
         /// Remove every entry (cached plans and laid-out images).
         #[arg(long)]
         clear: bool,
+    },
+    /// Run PROG with a probe script compiled into it (bpftrace's language: `func:NAME`,
+    /// `func:NAME:return`, predicates, maps, aggregations, printf); print what the script
+    /// prints as it runs, and its maps at the end.
+    Trace {
+        /// The script's file (or use -e).
+        #[arg(required_unless_present = "expr", conflicts_with = "expr", value_name = "SCRIPT")]
+        file: Option<PathBuf>,
+        /// The script itself.
+        #[arg(short = 'e', long = "expr", value_name = "PROGRAM")]
+        expr: Option<String>,
+        /// How the maps are printed at the end (`json`: {"maps": {...}}).
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Write lopi's output (printf lines and maps) to FILE; the program's own output stays
+        /// where it is.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Most keys a map holds per thread (updates beyond are dropped and counted).
+        #[arg(long, value_name = "N")]
+        max_entries: Option<u32>,
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
     },
     /// Run PROG natively and under an emulated kernel (a giant lock around every system call,
     /// one lock per subsystem, or an application kernel whose proxy threads on one CPU make
@@ -365,7 +390,11 @@ impl Select {
 fn main() {
     let cli = Cli::parse();
     if let Err(err) = run(cli) {
-        eprintln!("lopi: error: {err:#}");
+        match err.downcast_ref::<trace::Refused>() {
+            // Diagnostics say `error:` themselves, rustc's way.
+            Some(refused) => eprintln!("{refused}"),
+            None => eprintln!("lopi: error: {err:#}"),
+        }
         std::process::exit(1);
     }
 }
@@ -505,6 +534,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
+        Command::Trace { file, expr, format, output, max_entries, command } => {
+            let (source, source_name) = match (expr, file) {
+                (Some(text), _) => (text, "-e".to_string()),
+                (None, Some(path)) => (std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string()),
+                (None, None) => bail!("lopi trace needs a script: a file, or -e 'PROGRAM'"),
+            };
+            trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, command, cache })
+        }
         Command::Whatif { kernel, proxy_wait, cpus, runs, format, command } => {
             whatif::run(whatif::Request { kernel, proxy_wait, cpus, runs, json: format == Format::Json, command })
         }

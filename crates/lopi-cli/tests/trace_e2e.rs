@@ -1,0 +1,160 @@
+//! `lopi trace`: probe scripts compiled into a fixture and run by its threads, each checked
+//! against exact results the fixture's own structure fixes (call counts, sums of arguments and
+//! return values, histogram buckets, keys), the fixture's output unchanged.
+mod common;
+
+use common::{build_c, cleanup, fresh_dir, lopi_bin, run, Output};
+use serde_json::{json, Value as Json};
+use std::path::Path;
+use std::process::Command;
+
+/// Four threads call `step(i, name)` for i in 0..1000 with names cycling alpha, beta,
+/// gamma from the thread's index; main then computes fib(15), sleeps five times 2 ms in
+/// `slow`, and calls top -> middle -> leaf once.
+const FIXTURE: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static const char *names[] = {"alpha", "beta", "gamma"};
+__attribute__((noinline)) long step(long i, const char *name) { __asm__ volatile(""); return 2 * i + (long)strlen(name); }
+/* Without sibling-call optimisation GCC keeps both recursive calls of fib (it would turn one
+   into a loop) and calls usleep from slow rather than jumping to it. */
+#define CALLS __attribute__((noinline, optimize("no-optimize-sibling-calls")))
+CALLS long fib(long n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+CALLS void slow(int us) { usleep(us); }
+__attribute__((noinline)) long leaf(long x) { __asm__ volatile(""); return x + 1; }
+__attribute__((noinline)) long middle(long x) { return leaf(x) * 2 + 1; }
+__attribute__((noinline)) long top(long x) { return middle(x) + 1; }
+static void *worker(void *arg) {
+    long id = (long)arg, sum = 0;
+    for (long i = 0; i < 1000; i++) sum += step(i, names[(i + id) % 3]);
+    return (void *)sum;
+}
+int main(void) {
+    pthread_t t[4];
+    long total = 0;
+    for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+    for (int i = 0; i < 4; i++) { void *r; pthread_join(t[i], &r); total += (long)r; }
+    long f = fib(15);
+    for (int i = 0; i < 5; i++) slow(2000);
+    printf("steps %ld fib %ld top %ld\n", total, f, top(41));
+    return 0;
+}
+"#;
+
+const FIXTURE_OUTPUT: &str = "steps 4014667 fib 610 top 86\n";
+
+fn fixture(dir: &Path) -> std::path::PathBuf {
+    build_c(dir, "scripted", FIXTURE, &["-O2", "-pthread"])
+}
+
+/// Runs `lopi trace -e SCRIPT --format json -o FILE -- prog`: (maps JSON, lopi's output file
+/// without the maps line, the run's output).
+fn trace(dir: &Path, prog: &Path, script: &str, extra: &[&str]) -> (Json, String, Output) {
+    let file = dir.join("trace.out");
+    let out = run(
+        Command::new(lopi_bin()).arg("trace").arg("-e").arg(script).args(["--format", "json", "-o"]).arg(&file).args(extra).arg("--").arg(prog),
+        common::default_timeout(),
+    )
+    .expect("running lopi trace");
+    assert!(out.status.success(), "lopi trace -e '{script}' failed: {}\n{}", out.describe_status(), out.stderr_str());
+    assert_eq!(out.stdout_str(), FIXTURE_OUTPUT, "the program's output changed under '{script}'");
+    let text = std::fs::read_to_string(&file).expect("lopi trace's output");
+    let (printed, maps) = text.trim_end().rsplit_once('\n').unwrap_or(("", text.trim_end()));
+    let json = serde_json::from_str(maps).unwrap_or_else(|e| panic!("maps of '{script}' are not JSON ({e}): {text}"));
+    (json, printed.to_string(), out)
+}
+
+#[test]
+fn scripts_give_exact_counts_sums_and_buckets() {
+    let dir = fresh_dir("trace_exact");
+    let prog = fixture(&dir);
+    let buckets = |list: &[(i64, i64, u64)]| json!({ "buckets": list.iter().map(|&(lo, hi, count)| json!({"lo": lo, "hi": hi, "count": count})).collect::<Vec<_>>() });
+    let cases: Vec<(&str, Json)> = vec![
+        ("func:step { @n = count(); }", json!({"@n": 4000})),
+        ("func:step { @by[str(arg1)] = count(); }", json!({"@by": {"alpha": 1334, "beta": 1333, "gamma": 1333}})),
+        ("func:step:return { @s = sum(retval); }", json!({"@s": 4014667})),
+        ("func:step /arg0 < 10/ { @small = count(); }", json!({"@small": 40})),
+        ("func:step /arg0 >= 990 && str(arg1) == \"beta\"/ { @late = count(); }", json!({"@late": 13})),
+        ("func:fib { @calls = count(); @most = max(arg0); @least = min(arg0); }", json!({"@calls": 1973, "@most": 15, "@least": 0})),
+        // fib(15) makes F(14) = 377 calls of fib(0), the only ones returning 0.
+        ("func:fib:return /retval == 0/ { @zero = count(); } func:fib:return { @top = max(retval); }", json!({"@zero": 377, "@top": 610})),
+        ("func:leaf { @h = hist(arg0); }", json!({"@h": buckets(&[(32, 64, 1)])})),
+        ("func:step { @l = lhist(arg0, 0, 1000, 250); }", json!({"@l": buckets(&[(0, 250, 1000), (250, 500, 1000), (500, 750, 1000), (750, 1000, 1000)])})),
+        (
+            "func:step { @a = avg(arg0); @st = stats(arg0); }",
+            json!({"@a": 499, "@st": {"count": 4000, "sum": 1998000, "avg": 499, "min": 0, "max": 999}}),
+        ),
+        ("func:step { @t[tid] = count(); } func:step /tid == pid/ { @main = count(); }", json!({})),
+        ("func:step /arg0 < 2/ { @k[str(arg1), arg0] = count(); }", json!({"@k": {"alpha,0": 2, "alpha,1": 1, "beta,0": 1, "beta,1": 2, "gamma,0": 1, "gamma,1": 1}})),
+        ("func:step { @a = count(); } func:s* { @b = count(); }", json!({"@a": 4000, "@b": 4005})),
+        ("func:fib /arg0 == 10/ { @n = count(); exit(); }", json!({"@n": 1})),
+        ("func:top { @c[comm] = count(); @f[func] = count(); }", json!({"@c": {"scripted": 1}, "@f": {"top": 1}})),
+        ("func:leaf,func:middle { @p[probe] = sum(arg0); }", json!({"@p": {"func:leaf": 41, "func:middle": 41}})),
+    ];
+    for (script, want) in cases {
+        let (got, _, _) = trace(&dir, &prog, script, &[]);
+        let maps = &got["maps"];
+        if script.contains("@t[tid]") {
+            // Four worker threads, 1000 calls each; none on the main thread.
+            let per_thread: Vec<u64> = maps["@t"].as_object().expect("@t").values().map(|v| v.as_u64().unwrap()).collect();
+            assert_eq!(per_thread, vec![1000; 4], "{got}");
+            assert!(maps.get("@main").is_none(), "{got}");
+            continue;
+        }
+        assert_eq!(maps, &want, "'{script}'");
+    }
+    cleanup(&dir);
+}
+
+#[test]
+fn elapsed_stacks_and_printf() {
+    let dir = fresh_dir("trace_elapsed");
+    let prog = fixture(&dir);
+    let (got, _, _) = trace(&dir, &prog, "func:slow:return { @least = min(elapsed); @most = max(elapsed); @n = count(); }", &[]);
+    let maps = &got["maps"];
+    assert_eq!(maps["@n"], 5, "{got}");
+    let (least, most) = (maps["@least"].as_i64().unwrap(), maps["@most"].as_i64().unwrap());
+    // usleep(2000) sleeps at least 2 ms; a loaded machine may add a lot.
+    assert!(least >= 2_000_000 && most < 2_000_000_000 && least <= most, "{got}");
+
+    // With middle and top probed too, their frames are on the shadow stack.
+    let (got, _, _) = trace(&dir, &prog, "func:leaf { @s[ustack(3)] = count(); } func:middle,func:top { @other = count(); }", &[]);
+    let stacks = got["maps"]["@s"].as_object().expect("@s");
+    assert_eq!(stacks.len(), 1, "{got}");
+    let frames: Vec<&str> = stacks.keys().next().unwrap().split(';').collect();
+    assert!(frames.len() == 3 && frames[0] == "leaf" && frames[1].starts_with("middle+") && frames[2].starts_with("top+"), "{frames:?} in {got}");
+
+    let (_, printed, _) = trace(&dir, &prog, "func:step /arg0 == 7/ { printf(\"%s %d %5d|%-3x|\\n\", str(arg1), arg0, tid == pid, 255); }", &[]);
+    let mut lines: Vec<&str> = printed.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["alpha 7     0|ff |", "beta 7     0|ff |", "beta 7     0|ff |", "gamma 7     0|ff |"], "{printed}");
+    cleanup(&dir);
+}
+
+#[test]
+fn losses_are_counted_and_bad_scripts_refused() {
+    let dir = fresh_dir("trace_losses");
+    let prog = fixture(&dir);
+    // A pointer that is no pointer: empty strings and counted faults, the program unharmed.
+    let (got, _, out) = trace(&dir, &prog, "func:step { @b[str(arg0)] = count(); }", &[]);
+    assert_eq!(got["maps"]["@b"], json!({"": 4000}), "{got}");
+    assert!(out.stderr_str().contains("faults"), "{}", out.stderr_str());
+    // At most 10 keys per thread: the rest of each thread's 1000 are dropped and said so.
+    let (got, _, out) = trace(&dir, &prog, "func:step { @k[arg0] = count(); }", &["--max-entries", "10"]);
+    let kept: u64 = got["maps"]["@k"].as_object().expect("@k").values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(kept, 40, "{got}");
+    assert!(out.stderr_str().contains("3960 updates dropped"), "{}", out.stderr_str());
+
+    for (script, message) in [
+        ("func:no_such_function { @n = count(); }", "no function is named `no_such_function`"),
+        ("func:step { @n = count(; }", "expected"),
+        ("func:step { @n = count(); @n = sum(arg0); }", "@n"),
+    ] {
+        let out = run(Command::new(lopi_bin()).args(["trace", "-e", script, "--"]).arg(&prog), common::default_timeout()).unwrap();
+        assert!(!out.status.success(), "'{script}' was accepted");
+        assert!(out.stderr_str().contains(message) && out.stderr_str().contains("-e:1:"), "'{script}': {}", out.stderr_str());
+    }
+    cleanup(&dir);
+}
