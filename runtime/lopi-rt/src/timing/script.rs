@@ -100,6 +100,32 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
     }
 }
 
+/// From the entry stub's fast path, before the call's frame opens: runs the function's entry
+/// probes. The thread is busy.
+pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64) {
+    let v = super::vars();
+    // SAFETY: the fast path checked the thread's chunk and holds it busy.
+    unsafe {
+        let (list, _) = hooks(v, index);
+        if let (true, Some(t)) = (list != 0, Thread::existing(v)) {
+            run(&t, v, list, index, regs, rsp, (*t.h).depth, 0);
+        }
+    }
+}
+
+/// From the exit stub's fast path, once the call's frame is closed: runs the function's
+/// return probes with the call's `ticks`.
+pub(super) unsafe extern "C" fn script_exit(index: u32, ticks: u64, rsp: u64, regs: *const u64) {
+    let v = super::vars();
+    // SAFETY: as `script_enter`.
+    unsafe {
+        let (_, list) = hooks(v, u64::from(index));
+        if let (true, Some(t)) = (list != 0, Thread::existing(v)) {
+            run(&t, v, list, u64::from(index), regs, rsp, (*t.h).depth, ticks);
+        }
+    }
+}
+
 /// Runs the probes of list `list` for the function with counter `index`: `regs` are the
 /// registers the stub saved, `elapsed_ticks` the call's time on an exit (0 on an entry).
 /// The caller holds the thread busy.

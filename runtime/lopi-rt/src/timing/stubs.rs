@@ -7,9 +7,9 @@
 //! Fast path of an exit: the exit of the top frame. (A function the budget switched to
 //! counting no longer calls the stubs: its trampoline checks its mode word.)
 //! A frame with any flag (inherited, merged, untimed), a clock that went backwards, a trace,
-//! a due budget check, an entry inside an unclocked lock call, or a function with script
-//! probes take the slow path (which gets the saved registers: a script reads arguments and
-//! the return value).
+//! a due budget check, or an entry inside an unclocked lock call take the slow path. A
+//! function's script probes run from either path, with the registers saved as the slow path
+//! saves them (a script reads the arguments and the return value).
 use crate::abi::{self, ContextNode, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;
@@ -24,14 +24,6 @@ global_asm!(
     "lea r8, [rsi + 8]",
     "add rsi, [rsi]",
     "add r8, [r8]",
-    // A function with script probes takes the slow path, which runs them.
-    "mov rax, [rsi + {v_hooks}]",
-    "test rax, rax",
-    "jz 1f",
-    "mov ecx, dword ptr [rsp + 56]",
-    "cmp qword ptr [rax + rcx*8], 0",
-    "jne 9f",
-    "1:",
     "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
     "jbe 9f",
@@ -76,6 +68,29 @@ global_asm!(
     "cmp [rdx + {n_cache_func}], rax",
     "jne 8f",
     "mov r8d, dword ptr [rdx + {n_cache_child}]",
+    // The function's entry script probes, if it has any: before its frame opens and its
+    // clock starts, so that their time is not the call's. Registers saved as the slow path
+    // saves them (a script reads the arguments), then the fast path's own.
+    "lea rax, [rip + LOPI_DELTAS]",
+    "add rax, [rax]",
+    "mov rax, [rax + {v_hooks}]",
+    "test rax, rax",
+    "jz 4f",
+    "mov edx, dword ptr [rsp + 56]",
+    "cmp dword ptr [rax + rdx*8], 0",
+    "je 4f",
+    "push r9", "push r10", "push r11", "push rbp",
+    "mov rbp, rsp",
+    "push rdi", "push rsi", "push rcx", "push r8",
+    "mov rdi, [rbp + 88]",
+    "lea rsi, [rbp + 96]",
+    "mov rdx, rbp",
+    "and rsp, -16",
+    "call {script_enter}",
+    "lea rsp, [rbp - 32]",
+    "pop r8", "pop rcx", "pop rsi", "pop rdi",
+    "pop rbp", "pop r11", "pop r10", "pop r9",
+    "4:",
     "lea rdx, [rcx + rcx*2]",
     "lea rsi, [rsi + rdx*8]",
     "lea rax, [rsp + 64]",
@@ -120,16 +135,12 @@ global_asm!(
     "or rax, rdx",
     "lea rsi, [rip + LOPI_DELTAS]",
     "add rsi, [rsi]",
-    // So does an exit of one, or of a site several functions share (-1), while the module
-    // has script probes.
-    "mov rdi, [rsi + {v_hooks}]",
-    "test rdi, rdi",
-    "jz 1f",
-    "mov ecx, dword ptr [rsp + 56]",
-    "cmp rcx, [rsi + {v_count}]",
-    "jae 9f",
-    "cmp qword ptr [rdi + rcx*8], 0",
-    "jne 9f",
+    // While the module has script probes, a site several functions share (-1) takes the
+    // slow path, which finds the function from its frame.
+    "cmp qword ptr [rsi + {v_hooks}], 0",
+    "je 1f",
+    "cmp dword ptr [rsp + 56], -1",
+    "je 9f",
     "1:",
     "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
@@ -176,6 +187,27 @@ global_asm!(
     "jbe 2f",
     "mov [r8 + {n_max}], rsi",
     "2:",
+    // The function's return script probes, if it has any, with the call's ticks (rsi).
+    "lea rax, [rip + LOPI_DELTAS]",
+    "add rax, [rax]",
+    "mov rax, [rax + {v_hooks}]",
+    "test rax, rax",
+    "jz 4f",
+    "mov edx, dword ptr [rsp + 56]",
+    "cmp dword ptr [rax + rdx*8 + 4], 0",
+    "je 4f",
+    "push r9", "push r10", "push r11", "push rbp",
+    "mov rbp, rsp",
+    "push rdi", "push rdi",
+    "mov edi, dword ptr [rbp + 88]",
+    "lea rdx, [rbp + 96]",
+    "mov rcx, rbp",
+    "and rsp, -16",
+    "call {script_exit}",
+    "lea rsp, [rbp - 16]",
+    "pop rdi", "pop rdi",
+    "pop rbp", "pop r11", "pop r10", "pop r9",
+    "4:",
     "mov dword ptr [rdi + {t_busy}], 0",
     "jmp 3f",
     "8:",
@@ -232,9 +264,10 @@ global_asm!(
     "ret",
     enter = sym super::probes::probe_enter,
     exit = sym super::probes::probe_exit,
+    script_enter = sym super::script::script_enter,
+    script_exit = sym super::script::script_exit,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
     v_hooks = const offset_of!(RuntimeVars, script_hooks),
-    v_count = const offset_of!(RuntimeVars, counter_count),
     f_unclocked = const abi::FRAME_UNCLOCKED,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
