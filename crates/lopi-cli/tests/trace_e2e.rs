@@ -10,7 +10,7 @@ use std::process::Command;
 
 /// Four threads call `step(i, name)` for i in 0..1000 with names cycling alpha, beta,
 /// gamma from the thread's index; main then computes fib(15), sleeps five times 2 ms in
-/// `slow`, and calls top -> middle -> leaf once.
+/// `slow`, calls top -> middle -> leaf once, and tailer, which tail-calls twice.
 const FIXTURE: &str = r#"
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +26,8 @@ CALLS void slow(int us) { usleep(us); }
 __attribute__((noinline)) long leaf(long x) { __asm__ volatile(""); return x + 1; }
 __attribute__((noinline)) long middle(long x) { return leaf(x) * 2 + 1; }
 __attribute__((noinline)) long top(long x) { return middle(x) + 1; }
+__attribute__((noinline)) long twice(long x) { __asm__ volatile(""); return 2 * x; }
+__attribute__((noinline)) long tailer(long x) { return twice(x + 1); }
 static void *worker(void *arg) {
     long id = (long)arg, sum = 0;
     for (long i = 0; i < 1000; i++) sum += step(i, names[(i + id) % 3]);
@@ -38,7 +40,7 @@ int main(void) {
     for (int i = 0; i < 4; i++) { void *r; pthread_join(t[i], &r); total += (long)r; }
     long f = fib(15);
     for (int i = 0; i < 5; i++) slow(2000);
-    printf("steps %ld fib %ld top %ld\n", total, f, top(41));
+    printf("steps %ld fib %ld top %ld\n", total, f, top(41) + tailer(-1));
     return 0;
 }
 "#;
@@ -146,6 +148,10 @@ fn losses_are_counted_and_bad_scripts_refused() {
     let kept: u64 = got["maps"]["@k"].as_object().expect("@k").values().map(|v| v.as_u64().unwrap()).sum();
     assert_eq!(kept, 40, "{got}");
     assert!(out.stderr_str().contains("3960 updates dropped"), "{}", out.stderr_str());
+    // tailer leaves by jumping to twice: its return is not run with twice's value, but said.
+    let (got, _, out) = trace(&dir, &prog, "func:tailer:return { @n = count(); } func:twice:return { @t = count(); }", &[]);
+    assert_eq!(got["maps"], json!({"@t": 1}), "{got}");
+    assert!(out.stderr_str().contains("1 returns not seen by :return probes"), "{}", out.stderr_str());
 
     for (script, message) in [
         ("func:no_such_function { @n = count(); }", "no function is named `no_such_function`"),
@@ -156,5 +162,39 @@ fn losses_are_counted_and_bad_scripts_refused() {
         assert!(!out.status.success(), "'{script}' was accepted");
         assert!(out.stderr_str().contains(message) && out.stderr_str().contains("-e:1:"), "'{script}': {}", out.stderr_str());
     }
+    cleanup(&dir);
+}
+
+/// Calls `tick(i)` 25 times, 10 ms apart.
+const TICKER: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((noinline)) long tick(long i) { long s = 0; for (long j = 0; j < i; j++) s += j * j; return s; }
+int main(void) { long s = 0; for (int i = 0; i < 25; i++) { s += tick(i); usleep(10000); } printf("sum %ld\n", s); return 0; }
+"#;
+
+#[test]
+fn begin_interval_and_end_run_in_lopi() {
+    let dir = fresh_dir("trace_host");
+    let prog = build_c(&dir, "ticker", TICKER, &["-O2"]);
+    let file = dir.join("out.txt");
+    let script = "begin { printf(\"start\\n\"); @b = 7; } func:tick { @n = count(); @all = count(); @k[arg0 % 2] = count(); } \
+                  interval:50ms { printf(\"tick %d\\n\", @b); print(@n); clear(@n); } \
+                  end { printf(\"end %d\\n\", @b + 1); @b = 9; delete(@k[1]); }";
+    let out = run(Command::new(lopi_bin()).args(["trace", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    assert_eq!(out.stdout_str(), "sum 27600\n");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&"start"), "{text}");
+    let ticks = lines.iter().filter(|l| l.starts_with("tick ")).count();
+    assert!(ticks >= 2 && lines.iter().filter(|l| l.starts_with("tick ")).all(|l| *l == "tick 7"), "{text}");
+    // Every call counted once: in an interval's print before its clear, or at the end.
+    let counted: u64 = lines.iter().filter_map(|l| l.strip_prefix("@n: ")).map(|n| n.parse::<u64>().unwrap()).sum();
+    assert_eq!(counted, 25, "{text}");
+    let end = lines.iter().position(|l| *l == "end 8").unwrap_or_else(|| panic!("no end line: {text}"));
+    assert!(lines[end..].contains(&"@all: 25") && lines[end..].contains(&"@b: 9"), "{text}");
+    // delete in end: the odd key is gone, the even one stays (13 of 0..25).
+    assert!(lines[end..].contains(&"@k[0]: 13") && !text.contains("@k[1]"), "{text}");
     cleanup(&dir);
 }

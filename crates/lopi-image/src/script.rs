@@ -47,7 +47,7 @@ pub fn max_entries(program: &Program, map: usize) -> u32 {
 /// The area a thread of `spec`'s program gets.
 pub fn area_layout(spec: &ScriptSpec) -> AreaLayout {
     let program = &spec.program;
-    let mut at = abi::SCRIPT_AREA_HEADER_LEN as u64;
+    let mut at = abi::AREA_TABLES as u64;
     let tables = (0..program.maps.len())
         .map(|i| {
             let map = &program.maps[i];

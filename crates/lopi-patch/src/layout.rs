@@ -211,7 +211,8 @@ impl Selection {
                         [only] => counters.get(only).copied(),
                         _ => None,
                     };
-                    let probe = lopi_x86::ExitProbe { stub: stubs.of(site.action).1, counter, mode: counter.map(|c| layout.mode_of(c)) };
+                    let mark_tail = site.action == Action::Time;
+                    let probe = lopi_x86::ExitProbe { stub: stubs.of(site.action).1, counter, mode: counter.map(|c| layout.mode_of(c)), mark_tail };
                     lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns))
                 }
                 (Point::Exit, None) => return Err(Failed::Exit(index)),

@@ -368,6 +368,18 @@ pub mod retire {
     pub const MAX_LEN: usize = 64;
 }
 
+/// What a timed function's exit probe pushes for the exit stub: its counter index, with
+/// [`exit_word::TAIL`] when the exit is a tail call; [`exit_word::SHARED`] (and maybe `TAIL`)
+/// at a site several functions share.
+pub mod exit_word {
+    pub const INDEX: u32 = (1 << 30) - 1;
+    /// The function leaves by jumping to another: its caller gets that one's return value.
+    pub const TAIL: u32 = 1 << 30;
+    /// No one function: the exit is matched by its stack pointer. Also the sign bit, so that
+    /// the word is negative as the probe pushes it.
+    pub const SHARED: u32 = 1 << 31 | INDEX;
+}
+
 /// A timed function's mode word.
 pub mod mode {
     /// Timed: its trampoline calls the entry and exit probes.

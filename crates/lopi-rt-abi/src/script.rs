@@ -366,9 +366,22 @@ pub struct ScriptArea {
     pub ring_tail: u64,
     /// Non-zero once a probe of this thread called `exit()`.
     pub exit: u64,
+    /// Returns not given to `:return` probes: the function left by a tail call.
+    pub tail_returns: u64,
 }
 
-pub const SCRIPT_AREA_HEADER_LEN: usize = 72;
+pub const SCRIPT_AREA_HEADER_LEN: usize = 80;
+
+/// Most maps a script has (lopi-script's limit).
+pub const MAX_MAPS: usize = 64;
+/// Offsets in a thread's area of the host's clear requests and of the clears the thread made,
+/// a `u32` per map each: a table whose two differ still holds what it held before the host's
+/// last `clear()` (an `interval` probe's); the thread clears it on its next use of the map,
+/// and readers skip it until then.
+pub const CLEAR_REQUESTS: usize = SCRIPT_AREA_HEADER_LEN;
+pub const CLEARS_DONE: usize = CLEAR_REQUESTS + 4 * MAX_MAPS;
+/// Where the tables of a thread's area begin.
+pub const AREA_TABLES: usize = CLEARS_DONE + 4 * MAX_MAPS;
 const _: () = assert!(size_of::<ScriptArea>() == SCRIPT_AREA_HEADER_LEN);
 /// Where the host writes `ring_tail` in the data file, from the area's start.
 pub const RING_TAIL: usize = 56;

@@ -8,7 +8,8 @@
 //! without checking again. Errors are [`Diagnostics`] with exact lines and columns, rendered
 //! like rustc's. [`codegen`] turns the program into x86-64 machine code, one function per
 //! probe, that the runtime calls with the helpers [`codegen::abi`] describes.
-//! [`output`] merges the threads' maps and prints them as bpftrace does or as JSON.
+//! [`output`] merges the threads' maps and prints them as bpftrace does or as JSON; [`host`]
+//! runs the probes that run in lopi itself (`begin`, `interval:`, `end`).
 //!
 //! The parser is written by hand (recursive descent, precedence climbing for the binary
 //! operators) rather than generated: every token keeps its exact column for diagnostics, the
@@ -22,6 +23,7 @@ pub mod codegen;
 mod diag;
 mod format;
 mod glob;
+pub mod host;
 pub mod ir;
 mod lexer;
 pub mod limits;

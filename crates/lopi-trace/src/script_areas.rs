@@ -68,10 +68,16 @@ fn header(b: &[u8]) -> ScriptArea {
         ring_head: u64_at(b, 48),
         ring_tail: u64_at(b, 56),
         exit: u64_at(b, 64),
+        tail_returns: u64_at(b, 72),
     }
 }
 
 impl<'a> AreaView<'a> {
+    /// The `u32` at `at` in the area (0 past its end).
+    pub fn u32_at(&self, at: usize) -> u32 {
+        u32_at(self.bytes, at)
+    }
+
     /// The bytes of a map's table, if the area holds them.
     pub fn table(&self, shape: &TableShape, len: usize) -> &'a [u8] {
         self.bytes.get(shape.offset as usize..).and_then(|t| t.get(..len)).unwrap_or(&[])

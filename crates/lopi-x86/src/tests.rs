@@ -155,7 +155,7 @@ fn exit_probes_run_before_each_exit() {
     const STUB: u64 = TO + 0x40_0000;
     // pop rbx; ret
     let ret: Vec<_> = decode(&[0x5b, 0xc3], FROM).collect();
-    let probe = ExitProbe { stub: STUB, counter: Some(3), mode: None };
+    let probe = ExitProbe { stub: STUB, counter: Some(3), mode: None, mark_tail: true };
     let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None, syscalls: None }, probe, TO).unwrap().bytes;
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
@@ -171,7 +171,7 @@ fn exit_probes_run_before_each_exit() {
     assert_eq!(jcc[1].near_branch_target(), target);
     let body = Body { insns: &jcc, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8), syscalls: None };
     // A site several functions share names none of them.
-    let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None, mode: None }, TO).unwrap().bytes;
+    let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None, mode: None, mark_tail: true }, TO).unwrap().bytes;
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
     assert_eq!(names, [Test, Jne, Jmp, Push, Call, Jmp]);

@@ -170,9 +170,9 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
             continue;
         }
         match (kind, exit) {
-            (Some(ExitKind::Return | ExitKind::TailJump), Some(probe)) => {
+            (Some(kind @ (ExitKind::Return | ExitKind::TailJump)), Some(probe)) => {
                 let skip = SKIP_LABELS + out.len() as u64;
-                let mut probe_insns = probe.instructions(skip)?;
+                let mut probe_insns = probe.instructions(kind, skip)?;
                 probe_insns[0].set_ip(insn.ip());
                 out.extend(probe_insns);
                 // The exit itself keeps only the probe's skip label; it names no IP-relative data.
@@ -194,7 +194,7 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
     if let Some(probe) = exit {
         for (label, target) in exit_paths {
             let skip = SKIP_LABELS + out.len() as u64;
-            let mut probe_insns = probe.instructions(skip)?;
+            let mut probe_insns = probe.instructions(ExitKind::ConditionalTailJump, skip)?;
             probe_insns[0].set_ip(label);
             out.extend(probe_insns);
             out.push(at(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?, skip));
@@ -206,22 +206,30 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
 /// An exit probe: `push <counter index of the exiting function>; call exit_stub` (the stub
 /// returns with `ret 8`), skipped while the function's mode word is non-zero (the budget
 /// switched it to counting). `counter` and `mode` are `None` for a site several functions
-/// share: the probe then pushes -1, always runs, and matches the call by its stack pointer.
+/// share: the probe then pushes `lopi_rt_abi::exit_word::SHARED`, always runs, and matches
+/// the call by its stack pointer. With `mark_tail`, a tail call's probe says so
+/// (`exit_word::TAIL`).
 #[derive(Clone, Copy, Debug)]
 pub struct ExitProbe {
     pub stub: u64,
     pub counter: Option<u32>,
     pub mode: Option<u64>,
+    pub mark_tail: bool,
 }
 
 impl ExitProbe {
-    /// The probe's instructions; with a mode word, the last one is a `jne skip`.
-    fn instructions(self, skip: u64) -> Result<Vec<Instruction>, RelocError> {
+    /// The probe's instructions at an exit of `kind`; with a mode word, the last one is a
+    /// `jne skip`.
+    fn instructions(self, kind: ExitKind, skip: u64) -> Result<Vec<Instruction>, RelocError> {
+        use lopi_rt_abi::exit_word;
         let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
-        let index = match self.counter {
-            Some(c) => i32::try_from(c).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?,
-            None => -1,
+        let word = match self.counter {
+            Some(c) if c <= exit_word::INDEX => c,
+            Some(_) => return Err(RelocError::Encode("counter index beyond 2^30".into())),
+            None => exit_word::SHARED,
         };
+        let tail = self.mark_tail && kind != ExitKind::Return;
+        let index = (if tail { word | exit_word::TAIL } else { word }) as i32;
         let mut out = Vec::with_capacity(4);
         if let Some(mode) = self.mode {
             out.push(Instruction::with2(Code::Cmp_rm32_imm8, MemoryOperand::with_base_displ(Register::RIP, mode as i64), 0).map_err(err)?);
@@ -316,7 +324,7 @@ fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) ->
         Instruction::with1(Code::Pushq_imm32, index).map_err(err)?,
         Instruction::with_branch(Code::Call_rel32_64, t.enter_stub).map_err(err)?,
     ];
-    let exit = ExitProbe { stub: t.exit_stub, counter: Some(t.counter.index), mode: Some(t.mode) };
+    let exit = ExitProbe { stub: t.exit_stub, counter: Some(t.counter.index), mode: Some(t.mode), mark_tail: true };
     insns.extend(body_with_exits(body, Some(exit))?);
     insns.extend(counting_code(&t.counter, counted)?);
     insns.push(Instruction::with_branch(Code::Jmp_rel32_64, counted).map_err(err)?);

@@ -7,6 +7,7 @@ use crate::limits::MAX_USTACK;
 use core::mem::size_of;
 
 const _: () = assert!(STACK_FRAMES == MAX_USTACK as usize);
+const _: () = assert!(MAX_MAPS == crate::limits::MAX_MAPS);
 
 impl From<Type> for ValueType {
     fn from(ty: Type) -> ValueType {

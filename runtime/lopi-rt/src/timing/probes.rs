@@ -187,28 +187,29 @@ pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32,
 }
 
 /// Exit probe: `rsp` is the stack pointer at the `ret` (or tail jump), `tsc` the TSC the stub
-/// read first, `index` the exiting function's counter index (`u32::MAX` when the exit site is
-/// shared by several functions), `regs` the registers the stub saved. The function's script
-/// probes run once its frame is closed, with the call's time.
-pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32, regs: *const u64) {
+/// read first, `word` what the probe pushed (`abi::exit_word`: the exiting function's counter
+/// index, or a site shared by several functions; a tail call marked), `regs` the registers the
+/// stub saved. The function's script probes run once its frame is closed, with the call's time.
+pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, word: u32, regs: *const u64) {
     let v = vars();
     // SAFETY: see `begin_exit`.
     unsafe {
         let Some((t, now)) = begin_exit(v, rsp, tsc) else { return };
         let h = t.h;
         let depth = (*h).depth;
-        let mut index = u64::from(index);
+        let shared = word & abi::exit_word::SHARED == abi::exit_word::SHARED;
+        let mut index = u64::from(word & abi::exit_word::INDEX);
         if depth > 0 && (*t.frame(depth - 1)).rsp == rsp {
             let top = *t.frame(depth - 1);
-            if index == u64::from(u32::MAX) {
-                // A shared exit site: the frame's node names the function.
+            if shared {
+                // The frame's node names the function.
                 index = (*t.node(top.node)).func.wrapping_sub(counter(0)) / 8;
             }
             let elapsed = if top.flags & (abi::FRAME_UNTIMED | abi::FRAME_UNCLOCKED) == 0 { now.saturating_sub(top.start_tsc) } else { 0 };
             t.close_top(now, abi::EVENT_EXIT);
             let (_, list) = script::hooks(v, index);
             if list != 0 {
-                script::run(&t, v, list, index, regs, rsp, depth - 1, elapsed);
+                script::run_return(&t, v, list, index, word & abi::exit_word::TAIL != 0, regs, rsp, depth - 1, elapsed);
             }
         } else if switched(v, index) {
             // Its function was switched to counting as this call began: its trampoline
@@ -218,7 +219,7 @@ pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, index: u32, regs:
             // (an attach, or code run before the module's init).
             (*h).early_exits += 1;
         } else {
-            t.note_unmatched(if index < u64::from(u32::MAX) { counter(index) } else { 0 });
+            t.note_unmatched(if shared { 0 } else { counter(index) });
         }
         (*h).last_tsc = now;
         let check = tsc >= (*h).next_check_tsc;

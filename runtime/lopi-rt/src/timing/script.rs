@@ -114,14 +114,30 @@ pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const 
 }
 
 /// From the exit stub's fast path, once the call's frame is closed: runs the function's
-/// return probes with the call's `ticks`.
-pub(super) unsafe extern "C" fn script_exit(index: u32, ticks: u64, rsp: u64, regs: *const u64) {
+/// return probes with the call's `ticks`; `word` is what the exit probe pushed.
+pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64) {
     let v = super::vars();
+    let index = u64::from(word & crate::abi::exit_word::INDEX);
     // SAFETY: as `script_enter`.
     unsafe {
-        let (_, list) = hooks(v, u64::from(index));
+        let (_, list) = hooks(v, index);
         if let (true, Some(t)) = (list != 0, Thread::existing(v)) {
-            run(&t, v, list, u64::from(index), regs, rsp, (*t.h).depth, ticks);
+            run_return(&t, v, list, index, word & crate::abi::exit_word::TAIL != 0, regs, rsp, (*t.h).depth, ticks);
+        }
+    }
+}
+
+/// Runs a function's return probes, unless it leaves by a tail call: its return value is
+/// then the function's it jumps to, and its call goes on there, so such returns are counted
+/// (and reported), not run with values that are not the function's.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, tail: bool, regs: *const u64, rsp: u64, below: u32, ticks: u64) {
+    // SAFETY: forwarded; the area is this thread's.
+    unsafe {
+        if !tail {
+            run(t, v, list, index, regs, rsp, below, ticks);
+        } else if let Some(area) = area(t, v, (*v).script as *const ScriptImage) {
+            (*area).tail_returns += 1;
         }
     }
 }
@@ -220,16 +236,25 @@ unsafe fn env<'a>(ctx: *mut ScriptCtx) -> &'a Env {
     unsafe { &*((*ctx).runtime as *const Env) }
 }
 
-/// The table of map `map`, if the script has it.
+/// The table of map `map`, if the script has it; cleared first if the host asked for that
+/// since this thread last used it.
 unsafe fn table<'a>(ctx: *mut ScriptCtx, map: u64) -> Option<&'a mut [u8]> {
-    // SAFETY: as `env`; the shapes table has `map_count` entries.
+    // SAFETY: as `env`; the shapes table has `map_count` entries, at most `MAX_MAPS`, and the
+    // area has a clear request and a done word for each.
     unsafe {
         let e = env(ctx);
-        if map >= u64::from((*e.s).map_count) {
+        if map >= u64::from((*e.s).map_count) || map >= script::MAX_MAPS as u64 {
             return None;
         }
         let shape = *((e.s as u64).wrapping_add((*e.s).tables as u64) as *const TableShape).add(map as usize);
-        Some(table_of(e.area, shape))
+        let table = table_of(e.area, shape);
+        let requested = read_volatile((e.area as *const u8).add(script::CLEAR_REQUESTS + 4 * map as usize) as *const u32);
+        let done = (e.area as *mut u8).add(script::CLEARS_DONE + 4 * map as usize) as *mut u32;
+        if requested != *done {
+            script_map::clear(table);
+            write_volatile(done, requested);
+        }
+        Some(table)
     }
 }
 

@@ -135,12 +135,12 @@ global_asm!(
     "or rax, rdx",
     "lea rsi, [rip + LOPI_DELTAS]",
     "add rsi, [rsi]",
-    // While the module has script probes, a site several functions share (-1) takes the
-    // slow path, which finds the function from its frame.
+    // While the module has script probes, a site several functions share (a negative word)
+    // takes the slow path, which finds the function from its frame.
     "cmp qword ptr [rsi + {v_hooks}], 0",
     "je 1f",
-    "cmp dword ptr [rsp + 56], -1",
-    "je 9f",
+    "cmp dword ptr [rsp + 56], 0",
+    "jl 9f",
     "1:",
     "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
@@ -187,13 +187,15 @@ global_asm!(
     "jbe 2f",
     "mov [r8 + {n_max}], rsi",
     "2:",
-    // The function's return script probes, if it has any, with the call's ticks (rsi).
+    // The function's return script probes, if it has any, with the call's ticks (rsi) and
+    // the exit word (a tail call's is marked).
     "lea rax, [rip + LOPI_DELTAS]",
     "add rax, [rax]",
     "mov rax, [rax + {v_hooks}]",
     "test rax, rax",
     "jz 4f",
     "mov edx, dword ptr [rsp + 56]",
+    "and edx, {exit_index}",
     "cmp dword ptr [rax + rdx*8 + 4], 0",
     "je 4f",
     "push r9", "push r10", "push r11", "push rbp",
@@ -268,6 +270,7 @@ global_asm!(
     script_exit = sym super::script::script_exit,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
     v_hooks = const offset_of!(RuntimeVars, script_hooks),
+    exit_index = const abi::exit_word::INDEX,
     f_unclocked = const abi::FRAME_UNCLOCKED,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),

@@ -1,0 +1,245 @@
+//! `lopi trace`: a probe script (lopi-script) compiled into the program's probe image and run
+//! by the program's own threads. lopi prints what the probes print while the program runs
+//! (from each thread's output ring in the data file), runs `begin`, `interval:` and `end`
+//! itself, and prints the maps when the program ends, or when a probe calls `exit()`.
+mod session;
+
+use crate::live::{self, Probes};
+use anyhow::{anyhow, bail, Context, Result};
+use lopi_image::script::ScriptSpec;
+use lopi_patch::Probes as ProbeSet;
+use lopi_script::ir::{Point, Program};
+use session::{Phase, Session};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of each thread's output ring.
+const RING_LEN: u64 = 1 << 20;
+/// How often the rings are read while the program runs.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What `lopi trace` was asked.
+pub struct Request {
+    /// The script's text, and the name diagnostics give it (`-e` or the file's path).
+    pub source: String,
+    pub source_name: String,
+    pub json: bool,
+    /// Where lopi's output goes instead of stdout.
+    pub output: Option<PathBuf>,
+    /// Most keys per map (default: lopi-script's).
+    pub max_entries: Option<u32>,
+    pub command: Vec<OsString>,
+    pub cache: Option<lopi_cache::PlanCache>,
+}
+
+/// A script the checker refused: its diagnostics, rendered.
+#[derive(Debug)]
+pub struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// Resolves a script's points against the program's functions.
+struct Functions<'a> {
+    names: Vec<&'a str>,
+}
+
+impl lopi_script::Resolver for Functions<'_> {
+    fn functions_matching(&self, lib: Option<&str>, glob: &str) -> usize {
+        match lib {
+            None => self.names.iter().filter(|n| lopi_script::glob_match(glob, n)).count(),
+            Some(_) => 0,
+        }
+    }
+
+    fn syscall_known(&self, name: &str) -> bool {
+        (0..1024).any(|nr| lopi_trace::syscall_name(nr) == name)
+    }
+
+    fn syscalls_matching(&self, glob: &str) -> usize {
+        (0..1024).filter(|&nr| lopi_script::glob_match(glob, &lopi_trace::syscall_name(nr))).count()
+    }
+}
+
+/// The program's path as `exec` would find it.
+fn find_program(program: &OsString) -> Result<PathBuf> {
+    let given = Path::new(program);
+    if given.components().count() > 1 {
+        return Ok(given.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(given))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| anyhow!("{}: not found in PATH", given.display()))
+}
+
+/// The checked program, its points in the program (refused otherwise, with the reason).
+fn check(request: &Request, module: &lopi_elf::ElfModule<'_>) -> Result<Program> {
+    let resolver = Functions { names: module.functions.iter().map(|f| f.name.as_str()).collect() };
+    let mut program = lopi_script::compile_front(&request.source, &resolver).map_err(|d| Refused(d.render(&request.source, &request.source_name).trim_end().to_string()))?;
+    if let Some(entries) = request.max_entries {
+        program.set_max_entries(entries);
+    }
+    for point in program.probes.iter().flat_map(|p| &p.points) {
+        let supported = matches!(point, Point::FuncEntry { lib: None, .. } | Point::FuncReturn { lib: None, .. } | Point::Begin | Point::End | Point::Interval { .. });
+        if !supported {
+            bail!("`{point}`: lopi trace runs func:GLOB and func:GLOB:return points of the program itself, begin, end and interval: so far; this kind of point is not built yet");
+        }
+    }
+    Ok(program)
+}
+
+/// The functions the script's points name, as the planner's filter takes them.
+fn function_globs(program: &Program) -> Vec<String> {
+    let mut globs: Vec<String> = program
+        .probes
+        .iter()
+        .flat_map(|p| &p.points)
+        .filter_map(|point| match point {
+            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => {
+                Some(if glob::Pattern::new(glob).is_ok() { glob.clone() } else { glob::Pattern::escape(glob) })
+            }
+            _ => None,
+        })
+        .collect();
+    globs.sort();
+    globs.dedup();
+    globs
+}
+
+/// `lopi trace SCRIPT -- PROG ARGS`.
+pub fn run(request: Request) -> Result<()> {
+    let Some(program_arg) = request.command.first() else { bail!("lopi trace needs a program to run: lopi trace SCRIPT -- PROG ARGS") };
+    let path = find_program(program_arg)?;
+    let file = lopi_cache::read_file(&path).with_context(|| format!("reading {}", path.display()))?;
+    let debug = lopi_elf::DebugFile::find(&path, &file, &lopi_elf::debug_dir());
+    let mut module = lopi_elf::ElfModule::parse_with_debug(&file, debug.as_ref()).with_context(|| format!("{}", path.display()))?;
+    lopi_patch::analyse(&mut module);
+    let program = check(&request, &module)?;
+    let spec = Arc::new(ScriptSpec::new(program, &request.source, RING_LEN));
+    let probes = Probes {
+        include: function_globs(&spec.program),
+        exclude: Vec::new(),
+        probes: ProbeSet { entries: true, exits: true, ..ProbeSet::default() },
+        trace: false,
+        budget_ppm: 0,
+        cache: request.cache.clone(),
+        script: Some(spec.clone()),
+    };
+    let out: Box<dyn Write> = match &request.output {
+        Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?),
+        None => Box::new(std::io::stdout()),
+    };
+    let mut launched = live::launch(&probes, &request.command, None, true)?;
+    let installed = launched.installation.modules.first();
+    let bias = installed.map_or(0, |m| m.bias);
+    report_probes(&spec.program, &module, installed);
+    let symbols = Symbols::new(&module, bias);
+    let data = std::fs::OpenOptions::new().read(true).write(true).open(&launched.output).with_context(|| format!("opening {}", launched.output))?;
+    let mut session = Session::new(&spec, data, &symbols, out, request.json);
+    session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
+    // Each interval point's next time.
+    let started = Instant::now();
+    let mut intervals: Vec<(u64, Duration)> = interval_points(&spec.program).into_iter().map(|ns| (ns, Duration::from_nanos(ns))).collect();
+    let status = loop {
+        if let Some(status) = launched.child.try_wait().context("waiting for the program")? {
+            break status;
+        }
+        if !session.exited {
+            session.poll()?;
+            for (ns, due) in &mut intervals {
+                if started.elapsed() >= *due && !session.exited {
+                    let period = *ns;
+                    session.run_host(Phase::Running, |p| *p == Point::Interval { ns: period })?;
+                    *due += Duration::from_nanos(period);
+                }
+            }
+            if session.exited {
+                session.print_maps()?;
+            }
+        }
+        let next = intervals.iter().map(|(_, due)| due.saturating_sub(started.elapsed())).min().unwrap_or(POLL);
+        std::thread::sleep(next.clamp(Duration::from_millis(1), POLL));
+    };
+    launched.finish_sampling();
+    if !session.exited {
+        session.poll()?;
+        session.run_host(Phase::Ended, |p| *p == Point::End)?;
+        session.print_maps()?;
+    }
+    session.report_losses();
+    live::exit_like(status, &launched.blocked)
+}
+
+/// The periods of the script's `interval:` points, without repeats.
+fn interval_points(program: &Program) -> Vec<u64> {
+    let mut periods: Vec<u64> = program.probes.iter().flat_map(|p| &p.points).filter_map(|p| if let Point::Interval { ns } = p { Some(*ns) } else { None }).collect();
+    periods.sort_unstable();
+    periods.dedup();
+    periods
+}
+
+/// Says on stderr how many functions the probes are in, and which named ones could not be.
+fn report_probes(program: &Program, module: &lopi_elf::ElfModule<'_>, installed: Option<&lopi_live::InstalledModule>) {
+    let globs: Vec<&str> = program
+        .probes
+        .iter()
+        .flat_map(|p| &p.points)
+        .filter_map(|point| match point {
+            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => Some(glob.as_str()),
+            _ => None,
+        })
+        .collect();
+    let named = |name: &str| globs.iter().any(|g| lopi_script::glob_match(g, name));
+    let Some(installed) = installed else { return };
+    let mut probed = 0;
+    let mut refused = Vec::new();
+    for ((f, timing), outcome) in module.functions.iter().zip(&installed.timing).zip(&installed.outcomes) {
+        if !named(&f.name) {
+            continue;
+        }
+        match (timing, outcome) {
+            (lopi_patch::TimingOutcome::Timed, _) => probed += 1,
+            (lopi_patch::TimingOutcome::Untimed(why), _) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
+            (_, lopi_patch::Outcome::Skipped(why)) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
+            _ => refused.push(format!("{} (not probed)", f.name)),
+        }
+    }
+    eprintln!("lopi: tracing {probed} function{} of {}; Ctrl-C ends the program", if probed == 1 { "" } else { "s" }, installed.path);
+    if !refused.is_empty() {
+        eprintln!("lopi: {} function{} the script names cannot be probed, their probes never run: {}", refused.len(), if refused.len() == 1 { "" } else { "s" }, refused.join(", "));
+    }
+}
+
+/// Names run-time code addresses of the main executable.
+pub struct Symbols {
+    /// (start, end, name), sorted.
+    functions: Vec<(u64, u64, String)>,
+}
+
+impl Symbols {
+    fn new(module: &lopi_elf::ElfModule<'_>, bias: u64) -> Symbols {
+        let mut functions: Vec<(u64, u64, String)> =
+            module.functions.iter().map(|f| (f.addr.0.wrapping_add(bias), f.addr.0.wrapping_add(bias) + f.size.max(1), f.name.clone())).collect();
+        functions.sort();
+        Symbols { functions }
+    }
+
+    pub fn name(&self, addr: u64) -> String {
+        let i = self.functions.partition_point(|f| f.0 <= addr);
+        match i.checked_sub(1).map(|i| &self.functions[i]) {
+            Some((start, end, name)) if addr < *end && addr == *start => name.clone(),
+            Some((start, end, name)) if addr < *end => format!("{name}+{}", addr - start),
+            _ => format!("{addr:#x}"),
+        }
+    }
+}
