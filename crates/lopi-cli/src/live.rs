@@ -211,9 +211,28 @@ pub fn exit_like(status: std::process::ExitStatus, blocked: &SigSet) -> ! {
     std::process::exit(status.code().unwrap_or(1));
 }
 
-/// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
-/// or its exit, then takes every probe out again.
-pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
+/// A running process with probes spliced in.
+pub struct Attached {
+    pub pid: i32,
+    /// The data file.
+    pub output: String,
+    pub installation: Installation,
+    /// Ctrl-C, SIGTERM and SIGHUP, blocked and read here: they mean "detach".
+    signals: SignalFd,
+    /// When the probes went live.
+    since: Instant,
+}
+
+/// Why a wait for an attached process ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited,
+    /// --duration, a signal, or the caller's `stop`.
+    Detach,
+}
+
+/// Installs the probes in process `pid` and lets it run on.
+pub fn attach_start(probes: &Probes, pid: i32, quiet: bool) -> Result<Attached> {
     // Ctrl-C, SIGTERM and SIGHUP mean "detach", read from a signalfd; blocked first, so
     // that one arriving mid-install waits until the probes are in.
     let mut mask = SigSet::empty();
@@ -227,7 +246,7 @@ pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<(
     let spec = probes.spec(&output)?;
     lopi_live::preflight(pid)?;
     // Planning needs no pause: the process runs on meanwhile.
-    let bar = Bar::new(&format!("planning process {pid}"), true);
+    let bar = Bar::new(&format!("planning process {pid}"), !quiet);
     let planned = lopi_live::plan(pid, &spec, None, &bar);
     drop(bar);
     let mut plan = planned.with_context(|| format!("planning probes for process {pid}"))?;
@@ -238,61 +257,84 @@ pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<(
     let installation = target.install(&mut plan).with_context(|| format!("installing probes in process {pid}"))?;
     target.release();
     let pause_ms = lopi_live::millis(started);
-    eprintln!("lopi: recording to {output}");
-    eprint!("{}", describe(&installation, &plan));
-    eprintln!(
-        "lopi: attached to {pid} ({threads} threads): {} sites; process paused {pause_ms:.1} ms ({stopped_ms:.1} ms to stop its threads; planned beforehand in {:.1} ms)",
-        installation.sites(),
-        plan.took.as_secs_f64() * 1e3
-    );
+    if !quiet {
+        eprintln!("lopi: recording to {output}");
+        eprint!("{}", describe(&installation, &plan));
+        eprintln!(
+            "lopi: attached to {pid} ({threads} threads): {} sites; process paused {pause_ms:.1} ms ({stopped_ms:.1} ms to stop its threads; planned beforehand in {:.1} ms)",
+            installation.sites(),
+            plan.took.as_secs_f64() * 1e3
+        );
+    }
+    Ok(Attached { pid, output, installation, signals, since: Instant::now() })
+}
+
+impl Attached {
+    /// Whether the process has exited, or it is time to detach: after `duration`, on a
+    /// signal, or when `stop` says so (checked every `poll`).
+    pub fn wait(&self, duration: Option<Duration>, poll: Duration, mut stop: impl FnMut() -> Result<bool>) -> Result<Ended> {
+        let running = Instant::now();
+        loop {
+            if !alive(self.pid) {
+                return Ok(Ended::Exited);
+            }
+            if duration.is_some_and(|d| running.elapsed() >= d) || matches!(self.signals.read_signal(), Ok(Some(_))) || stop()? {
+                return Ok(Ended::Detach);
+            }
+            std::thread::sleep(poll);
+        }
+    }
+
+    /// Takes every probe out again; the record stays valid either way.
+    pub fn detach(&self, quiet: bool) -> Result<()> {
+        let detaching = Instant::now();
+        let pid = self.pid;
+        let mut target = match Target::attach(pid) {
+            Ok(t) => t,
+            Err(lopi_live::LiveError::NoSuchProcess(_) | lopi_live::LiveError::TargetExited(_)) => {
+                if !quiet {
+                    eprintln!("lopi: process {pid} exited; see `lopi report {}`", self.output);
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e).context("re-attaching to take the probes out (they stay in; the record stays valid)"),
+        };
+        let removal = target.remove(&self.installation).context("taking the probes out")?;
+        target.release();
+        let detach_ms = lopi_live::millis(detaching);
+        if !quiet {
+            eprintln!(
+                "lopi: detached after {:.1} s: {} sites restored, process paused {detach_ms:.1} ms{}{}",
+                self.since.elapsed().as_secs_f64(),
+                removal.restored_sites,
+                if removal.waited_threads > 0 { format!(", waited for {} threads inside probes", removal.waited_threads) } else { String::new() },
+                if removal.kept_mappings > 0 { ", lopi's code left mapped (a thread stayed inside it)".to_string() } else { String::new() },
+            );
+        }
+        if let Some(why) = &removal.kept_thread_state {
+            eprintln!("lopi: note: threads' timing state stays mapped in the process ({why})");
+        }
+        if removal.changed_sites > 0 {
+            eprintln!("lopi: warning: {} sites were changed by someone else meanwhile and were left as they are", removal.changed_sites);
+        }
+        Ok(())
+    }
+}
+
+/// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
+/// or its exit, then takes every probe out again.
+pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
+    let attached = attach_start(probes, pid, false)?;
     match duration {
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
         None => eprintln!("lopi: detaching on Ctrl-C"),
     }
-
-    let running = Instant::now();
-    let exited = loop {
-        if !alive(pid) {
-            break true;
-        }
-        if duration.is_some_and(|d| running.elapsed() >= d) {
-            break false;
-        }
-        if let Ok(Some(_)) = signals.read_signal() {
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    if exited {
-        eprintln!("lopi: process {pid} exited; see `lopi report {output}`");
+    if attached.wait(duration, Duration::from_millis(20), || Ok(false))? == Ended::Exited {
+        eprintln!("lopi: process {pid} exited; see `lopi report {}`", attached.output);
         return Ok(());
     }
-    let detaching = Instant::now();
-    let mut target = match Target::attach(pid) {
-        Ok(t) => t,
-        Err(lopi_live::LiveError::NoSuchProcess(_) | lopi_live::LiveError::TargetExited(_)) => {
-            eprintln!("lopi: process {pid} exited; see `lopi report {output}`");
-            return Ok(());
-        }
-        Err(e) => return Err(e).context("re-attaching to take the probes out (they stay in; the record stays valid)"),
-    };
-    let removal = target.remove(&installation).context("taking the probes out")?;
-    target.release();
-    let detach_ms = lopi_live::millis(detaching);
-    eprintln!(
-        "lopi: detached after {:.1} s: {} sites restored, process paused {detach_ms:.1} ms{}{}",
-        running.elapsed().as_secs_f64(),
-        removal.restored_sites,
-        if removal.waited_threads > 0 { format!(", waited for {} threads inside probes", removal.waited_threads) } else { String::new() },
-        if removal.kept_mappings > 0 { ", lopi's code left mapped (a thread stayed inside it)".to_string() } else { String::new() },
-    );
-    if let Some(why) = &removal.kept_thread_state {
-        eprintln!("lopi: note: threads' timing state stays mapped in the process ({why})");
-    }
-    if removal.changed_sites > 0 {
-        eprintln!("lopi: warning: {} sites were changed by someone else meanwhile and were left as they are", removal.changed_sites);
-    }
-    eprintln!("lopi: see `lopi report {output}`");
+    attached.detach(false)?;
+    eprintln!("lopi: see `lopi report {}`", attached.output);
     Ok(())
 }
 

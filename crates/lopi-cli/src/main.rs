@@ -196,8 +196,14 @@ enum Command {
         /// Most keys a map holds per thread (updates beyond are dropped and counted).
         #[arg(long, value_name = "N")]
         max_entries: Option<u32>,
+        /// Trace this running process (its probes are taken out again at the end).
+        #[arg(short, long, conflicts_with = "command")]
+        pid: Option<i32>,
+        /// With -p: stop after this long (10s, 500ms, 2m), else on Ctrl-C.
+        #[arg(long, value_parser = live::parse_duration, requires = "pid")]
+        duration: Option<std::time::Duration>,
         /// The program and its arguments (after `--`).
-        #[arg(last = true, required = true, value_name = "PROG ARGS")]
+        #[arg(last = true, required_unless_present = "pid", value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
     },
     /// Run PROG natively and under an emulated kernel (a giant lock around every system call,
@@ -534,13 +540,13 @@ fn run(cli: Cli) -> Result<()> {
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
-        Command::Trace { file, expr, format, output, max_entries, command } => {
+        Command::Trace { file, expr, format, output, max_entries, pid, duration, command } => {
             let (source, source_name) = match (expr, file) {
                 (Some(text), _) => (text, "-e".to_string()),
                 (None, Some(path)) => (std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string()),
                 (None, None) => bail!("lopi trace needs a script: a file, or -e 'PROGRAM'"),
             };
-            trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, command, cache })
+            trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, pid, duration, command, cache })
         }
         Command::Whatif { kernel, proxy_wait, cpus, runs, format, command } => {
             whatif::run(whatif::Request { kernel, proxy_wait, cpus, runs, json: format == Format::Json, command })

@@ -198,3 +198,43 @@ fn begin_interval_and_end_run_in_lopi() {
     assert!(lines[end..].contains(&"@k[0]: 13") && !text.contains("@k[1]"), "{text}");
     cleanup(&dir);
 }
+
+/// Calls `tick(i)` every millisecond until killed, printing nothing.
+const FOREVER: &str = r#"
+#include <unistd.h>
+volatile long sink;
+__attribute__((noinline)) long tick(long i) { long s = 0; for (long j = 0; j < i % 100; j++) s += j * j; return s; }
+int main(void) { for (long i = 0;; i++) { sink += tick(i); usleep(1000); } }
+"#;
+
+#[test]
+fn a_running_process_is_traced_and_given_back_unchanged() {
+    let dir = fresh_dir("trace_attach");
+    let prog = build_c(&dir, "forever", FOREVER, &["-O2"]);
+    let mut child = Command::new(&prog).stdin(std::process::Stdio::null()).spawn().expect("starting the fixture");
+    let pid = child.id() as i32;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let file = dir.join("out.json");
+    let script = "begin { @b = 1; } func:tick { @n = count(); @most = max(arg0); } interval:100ms { @ticks = count(); }";
+    let out = run(
+        Command::new(lopi_bin()).args(["trace", "-e", script, "--format", "json", "--duration", "500ms", "-o"]).arg(&file).arg("-p").arg(pid.to_string()),
+        common::default_timeout(),
+    )
+    .unwrap();
+    let alive = child.try_wait().unwrap().is_none();
+    let restored = common::code_matches_file(pid, &prog);
+    child.kill().ok();
+    child.wait().ok();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    assert!(alive, "the process died under lopi trace -p: {}", out.stderr_str());
+    restored.unwrap_or_else(|e| panic!("after lopi trace -p: {e}\n{}", out.stderr_str()));
+    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let maps = &got["maps"];
+    // About 500 calls in 500 ms (usleep(1000) sleeps longer on a busy machine), arguments
+    // counting up from where the process was.
+    let n = maps["@n"].as_u64().unwrap_or(0);
+    assert!((50..=600).contains(&n) && maps["@most"].as_i64().unwrap_or(0) > n as i64, "{got}");
+    assert!(maps["@b"] == 1 && (3..=6).contains(&maps["@ticks"].as_u64().unwrap_or(0)), "{got}");
+    assert!(out.stderr_str().contains("sites restored"), "{}", out.stderr_str());
+    cleanup(&dir);
+}

@@ -31,6 +31,9 @@ pub struct Request {
     pub output: Option<PathBuf>,
     /// Most keys per map (default: lopi-script's).
     pub max_entries: Option<u32>,
+    /// A running process to trace instead of a command, for `duration` (else until Ctrl-C).
+    pub pid: Option<i32>,
+    pub duration: Option<Duration>,
     pub command: Vec<OsString>,
     pub cache: Option<lopi_cache::PlanCache>,
 }
@@ -116,11 +119,16 @@ fn function_globs(program: &Program) -> Vec<String> {
     globs
 }
 
-/// `lopi trace SCRIPT -- PROG ARGS`.
+/// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
 pub fn run(request: Request) -> Result<()> {
-    let Some(program_arg) = request.command.first() else { bail!("lopi trace needs a program to run: lopi trace SCRIPT -- PROG ARGS") };
-    let path = find_program(program_arg)?;
-    let file = lopi_cache::read_file(&path).with_context(|| format!("reading {}", path.display()))?;
+    let path = match (request.pid, request.command.first()) {
+        (Some(pid), _) => std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid}"))?,
+        (None, Some(program)) => find_program(program)?,
+        (None, None) => bail!("lopi trace needs a program to run or a process: lopi trace SCRIPT -- PROG ARGS, or lopi trace SCRIPT -p PID"),
+    };
+    // Through the process's root, as its loader saw the file.
+    let readable = request.pid.map_or_else(|| path.clone(), |pid| PathBuf::from(format!("/proc/{pid}/exe")));
+    let file = lopi_cache::read_file(&readable).with_context(|| format!("reading {}", path.display()))?;
     let debug = lopi_elf::DebugFile::find(&path, &file, &lopi_elf::debug_dir());
     let mut module = lopi_elf::ElfModule::parse_with_debug(&file, debug.as_ref()).with_context(|| format!("{}", path.display()))?;
     lopi_patch::analyse(&mut module);
@@ -139,45 +147,97 @@ pub fn run(request: Request) -> Result<()> {
         Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?),
         None => Box::new(std::io::stdout()),
     };
+    let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
+        let installed = installation.modules.first();
+        report_probes(&spec.program, &module, installed);
+        let data = std::fs::OpenOptions::new().read(true).write(true).open(output).with_context(|| format!("opening {output}"))?;
+        Ok((Symbols::new(&module, installed.map_or(0, |m| m.bias)), data))
+    };
+    if let Some(pid) = request.pid {
+        let attached = live::attach_start(&probes, pid, true)?;
+        let (symbols, data) = start(&attached.installation, &attached.output)?;
+        let mut session = Session::new(&spec, data, &symbols, out, request.json);
+        session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
+        let mut intervals = Intervals::new(&spec.program);
+        match request.duration {
+            Some(d) => eprintln!("lopi: tracing process {pid} for {:.1} s, or until Ctrl-C", d.as_secs_f64()),
+            None => eprintln!("lopi: tracing process {pid} until Ctrl-C"),
+        }
+        let ended = attached.wait(request.duration, Duration::from_millis(1), || {
+            intervals.tick(&mut session)?;
+            Ok(session.exited)
+        })?;
+        if ended == live::Ended::Detach {
+            attached.detach(false)?;
+        }
+        return finish(&mut session);
+    }
     let mut launched = live::launch(&probes, &request.command, None, true)?;
-    let installed = launched.installation.modules.first();
-    let bias = installed.map_or(0, |m| m.bias);
-    report_probes(&spec.program, &module, installed);
-    let symbols = Symbols::new(&module, bias);
-    let data = std::fs::OpenOptions::new().read(true).write(true).open(&launched.output).with_context(|| format!("opening {}", launched.output))?;
+    let (symbols, data) = start(&launched.installation, &launched.output)?;
     let mut session = Session::new(&spec, data, &symbols, out, request.json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
-    // Each interval point's next time.
-    let started = Instant::now();
-    let mut intervals: Vec<(u64, Duration)> = interval_points(&spec.program).into_iter().map(|ns| (ns, Duration::from_nanos(ns))).collect();
+    let mut intervals = Intervals::new(&spec.program);
     let status = loop {
         if let Some(status) = launched.child.try_wait().context("waiting for the program")? {
             break status;
         }
-        if !session.exited {
-            session.poll()?;
-            for (ns, due) in &mut intervals {
-                if started.elapsed() >= *due && !session.exited {
-                    let period = *ns;
-                    session.run_host(Phase::Running, |p| *p == Point::Interval { ns: period })?;
-                    *due += Duration::from_nanos(period);
-                }
-            }
-            if session.exited {
-                session.print_maps()?;
-            }
-        }
-        let next = intervals.iter().map(|(_, due)| due.saturating_sub(started.elapsed())).min().unwrap_or(POLL);
-        std::thread::sleep(next.clamp(Duration::from_millis(1), POLL));
+        intervals.tick(&mut session)?;
+        std::thread::sleep(intervals.next_wait());
     };
     launched.finish_sampling();
+    finish(&mut session)?;
+    live::exit_like(status, &launched.blocked)
+}
+
+/// Once the program has ended (or lopi let go of it): what it printed last, the `end` probes,
+/// the maps, what was lost.
+fn finish(session: &mut Session<'_>) -> Result<()> {
     if !session.exited {
         session.poll()?;
         session.run_host(Phase::Ended, |p| *p == Point::End)?;
         session.print_maps()?;
     }
     session.report_losses();
-    live::exit_like(status, &launched.blocked)
+    Ok(())
+}
+
+/// The script's `interval:` points and when each runs next.
+struct Intervals {
+    started: Instant,
+    /// (period in ns, next time from `started`).
+    due: Vec<(u64, Duration)>,
+}
+
+impl Intervals {
+    fn new(program: &Program) -> Intervals {
+        Intervals { started: Instant::now(), due: interval_points(program).into_iter().map(|ns| (ns, Duration::from_nanos(ns))).collect() }
+    }
+
+    /// Prints what the threads wrote, then runs the intervals that are due; the maps are
+    /// printed at once when a probe calls `exit()`.
+    fn tick(&mut self, session: &mut Session<'_>) -> Result<()> {
+        if session.exited {
+            return Ok(());
+        }
+        session.poll()?;
+        for (period, due) in &mut self.due {
+            if self.started.elapsed() >= *due && !session.exited {
+                let ns = *period;
+                session.run_host(Phase::Running, |p| *p == Point::Interval { ns })?;
+                *due += Duration::from_nanos(ns);
+            }
+        }
+        if session.exited {
+            session.print_maps()?;
+        }
+        Ok(())
+    }
+
+    /// How long to sleep before the next tick.
+    fn next_wait(&self) -> Duration {
+        let next = self.due.iter().map(|(_, due)| due.saturating_sub(self.started.elapsed())).min().unwrap_or(POLL);
+        next.clamp(Duration::from_millis(1), POLL)
+    }
 }
 
 /// The periods of the script's `interval:` points, without repeats.
