@@ -54,6 +54,14 @@ enum Command {
         output: PathBuf,
         #[command(flatten)]
         select: Select,
+        /// Compile this probe script (`lopi trace`'s language) into the copy; it decides which
+        /// functions are probed. Its output stays in the record: `lopi report DATA --script`
+        /// prints it and runs its `begin` and `end` probes (`interval:` needs lopi trace).
+        #[arg(long, value_name = "FILE", conflicts_with = "script_expr")]
+        script: Option<PathBuf>,
+        /// The same, given as text.
+        #[arg(long, value_name = "PROGRAM")]
+        script_expr: Option<String>,
         /// Also record every entry and exit with a timestamp (implies --probe entry,exit);
         /// `lopi export --format chrome` turns it into a timeline.
         #[arg(long)]
@@ -106,6 +114,10 @@ enum Command {
         /// --probe block).
         #[arg(long, value_name = "FUNC", conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown"])]
         blocks: Option<String>,
+        /// Show what the probe script of a program rewritten with --script left: its output,
+        /// then its begin and end probes (run now) and its maps.
+        #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks"])]
+        script: bool,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -441,12 +453,17 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Rewrite { prog, output, select, trace, budget } => {
+        Command::Rewrite { prog, output, select, trace, budget, script, script_expr } => {
             let mut probes = select.probes()?;
             probes.entries |= trace;
             probes.exits |= trace;
             let recording = lopi_rewrite::Recording { trace, budget_ppm: budget.ppm(probes.exits)? };
-            let (summary, lookup) = rewrite(&prog, &output, &select.filter()?, probes, recording, cache.as_ref())?;
+            let script = match (script, script_expr) {
+                (Some(path), _) => Some((std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string())),
+                (None, Some(text)) => Some((text, "--script-expr".to_string())),
+                (None, None) => None,
+            };
+            let (summary, lookup) = rewrite(&prog, &output, &select.filter()?, probes, recording, script, cache.as_ref())?;
             let (from, note_text) = progress::lookup_text(&lookup);
             eprintln!("lopi: wrote {}: {summary}{from}", output.display());
             if let Some(text) = note_text {
@@ -455,7 +472,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Coverage { data, format, output } => coverage::run(&read_data(&data)?, format, output.as_deref()),
-        Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown, blocks } => {
+        Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown, blocks, script } => {
+            if script {
+                return trace::report(&data, format == Format::Json);
+            }
             let file = read_data(&data)?;
             if let Some(func) = blocks {
                 let modules = lopi_trace::ModuleBlocks::from_data(&file);
@@ -658,12 +678,17 @@ fn parse<'d>(path: &Path, data: &'d [u8], debug: Option<&lopi_elf::DebugFile>) -
 }
 
 /// Rewrites `prog` into `output`; returns the summary line and where the plan came from.
+/// Rewrites `prog` into `output`, with `script` (its text and the name its diagnostics give
+/// it) compiled in if given, which then decides the functions and probes; returns the summary
+/// line and where the plan came from.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn rewrite(
     prog: &Path,
     output: &Path,
     filter: &Filter,
     probes: Probes,
     recording: lopi_rewrite::Recording,
+    script: Option<(String, String)>,
     cache: Option<&PlanCache>,
 ) -> Result<(String, Lookup)> {
     use std::os::unix::fs::PermissionsExt;
@@ -673,14 +698,34 @@ pub(crate) fn rewrite(
     }
     let debug = debug_file(prog, &file);
     let mut module = parse(prog, &file, debug.as_ref())?;
+    let script = match script {
+        Some((source, name)) => {
+            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, module.functions.iter().map(|f| f.name.as_str()).collect())?;
+            if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {
+                bail!("interval: probes need lopi to run while the program runs: use lopi trace");
+            }
+            Some(spec)
+        }
+        None => None,
+    };
+    let (filter, probes) = match &script {
+        Some(spec) => {
+            let include = trace::function_globs(&spec.program).iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
+            (Filter { include, exclude: Vec::new() }, Probes::TIME)
+        }
+        None => (filter.clone(), probes),
+    };
     let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
-    let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, filter, probes, cache, &bar);
+    let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &filter, probes, cache, &bar);
     bar.step("laying out and writing");
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
         source: absolute(prog).display().to_string(),
     };
-    let rewritten = lopi_rewrite::rewrite(&module, selection, &names, recording).with_context(|| format!("{}", prog.display()))?;
+    let rewritten = lopi_rewrite::rewrite_with_script(&module, selection, &names, recording, script.as_ref()).with_context(|| format!("{}", prog.display()))?;
+    if let Some(spec) = &script {
+        trace::report_probes(&spec.program, &module, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
+    }
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
     let mut summary = if probes.entries || probes.locks { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };

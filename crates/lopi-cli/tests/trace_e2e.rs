@@ -238,3 +238,35 @@ fn a_running_process_is_traced_and_given_back_unchanged() {
     assert!(out.stderr_str().contains("sites restored"), "{}", out.stderr_str());
     cleanup(&dir);
 }
+
+#[test]
+fn a_rewritten_program_keeps_its_script_output_for_lopi_report() {
+    let dir = fresh_dir("trace_static");
+    let prog = fixture(&dir);
+    let rewritten = dir.join("scripted.rw");
+    let script = "begin { @b = 5; } func:step { @by[str(arg1)] = count(); } func:step:return { @s = sum(retval); } \
+                  func:fib /arg0 == 14/ { printf(\"fib(%d)\\n\", arg0); } end { printf(\"end %d\\n\", @b); delete(@by[\"beta\"]); }";
+    let out = run(Command::new(lopi_bin()).arg("rewrite").arg(&prog).arg("-o").arg(&rewritten).args(["--script-expr", script]), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let data = dir.join("rw.lopi");
+    let ran = run(Command::new(&rewritten).env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+    assert_eq!(ran.stdout_str(), FIXTURE_OUTPUT, "{}", ran.stderr_str());
+    let before = std::fs::read(&data).unwrap();
+    let report = |format: &str| {
+        let out = run(Command::new(lopi_bin()).args(["report", "--script", "--format", format]).arg(&data), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{}", out.stderr_str());
+        out.stdout_str()
+    };
+    let text = report("json");
+    let (printed, maps) = text.trim_end().rsplit_once('\n').unwrap();
+    assert_eq!(printed, "fib(14)\nend 5", "{text}");
+    let maps: Json = serde_json::from_str(maps).unwrap();
+    assert_eq!(maps["maps"], json!({"@b": 5, "@by": {"alpha": 1334, "gamma": 1333}, "@s": 4014667}), "{text}");
+    // Read twice, the same: reading changes nothing in the record.
+    assert_eq!(report("json"), text);
+    assert!(std::fs::read(&data).unwrap() == before, "lopi report --script changed the record");
+    // interval: needs lopi running beside the program.
+    let out = run(Command::new(lopi_bin()).arg("rewrite").arg(&prog).arg("-o").arg(dir.join("x")).args(["--script-expr", "interval:1s { exit(); }"]), common::default_timeout()).unwrap();
+    assert!(!out.status.success() && out.stderr_str().contains("use lopi trace"), "{}", out.stderr_str());
+    cleanup(&dir);
+}

@@ -194,6 +194,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
             })
             .collect(),
         block_marks: plan.block_probes.iter().any(|b| b.mark),
+        script: request.script.map(|s| s.meta.clone()),
         blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone() }).collect(),
         unprobed_blocks: plan
             .blocks

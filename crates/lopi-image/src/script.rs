@@ -13,19 +13,22 @@ pub struct ScriptSpec {
     pub program: Program,
     /// Identity of the script and its options, which the data file's areas carry.
     pub id: u64,
-    /// Bytes of each thread's output ring.
-    pub ring_len: u64,
+    /// What the module's metadata keeps of it: a reader checks the text again into the same
+    /// program.
+    pub meta: lopi_trace::MetaScript,
 }
 
 impl ScriptSpec {
-    /// `id` from the text and the options that shape the areas.
-    pub fn new(program: Program, source: &str, ring_len: u64) -> ScriptSpec {
+    /// `program` checked from `source` with `max_entries` (if given); `id` from the text and
+    /// the options that shape the areas.
+    pub fn new(program: Program, source: &str, max_entries: Option<u32>, ring_len: u64) -> ScriptSpec {
+        let ring_len = ring_len.next_multiple_of(8).max(4096);
         let mut id = 0xcbf2_9ce4_8422_2325u64;
         let options = format!("{source}\0{}\0{ring_len}\0{:?}", program.str_size, program.maps.iter().map(|m| m.max_entries).collect::<Vec<_>>());
         for b in options.bytes() {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        ScriptSpec { program, id, ring_len: ring_len.next_multiple_of(8).max(4096) }
+        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len } }
     }
 }
 
@@ -60,7 +63,7 @@ pub fn area_layout(spec: &ScriptSpec) -> AreaLayout {
         })
         .collect();
     let ring_offset = at.next_multiple_of(64);
-    AreaLayout { tables, ring_offset, ring_len: spec.ring_len, len: page_align(ring_offset + spec.ring_len) }
+    AreaLayout { tables, ring_offset, ring_len: spec.meta.ring_len, len: page_align(ring_offset + spec.meta.ring_len) }
 }
 
 /// The function a counter counts: its name and module address.

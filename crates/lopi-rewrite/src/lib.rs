@@ -70,11 +70,18 @@ pub struct Rewritten {
 const STUB_LEN: usize = 4 + 3 + 9 + 7 + 5 + 3 + 5;
 
 /// Builds the new image. `selection` comes from [`lopi_patch::select`] on the same module.
-pub fn rewrite(
+pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames, recording: Recording) -> Result<Rewritten, RewriteError> {
+    rewrite_with_script(module, selection, names, recording, None)
+}
+
+/// [`rewrite`], with a probe script compiled into the image: it runs at the entries and
+/// exits of the timed functions its points name.
+pub fn rewrite_with_script(
     module: &ElfModule<'_>,
     selection: Selection,
     names: &ModuleNames,
     recording: Recording,
+    script: Option<&lopi_image::script::ScriptSpec>,
 ) -> Result<Rewritten, RewriteError> {
     let input = module.data();
     if contains(input, &DESCRIPTOR_MAGIC_PREFIX) {
@@ -92,7 +99,7 @@ pub fn rewrite(
     let rw_offset = page_align(input.len() as u64);
     let phnum = module.program_headers.len() + 3;
     let phdrs_len = phnum * elf::PHENT_SIZE;
-    let request = Request { names, recording, at: rw_vaddr, entry_room: STUB_LEN, header_room: phdrs_len, fork_handlers: true, script: None };
+    let request = Request { names, recording, at: rw_vaddr, entry_room: STUB_LEN, header_room: phdrs_len, fork_handlers: true, script };
     let built = lopi_image::build(module, selection, &request)?;
     let file_offset = |vaddr: u64| rw_offset + (vaddr - rw_vaddr);
 

@@ -69,6 +69,19 @@ pub struct ModuleMeta {
     /// The block counters are marks, 1 once the block ran (`--probe coverage`).
     #[serde(default)]
     pub block_marks: bool,
+    /// The probe script compiled into the module (`lopi trace`, `lopi rewrite --script`), by
+    /// which a reader finds and decodes the threads' script areas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<MetaScript>,
+}
+
+/// A module's probe script: its text and the options that shape its areas.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetaScript {
+    pub source: String,
+    /// `--max-entries`, when given.
+    pub max_entries: Option<u32>,
+    pub ring_len: u64,
 }
 
 /// A probed basic block.

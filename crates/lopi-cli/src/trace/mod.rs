@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes of each thread's output ring.
-const RING_LEN: u64 = 1 << 20;
+pub const RING_LEN: u64 = 1 << 20;
 /// How often the rings are read while the program runs.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -85,11 +85,12 @@ fn find_program(program: &OsString) -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("{}: not found in PATH", given.display()))
 }
 
-/// The checked program, its points in the program (refused otherwise, with the reason).
-fn check(request: &Request, module: &lopi_elf::ElfModule<'_>) -> Result<Program> {
-    let resolver = Functions { names: module.functions.iter().map(|f| f.name.as_str()).collect() };
-    let mut program = lopi_script::compile_front(&request.source, &resolver).map_err(|d| Refused(d.render(&request.source, &request.source_name).trim_end().to_string()))?;
-    if let Some(entries) = request.max_entries {
+/// A script checked against the functions `names` (its points must name some), with its
+/// options; refused, with the reason, when a point is of a kind not built yet.
+pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>, ring_len: u64, names: Vec<&str>) -> Result<ScriptSpec> {
+    let resolver = Functions { names };
+    let mut program = lopi_script::compile_front(source, &resolver).map_err(|d| Refused(d.render(source, source_name).trim_end().to_string()))?;
+    if let Some(entries) = max_entries {
         program.set_max_entries(entries);
     }
     for point in program.probes.iter().flat_map(|p| &p.points) {
@@ -98,11 +99,11 @@ fn check(request: &Request, module: &lopi_elf::ElfModule<'_>) -> Result<Program>
             bail!("`{point}`: lopi trace runs func:GLOB and func:GLOB:return points of the program itself, begin, end and interval: so far; this kind of point is not built yet");
         }
     }
-    Ok(program)
+    Ok(ScriptSpec::new(program, source, max_entries, ring_len))
 }
 
 /// The functions the script's points name, as the planner's filter takes them.
-fn function_globs(program: &Program) -> Vec<String> {
+pub fn function_globs(program: &Program) -> Vec<String> {
     let mut globs: Vec<String> = program
         .probes
         .iter()
@@ -132,8 +133,8 @@ pub fn run(request: Request) -> Result<()> {
     let debug = lopi_elf::DebugFile::find(&path, &file, &lopi_elf::debug_dir());
     let mut module = lopi_elf::ElfModule::parse_with_debug(&file, debug.as_ref()).with_context(|| format!("{}", path.display()))?;
     lopi_patch::analyse(&mut module);
-    let program = check(&request, &module)?;
-    let spec = Arc::new(ScriptSpec::new(program, &request.source, RING_LEN));
+    let names = module.functions.iter().map(|f| f.name.as_str()).collect();
+    let spec = Arc::new(compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, names)?);
     let probes = Probes {
         include: function_globs(&spec.program),
         exclude: Vec::new(),
@@ -149,14 +150,16 @@ pub fn run(request: Request) -> Result<()> {
     };
     let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
         let installed = installation.modules.first();
-        report_probes(&spec.program, &module, installed);
+        if let Some(m) = installed {
+            report_probes(&spec.program, &module, &m.outcomes, &m.timing, &m.path);
+        }
         let data = std::fs::OpenOptions::new().read(true).write(true).open(output).with_context(|| format!("opening {output}"))?;
         Ok((Symbols::new(&module, installed.map_or(0, |m| m.bias)), data))
     };
     if let Some(pid) = request.pid {
         let attached = live::attach_start(&probes, pid, true)?;
         let (symbols, data) = start(&attached.installation, &attached.output)?;
-        let mut session = Session::new(&spec, data, &symbols, out, request.json);
+        let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
         session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
         let mut intervals = Intervals::new(&spec.program);
         match request.duration {
@@ -174,7 +177,7 @@ pub fn run(request: Request) -> Result<()> {
     }
     let mut launched = live::launch(&probes, &request.command, None, true)?;
     let (symbols, data) = start(&launched.installation, &launched.output)?;
-    let mut session = Session::new(&spec, data, &symbols, out, request.json);
+    let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
     let mut intervals = Intervals::new(&spec.program);
     let status = loop {
@@ -187,6 +190,23 @@ pub fn run(request: Request) -> Result<()> {
     launched.finish_sampling();
     finish(&mut session)?;
     live::exit_like(status, &launched.blocked)
+}
+
+/// `lopi report DATA --script`: what a rewritten program's script (`lopi rewrite --script`)
+/// left in its record: its output as its threads wrote it, then its `begin` and `end`
+/// probes, run now, and its maps. The record is only read.
+pub fn report(path: &Path, json: bool) -> Result<()> {
+    let file = crate::read_data(path)?;
+    let Some((record, script)) = file.records.iter().find_map(|r| Some((r, r.meta.script.as_ref()?))) else {
+        bail!("{} has no probe script's output (made by lopi rewrite --script or lopi trace)", path.display());
+    };
+    let names = record.meta.functions.iter().map(|f| f.name.as_str()).collect();
+    let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, names)?;
+    let symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
+    let data = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut session = Session::new(&spec, data, false, &symbols, Box::new(std::io::stdout()), json);
+    session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
+    finish(&mut session)
 }
 
 /// Once the program has ended (or lopi let go of it): what it printed last, the `end` probes,
@@ -248,8 +268,9 @@ fn interval_points(program: &Program) -> Vec<u64> {
     periods
 }
 
-/// Says on stderr how many functions the probes are in, and which named ones could not be.
-fn report_probes(program: &Program, module: &lopi_elf::ElfModule<'_>, installed: Option<&lopi_live::InstalledModule>) {
+/// Says on stderr how many functions the probes are in (`what`: where), and which of those
+/// the script names could not be timed (its probes run from the timed entry and exits).
+pub fn report_probes(program: &Program, module: &lopi_elf::ElfModule<'_>, outcomes: &[lopi_patch::Outcome], timing: &[lopi_patch::TimingOutcome], what: &str) {
     let globs: Vec<&str> = program
         .probes
         .iter()
@@ -260,10 +281,9 @@ fn report_probes(program: &Program, module: &lopi_elf::ElfModule<'_>, installed:
         })
         .collect();
     let named = |name: &str| globs.iter().any(|g| lopi_script::glob_match(g, name));
-    let Some(installed) = installed else { return };
     let mut probed = 0;
     let mut refused = Vec::new();
-    for ((f, timing), outcome) in module.functions.iter().zip(&installed.timing).zip(&installed.outcomes) {
+    for ((f, timing), outcome) in module.functions.iter().zip(timing).zip(outcomes) {
         if !named(&f.name) {
             continue;
         }
@@ -274,7 +294,7 @@ fn report_probes(program: &Program, module: &lopi_elf::ElfModule<'_>, installed:
             _ => refused.push(format!("{} (not probed)", f.name)),
         }
     }
-    eprintln!("lopi: tracing {probed} function{} of {}; Ctrl-C ends the program", if probed == 1 { "" } else { "s" }, installed.path);
+    eprintln!("lopi: script probes in {probed} function{} of {what}", if probed == 1 { "" } else { "s" });
     if !refused.is_empty() {
         eprintln!("lopi: {} function{} the script names cannot be probed, their probes never run: {}", refused.len(), if refused.len() == 1 { "" } else { "s" }, refused.join(", "));
     }
@@ -288,8 +308,12 @@ pub struct Symbols {
 
 impl Symbols {
     fn new(module: &lopi_elf::ElfModule<'_>, bias: u64) -> Symbols {
-        let mut functions: Vec<(u64, u64, String)> =
-            module.functions.iter().map(|f| (f.addr.0.wrapping_add(bias), f.addr.0.wrapping_add(bias) + f.size.max(1), f.name.clone())).collect();
+        Symbols::of(module.functions.iter().map(|f| (f.addr.0, f.size, f.name.clone())), bias)
+    }
+
+    /// From (module address, size, name) of each function.
+    fn of(functions: impl Iterator<Item = (u64, u64, String)>, bias: u64) -> Symbols {
+        let mut functions: Vec<(u64, u64, String)> = functions.map(|(addr, size, name)| (addr.wrapping_add(bias), addr.wrapping_add(bias) + size.max(1), name)).collect();
         functions.sort();
         Symbols { functions }
     }

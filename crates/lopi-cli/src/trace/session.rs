@@ -26,6 +26,9 @@ pub struct Session<'s> {
     pub spec: &'s ScriptSpec,
     pub area: AreaLayout,
     pub data: std::fs::File,
+    /// lopi runs the program (it hands ring space back and asks threads to clear); false when
+    /// it reads a record afterwards (`lopi report --script`), which it never changes.
+    live: bool,
     pub symbols: &'s Symbols,
     pub out: Box<dyn Write>,
     pub json: bool,
@@ -37,6 +40,10 @@ pub struct Session<'s> {
     phase: Phase,
     /// The last clear generation asked of the threads per map (0: none).
     clears: Vec<u32>,
+    /// Once the program has ended, what host probes took away from the threads' tables:
+    /// whole maps cleared, and deleted keys, left out when merging (the record stays as it is).
+    cleared: Vec<bool>,
+    deleted: Vec<std::collections::HashSet<Vec<u8>>>,
     /// A probe called `exit()`: nothing more runs or is printed but the maps.
     pub exited: bool,
     /// Faults of the probes lopi ran.
@@ -55,7 +62,7 @@ fn map(data: &std::fs::File) -> Result<Option<memmap2::Mmap>> {
 }
 
 impl<'s> Session<'s> {
-    pub fn new(spec: &'s ScriptSpec, data: std::fs::File, symbols: &'s Symbols, out: Box<dyn Write>, json: bool) -> Session<'s> {
+    pub fn new(spec: &'s ScriptSpec, data: std::fs::File, live: bool, symbols: &'s Symbols, out: Box<dyn Write>, json: bool) -> Session<'s> {
         let area = lopi_image::script::area_layout(spec);
         let tables = || -> Vec<Vec<u8>> {
             area.tables
@@ -68,8 +75,24 @@ impl<'s> Session<'s> {
                 .collect()
         };
         let host = [tables(), tables()];
-        let clears = vec![0; spec.program.maps.len()];
-        Session { spec, area, data, symbols, out, json, tails: HashMap::new(), host, phase: Phase::Begin, clears, exited: false, faults: 0 }
+        let maps = spec.program.maps.len();
+        Session {
+            spec,
+            area,
+            data,
+            live,
+            symbols,
+            out,
+            json,
+            tails: HashMap::new(),
+            host,
+            phase: Phase::Begin,
+            clears: vec![0; maps],
+            cleared: vec![false; maps],
+            deleted: vec![Default::default(); maps],
+            exited: false,
+            faults: 0,
+        }
     }
 
     /// Runs the probes of the points `which` picks (`begin`, due `interval:`s, `end`).
@@ -103,7 +126,9 @@ impl<'s> Session<'s> {
             let tail = self.tails.get(&area.offset).copied().unwrap_or(area.header.ring_tail);
             let (new_tail, mut taken) = area.records(self.area.ring_offset, self.area.ring_len, tail);
             if new_tail != tail {
-                self.data.write_all_at(&new_tail.to_le_bytes(), area.offset + RING_TAIL as u64).context("handing a ring's space back")?;
+                if self.live {
+                    self.data.write_all_at(&new_tail.to_le_bytes(), area.offset + RING_TAIL as u64).context("handing a ring's space back")?;
+                }
                 self.tails.insert(area.offset, new_tail);
             }
             records.append(&mut taken);
@@ -187,9 +212,23 @@ impl<'s> Session<'s> {
     fn tables<'a>(&'a self, bytes: &'a [u8], map: usize) -> Vec<&'a [u8]> {
         let areas = script_areas::areas(bytes, self.spec.id);
         let mut tables = vec![self.host[0][map].as_slice()];
-        tables.extend(areas.iter().map(|a| self.live_table(a, map)));
+        if !self.cleared[map] {
+            tables.extend(areas.iter().map(|a| self.live_table(a, map)));
+        }
         tables.push(self.host[1][map].as_slice());
         tables
+    }
+
+    /// The live entries of map `map` in merge order, less the keys host probes deleted from
+    /// the threads' tables after the program ended.
+    fn entries<'a>(&'a self, bytes: &'a [u8], map: usize) -> Vec<(&'a [u8], &'a [u8])> {
+        let tables = self.tables(bytes, map);
+        let last = tables.len() - 1;
+        tables
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| script_map::entries(t).filter(move |(key, _)| i == 0 || i == last || !self.deleted[map].contains(*key)))
+            .collect()
     }
 
     fn merged<'p>(&'p self, bytes: &[u8]) -> Result<Vec<MergedMap<'p>>> {
@@ -200,9 +239,7 @@ impl<'s> Session<'s> {
     fn merged_map<'p>(&'p self, bytes: &[u8], map: usize) -> Result<MergedMap<'p>> {
         let program = &self.spec.program;
         let m = &program.maps[map];
-        let tables = self.tables(bytes, map);
-        let entries: Vec<(&[u8], &[u8])> = tables.iter().flat_map(|t| script_map::entries(t)).collect();
-        output::merge(m, program.str_size, entries).map_err(|e| anyhow!("reading map @{}: {e}", m.name))
+        output::merge(m, program.str_size, self.entries(bytes, map)).map_err(|e| anyhow!("reading map @{}: {e}", m.name))
     }
 
     fn map_text(&self, bytes: &[u8], map: MapId) -> Result<String> {
@@ -244,18 +281,6 @@ impl<'s> Session<'s> {
             eprintln!("lopi: {faults} faults in the script's probes (unreadable memory, division by zero): those reads gave empty values");
         }
     }
-
-    /// Changes a thread's table in the data file (only once the program has ended).
-    fn rewrite_table(&self, area: &AreaView<'_>, map: usize, change: impl Fn(&mut [u8])) -> Result<()> {
-        let shape = &self.area.tables[map];
-        let len = script_map::table_size(shape.key_size as usize, shape.slot_size as usize, shape.max_entries);
-        let mut table = area.table(shape, len).to_vec();
-        if table.len() == len {
-            change(&mut table);
-            self.data.write_all_at(&table, area.offset + shape.offset).context("changing a map in the data file")?;
-        }
-        Ok(())
-    }
 }
 
 /// A host probe's view of the session, with the data file as it was when the probe began.
@@ -293,8 +318,7 @@ impl Host for Env<'_, '_> {
     }
 
     fn value(&mut self, map: MapId, key: &[u8]) -> Option<Vec<u8>> {
-        let tables = self.session.tables(self.bytes, map.0);
-        tables.iter().rev().find_map(|t| script_map::lookup(t, key)).map(<[u8]>::to_vec)
+        self.session.entries(self.bytes, map.0).into_iter().rev().find(|(k, _)| *k == key).map(|(_, slot)| slot.to_vec())
     }
 
     fn slot(&mut self, map: MapId, key: &[u8]) -> Option<&mut [u8]> {
@@ -308,12 +332,7 @@ impl Host for Env<'_, '_> {
         }
         // The threads' tables only once the program has ended: while it runs they are theirs.
         if self.session.phase == Phase::Ended {
-            for area in script_areas::areas(self.bytes, self.session.spec.id) {
-                let result = self.session.rewrite_table(&area, map.0, |t| {
-                    script_map::delete(t, key);
-                });
-                self.keep(result);
-            }
+            self.session.deleted[map.0].insert(key.to_vec());
         }
     }
 
@@ -321,22 +340,20 @@ impl Host for Env<'_, '_> {
         for tables in &mut self.session.host {
             script_map::clear(&mut tables[map.0]);
         }
-        let areas = script_areas::areas(self.bytes, self.session.spec.id);
-        if self.session.phase == Phase::Ended {
-            for area in areas {
-                let result = self.session.rewrite_table(&area, map.0, script_map::clear);
-                self.keep(result);
+        match self.session.phase {
+            Phase::Ended => self.session.cleared[map.0] = true,
+            _ if !self.session.live => {}
+            _ => {
+                // Each thread clears its own table on its next use of the map; until then the
+                // reader skips it.
+                let generation = self.session.clears[map.0].wrapping_add(1).max(1);
+                self.session.clears[map.0] = generation;
+                for area in script_areas::areas(self.bytes, self.session.spec.id) {
+                    let at = area.offset + (CLEAR_REQUESTS + 4 * map.0) as u64;
+                    let result = self.session.data.write_all_at(&generation.to_le_bytes(), at).context("asking a thread to clear a map");
+                    self.keep(result);
+                }
             }
-            return;
-        }
-        // Each thread clears its own table on its next use of the map; until then the reader
-        // skips it.
-        let generation = self.session.clears[map.0].wrapping_add(1).max(1);
-        self.session.clears[map.0] = generation;
-        for area in areas {
-            let at = area.offset + (CLEAR_REQUESTS + 4 * map.0) as u64;
-            let result = self.session.data.write_all_at(&generation.to_le_bytes(), at).context("asking a thread to clear a map");
-            self.keep(result);
         }
     }
 
