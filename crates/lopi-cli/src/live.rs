@@ -23,6 +23,8 @@ pub struct Probes {
     pub cache: Option<PlanCache>,
     /// A probe script for the main executable (`lopi trace`).
     pub script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
+    /// Functions of the main executable counted, not timed (a script only counts them).
+    pub count_only: Vec<String>,
 }
 
 impl Probes {
@@ -57,7 +59,13 @@ impl Probes {
             }
         }
         Ok(Spec {
-            modules: modules.into_iter().map(|(library, filter)| ModuleRequest { library, filter, probes: self.probes }).collect(),
+            modules: modules
+                .into_iter()
+                .map(|(library, filter)| {
+                    let count_only = if library.is_none() { self.count_only.clone() } else { Vec::new() };
+                    ModuleRequest { library, filter, probes: self.probes, count_only }
+                })
+                .collect(),
             everywhere: ProbeSet { entries: false, exits: false, blocks: false, coverage: false, ..self.probes },
             recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
             env,
@@ -378,12 +386,12 @@ mod tests {
 
     #[test]
     fn library_patterns_go_to_their_library() {
-        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None };
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new() };
         let spec = probes.spec("/tmp/x").unwrap();
         assert_eq!(spec.modules.len(), 2);
         assert_eq!(spec.modules[0].library, None);
         assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
-        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None };
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new() };
         assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
     }
 }

@@ -317,7 +317,7 @@ impl LiveSelect {
         probes.exits |= trace;
         probes.entries |= trace;
         let budget_ppm = budget.ppm(probes.exits)?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script: None })
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script: None, count_only: Vec::new() })
     }
 }
 
@@ -710,13 +710,21 @@ pub(crate) fn rewrite(
     };
     let (filter, probes) = match &script {
         Some(spec) => {
-            let include = trace::function_globs(&spec.program).iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
+            let include = trace::function_globs(spec).iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
             (Filter { include, exclude: Vec::new() }, Probes::TIME)
         }
         None => (filter.clone(), probes),
     };
     let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
-    let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &filter, probes, cache, &bar);
+    let (mut selection, lookup) = plan(&file, debug.as_ref(), &mut module, &filter, probes, cache, &bar);
+    if let Some(spec) = &script {
+        let counted = trace::count_only(spec, module.functions.iter().map(|f| f.name.as_str()));
+        for (f, function) in module.functions.iter().enumerate() {
+            if counted.contains(&function.name) {
+                selection.count_only(f, lopi_patch::UntimedReason::ScriptCounts);
+            }
+        }
+    }
     bar.step("laying out and writing");
     let names = lopi_rewrite::ModuleNames {
         module: absolute(output).display().to_string(),
@@ -724,7 +732,7 @@ pub(crate) fn rewrite(
     };
     let rewritten = lopi_rewrite::rewrite_with_script(&module, selection, &names, recording, script.as_ref()).with_context(|| format!("{}", prog.display()))?;
     if let Some(spec) = &script {
-        trace::report_probes(&spec.program, &module, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
+        trace::report_probes(spec, &module, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
     }
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;

@@ -91,6 +91,9 @@ fn scripts_give_exact_counts_sums_and_buckets() {
         ("func:step { @t[tid] = count(); } func:step /tid == pid/ { @main = count(); }", json!({})),
         ("func:step /arg0 < 2/ { @k[str(arg1), arg0] = count(); }", json!({"@k": {"alpha,0": 2, "alpha,1": 1, "beta,0": 1, "beta,1": 2, "gamma,0": 1, "gamma,1": 1}})),
         ("func:step { @a = count(); } func:s* { @b = count(); }", json!({"@a": 4000, "@b": 4005})),
+        // Only counting: filled from the plain counting probes' counts; fib, covered twice,
+        // counts twice, as two probes firing would.
+        ("func:step,func:fib { @c[func] = count(); } func:fib { @c[func] = count(); }", json!({"@c": {"step": 4000, "fib": 3946}})),
         ("func:fib /arg0 == 10/ { @n = count(); exit(); }", json!({"@n": 1})),
         ("func:top { @c[comm] = count(); @f[func] = count(); }", json!({"@c": {"scripted": 1}, "@f": {"top": 1}})),
         ("func:leaf,func:middle { @p[probe] = sum(arg0); }", json!({"@p": {"func:leaf": 41, "func:middle": 41}})),
@@ -121,8 +124,9 @@ fn elapsed_stacks_and_printf() {
     // usleep(2000) sleeps at least 2 ms; a loaded machine may add a lot.
     assert!(least >= 2_000_000 && most < 2_000_000_000 && least <= most, "{got}");
 
-    // With middle and top probed too, their frames are on the shadow stack.
-    let (got, _, _) = trace(&dir, &prog, "func:leaf { @s[ustack(3)] = count(); } func:middle,func:top { @other = count(); }", &[]);
+    // With middle and top timed too (a probe that does more than count their calls), their
+    // frames are on the shadow stack.
+    let (got, _, _) = trace(&dir, &prog, "func:leaf { @s[ustack(3)] = count(); } func:middle,func:top { @other[arg0] = count(); }", &[]);
     let stacks = got["maps"]["@s"].as_object().expect("@s");
     assert_eq!(stacks.len(), 1, "{got}");
     let frames: Vec<&str> = stacks.keys().next().unwrap().split(';').collect();

@@ -16,19 +16,23 @@ pub struct ScriptSpec {
     /// What the module's metadata keeps of it: a reader checks the text again into the same
     /// program.
     pub meta: lopi_trace::MetaScript,
+    /// Maps that only count calls: their probes are out of `program`, the calls are counted
+    /// by plain counting probes, and the host fills the maps from the counts.
+    pub counted: Vec<lopi_script::lower::CountedMap>,
 }
 
 impl ScriptSpec {
-    /// `program` checked from `source` with `max_entries` (if given); `id` from the text and
-    /// the options that shape the areas.
-    pub fn new(program: Program, source: &str, max_entries: Option<u32>, ring_len: u64) -> ScriptSpec {
+    /// `program` checked from `source` with `max_entries` (if given), less its probes that
+    /// only count calls; `id` from the text and the options that shape the areas.
+    pub fn new(mut program: Program, source: &str, max_entries: Option<u32>, ring_len: u64) -> ScriptSpec {
+        let counted = lopi_script::lower::counted_maps(&mut program);
         let ring_len = ring_len.next_multiple_of(8).max(4096);
         let mut id = 0xcbf2_9ce4_8422_2325u64;
         let options = format!("{source}\0{}\0{ring_len}\0{:?}", program.str_size, program.maps.iter().map(|m| m.max_entries).collect::<Vec<_>>());
         for b in options.bytes() {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len } }
+        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted }
     }
 }
 

@@ -76,6 +76,9 @@ pub struct ModuleRequest {
     pub library: Option<String>,
     pub filter: Filter,
     pub probes: Probes,
+    /// Functions (by name) counted, not timed, whatever `probes` says (a script only counts
+    /// their calls).
+    pub count_only: Vec<String>,
 }
 
 /// What to install.

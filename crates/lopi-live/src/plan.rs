@@ -79,6 +79,11 @@ impl Source {
         if let Some(f) = module.functions.iter().position(at_entry) {
             selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
         }
+        for (f, function) in module.functions.iter().enumerate() {
+            if self.request.count_only.contains(&function.name) {
+                selection.count_only(f, lopi_patch::UntimedReason::ScriptCounts);
+            }
+        }
         (selection, lookup)
     }
 }
@@ -232,7 +237,7 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
         for path in others {
             let library = (path != exe).then(|| path.to_string());
             let probes = Probes { syscalls: spec.everywhere.syscalls, locks: spec.everywhere.locks, ..Probes::default() };
-            out.push((ModuleRequest { library, filter: Filter::default(), probes }, path.to_string()));
+            out.push((ModuleRequest { library, filter: Filter::default(), probes, count_only: Vec::new() }, path.to_string()));
         }
     }
     Ok(out)

@@ -38,6 +38,8 @@ pub enum UntimedReason {
     ThreadInside,
     #[error("the program's entry point never returns and runs before any timing in a rewritten file, so it is counted only")]
     EntryPoint,
+    #[error("the probe script only counts its calls, which its plain counting probe does")]
+    ScriptCounts,
 }
 
 impl UntimedReason {
@@ -52,6 +54,7 @@ impl UntimedReason {
             UntimedReason::RelocationFailed => "relocation-failed",
             UntimedReason::ThreadInside => "thread-inside",
             UntimedReason::EntryPoint => "entry-point",
+            UntimedReason::ScriptCounts => "script-counts",
         }
     }
 }

@@ -37,10 +37,14 @@ pub struct ScriptCtx {
     pub faults: u64,
     /// Set to 1 by `exit()`.
     pub exit: u64,
+    /// The thread's cached value slots of maps without keys, a `u64` per map, 0 until known
+    /// (see [`SCALAR_SLOTS`]); 0 when there is no such cache.
+    pub scalars: u64,
 }
 
 const _: () = {
-    assert!(size_of::<ScriptCtx>() == 104);
+    assert!(size_of::<ScriptCtx>() == 112);
+    assert!(offset_of!(ScriptCtx, scalars) == 104);
     assert!(offset_of!(ScriptCtx, args) == 0);
     assert!(offset_of!(ScriptCtx, retval) == 48);
     assert!(offset_of!(ScriptCtx, elapsed_ns) == 56);
@@ -380,8 +384,13 @@ pub const MAX_MAPS: usize = 64;
 /// and readers skip it until then.
 pub const CLEAR_REQUESTS: usize = SCRIPT_AREA_HEADER_LEN;
 pub const CLEARS_DONE: usize = CLEAR_REQUESTS + 4 * MAX_MAPS;
+/// Offset in a thread's area of the address of each map's value slot for the empty key (a
+/// map without keys), 0 until the thread first made it: the generated code then takes no
+/// helper call. A clear request zeroes it, after the request, and the thread checks the
+/// request again after it sets it.
+pub const SCALAR_SLOTS: usize = CLEARS_DONE + 4 * MAX_MAPS;
 /// Where the tables of a thread's area begin.
-pub const AREA_TABLES: usize = CLEARS_DONE + 4 * MAX_MAPS;
+pub const AREA_TABLES: usize = SCALAR_SLOTS + 8 * MAX_MAPS;
 const _: () = assert!(size_of::<ScriptArea>() == SCRIPT_AREA_HEADER_LEN);
 /// Where the host writes `ring_tail` in the data file, from the area's start.
 pub const RING_TAIL: usize = 56;

@@ -27,6 +27,7 @@ pub mod host;
 pub mod ir;
 mod lexer;
 pub mod limits;
+pub mod lower;
 mod needs;
 pub mod output;
 mod parse;

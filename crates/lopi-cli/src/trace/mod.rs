@@ -102,22 +102,33 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
     Ok(ScriptSpec::new(program, source, max_entries, ring_len))
 }
 
-/// The functions the script's points name, as the planner's filter takes them.
-pub fn function_globs(program: &Program) -> Vec<String> {
-    let mut globs: Vec<String> = program
-        .probes
-        .iter()
-        .flat_map(|p| &p.points)
-        .filter_map(|point| match point {
-            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => {
-                Some(if glob::Pattern::new(glob).is_ok() { glob.clone() } else { glob::Pattern::escape(glob) })
-            }
-            _ => None,
-        })
-        .collect();
+/// The globs of the script's function points, and of the probes it only counts with.
+fn all_globs(spec: &ScriptSpec) -> Vec<&str> {
+    let points = spec.program.probes.iter().flat_map(|p| &p.points).filter_map(|point| match point {
+        Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => Some(glob.as_str()),
+        _ => None,
+    });
+    points.chain(spec.counted.iter().flat_map(|c| c.probes.iter().flatten().map(String::as_str))).collect()
+}
+
+/// The functions the script names, as the planner's filter takes them.
+pub fn function_globs(spec: &ScriptSpec) -> Vec<String> {
+    let mut globs: Vec<String> =
+        all_globs(spec).into_iter().map(|glob| if glob::Pattern::new(glob).is_ok() { glob.to_string() } else { glob::Pattern::escape(glob) }).collect();
     globs.sort();
     globs.dedup();
     globs
+}
+
+/// The functions of `names` the script only counts calls of: counted, not timed.
+pub fn count_only<'n>(spec: &ScriptSpec, names: impl Iterator<Item = &'n str>) -> Vec<String> {
+    let probed = |name: &str| {
+        spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
+            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => lopi_script::glob_match(glob, name),
+            _ => false,
+        })
+    };
+    names.filter(|n| spec.counted.iter().any(|c| c.weight(n) > 0) && !probed(n)).map(str::to_string).collect()
 }
 
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
@@ -136,7 +147,8 @@ pub fn run(request: Request) -> Result<()> {
     let names = module.functions.iter().map(|f| f.name.as_str()).collect();
     let spec = Arc::new(compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, names)?);
     let probes = Probes {
-        include: function_globs(&spec.program),
+        include: function_globs(&spec),
+        count_only: count_only(&spec, module.functions.iter().map(|f| f.name.as_str())),
         exclude: Vec::new(),
         probes: ProbeSet { entries: true, exits: true, ..ProbeSet::default() },
         trace: false,
@@ -151,7 +163,7 @@ pub fn run(request: Request) -> Result<()> {
     let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
         let installed = installation.modules.first();
         if let Some(m) = installed {
-            report_probes(&spec.program, &module, &m.outcomes, &m.timing, &m.path);
+            report_probes(&spec, &module, &m.outcomes, &m.timing, &m.path);
         }
         let data = std::fs::OpenOptions::new().read(true).write(true).open(output).with_context(|| format!("opening {output}"))?;
         Ok((Symbols::new(&module, installed.map_or(0, |m| m.bias)), data))
@@ -270,25 +282,23 @@ fn interval_points(program: &Program) -> Vec<u64> {
 
 /// Says on stderr how many functions the probes are in (`what`: where), and which of those
 /// the script names could not be timed (its probes run from the timed entry and exits).
-pub fn report_probes(program: &Program, module: &lopi_elf::ElfModule<'_>, outcomes: &[lopi_patch::Outcome], timing: &[lopi_patch::TimingOutcome], what: &str) {
-    let globs: Vec<&str> = program
-        .probes
-        .iter()
-        .flat_map(|p| &p.points)
-        .filter_map(|point| match point {
-            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => Some(glob.as_str()),
-            _ => None,
+pub fn report_probes(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>, outcomes: &[lopi_patch::Outcome], timing: &[lopi_patch::TimingOutcome], what: &str) {
+    let timed = |name: &str| {
+        spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
+            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => lopi_script::glob_match(glob, name),
+            _ => false,
         })
-        .collect();
-    let named = |name: &str| globs.iter().any(|g| lopi_script::glob_match(g, name));
+    };
+    let counted = |name: &str| spec.counted.iter().any(|c| c.weight(name) > 0);
     let mut probed = 0;
     let mut refused = Vec::new();
     for ((f, timing), outcome) in module.functions.iter().zip(timing).zip(outcomes) {
-        if !named(&f.name) {
-            continue;
-        }
+        let (needs_timing, needs_count) = (timed(&f.name), counted(&f.name));
         match (timing, outcome) {
+            _ if !needs_timing && !needs_count => {}
             (lopi_patch::TimingOutcome::Timed, _) => probed += 1,
+            // Counted calls are all a counting probe needs.
+            (_, lopi_patch::Outcome::Probed(_)) if !needs_timing => probed += 1,
             (lopi_patch::TimingOutcome::Untimed(why), _) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
             (_, lopi_patch::Outcome::Skipped(why)) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
             _ => refused.push(format!("{} (not probed)", f.name)),

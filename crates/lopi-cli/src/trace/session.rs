@@ -4,9 +4,10 @@
 use super::Symbols;
 use anyhow::{anyhow, Context, Result};
 use lopi_image::script::{AreaLayout, ScriptSpec};
-use lopi_rt_abi::script::{record, CLEARS_DONE, CLEAR_REQUESTS, RING_TAIL};
+use lopi_rt_abi::script::{record, CLEARS_DONE, CLEAR_REQUESTS, RING_TAIL, SCALAR_SLOTS};
 use lopi_rt_abi::script_map;
 use lopi_script::host::{self, Host};
+use lopi_script::lower::CountedMap;
 use lopi_script::ir::{Builtin, ConvKind, FormatId, MapId, Piece, Point, Type};
 use lopi_script::output::{self, Arg, MergedMap};
 use lopi_trace::script_areas::{self, AreaView, OutputRecord};
@@ -239,7 +240,14 @@ impl<'s> Session<'s> {
     fn merged_map<'p>(&'p self, bytes: &[u8], map: usize) -> Result<MergedMap<'p>> {
         let program = &self.spec.program;
         let m = &program.maps[map];
-        output::merge(m, program.str_size, self.entries(bytes, map)).map_err(|e| anyhow!("reading map @{}: {e}", m.name))
+        let merged = match self.spec.counted.iter().find(|c| c.map.0 == map) {
+            Some(counted) => {
+                let entries = counted_entries(self.spec, counted, bytes);
+                output::merge(m, program.str_size, entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
+            }
+            None => output::merge(m, program.str_size, self.entries(bytes, map)),
+        };
+        merged.map_err(|e| anyhow!("reading map @{}: {e}", m.name))
     }
 
     fn map_text(&self, bytes: &[u8], map: MapId) -> Result<String> {
@@ -281,6 +289,28 @@ impl<'s> Session<'s> {
             eprintln!("lopi: {faults} faults in the script's probes (unreadable memory, division by zero): those reads gave empty values");
         }
     }
+}
+
+/// The (key, slot) entries of a map only counting probes fill: each function's calls, as the
+/// record counts them (counters, and call-tree nodes of timed functions), times the probes
+/// covering it; keyed by the function's name, or summed.
+fn counted_entries(spec: &ScriptSpec, counted: &CountedMap, bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let Ok(data) = lopi_trace::DataFile::parse(bytes) else { return Vec::new() };
+    let profile = lopi_trace::Profile::from_data(&data);
+    let str_size = spec.program.str_size;
+    let calls = profile.functions.iter().map(|f| (f.name.as_str(), f.calls.saturating_mul(counted.weight(&f.name)))).filter(|&(_, n)| n > 0);
+    if !counted.by_func {
+        let total: u64 = calls.map(|(_, n)| n).fold(0, u64::wrapping_add);
+        return if total > 0 { vec![(Vec::new(), total.to_le_bytes().to_vec())] } else { Vec::new() };
+    }
+    calls
+        .map(|(name, n)| {
+            let mut key = vec![0; str_size];
+            let len = name.len().min(str_size);
+            key[..len].copy_from_slice(&name.as_bytes()[..len]);
+            (key, n.to_le_bytes().to_vec())
+        })
+        .collect()
 }
 
 /// A host probe's view of the session, with the data file as it was when the probe began.
@@ -348,9 +378,17 @@ impl Host for Env<'_, '_> {
                 // reader skips it.
                 let generation = self.session.clears[map.0].wrapping_add(1).max(1);
                 self.session.clears[map.0] = generation;
+                // The request first, then the slot cache (the thread sets the cache, then checks
+                // the request): two writes to the page the thread maps, one after the other.
                 for area in script_areas::areas(self.bytes, self.session.spec.id) {
-                    let at = area.offset + (CLEAR_REQUESTS + 4 * map.0) as u64;
-                    let result = self.session.data.write_all_at(&generation.to_le_bytes(), at).context("asking a thread to clear a map");
+                    let request = area.offset + (CLEAR_REQUESTS + 4 * map.0) as u64;
+                    let cache = area.offset + (SCALAR_SLOTS + 8 * map.0) as u64;
+                    let result = self
+                        .session
+                        .data
+                        .write_all_at(&generation.to_le_bytes(), request)
+                        .and_then(|()| self.session.data.write_all_at(&0u64.to_le_bytes(), cache))
+                        .context("asking a thread to clear a map");
                     self.keep(result);
                 }
             }

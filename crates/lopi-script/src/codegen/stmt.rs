@@ -67,12 +67,25 @@ impl Gen<'_> {
             self.value(value)?;
             self.asm.mov(self.frame_qword(held)?, rax)?;
         }
+        // A map without keys: the slot the thread cached, if it did (no helper call).
+        let mut found = self.asm.create_label();
+        let mut call = self.asm.create_label();
+        if keys.is_empty() {
+            self.asm.mov(rax, qword_ptr(rbx + offset_of!(ScriptCtx, scalars)))?;
+            self.asm.test(rax, rax)?;
+            self.asm.jz(call)?;
+            self.asm.mov(rax, qword_ptr(rax + 8 * map.0))?;
+            self.asm.test(rax, rax)?;
+            self.asm.jnz(found)?;
+        }
+        self.bind(&mut call)?;
         self.imm(rsi, map.0 as i64)?;
         self.frame_addr(rdx, key)?;
         self.imm(rcx, len as i64)?;
         self.call(Helper::MapSlot)?;
         self.asm.test(rax, rax)?;
         self.asm.jz(skip)?;
+        self.bind(&mut found)?;
         self.asm.mov(r8, rax)?;
         Ok(held)
     }

@@ -166,6 +166,7 @@ pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u6
         write_volatile(&mut (*c).probe, 0);
         write_volatile(&mut (*c).faults, 0);
         write_volatile(&mut (*c).exit, 0);
+        write_volatile(&mut (*c).scalars, (area as u64).wrapping_add(script::SCALAR_SLOTS as u64));
         let env = Env { s, area, h: t.h, thread: t.base, index, call_rsp, below };
         write_volatile(&mut (*c).runtime, &env as *const Env as u64);
         let ctx = ctx.assume_init_mut();
@@ -248,14 +249,31 @@ unsafe fn table<'a>(ctx: *mut ScriptCtx, map: u64) -> Option<&'a mut [u8]> {
         }
         let shape = *((e.s as u64).wrapping_add((*e.s).tables as u64) as *const TableShape).add(map as usize);
         let table = table_of(e.area, shape);
-        let requested = read_volatile((e.area as *const u8).add(script::CLEAR_REQUESTS + 4 * map as usize) as *const u32);
-        let done = (e.area as *mut u8).add(script::CLEARS_DONE + 4 * map as usize) as *mut u32;
-        if requested != *done {
+        if !cleared_as_asked(e.area, map) {
             script_map::clear(table);
-            write_volatile(done, requested);
+            write_volatile(scalar_slot(e.area, map), 0);
+            write_volatile(clears_done(e.area, map), read_volatile(clear_request(e.area, map)));
         }
         Some(table)
     }
+}
+
+fn clear_request(area: *mut ScriptArea, map: u64) -> *mut u32 {
+    (area as usize + script::CLEAR_REQUESTS + 4 * map as usize) as *mut u32
+}
+
+fn clears_done(area: *mut ScriptArea, map: u64) -> *mut u32 {
+    (area as usize + script::CLEARS_DONE + 4 * map as usize) as *mut u32
+}
+
+fn scalar_slot(area: *mut ScriptArea, map: u64) -> *mut u64 {
+    (area as usize + script::SCALAR_SLOTS + 8 * map as usize) as *mut u64
+}
+
+/// Whether the thread has made every clear of map `map` the host asked for.
+unsafe fn cleared_as_asked(area: *mut ScriptArea, map: u64) -> bool {
+    // SAFETY: both words are in the area's header part (map < MAX_MAPS).
+    unsafe { read_volatile(clear_request(area, map)) == read_volatile(clears_done(area, map)) }
 }
 
 /// A string of the script image: (address, length).
@@ -331,7 +349,18 @@ extern "sysv64" fn map_slot(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_l
         let key = core::slice::from_raw_parts(key, key_len as usize);
         let copy = |dst: &mut [u8], src: &[u8]| super::thread::copy(dst.as_mut_ptr() as usize, src.as_ptr() as usize, dst.len().min(src.len()));
         let zero = |dst: &mut [u8]| fill_zero(dst.as_mut_ptr(), dst.len());
-        script_map::slot_with(table, key, copy, zero).map_or(core::ptr::null_mut(), |s| s.as_mut_ptr())
+        let slot = script_map::slot_with(table, key, copy, zero).map_or(core::ptr::null_mut(), |s| s.as_mut_ptr());
+        if key_len == 0 && !slot.is_null() {
+            // Cached for the generated code; undone if a clear request came in meanwhile (the
+            // host asks, then zeroes the cache).
+            let area = env(ctx).area;
+            write_volatile(scalar_slot(area, map), slot as u64);
+            fence(Ordering::SeqCst);
+            if !cleared_as_asked(area, map) {
+                write_volatile(scalar_slot(area, map), 0);
+            }
+        }
+        slot
     }
 }
 
