@@ -42,7 +42,8 @@ impl Probes {
             let pattern = glob::Pattern::new(&glob).with_context(|| format!("bad glob {glob:?}"))?;
             modules.entry(lib).or_default().include.push(pattern);
         }
-        if self.include.is_empty() && (self.probes.entries || self.probes.blocks || self.probes.coverage) {
+        // A script names its functions itself (none: only lopi's own begin/end/interval).
+        if self.include.is_empty() && self.script.is_none() && (self.probes.entries || self.probes.blocks || self.probes.coverage) {
             modules.insert(None, Filter::default());
         }
         for arg in &self.exclude {
@@ -63,7 +64,7 @@ impl Probes {
                 .into_iter()
                 .map(|(library, filter)| {
                     let count_only = if library.is_none() { self.count_only.clone() } else { Vec::new() };
-                    ModuleRequest { library, filter, probes: self.probes, count_only }
+                    ModuleRequest { library, filter, probes: self.probes, count_only, scripted: self.script.is_some() }
                 })
                 .collect(),
             everywhere: ProbeSet { entries: false, exits: false, blocks: false, coverage: false, ..self.probes },

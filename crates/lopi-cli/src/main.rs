@@ -700,7 +700,10 @@ pub(crate) fn rewrite(
     let mut module = parse(prog, &file, debug.as_ref())?;
     let script = match script {
         Some((source, name)) => {
-            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, module.functions.iter().map(|f| f.name.as_str()).collect())?;
+            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::all_names(&module), trace::needed_libraries(prog))?;
+            if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
+                bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
+            }
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {
                 bail!("interval: probes need lopi to run while the program runs: use lopi trace");
             }
@@ -718,7 +721,7 @@ pub(crate) fn rewrite(
     let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
     let (mut selection, lookup) = plan(&file, debug.as_ref(), &mut module, &filter, probes, cache, &bar);
     if let Some(spec) = &script {
-        let counted = trace::count_only(spec, module.functions.iter().map(|f| f.name.as_str()));
+        let counted = trace::count_only(spec, &module);
         for (f, function) in module.functions.iter().enumerate() {
             if counted.contains(&function.name) {
                 selection.count_only(f, lopi_patch::UntimedReason::ScriptCounts);
@@ -732,7 +735,7 @@ pub(crate) fn rewrite(
     };
     let rewritten = lopi_rewrite::rewrite_with_script(&module, selection, &names, recording, script.as_ref()).with_context(|| format!("{}", prog.display()))?;
     if let Some(spec) = &script {
-        trace::report_probes(spec, &module, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
+        trace::report_probes(spec, None, &module.functions, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
     }
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;

@@ -274,3 +274,33 @@ fn a_rewritten_program_keeps_its_script_output_for_lopi_report() {
     assert!(!out.status.success() && out.stderr_str().contains("use lopi trace"), "{}", out.stderr_str());
     cleanup(&dir);
 }
+
+/// malloc(1) .. malloc(1000), each freed (the pointer escapes, so GCC keeps the calls).
+const MALLOCS: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+char *volatile keep;
+int main(void) { long s = 0; for (int i = 1; i <= 1000; i++) { char *p = malloc(i); keep = p; p[0] = 1; s += p[0]; free(keep); } printf("s %ld\n", s); return 0; }
+"#;
+
+#[test]
+fn library_functions_are_probed_by_name() {
+    let dir = fresh_dir("trace_library");
+    let prog = build_c(&dir, "mallocs", MALLOCS, &["-O2"]);
+    let file = dir.join("out.json");
+    // printf's own buffer is a malloc of 1024 or more: the predicate leaves it out.
+    let script = "func:libc:malloc /arg0 <= 1000/ { @n = count(); @bytes = sum(arg0); @big = max(arg0); } func:libc:free /arg0 != 0/ { @frees = count(); } func:main { @main = count(); }";
+    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    assert_eq!(out.stdout_str(), "s 1000\n");
+    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let maps = &got["maps"];
+    assert!(maps["@n"] == 1000 && maps["@bytes"] == 500500 && maps["@big"] == 1000 && maps["@main"] == 1, "{got}");
+    let frees = maps["@frees"].as_u64().unwrap_or(0);
+    assert!((1000..=1010).contains(&frees), "{got}");
+    assert!(out.stderr_str().contains("libc.so"), "{}", out.stderr_str());
+    // A library's functions are checked against the library the program loads.
+    let out = run(Command::new(lopi_bin()).args(["trace", "-e", "func:libc:no_such_function { @n = count(); }", "--"]).arg(&prog), common::default_timeout()).unwrap();
+    assert!(!out.status.success() && out.stderr_str().contains("no function is named `no_such_function` in `libc`"), "{}", out.stderr_str());
+    cleanup(&dir);
+}

@@ -73,7 +73,16 @@ pub struct Request<'a> {
     pub fork_handlers: bool,
     /// A probe script to compile in: its probes run at the entries and exits of the timed
     /// functions its points name.
-    pub script: Option<&'a script::ScriptSpec>,
+    pub script: Option<ScriptRequest<'a>>,
+}
+
+/// A script for one module's image.
+#[derive(Clone, Copy)]
+pub struct ScriptRequest<'a> {
+    pub spec: &'a script::ScriptSpec,
+    /// How its points name the module: `None` for the main executable, else the library name
+    /// of `func:LIB:GLOB` points.
+    pub library: Option<&'a str>,
 }
 
 /// A laid-out image: `bytes` cover `rw.start..r.end`; gaps between regions are zero.
@@ -194,7 +203,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
             })
             .collect(),
         block_marks: plan.block_probes.iter().any(|b| b.mark),
-        script: request.script.map(|s| s.meta.clone()),
+        script: request.script.map(|s| s.spec.meta.clone()),
         blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone() }).collect(),
         unprobed_blocks: plan
             .blocks
@@ -224,7 +233,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let meta_json = serde_json::to_vec(&meta).expect("metadata serialises");
 
     let script_code_at = trampolines.wrapping_add(plan.trampoline_code.len().next_multiple_of(16) as u64);
-    let compiled = request.script.map(|spec| script::compile(spec, script_code_at, rx_vaddr)).transpose()?;
+    let compiled = request.script.map(|s| script::compile(s.spec, script_code_at, rx_vaddr)).transpose()?;
     let rx_len = match &compiled {
         Some(c) => script_code_at.wrapping_sub(rx_vaddr) + c.code.len() as u64,
         None => trampolines.wrapping_sub(rx_vaddr) + plan.trampoline_code.len() as u64,
@@ -234,9 +243,9 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let meta_vaddr = desc_vaddr.wrapping_add(DESCRIPTOR_LEN as u64);
     let script_vaddr = meta_vaddr.wrapping_add(meta_json.len().next_multiple_of(8) as u64);
     let script_bytes = match (request.script, &compiled) {
-        (Some(spec), Some(compiled)) => {
+        (Some(s), Some(compiled)) => {
             let counted = counted(module, &plan);
-            script::descriptor(spec, compiled, &counted, script_vaddr, script_code_at)
+            script::descriptor(s.spec, s.library, compiled, &counted, script_vaddr, script_code_at)
         }
         _ => Vec::new(),
     };
@@ -328,8 +337,8 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
 fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Counted<'m>> {
     let functions = plan.probed.iter().map(|p| {
         let f = &module.functions[p.function];
-        script::Counted { name: &f.name, addr: f.addr.0, timed: p.action == lopi_patch::Action::Time }
+        script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed: p.action == lopi_patch::Action::Time }
     });
-    let others = (0..plan.syscall_probes.len() + plan.block_probes.len()).map(|_| script::Counted { name: "", addr: 0, timed: false });
+    let others = (0..plan.syscall_probes.len() + plan.block_probes.len()).map(|_| script::Counted { name: "", aliases: &[], addr: 0, timed: false });
     functions.chain(others).collect()
 }

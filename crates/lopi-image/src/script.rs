@@ -70,12 +70,21 @@ pub fn area_layout(spec: &ScriptSpec) -> AreaLayout {
     AreaLayout { tables, ring_offset, ring_len: spec.meta.ring_len, len: page_align(ring_offset + spec.meta.ring_len) }
 }
 
-/// The function a counter counts: its name and module address.
+/// The function a counter counts: its name, other names (aliases, which points may use too)
+/// and module address.
 pub struct Counted<'a> {
     pub name: &'a str,
+    pub aliases: &'a [String],
     pub addr: u64,
     /// Its calls reach the stubs (entry and exit probes).
     pub timed: bool,
+}
+
+impl Counted<'_> {
+    /// Whether `glob` matches one of its names.
+    pub fn named(&self, glob: &str) -> bool {
+        std::iter::once(self.name).chain(self.aliases.iter().map(String::as_str)).any(|n| lopi_script::glob_match(glob, n))
+    }
 }
 
 /// The points of every probe, in the program's order: (probe index, point).
@@ -86,16 +95,17 @@ fn points(program: &Program) -> impl Iterator<Item = (usize, &Point)> {
 /// (probe, point) pairs a probe site runs, in order.
 pub type HookList = Vec<(u32, u32)>;
 
-/// Per counter, the (probe, point) pairs its entry and its exits run.
-pub fn hooks(program: &Program, counted: &[Counted<'_>]) -> Vec<(HookList, HookList)> {
+/// Per counter, the (probe, point) pairs its entry and its exits run, in the module the
+/// script's points name `library` (`None`: the main executable).
+pub fn hooks(program: &Program, library: Option<&str>, counted: &[Counted<'_>]) -> Vec<(HookList, HookList)> {
     counted
         .iter()
         .map(|c| {
             let (mut entry, mut exit) = (Vec::new(), Vec::new());
             for (n, (probe, point)) in points(program).enumerate() {
                 match point {
-                    Point::FuncEntry { lib: None, glob } if c.timed && lopi_script::glob_match(glob, c.name) => entry.push((probe as u32, n as u32)),
-                    Point::FuncReturn { lib: None, glob } if c.timed && lopi_script::glob_match(glob, c.name) => exit.push((probe as u32, n as u32)),
+                    Point::FuncEntry { lib, glob } if lib.as_deref() == library && c.timed && c.named(glob) => entry.push((probe as u32, n as u32)),
+                    Point::FuncReturn { lib, glob } if lib.as_deref() == library && c.timed && c.named(glob) => exit.push((probe as u32, n as u32)),
                     _ => {}
                 }
             }
@@ -123,9 +133,9 @@ pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compile
     codegen::compile(&spec.program, &helpers, at)
 }
 
-/// The R-region bytes of the script: a `ScriptImage` at `at` (8-aligned) and its tables, for
-/// code placed at `code`.
-pub fn descriptor(spec: &ScriptSpec, compiled: &codegen::Compiled, counted: &[Counted<'_>], at: u64, code: u64) -> Vec<u8> {
+/// The R-region bytes of the script in the module its points name `library`: a `ScriptImage`
+/// at `at` (8-aligned) and its tables, for code placed at `code`.
+pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::Compiled, counted: &[Counted<'_>], at: u64, code: u64) -> Vec<u8> {
     let program = &spec.program;
     let area = area_layout(spec);
     let mut strings: Vec<u8> = Vec::new();
@@ -161,7 +171,7 @@ pub fn descriptor(spec: &ScriptSpec, compiled: &codegen::Compiled, counted: &[Co
         lists.push(u32::MAX);
         start
     };
-    let hooks: Vec<u64> = hooks(program, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
+    let hooks: Vec<u64> = hooks(program, library, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
 
     // Header, then each table 8-aligned.
     let mut out = vec![0u8; abi::SCRIPT_IMAGE_LEN];

@@ -79,6 +79,8 @@ pub struct ModuleRequest {
     /// Functions (by name) counted, not timed, whatever `probes` says (a script only counts
     /// their calls).
     pub count_only: Vec<String>,
+    /// The module gets the spec's script (its points name functions of it).
+    pub scripted: bool,
 }
 
 /// What to install.
@@ -699,6 +701,13 @@ impl EnvBlock {
 }
 
 /// The path of the module a request names, as `/proc/PID/maps` shows it.
+/// Whether the library at `path` is the one `name` names: its file name is `name`, or starts
+/// with `name.` or `name-` (`libc` names `libc.so.6`).
+pub fn library_named(path: &str, name: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    file == name || file.strip_prefix(name).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+}
+
 pub(crate) fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) -> Result<String, LiveError> {
     let Some(name) = library else {
         return maps
@@ -711,10 +720,7 @@ pub(crate) fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) ->
         .iter()
         .filter(|m| m.path.starts_with('/') && m.executable)
         .map(|m| m.path.as_str())
-        .filter(|p| {
-            let file = p.rsplit('/').next().unwrap_or(p);
-            file == name || file.strip_prefix(name).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
-        })
+        .filter(|p| library_named(p, name))
         .collect();
     paths.sort_unstable();
     paths.dedup();

@@ -93,6 +93,8 @@ struct Shape {
     names: ModuleNames,
     recording: Recording,
     script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
+    /// How the script's points name this module (`None`: the main executable).
+    library: Option<String>,
     env_len: usize,
     bias: u64,
 }
@@ -107,7 +109,7 @@ impl Shape {
             entry_room: 16,
             header_room: self.env_len,
             fork_handlers: false,
-            script: self.script.as_deref(),
+            script: self.script.as_deref().map(|spec| lopi_image::ScriptRequest { spec, library: self.library.as_deref() }),
         };
         lopi_image::build(module, selection.clone(), &request).map_err(|e| LiveError::Module(format!("{}: {e}", self.names.module)))
     }
@@ -157,10 +159,10 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         let cache = spec.cache.clone().filter(|_| path != VDSO);
         let source = Source { request: request.clone(), entry, cache, key };
         let names = ModuleNames { module: path.clone(), source: path.clone() };
-        // The script goes into the main executable's image: its points name its functions.
-        let script = spec.script.clone().filter(|_| request.library.is_none());
+        // The script goes into the images of the modules its points name functions of.
+        let script = spec.script.clone().filter(|_| request.scripted);
         let script_id = script.as_ref().map(|s| s.id);
-        let shape = Shape { names, recording: spec.recording, script, env_len, bias };
+        let shape = Shape { names, recording: spec.recording, script, library: request.library.clone(), env_len, bias };
         // Laid out first below the module, with room for an image eight times the size of its
         // code (images are smaller): used there when the space is free, which spares a
         // second layout; else placed in the nearest hole and laid out again. The image
@@ -237,7 +239,7 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
         for path in others {
             let library = (path != exe).then(|| path.to_string());
             let probes = Probes { syscalls: spec.everywhere.syscalls, locks: spec.everywhere.locks, ..Probes::default() };
-            out.push((ModuleRequest { library, filter: Filter::default(), probes, count_only: Vec::new() }, path.to_string()));
+            out.push((ModuleRequest { library, filter: Filter::default(), probes, count_only: Vec::new(), scripted: false }, path.to_string()));
         }
     }
     Ok(out)

@@ -99,7 +99,7 @@ pub fn rewrite_with_script(
     let rw_offset = page_align(input.len() as u64);
     let phnum = module.program_headers.len() + 3;
     let phdrs_len = phnum * elf::PHENT_SIZE;
-    let request = Request { names, recording, at: rw_vaddr, entry_room: STUB_LEN, header_room: phdrs_len, fork_handlers: true, script };
+    let request = Request { names, recording, at: rw_vaddr, entry_room: STUB_LEN, header_room: phdrs_len, fork_handlers: true, script: script.map(|spec| lopi_image::ScriptRequest { spec, library: None }) };
     let built = lopi_image::build(module, selection, &request)?;
     let file_offset = |vaddr: u64| rw_offset + (vaddr - rw_vaddr);
 

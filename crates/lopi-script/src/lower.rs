@@ -18,9 +18,9 @@ pub struct CountedMap {
 }
 
 impl CountedMap {
-    /// How many times each call of `name` counts.
-    pub fn weight(&self, name: &str) -> u64 {
-        self.probes.iter().filter(|globs| globs.iter().any(|g| crate::glob_match(g, name))).count() as u64
+    /// How many times each call of a function named `names` (its name and aliases) counts.
+    pub fn weight(&self, names: &[&str]) -> u64 {
+        self.probes.iter().filter(|globs| globs.iter().any(|g| names.iter().any(|n| crate::glob_match(g, n)))).count() as u64
     }
 }
 

@@ -2,7 +2,10 @@
 //! by the program's own threads. lopi prints what the probes print while the program runs
 //! (from each thread's output ring in the data file), runs `begin`, `interval:` and `end`
 //! itself, and prints the maps when the program ends, or when a probe calls `exit()`.
+mod resolve;
 mod session;
+
+pub use resolve::needed_libraries;
 
 use crate::live::{self, Probes};
 use anyhow::{anyhow, bail, Context, Result};
@@ -10,6 +13,7 @@ use lopi_image::script::ScriptSpec;
 use lopi_patch::Probes as ProbeSet;
 use lopi_script::ir::{Point, Program};
 use session::{Phase, Session};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -50,28 +54,6 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// Resolves a script's points against the program's functions.
-struct Functions<'a> {
-    names: Vec<&'a str>,
-}
-
-impl lopi_script::Resolver for Functions<'_> {
-    fn functions_matching(&self, lib: Option<&str>, glob: &str) -> usize {
-        match lib {
-            None => self.names.iter().filter(|n| lopi_script::glob_match(glob, n)).count(),
-            Some(_) => 0,
-        }
-    }
-
-    fn syscall_known(&self, name: &str) -> bool {
-        (0..1024).any(|nr| lopi_trace::syscall_name(nr) == name)
-    }
-
-    fn syscalls_matching(&self, glob: &str) -> usize {
-        (0..1024).filter(|&nr| lopi_script::glob_match(glob, &lopi_trace::syscall_name(nr))).count()
-    }
-}
-
 /// The program's path as `exec` would find it.
 fn find_program(program: &OsString) -> Result<PathBuf> {
     let given = Path::new(program);
@@ -87,48 +69,64 @@ fn find_program(program: &OsString) -> Result<PathBuf> {
 
 /// A script checked against the functions `names` (its points must name some), with its
 /// options; refused, with the reason, when a point is of a kind not built yet.
-pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>, ring_len: u64, names: Vec<&str>) -> Result<ScriptSpec> {
-    let resolver = Functions { names };
+pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>, ring_len: u64, names: Vec<&str>, libraries: Vec<PathBuf>) -> Result<ScriptSpec> {
+    let resolver = resolve::Functions::new(names, libraries);
     let mut program = lopi_script::compile_front(source, &resolver).map_err(|d| Refused(d.render(source, source_name).trim_end().to_string()))?;
     if let Some(entries) = max_entries {
         program.set_max_entries(entries);
     }
     for point in program.probes.iter().flat_map(|p| &p.points) {
-        let supported = matches!(point, Point::FuncEntry { lib: None, .. } | Point::FuncReturn { lib: None, .. } | Point::Begin | Point::End | Point::Interval { .. });
+        let supported = matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::Begin | Point::End | Point::Interval { .. });
         if !supported {
-            bail!("`{point}`: lopi trace runs func:GLOB and func:GLOB:return points of the program itself, begin, end and interval: so far; this kind of point is not built yet");
+            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB and func:[LIB:]GLOB:return points, begin, end and interval: so far; this kind of point is not built yet");
         }
     }
     Ok(ScriptSpec::new(program, source, max_entries, ring_len))
 }
 
-/// The globs of the script's function points, and of the probes it only counts with.
+/// The globs of the script's points in the program itself, and of the probes it only counts
+/// with.
 fn all_globs(spec: &ScriptSpec) -> Vec<&str> {
     let points = spec.program.probes.iter().flat_map(|p| &p.points).filter_map(|point| match point {
-        Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => Some(glob.as_str()),
+        Point::FuncEntry { lib: None, glob } | Point::FuncReturn { lib: None, glob } => Some(glob.as_str()),
         _ => None,
     });
     points.chain(spec.counted.iter().flat_map(|c| c.probes.iter().flatten().map(String::as_str))).collect()
 }
 
-/// The functions the script names, as the planner's filter takes them.
+/// The functions the script names, as `--functions` takes them (`LIB:GLOB` in a library).
 pub fn function_globs(spec: &ScriptSpec) -> Vec<String> {
-    let mut globs: Vec<String> =
-        all_globs(spec).into_iter().map(|glob| if glob::Pattern::new(glob).is_ok() { glob.to_string() } else { glob::Pattern::escape(glob) }).collect();
+    let escape = |glob: &str| if glob::Pattern::new(glob).is_ok() { glob.to_string() } else { glob::Pattern::escape(glob) };
+    let in_libraries = spec.program.probes.iter().flat_map(|p| &p.points).filter_map(|point| match point {
+        Point::FuncEntry { lib: Some(lib), glob } | Point::FuncReturn { lib: Some(lib), glob } => Some(format!("{lib}:{}", escape(glob))),
+        _ => None,
+    });
+    let mut globs: Vec<String> = all_globs(spec).into_iter().map(escape).chain(in_libraries).collect();
     globs.sort();
     globs.dedup();
     globs
 }
 
-/// The functions of `names` the script only counts calls of: counted, not timed.
-pub fn count_only<'n>(spec: &ScriptSpec, names: impl Iterator<Item = &'n str>) -> Vec<String> {
-    let probed = |name: &str| {
+/// Every function name of `module`, aliases too (points may name either).
+pub fn all_names<'m>(module: &'m lopi_elf::ElfModule<'_>) -> Vec<&'m str> {
+    module.functions.iter().flat_map(|f| std::iter::once(f.name.as_str()).chain(f.aliases.iter().map(String::as_str))).collect()
+}
+
+/// Whether `glob` matches one of `f`'s names.
+fn named(f: &lopi_elf::Function, glob: &str) -> bool {
+    std::iter::once(&f.name).chain(&f.aliases).any(|n| lopi_script::glob_match(glob, n))
+}
+
+/// The functions (by name) of `module` the script only counts calls of: counted, not timed.
+pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<String> {
+    let probed = |f: &lopi_elf::Function| {
         spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
-            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => lopi_script::glob_match(glob, name),
+            Point::FuncEntry { lib: None, glob } | Point::FuncReturn { lib: None, glob } => named(f, glob),
             _ => false,
         })
     };
-    names.filter(|n| spec.counted.iter().any(|c| c.weight(n) > 0) && !probed(n)).map(str::to_string).collect()
+    let counted = |f: &lopi_elf::Function| spec.counted.iter().flat_map(|c| c.probes.iter().flatten()).any(|g| named(f, g));
+    module.functions.iter().filter(|f| counted(f) && !probed(f)).map(|f| f.name.clone()).collect()
 }
 
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
@@ -144,11 +142,15 @@ pub fn run(request: Request) -> Result<()> {
     let debug = lopi_elf::DebugFile::find(&path, &file, &lopi_elf::debug_dir());
     let mut module = lopi_elf::ElfModule::parse_with_debug(&file, debug.as_ref()).with_context(|| format!("{}", path.display()))?;
     lopi_patch::analyse(&mut module);
-    let names = module.functions.iter().map(|f| f.name.as_str()).collect();
-    let spec = Arc::new(compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, names)?);
+    let names = all_names(&module);
+    let libraries = match request.pid {
+        Some(pid) => resolve::mapped_libraries(pid),
+        None => resolve::needed_libraries(&path),
+    };
+    let spec = Arc::new(compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, names, libraries)?);
     let probes = Probes {
         include: function_globs(&spec),
-        count_only: count_only(&spec, module.functions.iter().map(|f| f.name.as_str())),
+        count_only: count_only(&spec, &module),
         exclude: Vec::new(),
         probes: ProbeSet { entries: true, exits: true, ..ProbeSet::default() },
         trace: false,
@@ -160,12 +162,22 @@ pub fn run(request: Request) -> Result<()> {
         Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?),
         None => Box::new(std::io::stdout()),
     };
+    let libraries: Vec<&str> = spec.program.probes.iter().flat_map(|p| &p.points).filter_map(|p| match p {
+        Point::FuncEntry { lib: Some(lib), .. } | Point::FuncReturn { lib: Some(lib), .. } => Some(lib.as_str()),
+        _ => None,
+    }).collect();
     let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
-        let installed = installation.modules.first();
-        if let Some(m) = installed {
-            report_probes(&spec, &module, &m.outcomes, &m.timing, &m.path);
+        let exe = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        for m in &installation.modules {
+            if Path::new(&m.path) == exe {
+                report_probes(&spec, None, &module.functions, &m.outcomes, &m.timing, &m.path);
+            } else if let Some(lib) = libraries.iter().find(|l| lopi_live::library_named(&m.path, l)) {
+                report_probes(&spec, Some(lib), &resolve::functions(Path::new(&m.path)).unwrap_or_default(), &m.outcomes, &m.timing, &m.path);
+            }
         }
-        let data = std::fs::OpenOptions::new().read(true).write(true).open(output).with_context(|| format!("opening {output}"))?;
+        let installed = installation.modules.iter().find(|m| Path::new(&m.path) == exe);
+        // Made empty if no module got a probe (a script of begin/end/interval only).
+        let data = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(output).with_context(|| format!("opening {output}"))?;
         Ok((Symbols::new(&module, installed.map_or(0, |m| m.bias)), data))
     };
     if let Some(pid) = request.pid {
@@ -185,7 +197,8 @@ pub fn run(request: Request) -> Result<()> {
         if ended == live::Ended::Detach {
             attached.detach(false)?;
         }
-        return finish(&mut session);
+        finish(&mut session)?;
+        return remove_if_empty(&attached.output);
     }
     let mut launched = live::launch(&probes, &request.command, None, true)?;
     let (symbols, data) = start(&launched.installation, &launched.output)?;
@@ -201,6 +214,7 @@ pub fn run(request: Request) -> Result<()> {
     };
     launched.finish_sampling();
     finish(&mut session)?;
+    remove_if_empty(&launched.output)?;
     live::exit_like(status, &launched.blocked)
 }
 
@@ -213,12 +227,20 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
         bail!("{} has no probe script's output (made by lopi rewrite --script or lopi trace)", path.display());
     };
     let names = record.meta.functions.iter().map(|f| f.name.as_str()).collect();
-    let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, names)?;
+    let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, names, Vec::new())?;
     let symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
     let data = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut session = Session::new(&spec, data, false, &symbols, Box::new(std::io::stdout()), json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
     finish(&mut session)
+}
+
+/// Removes the data file lopi made for a program that got no probe (it holds nothing).
+fn remove_if_empty(output: &str) -> Result<()> {
+    match std::fs::metadata(output) {
+        Ok(m) if m.len() == 0 => std::fs::remove_file(output).with_context(|| format!("removing the empty {output}")),
+        _ => Ok(()),
+    }
 }
 
 /// Once the program has ended (or lopi let go of it): what it printed last, the `end` probes,
@@ -280,20 +302,28 @@ fn interval_points(program: &Program) -> Vec<u64> {
     periods
 }
 
-/// Says on stderr how many functions the probes are in (`what`: where), and which of those
-/// the script names could not be timed (its probes run from the timed entry and exits).
-pub fn report_probes(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>, outcomes: &[lopi_patch::Outcome], timing: &[lopi_patch::TimingOutcome], what: &str) {
-    let timed = |name: &str| {
+/// Says on stderr how many functions of a module the probes are in (`what`: its path), and
+/// which of those the script names could not be timed (its probes run from the timed entry
+/// and exits). `library`: how the script's points name the module (`None`: the program).
+pub fn report_probes(
+    spec: &ScriptSpec,
+    library: Option<&str>,
+    functions: &[lopi_elf::Function],
+    outcomes: &[lopi_patch::Outcome],
+    timing: &[lopi_patch::TimingOutcome],
+    what: &str,
+) {
+    let timed = |f: &lopi_elf::Function| {
         spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
-            Point::FuncEntry { glob, .. } | Point::FuncReturn { glob, .. } => lopi_script::glob_match(glob, name),
+            Point::FuncEntry { lib, glob } | Point::FuncReturn { lib, glob } => lib.as_deref() == library && named(f, glob),
             _ => false,
         })
     };
-    let counted = |name: &str| spec.counted.iter().any(|c| c.weight(name) > 0);
+    let counted = |f: &lopi_elf::Function| library.is_none() && spec.counted.iter().flat_map(|c| c.probes.iter().flatten()).any(|g| named(f, g));
     let mut probed = 0;
     let mut refused = Vec::new();
-    for ((f, timing), outcome) in module.functions.iter().zip(timing).zip(outcomes) {
-        let (needs_timing, needs_count) = (timed(&f.name), counted(&f.name));
+    for ((f, timing), outcome) in functions.iter().zip(timing).zip(outcomes) {
+        let (needs_timing, needs_count) = (timed(f), counted(f));
         match (timing, outcome) {
             _ if !needs_timing && !needs_count => {}
             (lopi_patch::TimingOutcome::Timed, _) => probed += 1,
@@ -310,22 +340,26 @@ pub fn report_probes(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>, outcom
     }
 }
 
-/// Names run-time code addresses of the main executable.
+/// Names run-time code addresses of the main executable, and knows its functions' aliases.
 pub struct Symbols {
     /// (start, end, name), sorted.
     functions: Vec<(u64, u64, String)>,
+    /// Other names of a function, by its name.
+    pub aliases: HashMap<String, Vec<String>>,
 }
 
 impl Symbols {
     fn new(module: &lopi_elf::ElfModule<'_>, bias: u64) -> Symbols {
-        Symbols::of(module.functions.iter().map(|f| (f.addr.0, f.size, f.name.clone())), bias)
+        let mut symbols = Symbols::of(module.functions.iter().map(|f| (f.addr.0, f.size, f.name.clone())), bias);
+        symbols.aliases = module.functions.iter().filter(|f| !f.aliases.is_empty()).map(|f| (f.name.clone(), f.aliases.clone())).collect();
+        symbols
     }
 
     /// From (module address, size, name) of each function.
     fn of(functions: impl Iterator<Item = (u64, u64, String)>, bias: u64) -> Symbols {
         let mut functions: Vec<(u64, u64, String)> = functions.map(|(addr, size, name)| (addr.wrapping_add(bias), addr.wrapping_add(bias) + size.max(1), name)).collect();
         functions.sort();
-        Symbols { functions }
+        Symbols { functions, aliases: HashMap::new() }
     }
 
     pub fn name(&self, addr: u64) -> String {

@@ -242,7 +242,7 @@ impl<'s> Session<'s> {
         let m = &program.maps[map];
         let merged = match self.spec.counted.iter().find(|c| c.map.0 == map) {
             Some(counted) => {
-                let entries = counted_entries(self.spec, counted, bytes);
+                let entries = counted_entries(self.spec, counted, &self.symbols.aliases, bytes);
                 output::merge(m, program.str_size, entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
             }
             None => output::merge(m, program.str_size, self.entries(bytes, map)),
@@ -294,11 +294,16 @@ impl<'s> Session<'s> {
 /// The (key, slot) entries of a map only counting probes fill: each function's calls, as the
 /// record counts them (counters, and call-tree nodes of timed functions), times the probes
 /// covering it; keyed by the function's name, or summed.
-fn counted_entries(spec: &ScriptSpec, counted: &CountedMap, bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+fn counted_entries(spec: &ScriptSpec, counted: &CountedMap, aliases: &HashMap<String, Vec<String>>, bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let Ok(data) = lopi_trace::DataFile::parse(bytes) else { return Vec::new() };
     let profile = lopi_trace::Profile::from_data(&data);
     let str_size = spec.program.str_size;
-    let calls = profile.functions.iter().map(|f| (f.name.as_str(), f.calls.saturating_mul(counted.weight(&f.name)))).filter(|&(_, n)| n > 0);
+    let weight = |name: &str| {
+        let mut names = vec![name];
+        names.extend(aliases.get(name).into_iter().flatten().map(String::as_str));
+        counted.weight(&names)
+    };
+    let calls = profile.functions.iter().map(|f| (f.name.as_str(), f.calls.saturating_mul(weight(&f.name)))).filter(|&(_, n)| n > 0);
     if !counted.by_func {
         let total: u64 = calls.map(|(_, n)| n).fold(0, u64::wrapping_add);
         return if total > 0 { vec![(Vec::new(), total.to_le_bytes().to_vec())] } else { Vec::new() };

@@ -1,0 +1,91 @@
+//! What a script's points name: the program's functions, and those of the libraries it loads
+//! (`func:LIB:GLOB`, `LIB` a file name or its start: `libc` is `libc.so.6`), read from the
+//! files the process maps (`-p`) or that `ldd` says the program will load.
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub struct Functions<'a> {
+    names: Vec<&'a str>,
+    /// Libraries the points may name, and the function names of those read so far.
+    libraries: Vec<PathBuf>,
+    read: RefCell<HashMap<PathBuf, Vec<String>>>,
+}
+
+impl<'a> Functions<'a> {
+    pub fn new(names: Vec<&'a str>, libraries: Vec<PathBuf>) -> Functions<'a> {
+        Functions { names, libraries, read: RefCell::default() }
+    }
+
+    /// The one library `name` names, if exactly one does.
+    fn library(&self, name: &str) -> Option<&PathBuf> {
+        let mut found = self.libraries.iter().filter(|p| lopi_live::library_named(&p.to_string_lossy(), name));
+        match (found.next(), found.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        }
+    }
+
+    fn library_functions(&self, path: &Path) -> usize {
+        let mut read = self.read.borrow_mut();
+        let names = read.entry(path.to_path_buf()).or_insert_with(|| function_names(path).unwrap_or_default());
+        names.len()
+    }
+}
+
+/// A file's functions, as the planner sees them (named from its debug file when it has one).
+pub fn functions(path: &Path) -> Option<Vec<lopi_elf::Function>> {
+    let file = lopi_cache::read_file(path).ok()?;
+    let debug = lopi_elf::DebugFile::find(path, &file, &lopi_elf::debug_dir());
+    let mut module = lopi_elf::ElfModule::parse_with_debug(&file, debug.as_ref()).ok()?;
+    lopi_patch::analyse(&mut module);
+    Some(module.functions)
+}
+
+/// A file's function names, aliases too.
+fn function_names(path: &Path) -> Option<Vec<String>> {
+    Some(functions(path)?.into_iter().flat_map(|f| std::iter::once(f.name).chain(f.aliases)).collect())
+}
+
+impl lopi_script::Resolver for Functions<'_> {
+    fn functions_matching(&self, lib: Option<&str>, glob: &str) -> usize {
+        match lib {
+            None => self.names.iter().filter(|n| lopi_script::glob_match(glob, n)).count(),
+            Some(lib) => {
+                let Some(path) = self.library(lib) else { return 0 };
+                self.library_functions(path);
+                self.read.borrow().get(path).map_or(0, |names| names.iter().filter(|n| lopi_script::glob_match(glob, n)).count())
+            }
+        }
+    }
+
+    fn syscall_known(&self, name: &str) -> bool {
+        (0..1024).any(|nr| lopi_trace::syscall_name(nr) == name)
+    }
+
+    fn syscalls_matching(&self, glob: &str) -> usize {
+        (0..1024).filter(|&nr| lopi_script::glob_match(glob, &lopi_trace::syscall_name(nr))).count()
+    }
+}
+
+/// The libraries process `pid` runs code from.
+pub fn mapped_libraries(pid: i32) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = lopi_live::procfs::maps(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.executable && m.path.starts_with('/'))
+        .map(|m| PathBuf::from(format!("/proc/{pid}/root{}", m.path)))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// The libraries `ldd` says `program` loads (none if it cannot tell).
+pub fn needed_libraries(program: &Path) -> Vec<PathBuf> {
+    let Ok(out) = std::process::Command::new("ldd").arg(program).output() else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split("=>").nth(1)?.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from))
+        .collect()
+}
