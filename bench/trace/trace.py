@@ -192,6 +192,7 @@ class Workload:
     prog: Path
     argv: list[str]
     slow_argv: Optional[list[str]]  # SLOW configurations' arguments; None: they run `argv` against BASE
+    slow_title: str  # their size, in their labels
     fn: Optional[str]  # the hot function (hist script, count checks); None: count script only
     metric: object
     check: object
@@ -202,8 +203,11 @@ class Workload:
     def argv_of(self, cfg: str) -> list[str]:
         return self.slow_argv if self.base_of(cfg) == BASE_SLOW else self.argv
 
+    def label(self, cfg: str) -> str:
+        return label(cfg, self.fn or "") + (f" [{self.slow_title}]" if self.base_of(cfg) == BASE_SLOW else "")
 
-def lopi_trace_variant(name: str, lopi: Path, script: str, wl: Workload, data: Path, hist: bool,
+
+def lopi_trace_variant(name: str, lopi: Optional[Path], script: str, wl: Workload, data: Path, hist: bool,
                        skip: str) -> h.Variant:
     """`lopi trace --format json -o OUT -e SCRIPT`: calls = the @ map's values (count) or the @h
     histogram's buckets (hist), summed; what lopi said on stderr kept for the notes."""
@@ -218,10 +222,12 @@ def lopi_trace_variant(name: str, lopi: Path, script: str, wl: Workload, data: P
             return {"after_error": "lopi trace wrote no maps"}
         maps = json.loads(out.read_text())["maps"]
         said = [ln[6:] for ln in stderr.splitlines() if ln.startswith("lopi: ")]
+        name = "@h" if hist else "@"
+        if name not in maps:
+            return {"after_error": f"no {name} map in lopi trace's output: {json.dumps(maps)[:200]}", "said": said}
         if hist:
-            buckets = maps["@h"]["buckets"]
-            return {"calls": sum(b["count"] for b in buckets), "said": said}
-        per_fn = {k: int(v) for k, v in maps["@"].items()}
+            return {"calls": sum(b["count"] for b in maps[name]["buckets"]), "said": said}
+        per_fn = {k: int(v) for k, v in maps[name].items()}
         return {"calls": sum(per_fn.values()), "per_fn": per_fn, "said": said}
 
     return h.Variant(name, [str(lopi), "trace", "--format", "json", "-o", str(out), "-e", script, "--",
@@ -236,14 +242,14 @@ def lopi_run_variant(name: str, lopi: Optional[Path], args: list[str], wl: Workl
                      before=before, after=after, check=wl.check, skip_reason=skip)
 
 
-BPF_KEY = re.compile(r"^@\[(0x[0-9a-f]+)\]: (\d+)$", re.M)
+BPF_KEY = re.compile(r"^@\[([^\]]+)\]: (\d+)$", re.M)
 HIST_ROW = re.compile(r"^\[[^\]\)]*[\]\)]\s+(\d+)\s+\|", re.M)  # `[4K, 8K)   54 |@@@  |`
 
 
 def named_by_symbols(per_addr: dict[int, int], syms: dict[str, tuple[int, int]]) -> dict[str, int]:
-    """bpftrace prints `@[func]` after the program has exited, when it can no longer symbolize its
-    addresses: names from the symbol table, by the page-aligned load base that puts every key at
-    a function's start."""
+    """bpftrace (v0.17) prints `@[func]` after the program has exited, when it can no longer
+    symbolize its addresses: names from the symbol table, by the page-aligned load base that puts
+    every key at a function's start."""
     by_off = {addr: name for name, (addr, _) in syms.items()}
     for key in per_addr:
         for off in by_off:
@@ -278,10 +284,11 @@ def bpftrace_variant(name: str, wl: Workload, data: Path, skip: str) -> h.Varian
         if name == BPF_H:
             rows = [int(c) for c in HIST_ROW.findall(text)]
             return {"calls": sum(rows)} if rows else {"after_error": "no @h histogram in bpftrace's output"}
-        per_addr = {int(a, 16): int(c) for a, c in BPF_KEY.findall(text)}
-        if not per_addr:
+        rows = BPF_KEY.findall(text)
+        if not rows:
             return {"after_error": "no `@[...]` counts in bpftrace's output"}
-        per_fn = named_by_symbols(per_addr, syms)
+        per_fn = {k: int(c) for k, c in rows if not k.startswith("0x")}
+        per_fn.update(named_by_symbols({int(k, 16): int(c) for k, c in rows if k.startswith("0x")}, syms))
         return {"calls": sum(per_fn.values()), "per_fn": per_fn}
 
     limit = str(len(fns) + 64)
@@ -367,16 +374,16 @@ def make_variants(wl: Workload, lopi: Optional[Path], skip: dict[str, str]) -> l
 # ---------------------------------------------------------------- preflight
 
 
-def attempt(argv: list[str], ok: re.Pattern, env: Optional[dict] = None) -> str:
-    """"" when ARGV exits 0 and prints OK, else why not (its last error line)."""
+def attempt(argv: list[str], ok: re.Pattern) -> str:
+    """Empty when ARGV exits 0 and prints OK, else why not (its last error line)."""
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=dict(os.environ, **(env or {})))
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{type(e).__name__}: {e}"
     if p.returncode == 0 and ok.search(p.stdout + p.stderr):
         return ""
-    lines = (p.stderr + p.stdout).strip().splitlines()
-    errs = [ln for ln in lines if re.search(r"rror|refus|unable|not supported|not found|No such", ln)
+    lines = (p.stderr + "\n" + p.stdout).strip().splitlines()
+    errs = [ln for ln in lines if re.search(r"error|refus|unable|unavailable|not supported|not found|no such", ln, re.I)
             and "RLIMIT_MEMLOCK" not in ln]
     return f"does not run here (exit {p.returncode}): {(errs or lines or ['no output'])[-1][:240]}"
 
@@ -435,20 +442,22 @@ def recorded(runs: list[h.RunResult]) -> list[h.RunResult]:
     return [r for r in runs if r.ok and r.round >= 0]
 
 
-def count_note(wl: Workload, cfg: str, runs: list[h.RunResult], expected: dict) -> Optional[str]:
-    """The hot function's calls as the tool counted them (per_fn, or the histogram's total) against
-    W1's own count."""
+def count_note(runs: list[h.RunResult], expected: dict) -> Optional[str]:
+    """The hot function's calls as the tool counted them (its count, else the histogram's total)
+    against W1's own count; None when the tool did not probe it (the ns/call note says so)."""
     if not expected:
         return None
     fn, want = expected["fn"], expected["calls"]
-    if cfg in COUNT:
-        got = sorted({r.extra["per_fn"].get(fn, 0) for r in recorded(runs) if "per_fn" in r.extra})
+    per_fn = [r.extra["per_fn"] for r in recorded(runs) if "per_fn" in r.extra]
+    if per_fn:
+        if not any(fn in p for p in per_fn):
+            return None
+        got, what = sorted({p.get(fn, 0) for p in per_fn}), fn
     else:
-        got = sorted({r.extra["calls"] for r in recorded(runs) if "calls" in r.extra})
+        got, what = sorted({r.extra["calls"] for r in recorded(runs) if "calls" in r.extra}), f"{fn} in the histogram"
     if not got:
         return None
-    what = fn if cfg in COUNT else f"hist total ({fn} returns)"
-    shown = "–".join(f"{g:,}" for g in (got[0], got[-1])[:1 if len(got) == 1 else 2])
+    shown = f"{got[0]:,}" if len(got) == 1 else f"{got[0]:,}–{got[-1]:,}"
     return f"{what}: {shown} {'=' if got == [want] else '≠'} expected {want:,}"
 
 
@@ -467,9 +476,10 @@ def agreement(res: dict) -> Optional[str]:
 
 
 def lopi_said(runs: list[h.RunResult]) -> list[str]:
-    """lopi trace's own lines worth a note: what it probed, drops, faults, returns it could not see."""
+    """lopi trace's own lines worth a note: how many functions it probed, drops, faults, returns it
+    could not see."""
     said = next((r.extra["said"] for r in recorded(runs) if "said" in r.extra), [])
-    out = [m.group(0) for ln in said if (m := re.match(r"tracing \d+ functions?", ln))]
+    out = [m.group(1) for ln in said if (m := re.match(r"(.*\d+ functions?) of ", ln))]
     out += sorted({ln for r in recorded(runs) for ln in r.extra.get("said", [])
                    if re.search(r"dropped|not seen|faults", ln)})
     return out
@@ -480,15 +490,13 @@ def notes_for(wl: Workload, vs: list[h.Variant], res: dict, expected: dict[str, 
     for v in vs:
         runs = res.get(v.name, [])
         n = []
-        if wl.slow_argv and v.name in SLOW | {BASE_SLOW}:
-            n.append(f"size {' '.join(wl.slow_argv)} (against the uninstrumented run of that size)")
         if v.name in (LOPI_E, LOPI_T):
             n += h.lopi_report_notes(runs, {})
         if v.name in (TRACE_C, TRACE_H):
             n += lopi_said(runs)
         if v.name == TRACE_C and (agree := agreement(res)):
             n.append(agree)
-        if v.name not in (BASE, BASE_SLOW) and (c := count_note(wl, v.name, runs, expected[wl.base_of(v.name)])):
+        if v.name not in (BASE, BASE_SLOW) and (c := count_note(runs, expected[wl.base_of(v.name)])):
             n.append(c)
         if v.name == FRIDA_C:
             refused = next((r.extra.get("refused") for r in recorded(runs) if r.extra.get("refused")), None)
@@ -574,14 +582,15 @@ def main() -> int:
         why.update({c: f"lopi binary not found ({a.lopi})" for c in (LOPI_E, TRACE_C, LOPI_T, TRACE_H)})
 
     workloads = [Workload("w1-loop", f"W1 loop {loop_n:,}", w1, ["loop", str(loop_n)], ["loop", str(slow_loop)],
-                          "tiny", h.HOT_NS, h.w1_check),
+                          f"loop {slow_loop:,}", "tiny", h.HOT_NS, h.w1_check),
                  Workload("w1-fib", f"W1 fib({fib[0]})x{fib[1]}", w1, ["fib", *map(str, fib)],
-                          ["fib", *map(str, slow_fib)], "fib", h.HOT_NS, h.w1_check)]
+                          ["fib", *map(str, slow_fib)], f"fib({slow_fib[0]})x{slow_fib[1]}", "fib", h.HOT_NS,
+                          h.w1_check)]
     skips = {"w1-loop": dict(why, **loop_why), "w1-fib": dict(why)}
     if size:
         w2 = h.build_parallel({BASE: h.w2_job("speedtest1", a.sqlite_dir)})[BASE]
         workloads.append(Workload("w2", f"W2 speedtest1 --memdb --size {size}", w2, ["--memdb", "--size", str(size)],
-                                  None, None, h.TOTAL, h.w2_check))
+                                  None, "", None, h.TOTAL, h.w2_check))
         skips["w2"] = dict(why)
         if BPF_C not in why:
             skips["w2"][BPF_C] = (f"not run on speedtest1: attaching its {len(anchors.functions_of(w2)):,} uprobes "
@@ -599,7 +608,7 @@ def main() -> int:
         notes = notes_for(wl, vs, res, expected)
         wl_entries = []
         for v in vs:
-            e = h.summary_entry("trace", wl.key, wl.title, v, res, label(v.name, wl.fn or ""), TOOLS[v.name],
+            e = h.summary_entry("trace", wl.key, wl.title, v, res, wl.label(v.name), TOOLS[v.name],
                                 expected[wl.base_of(v.name)], base=wl.base_of(v.name))
             e["notes"] = notes[v.name]
             wl_entries.append(e)
@@ -663,8 +672,9 @@ def main() -> int:
         "with its error.",
         "- Sizes: bpftrace traps into the kernel on every probe hit (and single-steps `tiny`'s first "
         f"instruction), so bpftrace, Frida and SystemTap run W1 at smaller sizes (loop {slow_loop:,}, "
-        f"fib({slow_fib[0]})x{slow_fib[1]}), each next to an uninstrumented run of that size in the same rounds; "
-        "lopi runs the sizes in the workload column. ns per call does not depend on the size.",
+        f"fib({slow_fib[0]})x{slow_fib[1]}; in brackets after their configuration), each against an uninstrumented "
+        "run of that size in the same rounds; lopi runs the sizes in the workload column. W1's work is linear in "
+        "its size, so ns per call compare across sizes.",
         f"- Runs: configurations of one workload interleaved round-robin with the uninstrumented program(s), order "
         f"rotated each round, one unrecorded warm-up round, n={n} recorded runs each. Overhead ns/call = (median − "
         "uninstrumented median of the same size) / calls, calls = what each tool counted itself. Output: the "
