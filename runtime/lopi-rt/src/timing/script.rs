@@ -101,27 +101,30 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
 }
 
 /// From the entry stub's fast path, before the call's frame opens: runs the function's entry
-/// probes. The thread is busy.
-pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64) {
+/// probes. `chunk` is the thread's, which the fast path checked and holds busy.
+pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64, chunk: usize) {
     let v = super::vars();
     // SAFETY: the fast path checked the thread's chunk and holds it busy.
     unsafe {
         let (list, _) = hooks(v, index);
-        if let (true, Some(t)) = (list != 0, Thread::existing(v)) {
+        if list != 0 {
+            let t = Thread { h: chunk as *mut _, base: chunk };
             run(&t, v, list, index, regs, rsp, (*t.h).depth, 0);
         }
     }
 }
 
 /// From the exit stub's fast path, once the call's frame is closed: runs the function's
-/// return probes with the call's `ticks`; `word` is what the exit probe pushed.
-pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64) {
+/// return probes with the call's `ticks`; `word` is what the exit probe pushed, `chunk` the
+/// thread's.
+pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64, chunk: usize) {
     let v = super::vars();
     let index = u64::from(word & crate::abi::exit_word::INDEX);
     // SAFETY: as `script_enter`.
     unsafe {
         let (_, list) = hooks(v, index);
-        if let (true, Some(t)) = (list != 0, Thread::existing(v)) {
+        if list != 0 {
+            let t = Thread { h: chunk as *mut _, base: chunk };
             run_return(&t, v, list, index, word & crate::abi::exit_word::TAIL != 0, regs, rsp, (*t.h).depth, ticks);
         }
     }
