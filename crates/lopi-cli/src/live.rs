@@ -9,7 +9,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// What to probe, as given on the command line.
@@ -25,6 +25,8 @@ pub struct Probes {
     pub script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
     /// Functions of the main executable counted, not timed (a script only counts them).
     pub count_only: Vec<String>,
+    /// The data file (`%p`: the pid), instead of `LOPI_OUTPUT` or `NAME.PID.lopi`.
+    pub record: Option<PathBuf>,
 }
 
 impl Probes {
@@ -76,12 +78,14 @@ impl Probes {
     }
 }
 
-/// Where the record goes: `LOPI_OUTPUT` (as in static mode, `%p` is the pid), else
-/// `NAME.PID.lopi` in the current directory; absolute, since the target has its own cwd.
-fn output_path(exe_name: &str, pid: i32) -> String {
-    let path = match std::env::var(lopi_rt_abi::OUTPUT_ENV) {
-        Ok(p) if !p.is_empty() => PathBuf::from(p.replace("%p", &pid.to_string())),
-        _ => PathBuf::from(format!("{exe_name}.{pid}{}", lopi_rt_abi::DATA_SUFFIX)),
+/// Where the record goes: `record` if given, else `LOPI_OUTPUT` (as in static mode, `%p` is
+/// the pid in either), else `NAME.PID.lopi` in the current directory; absolute, since the
+/// target has its own cwd.
+fn output_path(record: Option<&Path>, exe_name: &str, pid: i32) -> String {
+    let given = record.map(|p| p.display().to_string()).or_else(|| std::env::var(lopi_rt_abi::OUTPUT_ENV).ok()).filter(|p| !p.is_empty());
+    let path = match given {
+        Some(p) => PathBuf::from(p.replace("%p", &pid.to_string())),
+        None => PathBuf::from(format!("{exe_name}.{pid}{}", lopi_rt_abi::DATA_SUFFIX)),
     };
     crate::absolute(&path).display().to_string()
 }
@@ -147,7 +151,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
     let started = Instant::now();
     let (mut target, mut child) = lopi_live::launch(cmd).with_context(|| format!("starting {}", program.to_string_lossy()))?;
     let pid = target.pid();
-    let output = output_path(&exe_name(pid), pid);
+    let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
     let spec = probes.spec(&output)?;
     let installed = Instant::now();
     let bar = Bar::new(&format!("planning {}", progress::file_name(program.as_ref())), !quiet);
@@ -251,7 +255,7 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool) -> Result<Attached> 
     mask.thread_block().context("blocking signals")?;
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).context("signalfd")?;
 
-    let output = output_path(&exe_name(pid), pid);
+    let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
     let spec = probes.spec(&output)?;
     lopi_live::preflight(pid)?;
     // Planning needs no pause: the process runs on meanwhile.
@@ -387,12 +391,12 @@ mod tests {
 
     #[test]
     fn library_patterns_go_to_their_library() {
-        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new() };
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new(), record: None };
         let spec = probes.spec("/tmp/x").unwrap();
         assert_eq!(spec.modules.len(), 2);
         assert_eq!(spec.modules[0].library, None);
         assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
-        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new() };
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new(), record: None };
         assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
     }
 }

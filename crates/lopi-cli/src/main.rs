@@ -214,6 +214,10 @@ enum Command {
         /// With -p: stop after this long (10s, 500ms, 2m), else on Ctrl-C.
         #[arg(long, value_parser = live::parse_duration, requires = "pid")]
         duration: Option<std::time::Duration>,
+        /// Keep the record in FILE (`%p`: the pid), readable afterwards with `lopi report`
+        /// (`--script` for the script's maps); without it, lopi removes its record at the end.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required_unless_present = "pid", value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
@@ -317,7 +321,7 @@ impl LiveSelect {
         probes.exits |= trace;
         probes.entries |= trace;
         let budget_ppm = budget.ppm(probes.exits)?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script: None, count_only: Vec::new() })
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script: None, count_only: Vec::new(), record: None })
     }
 }
 
@@ -560,13 +564,13 @@ fn run(cli: Cli) -> Result<()> {
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
-        Command::Trace { file, expr, format, output, max_entries, pid, duration, command } => {
+        Command::Trace { file, expr, format, output, max_entries, pid, duration, record, command } => {
             let (source, source_name) = match (expr, file) {
                 (Some(text), _) => (text, "-e".to_string()),
                 (None, Some(path)) => (std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string()),
                 (None, None) => bail!("lopi trace needs a script: a file, or -e 'PROGRAM'"),
             };
-            trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, pid, duration, command, cache })
+            trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, pid, duration, record, command, cache })
         }
         Command::Whatif { kernel, proxy_wait, cpus, runs, format, command } => {
             whatif::run(whatif::Request { kernel, proxy_wait, cpus, runs, json: format == Format::Json, command })

@@ -55,12 +55,16 @@ fn fixture(dir: &Path) -> std::path::PathBuf {
 /// without the maps line, the run's output).
 fn trace(dir: &Path, prog: &Path, script: &str, extra: &[&str]) -> (Json, String, Output) {
     let file = dir.join("trace.out");
+    let records = || -> Vec<_> { std::fs::read_dir(dir).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "lopi")).map(|e| e.path()).collect() };
+    let before = records();
     let out = run(
-        Command::new(lopi_bin()).arg("trace").arg("-e").arg(script).args(["--format", "json", "-o"]).arg(&file).args(extra).arg("--").arg(prog),
+        Command::new(lopi_bin()).arg("trace").arg("-e").arg(script).args(["--format", "json", "-o"]).arg(&file).args(extra).arg("--").arg(prog).current_dir(dir),
         common::default_timeout(),
     )
     .expect("running lopi trace");
     assert!(out.status.success(), "lopi trace -e '{script}' failed: {}\n{}", out.describe_status(), out.stderr_str());
+    let kept = extra.contains(&"--record");
+    assert!(kept || records() == before, "lopi trace left its record behind: {:?}", records());
     assert_eq!(out.stdout_str(), FIXTURE_OUTPUT, "the program's output changed under '{script}'");
     let text = std::fs::read_to_string(&file).expect("lopi trace's output");
     let (printed, maps) = text.trim_end().rsplit_once('\n').unwrap_or(("", text.trim_end()));
@@ -269,6 +273,12 @@ fn a_rewritten_program_keeps_its_script_output_for_lopi_report() {
     // Read twice, the same: reading changes nothing in the record.
     assert_eq!(report("json"), text);
     assert!(std::fs::read(&data).unwrap() == before, "lopi report --script changed the record");
+    // lopi trace keeps its record when asked, and it reads the same way.
+    let kept = dir.join("kept.lopi");
+    let (live, _, _) = trace(&dir, &prog, "func:step { @by[str(arg1)] = count(); } func:step:return { @s = sum(retval); }", &["--record", kept.to_str().unwrap()]);
+    let out = run(Command::new(lopi_bin()).args(["report", "--script", "--format", "json"]).arg(&kept), common::default_timeout()).unwrap();
+    assert_eq!(serde_json::from_str::<Json>(out.stdout_str().trim()).unwrap(), live, "{}", out.stderr_str());
+    std::fs::remove_file(&kept).unwrap();
     // interval: needs lopi running beside the program.
     let out = run(Command::new(lopi_bin()).arg("rewrite").arg(&prog).arg("-o").arg(dir.join("x")).args(["--script-expr", "interval:1s { exit(); }"]), common::default_timeout()).unwrap();
     assert!(!out.status.success() && out.stderr_str().contains("use lopi trace"), "{}", out.stderr_str());

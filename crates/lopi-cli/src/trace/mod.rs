@@ -38,6 +38,8 @@ pub struct Request {
     /// A running process to trace instead of a command, for `duration` (else until Ctrl-C).
     pub pid: Option<i32>,
     pub duration: Option<Duration>,
+    /// Where to keep the record; `None`: a temporary file, removed at the end.
+    pub record: Option<PathBuf>,
     pub command: Vec<OsString>,
     pub cache: Option<lopi_cache::PlanCache>,
 }
@@ -157,7 +159,9 @@ pub fn run(request: Request) -> Result<()> {
         budget_ppm: 0,
         cache: request.cache.clone(),
         script: Some(spec.clone()),
+        record: Some(request.record.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("lopi-trace-{}.%p.lopi", std::process::id())))),
     };
+    let keep = request.record.is_some();
     let out: Box<dyn Write> = match &request.output {
         Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?),
         None => Box::new(std::io::stdout()),
@@ -198,7 +202,7 @@ pub fn run(request: Request) -> Result<()> {
             attached.detach(false)?;
         }
         finish(&mut session)?;
-        return remove_if_empty(&attached.output);
+        return tidy(&attached.output, keep);
     }
     let mut launched = live::launch(&probes, &request.command, None, true)?;
     let (symbols, data) = start(&launched.installation, &launched.output)?;
@@ -214,7 +218,7 @@ pub fn run(request: Request) -> Result<()> {
     };
     launched.finish_sampling();
     finish(&mut session)?;
-    remove_if_empty(&launched.output)?;
+    tidy(&launched.output, keep)?;
     live::exit_like(status, &launched.blocked)
 }
 
@@ -235,10 +239,11 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
     finish(&mut session)
 }
 
-/// Removes the data file lopi made for a program that got no probe (it holds nothing).
-fn remove_if_empty(output: &str) -> Result<()> {
+/// Removes the record unless asked to keep it (an empty one, made for a program no probe went
+/// into, always).
+fn tidy(output: &str, keep: bool) -> Result<()> {
     match std::fs::metadata(output) {
-        Ok(m) if m.len() == 0 => std::fs::remove_file(output).with_context(|| format!("removing the empty {output}")),
+        Ok(m) if m.len() == 0 || !keep => std::fs::remove_file(output).with_context(|| format!("removing {output}")),
         _ => Ok(()),
     }
 }
