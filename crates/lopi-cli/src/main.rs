@@ -704,7 +704,7 @@ pub(crate) fn rewrite(
     let mut module = parse(prog, &file, debug.as_ref())?;
     let script = match script {
         Some((source, name)) => {
-            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::all_names(&module), trace::needed_libraries(prog))?;
+            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::Functions::new(trace::all_names(&module), trace::needed_libraries(prog)))?;
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
                 bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
             }

@@ -702,8 +702,12 @@ impl EnvBlock {
 
 /// The path of the module a request names, as `/proc/PID/maps` shows it.
 /// Whether the library at `path` is the one `name` names: its file name is `name`, or starts
-/// with `name.` or `name-` (`libc` names `libc.so.6`).
+/// with `name.` or `name-` (`libc` names `libc.so.6`); a `name` that is an absolute path names
+/// that file (also seen through a process's root, `/proc/PID/root/...`).
 pub fn library_named(path: &str, name: &str) -> bool {
+    if name.starts_with('/') {
+        return path.ends_with(name) && (path.len() == name.len() || path[..path.len() - name.len()].ends_with("/root"));
+    }
     let file = path.rsplit('/').next().unwrap_or(path);
     file == name || file.strip_prefix(name).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
 }

@@ -5,7 +5,7 @@
 mod resolve;
 mod session;
 
-pub use resolve::needed_libraries;
+pub use resolve::{needed_libraries, Functions};
 
 use crate::live::{self, Probes};
 use anyhow::{anyhow, bail, Context, Result};
@@ -71,11 +71,16 @@ fn find_program(program: &OsString) -> Result<PathBuf> {
 
 /// A script checked against the functions `names` (its points must name some), with its
 /// options; refused, with the reason, when a point is of a kind not built yet.
-pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>, ring_len: u64, names: Vec<&str>, libraries: Vec<PathBuf>) -> Result<ScriptSpec> {
-    let resolver = resolve::Functions::new(names, libraries);
+pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>, ring_len: u64, resolver: resolve::Functions<'_>) -> Result<ScriptSpec> {
     let mut program = lopi_script::compile_front(source, &resolver).map_err(|d| Refused(d.render(source, source_name).trim_end().to_string()))?;
     if let Some(entries) = max_entries {
         program.set_max_entries(entries);
+    }
+    // A library named by path, as the process maps it: planning and hooks compare the text.
+    for point in program.probes.iter_mut().flat_map(|p| &mut p.points) {
+        if let Point::FuncEntry { lib: Some(lib), .. } | Point::FuncReturn { lib: Some(lib), .. } = point {
+            *lib = resolve::canonical_library(lib);
+        }
     }
     for point in program.probes.iter().flat_map(|p| &p.points) {
         let supported = matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::Begin | Point::End | Point::Interval { .. });
@@ -149,7 +154,7 @@ pub fn run(request: Request) -> Result<()> {
         Some(pid) => resolve::mapped_libraries(pid),
         None => resolve::needed_libraries(&path),
     };
-    let spec = Arc::new(compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, names, libraries)?);
+    let spec = Arc::new(compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries))?);
     let probes = Probes {
         include: function_globs(&spec),
         count_only: count_only(&spec, &module),
@@ -231,7 +236,7 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
         bail!("{} has no probe script's output (made by lopi rewrite --script or lopi trace)", path.display());
     };
     let names = record.meta.functions.iter().map(|f| f.name.as_str()).collect();
-    let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, names, Vec::new())?;
+    let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, resolve::Functions::checked(names))?;
     let symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
     let data = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut session = Session::new(&spec, data, false, &symbols, Box::new(std::io::stdout()), json);

@@ -10,16 +10,25 @@ pub struct Functions<'a> {
     /// Libraries the points may name, and the function names of those read so far.
     libraries: Vec<PathBuf>,
     read: RefCell<HashMap<PathBuf, Vec<String>>>,
+    /// Every library point names something: the script was checked against the libraries when
+    /// it ran (`lopi report --script` reads it again).
+    libraries_known: bool,
 }
 
 impl<'a> Functions<'a> {
     pub fn new(names: Vec<&'a str>, libraries: Vec<PathBuf>) -> Functions<'a> {
-        Functions { names, libraries, read: RefCell::default() }
+        Functions { names, libraries, read: RefCell::default(), libraries_known: false }
+    }
+
+    /// As `new`, for a script checked before: its library points are taken as they are.
+    pub fn checked(names: Vec<&'a str>) -> Functions<'a> {
+        Functions { names, libraries: Vec::new(), read: RefCell::default(), libraries_known: true }
     }
 
     /// The one library `name` names, if exactly one does.
     fn library(&self, name: &str) -> Option<&PathBuf> {
-        let mut found = self.libraries.iter().filter(|p| lopi_live::library_named(&p.to_string_lossy(), name));
+        let name = canonical_library(name);
+        let mut found = self.libraries.iter().filter(|p| lopi_live::library_named(&p.to_string_lossy(), &name));
         match (found.next(), found.next()) {
             (Some(one), None) => Some(one),
             _ => None,
@@ -51,6 +60,7 @@ impl lopi_script::Resolver for Functions<'_> {
     fn functions_matching(&self, lib: Option<&str>, glob: &str) -> usize {
         match lib {
             None => self.names.iter().filter(|n| lopi_script::glob_match(glob, n)).count(),
+            Some(_) if self.libraries_known => 1,
             Some(lib) => {
                 let Some(path) = self.library(lib) else { return 0 };
                 self.library_functions(path);
@@ -81,11 +91,21 @@ pub fn mapped_libraries(pid: i32) -> Vec<PathBuf> {
     paths
 }
 
-/// The libraries `ldd` says `program` loads (none if it cannot tell).
+/// The libraries `ldd` says `program` loads (none if it cannot tell), as the process will map
+/// them (symbolic links resolved: `/lib` is `/usr/lib` on Debian).
 pub fn needed_libraries(program: &Path) -> Vec<PathBuf> {
     let Ok(out) = std::process::Command::new("ldd").arg(program).output() else { return Vec::new() };
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| line.split("=>").nth(1)?.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from))
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
         .collect()
+}
+
+/// A library named by path as the process maps it (links resolved); a name stays as it is.
+pub fn canonical_library(name: &str) -> String {
+    match name.starts_with('/') {
+        true => std::fs::canonicalize(name).map_or_else(|_| name.to_string(), |p| p.display().to_string()),
+        false => name.to_string(),
+    }
 }
