@@ -125,8 +125,9 @@ impl DataFile {
                 offset += len;
                 continue;
             }
-            if rest.starts_with(&EXTENSION_MAGIC) {
-                // A region some thread chunk grew into: read through that chunk's header.
+            if rest.starts_with(&EXTENSION_MAGIC) || rest.starts_with(&lopi_rt_abi::script::SCRIPT_AREA_MAGIC) {
+                // A region some thread chunk grew into (read through that chunk's header), or a
+                // thread's probe-script area (read by `script_areas`).
                 offset += chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 continue;
             }
