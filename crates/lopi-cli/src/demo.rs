@@ -51,7 +51,7 @@ fn profile(dir: &Path) -> Result<()> {
     let data = dir.join("demo.data");
 
     step(&format!("lopi rewrite {} -o {} --probe entry,exit", prog.display(), rewritten.display()));
-    let (summary, _) = crate::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME, lopi_rewrite::Recording::default(), None, None)?;
+    let (summary, _) = crate::rewrite::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME, lopi_rewrite::Recording::default(), None, None)?;
     crate::print(&format!("{summary}\n"))?;
 
     step(&format!("LOPI_OUTPUT={} {}", data.display(), rewritten.display()));

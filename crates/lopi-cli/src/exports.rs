@@ -110,7 +110,7 @@ fn load(data: &Path, output: &Path) -> Result<Timing> {
 
 /// Checked before any work: the output replaces whatever file it names.
 fn check_output(data: &Path, output: &Path) -> Result<()> {
-    if crate::same_file(data, output) {
+    if crate::rewrite::same_file(data, output) {
         bail!("refusing to overwrite the input {}; choose another -o", data.display());
     }
     Ok(())

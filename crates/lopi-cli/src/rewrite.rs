@@ -1,0 +1,87 @@
+//! `lopi rewrite`: a copy of a program with probes in it, and its probe script if given.
+use crate::{absolute, blocks, debug_file, parse, plan, progress, read, show, syscalls, trace};
+use anyhow::{bail, Context, Result};
+use lopi_cache::{Lookup, PlanCache};
+use lopi_patch::{Filter, Probes};
+use std::path::Path;
+
+/// Rewrites `prog` into `output`, with `script` (its text and the name its diagnostics give
+/// it) compiled in if given, which then decides the functions and probes; returns the summary
+/// line and where the plan came from.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rewrite(
+    prog: &Path,
+    output: &Path,
+    filter: &Filter,
+    probes: Probes,
+    recording: lopi_rewrite::Recording,
+    script: Option<(String, String)>,
+    cache: Option<&PlanCache>,
+) -> Result<(String, Lookup)> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = read(prog)?;
+    if same_file(prog, output) {
+        bail!("refusing to overwrite the input {}; choose another -o", prog.display());
+    }
+    let debug = debug_file(prog, &file);
+    let mut module = parse(prog, &file, debug.as_ref())?;
+    let script = match script {
+        Some((source, name)) => {
+            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::Functions::new(trace::all_names(&module), trace::needed_libraries(prog)))?;
+            if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
+                bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
+            }
+            if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {
+                bail!("interval: probes need lopi to run while the program runs: use lopi trace");
+            }
+            Some(spec)
+        }
+        None => None,
+    };
+    let (filter, probes) = match &script {
+        Some(spec) => {
+            let include = trace::function_globs(spec).iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
+            (Filter { include, exclude: Vec::new() }, Probes::TIME)
+        }
+        None => (filter.clone(), probes),
+    };
+    let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
+    let (mut selection, lookup) = plan(&file, debug.as_ref(), &mut module, &filter, probes, cache, &bar);
+    if let Some(spec) = &script {
+        let counted = trace::count_only(spec, &module);
+        for (f, function) in module.functions.iter().enumerate() {
+            if counted.contains(&function.name) {
+                selection.count_only(f, lopi_patch::UntimedReason::ScriptCounts);
+            }
+        }
+    }
+    bar.step("laying out and writing");
+    let names = lopi_rewrite::ModuleNames {
+        module: absolute(output).display().to_string(),
+        source: absolute(prog).display().to_string(),
+    };
+    let rewritten = lopi_rewrite::rewrite_with_script(&module, selection, &names, recording, script.as_ref()).with_context(|| format!("{}", prog.display()))?;
+    if let Some(spec) = &script {
+        trace::report_probes(spec, None, &module.functions, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
+    }
+    let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
+    lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
+    let mut summary = if probes.entries || probes.locks { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
+    if probes.blocks || probes.coverage {
+        summary = blocks::summary(&rewritten.plan.blocks);
+    }
+    if probes.syscalls || probes.locks {
+        let syscalls = syscalls::Summary::new(&rewritten.plan.syscalls);
+        summary = if summary.is_empty() { syscalls.to_string() } else { format!("{summary}; {syscalls}") };
+    }
+    Ok((summary, lookup))
+}
+
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
