@@ -32,7 +32,7 @@ pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64, regs: *const u
         let Some((t, began)) = begin_entry(v, counter, rsp) else { return };
         let (list, _) = script::hooks(v, index);
         if list != 0 {
-            script::run(&t, v, list, index, regs, rsp, (*t.h).depth, 0);
+            script::run(&t, v, list, index, regs, rsp, (*t.h).depth, script::Side::Entry);
         }
         enter(&t, v, counter, counter, rsp, began);
         write_volatile(&mut (*t.h).busy, 0);

@@ -100,34 +100,42 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
     }
 }
 
-/// From the entry stub's fast path, before the call's frame opens: runs the function's entry
-/// probes. `chunk` is the thread's, which the fast path checked and holds busy.
-pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64, chunk: usize) {
+/// From the entry stub's fast path, before the call's frame opens: runs the entry probes of
+/// list `list` (from the hook word the stub read). `chunk` is the thread's, which the fast path
+/// checked and holds busy.
+pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
     let v = super::vars();
     // SAFETY: the fast path checked the thread's chunk and holds it busy.
     unsafe {
-        let (list, _) = hooks(v, index);
-        if list != 0 {
+        if read_volatile(&(*v).script_off) == 0 {
             let t = Thread { h: chunk as *mut _, base: chunk };
-            run(&t, v, list, index, regs, rsp, (*t.h).depth, 0);
+            run(&t, v, list, index, regs, rsp, (*t.h).depth, Side::Entry);
         }
     }
 }
 
-/// From the exit stub's fast path, once the call's frame is closed: runs the function's
-/// return probes with the call's `ticks`; `word` is what the exit probe pushed, `chunk` the
+/// From the exit stub's fast path, once the call's frame is closed: runs the return probes of
+/// list `list` with the call's `ticks`; `word` is what the exit probe pushed, `chunk` the
 /// thread's.
-pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64, chunk: usize) {
+pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
     let v = super::vars();
     let index = u64::from(word & crate::abi::exit_word::INDEX);
     // SAFETY: as `script_enter`.
     unsafe {
-        let (_, list) = hooks(v, index);
-        if list != 0 {
+        if read_volatile(&(*v).script_off) == 0 {
             let t = Thread { h: chunk as *mut _, base: chunk };
             run_return(&t, v, list, index, word & crate::abi::exit_word::TAIL != 0, regs, rsp, (*t.h).depth, ticks);
         }
     }
+}
+
+/// Which side of a call probes run at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    /// Arguments in the saved registers.
+    Entry,
+    /// The call's ticks; the return value in the saved `rax`.
+    Return(u64),
 }
 
 /// Runs a function's return probes, unless it leaves by a tail call: its return value is
@@ -138,7 +146,7 @@ pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, in
     // SAFETY: forwarded; the area is this thread's.
     unsafe {
         if !tail {
-            run(t, v, list, index, regs, rsp, below, ticks);
+            run(t, v, list, index, regs, rsp, below, Side::Return(ticks));
         } else if let Some(area) = area(t, v, (*v).script as *const ScriptImage) {
             (*area).tail_returns += 1;
         }
@@ -146,10 +154,9 @@ pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, in
 }
 
 /// Runs the probes of list `list` for the function with counter `index`: `regs` are the
-/// registers the stub saved, `elapsed_ticks` the call's time on an exit (0 on an entry).
-/// The caller holds the thread busy.
+/// registers the stub saved. The caller holds the thread busy.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: *const u64, call_rsp: u64, below: u32, elapsed_ticks: u64) {
+pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: *const u64, call_rsp: u64, below: u32, side: Side) {
     // SAFETY: the script image is this module's; `regs` points at the stub's saved registers;
     // the area is this thread's.
     unsafe {
@@ -160,11 +167,16 @@ pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u6
         let reg = |i: usize| read_volatile(regs.add(i));
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
         let c = ctx.as_mut_ptr();
+        // A return probe reads no argument (the checker sees to it), an entry probe no result.
+        let (entry, ticks) = match side {
+            Side::Entry => (true, 0),
+            Side::Return(ticks) => (false, ticks),
+        };
         for (i, r) in [saved::RDI, saved::RSI, saved::RDX, saved::RCX, saved::R8, saved::R9].into_iter().enumerate() {
-            write_volatile(&mut (*c).args[i], reg(r));
+            write_volatile(&mut (*c).args[i], if entry { reg(r) } else { 0 });
         }
-        write_volatile(&mut (*c).retval, reg(saved::RAX));
-        write_volatile(&mut (*c).elapsed_ns, ((u128::from(elapsed_ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64);
+        write_volatile(&mut (*c).retval, if entry { 0 } else { reg(saved::RAX) });
+        write_volatile(&mut (*c).elapsed_ns, ((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64);
         write_volatile(&mut (*c).func, index);
         write_volatile(&mut (*c).probe, 0);
         write_volatile(&mut (*c).faults, 0);
@@ -194,7 +206,9 @@ pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u6
             }
             at += 2;
         }
-        (*area).faults = (*area).faults.wrapping_add(ctx.faults);
+        if ctx.faults != 0 {
+            (*area).faults = (*area).faults.wrapping_add(ctx.faults);
+        }
     }
 }
 
