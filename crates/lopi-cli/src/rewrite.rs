@@ -31,6 +31,9 @@ pub(crate) fn rewrite(
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
                 bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
             }
+            if spec.probes_system_calls() {
+                bail!("system calls are made in libc, which a rewritten file does not probe: syscall: points need lopi trace");
+            }
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {
                 bail!("interval: probes need lopi to run while the program runs: use lopi trace");
             }

@@ -314,3 +314,23 @@ fn library_functions_are_probed_by_name() {
     assert!(!out.status.success() && out.stderr_str().contains("no function is named `no_such_function` in `libc`"), "{}", out.stderr_str());
     cleanup(&dir);
 }
+
+#[test]
+fn system_calls_are_probed_in_libc() {
+    let dir = fresh_dir("trace_syscalls");
+    let prog = build_c(&dir, "ticker", TICKER, &["-O2"]);
+    let file = dir.join("out.json");
+    // usleep is clock_nanosleep; the program's one printf is one write of "sum 27600\n".
+    let script = "syscall:clock_nanosleep { @sleeps = count(); @flags = max(arg1); } syscall:clock_nanosleep:return { @least = min(elapsed); @ok = sum(retval == 0); } \
+                  syscall:write /arg0 == 1/ { @bytes = sum(arg2); } syscall:write:return { @written = sum(retval); } \
+                  syscall:exit_group { @code = max(arg0 + 1); }";
+    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    assert_eq!(out.stdout_str(), "sum 27600\n");
+    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let maps = &got["maps"];
+    assert!(maps["@sleeps"] == 25 && maps["@ok"] == 25 && maps["@flags"] == 0, "{got}");
+    assert!(maps["@least"].as_i64().unwrap_or(0) >= 10_000_000, "usleep(10000) slept less than 10 ms: {got}");
+    assert!(maps["@bytes"] == 10 && maps["@written"] == 10 && maps["@code"] == 1, "{got}");
+    cleanup(&dir);
+}

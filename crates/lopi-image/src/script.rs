@@ -22,6 +22,12 @@ pub struct ScriptSpec {
 }
 
 impl ScriptSpec {
+    /// Whether some point is a system call's: the script then goes wherever system calls are
+    /// probed.
+    pub fn probes_system_calls(&self) -> bool {
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::SyscallEntry(_) | Point::SyscallReturn(_)))
+    }
+
     /// `program` checked from `source` with `max_entries` (if given), less its probes that
     /// only count calls; `id` from the text and the options that shape the areas.
     pub fn new(mut program: Program, source: &str, max_entries: Option<u32>, ring_len: u64) -> ScriptSpec {
@@ -114,6 +120,24 @@ pub fn hooks(program: &Program, library: Option<&str>, counted: &[Counted<'_>]) 
         .collect()
 }
 
+/// Per system-call number, the (probe, point) pairs its entry and its return run.
+pub fn syscall_hooks(program: &Program) -> Vec<(HookList, HookList)> {
+    (0..abi::SYSCALLS as u64)
+        .map(|nr| {
+            let name = lopi_trace::syscall_name(nr);
+            let (mut entry, mut exit) = (Vec::new(), Vec::new());
+            for (n, (probe, point)) in points(program).enumerate() {
+                match point {
+                    Point::SyscallEntry(glob) if lopi_script::glob_match(glob, &name) => entry.push((probe as u32, n as u32)),
+                    Point::SyscallReturn(glob) if lopi_script::glob_match(glob, &name) => exit.push((probe as u32, n as u32)),
+                    _ => {}
+                }
+            }
+            (entry, exit)
+        })
+        .collect()
+}
+
 /// The compiled probes, to be placed at `at` with the runtime blob at `blob`.
 pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compiled, codegen::CodegenError> {
     let helper = |i: u64| blob.wrapping_add(lopi_rt_blob::SCRIPT_HELPERS_OFFSET as u64 + 8 * i);
@@ -172,6 +196,10 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         start
     };
     let hooks: Vec<u64> = hooks(program, library, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
+    let syscalls: Vec<u64> = match spec.probes_system_calls() {
+        true => syscall_hooks(program).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect(),
+        false => Vec::new(),
+    };
 
     // Header, then each table 8-aligned.
     let mut out = vec![0u8; abi::SCRIPT_IMAGE_LEN];
@@ -184,6 +212,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
     let words = |v: &[u64]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
     let formats_at = place(&formats.iter().flat_map(|f| [u64::from(f.count), f.strings]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
     let hooks_at = place(&words(&hooks));
+    let syscalls_at = if syscalls.is_empty() { 0 } else { place(&words(&syscalls)) };
     let lists_at = place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
     let functions_at = place(&functions.iter().flat_map(|f| [u64::from(f.name) | u64::from(f.name_len) << 32, f.addr as u64]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
     let points_at = place(&point_names.iter().flatten().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
@@ -216,6 +245,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         formats: formats_at,
         format_count: formats.len() as u32,
         _pad: 0,
+        syscalls: syscalls_at,
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

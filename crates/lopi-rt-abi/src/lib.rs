@@ -280,6 +280,9 @@ pub struct RuntimeVars {
     /// exit stubs then leave to their slow paths); 0 without a script.
     pub script: u64,
     pub script_hooks: u64,
+    /// Address of the script's table of system-call probes (`script::SYSCALLS` words), 0
+    /// without any: the system-call stubs then leave every call to their slow paths.
+    pub script_syscalls: u64,
     /// Non-zero once a script probe of this process called `exit()`: no script runs again.
     pub script_off: u64,
     /// Nanoseconds per TSC tick, times 2^32; and a TSC reading with the `CLOCK_MONOTONIC`
@@ -389,7 +392,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 192);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 200);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

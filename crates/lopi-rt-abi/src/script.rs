@@ -234,6 +234,7 @@ pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI1";
 ///
 /// ```text
 /// formats      a FormatArgs per printf format
+/// syscalls     a u64 per system-call number: entry list and return list, as hooks
 /// hooks        a u64 per counter: entry list (low u32) and exit list (high u32), indices of
 ///              the first word of a list in `lists`, 0 for none (word 0 is never a list's)
 /// lists        u32 words: (probe, point) pairs, each list ending with u32::MAX
@@ -273,9 +274,14 @@ pub struct ScriptImage {
     pub formats: i64,
     pub format_count: u32,
     pub _pad: u32,
+    /// The probes of system calls: a `u64` per call number below [`SYSCALLS`], entry list
+    /// (low u32) and return list (high u32) as in `hooks`; 0 when the script has none.
+    pub syscalls: i64,
 }
 
-pub const SCRIPT_IMAGE_LEN: usize = 152;
+pub const SCRIPT_IMAGE_LEN: usize = 160;
+/// System-call numbers the script probes of system calls cover.
+pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
 
 impl ScriptImage {
@@ -306,6 +312,7 @@ impl ScriptImage {
             out[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
+        out[152..160].copy_from_slice(&self.syscalls.to_le_bytes());
         out
     }
 }

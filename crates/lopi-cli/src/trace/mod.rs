@@ -83,9 +83,12 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
         }
     }
     for point in program.probes.iter().flat_map(|p| &p.points) {
-        let supported = matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::Begin | Point::End | Point::Interval { .. });
+        let supported = matches!(
+            point,
+            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Begin | Point::End | Point::Interval { .. }
+        );
         if !supported {
-            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB and func:[LIB:]GLOB:return points, begin, end and interval: so far; this kind of point is not built yet");
+            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], syscall:GLOB[:return], begin, end and interval: points so far; this kind of point is not built yet");
         }
     }
     Ok(ScriptSpec::new(program, source, max_entries, ring_len))
@@ -159,7 +162,7 @@ pub fn run(request: Request) -> Result<()> {
         include: function_globs(&spec),
         count_only: count_only(&spec, &module),
         exclude: Vec::new(),
-        probes: ProbeSet { entries: true, exits: true, ..ProbeSet::default() },
+        probes: ProbeSet { entries: true, exits: true, syscalls: spec.probes_system_calls(), ..ProbeSet::default() },
         trace: false,
         budget_ppm: 0,
         cache: request.cache.clone(),

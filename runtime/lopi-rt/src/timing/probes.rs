@@ -32,7 +32,7 @@ pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64, regs: *const u
         let Some((t, began)) = begin_entry(v, counter, rsp) else { return };
         let (list, _) = script::hooks(v, index);
         if list != 0 {
-            script::run(&t, v, list, index, regs, rsp, (*t.h).depth, script::Side::Entry);
+            script::run(&t, v, list, index, script::Regs::function(regs), rsp, (*t.h).depth, script::Side::Entry);
         }
         enter(&t, v, counter, counter, rsp, began);
         write_volatile(&mut (*t.h).busy, 0);
@@ -209,7 +209,7 @@ pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, word: u32, regs: 
             t.close_top(now, abi::EVENT_EXIT);
             let (_, list) = script::hooks(v, index);
             if list != 0 {
-                script::run_return(&t, v, list, index, word & abi::exit_word::TAIL != 0, regs, rsp, depth - 1, elapsed);
+                script::run_return(&t, v, list, index, word & abi::exit_word::TAIL != 0, script::Regs::function(regs), rsp, depth - 1, elapsed);
             }
         } else if switched(v, index) {
             // Its function was switched to counting as this call began: its trampoline

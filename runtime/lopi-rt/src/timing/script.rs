@@ -44,15 +44,30 @@ global_asm!(
     print_value = sym print_value,
 );
 
-/// Registers a stub saved, as `u64` slots above the `rbp` it passes (see `stubs.rs`).
-pub(super) mod saved {
-    pub const R9: usize = 3;
-    pub const R8: usize = 4;
-    pub const RDI: usize = 5;
-    pub const RSI: usize = 6;
-    pub const RDX: usize = 7;
-    pub const RCX: usize = 8;
-    pub const RAX: usize = 9;
+/// Where a stub saved the registers a probe reads: `u64` slots above the `rbp` it passes.
+#[derive(Clone, Copy)]
+pub(super) struct Regs {
+    at: *const u64,
+    /// Slots of the six arguments, and of `rax` (the return value).
+    args: [usize; 6],
+    ret: usize,
+}
+
+impl Regs {
+    /// The entry and exit stubs' (`stubs.rs`): arguments in rdi, rsi, rdx, rcx, r8, r9.
+    pub fn function(at: *const u64) -> Regs {
+        Regs { at, args: [5, 6, 7, 8, 4, 3], ret: 9 }
+    }
+
+    /// The system-call stubs' (`syscalls.rs`): arguments in rdi, rsi, rdx, r10, r8, r9.
+    pub fn syscall(at: *const u64) -> Regs {
+        Regs { at, args: [5, 6, 7, 2, 4, 3], ret: 8 }
+    }
+
+    unsafe fn get(self, slot: usize) -> u64 {
+        // SAFETY: the stub saved every slot named here.
+        unsafe { read_volatile(self.at.add(slot)) }
+    }
 }
 
 /// What the helpers find through `ScriptCtx::runtime`.
@@ -66,6 +81,19 @@ struct Env {
     /// Stack pointer at the call's entry (its return address) and frames below the call.
     call_rsp: u64,
     below: u32,
+}
+
+/// Where the probes of system call `nr` are: (entry list, return list), 0 for none.
+pub(super) unsafe fn syscall_hooks(v: *const RuntimeVars, nr: u64) -> (u32, u32) {
+    // SAFETY: the table has a word per number below `SYSCALLS`.
+    unsafe {
+        let table = (*v).script_syscalls;
+        if table == 0 || nr >= script::SYSCALLS as u64 || read_volatile(&(*v).script_off) != 0 {
+            return (0, 0);
+        }
+        let word = read_volatile((table + 8 * nr) as *const u64);
+        (word as u32, (word >> 32) as u32)
+    }
 }
 
 /// Where a function's probes are: (entry list, exit list), 0 for none.
@@ -97,6 +125,10 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
         }
         (*v).script = s;
         (*v).script_hooks = s.wrapping_add((*(s as *const ScriptImage)).hooks as u64);
+        let syscalls = (*(s as *const ScriptImage)).syscalls;
+        if syscalls != 0 {
+            (*v).script_syscalls = s.wrapping_add(syscalls as u64);
+        }
     }
 }
 
@@ -104,6 +136,7 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
 /// list `list` (from the hook word the stub read). `chunk` is the thread's, which the fast path
 /// checked and holds busy.
 pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
+    let regs = Regs::function(regs);
     let v = super::vars();
     // SAFETY: the fast path checked the thread's chunk and holds it busy.
     unsafe {
@@ -118,6 +151,7 @@ pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const 
 /// list `list` with the call's `ticks`; `word` is what the exit probe pushed, `chunk` the
 /// thread's.
 pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
+    let regs = Regs::function(regs);
     let v = super::vars();
     let index = u64::from(word & crate::abi::exit_word::INDEX);
     // SAFETY: as `script_enter`.
@@ -142,7 +176,7 @@ pub(super) enum Side {
 /// then the function's it jumps to, and its call goes on there, so such returns are counted
 /// (and reported), not run with values that are not the function's.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, tail: bool, regs: *const u64, rsp: u64, below: u32, ticks: u64) {
+pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, tail: bool, regs: Regs, rsp: u64, below: u32, ticks: u64) {
     // SAFETY: forwarded; the area is this thread's.
     unsafe {
         if !tail {
@@ -153,10 +187,11 @@ pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, in
     }
 }
 
-/// Runs the probes of list `list` for the function with counter `index`: `regs` are the
-/// registers the stub saved. The caller holds the thread busy.
+/// Runs the probes of list `list` for the function (or system-call site) with counter
+/// `index`: `regs` are the registers the stub saved, `call_rsp` where the call's return
+/// address is (0: none, a system call). The caller holds the thread busy.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: *const u64, call_rsp: u64, below: u32, side: Side) {
+pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: Regs, call_rsp: u64, below: u32, side: Side) {
     // SAFETY: the script image is this module's; `regs` points at the stub's saved registers;
     // the area is this thread's.
     unsafe {
@@ -164,7 +199,6 @@ pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u6
         let Some(area) = area(t, v, s) else { return };
         // Field by field, with volatile accesses: a copy the compiler merged would use vector
         // registers, which hold the program's live values here.
-        let reg = |i: usize| read_volatile(regs.add(i));
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
         let c = ctx.as_mut_ptr();
         // A return probe reads no argument (the checker sees to it), an entry probe no result.
@@ -172,10 +206,10 @@ pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u6
             Side::Entry => (true, 0),
             Side::Return(ticks) => (false, ticks),
         };
-        for (i, r) in [saved::RDI, saved::RSI, saved::RDX, saved::RCX, saved::R8, saved::R9].into_iter().enumerate() {
-            write_volatile(&mut (*c).args[i], if entry { reg(r) } else { 0 });
+        for (i, &slot) in regs.args.iter().enumerate() {
+            write_volatile(&mut (*c).args[i], if entry { regs.get(slot) } else { 0 });
         }
-        write_volatile(&mut (*c).retval, if entry { 0 } else { reg(saved::RAX) });
+        write_volatile(&mut (*c).retval, if entry { 0 } else { regs.get(regs.ret) });
         write_volatile(&mut (*c).elapsed_ns, ((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64);
         write_volatile(&mut (*c).func, index);
         write_volatile(&mut (*c).probe, 0);
@@ -441,10 +475,12 @@ extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64
         let e = env(ctx);
         let depth = depth.min(script::STACK_FRAMES as u64) as usize;
         let t = Thread { h: e.h as *mut _, base: e.thread };
-        let own = function(e.s, e.index).map(|f| (e.s as u64).wrapping_add(f.addr as u64));
+        // A system-call site has no function of its own and its frame's key is no return address.
+        let own = function(e.s, e.index).filter(|f| f.name_len != 0).map(|f| (e.s as u64).wrapping_add(f.addr as u64));
+        let returns_to = (e.call_rsp != 0).then(|| *(e.call_rsp as *const u64));
         let callers = (0..e.below).rev().map(|i| *((*t.frame(i)).rsp as *const u64));
         let mut n = 0;
-        for addr in own.into_iter().chain(core::iter::once(*(e.call_rsp as *const u64))).chain(callers).take(depth) {
+        for addr in own.into_iter().chain(returns_to).chain(callers).take(depth) {
             *dst.add(n) = addr;
             n += 1;
         }

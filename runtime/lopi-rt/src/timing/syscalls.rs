@@ -12,7 +12,7 @@
 use super::probes::{begin_entry, count_untimed, enter, pause_excess};
 use super::thread::{Child, Thread};
 use super::appkernel::{self, Saved};
-use super::{counter, cpus, vars, whatif};
+use super::{counter, cpus, script, vars, whatif};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use crate::sys;
 use core::arch::global_asm;
@@ -59,8 +59,11 @@ global_asm!(
     "mov dword ptr [rdi + {t_busy}], 1",
     "cmp qword ptr [rdi + {t_trace_cap}], 0",
     "jne 8f",
-    // An emulated kernel's locks are taken on the slow paths.
+    // An emulated kernel's locks are taken on the slow paths, and a script's probes of
+    // system calls run there.
     "cmp dword ptr [rsi + {v_whatif}], 0",
+    "jne 8f",
+    "cmp qword ptr [rsi + {v_script_syscalls}], 0",
     "jne 8f",
     ".endm",
     ".macro LOPI_SYSCALL_STUB_SLOW_AND_RETURN target, fourth",
@@ -241,6 +244,7 @@ global_asm!(
     nr_other = const syscall_name::NR_OTHER,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
     v_whatif = const offset_of!(RuntimeVars, whatif),
+    v_script_syscalls = const offset_of!(RuntimeVars, script_syscalls),
     f_unclocked = const abi::FRAME_UNCLOCKED,
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
@@ -281,6 +285,10 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
             // Waiting for the emulated kernel's lock is the program's time, not the probe's.
             whatif::enter(&t, v, key, nr, arg0, arg1);
             began = super::rdtsc();
+        }
+        let (list, _) = script::syscall_hooks(v, nr);
+        if list != 0 {
+            script::run(&t, v, list, index, script::Regs::syscall(saved as *const u64), 0, (*h).depth, script::Side::Entry);
         }
         let name = syscall_name::encode(slot, nr, false);
         if syscall_name::never_returns(nr) {
@@ -342,8 +350,8 @@ unsafe fn count_now(t: &Thread, v: *const RuntimeVars, name: u64, slot: u64) {
 }
 
 /// After the system call at the site with counter `index` returned `result`; `tsc` is
-/// when the stub began.
-unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: u64) {
+/// when the stub began, `saved` where its registers are.
+unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: u64, _rsi: u64, saved: *mut Saved) {
     let v = vars();
     // SAFETY: as in `probe_syscall_enter`.
     unsafe {
@@ -375,10 +383,16 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
         t.unwind_to(key, now, false);
         let depth = (*h).depth;
         if depth > 0 && (*t.frame(depth - 1)).rsp == key {
+            let top = *t.frame(depth - 1);
             if syscall_name::is_error(result) {
                 as_error(&t, v, depth - 1);
             }
             t.close_top(now, abi::EVENT_EXIT);
+            let (_, list) = name.map_or((0, 0), |n| script::syscall_hooks(v, n.nr));
+            if list != 0 {
+                let ticks = if top.flags & (abi::FRAME_UNTIMED | abi::FRAME_UNCLOCKED) == 0 { now.saturating_sub(top.start_tsc) } else { 0 };
+                script::run(&t, v, list, index, script::Regs::syscall(saved as *const u64), 0, depth - 1, script::Side::Return(ticks));
+            }
         } else if depth == 0 {
             (*h).early_exits += 1;
         } else {
