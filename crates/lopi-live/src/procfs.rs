@@ -53,6 +53,15 @@ pub fn threads(pid: i32) -> std::io::Result<Vec<i32>> {
     Ok(tids)
 }
 
+/// Whether thread `tid` of `pid` has ended (a zombie or dead task, or gone): ptrace refuses
+/// such a thread with EPERM.
+pub fn thread_ended(pid: i32, tid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
+        Ok(stat) => stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)).is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
 /// The pid of the process tracing `pid`, if any (`TracerPid:` in `/proc/PID/status`).
 pub fn tracer(pid: i32) -> Option<i32> {
     task_tracer(pid, pid)

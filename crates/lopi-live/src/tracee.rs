@@ -61,8 +61,10 @@ impl Threads {
                 }
                 match ptrace::seize(Pid::from_raw(tid), Options::PTRACE_O_TRACECLONE) {
                     Ok(()) => seized.push(tid),
-                    // Exited meanwhile.
+                    // Exited meanwhile (a thread that has exited but is not reaped yet is
+                    // refused with EPERM).
                     Err(Errno::ESRCH) => {}
+                    Err(Errno::EPERM) if crate::procfs::thread_ended(self.pid, tid) => {}
                     // Attached for us by a clone event we have not read yet.
                     Err(Errno::EPERM) if !self.held.is_empty() => self.arriving.push(tid),
                     Err(e) => return Err(LiveError::ptrace("attaching to", tid, e)),
