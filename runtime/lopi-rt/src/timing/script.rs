@@ -176,6 +176,7 @@ pub(super) enum Side {
 /// then the function's it jumps to, and its call goes on there, so such returns are counted
 /// (and reported), not run with values that are not the function's.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, tail: bool, regs: Regs, rsp: u64, below: u32, ticks: u64) {
     // SAFETY: forwarded; the area is this thread's.
     unsafe {
@@ -191,6 +192,7 @@ pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, in
 /// `index`: `regs` are the registers the stub saved, `call_rsp` where the call's return
 /// address is (0: none, a system call). The caller holds the thread busy.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: Regs, call_rsp: u64, below: u32, side: Side) {
     // SAFETY: the script image is this module's; `regs` points at the stub's saved registers;
     // the area is this thread's.
