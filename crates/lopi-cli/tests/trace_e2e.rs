@@ -332,5 +332,13 @@ fn system_calls_are_probed_in_libc() {
     assert!(maps["@sleeps"] == 25 && maps["@ok"] == 25 && maps["@flags"] == 0, "{got}");
     assert!(maps["@least"].as_i64().unwrap_or(0) >= 10_000_000, "usleep(10000) slept less than 10 ms: {got}");
     assert!(maps["@bytes"] == 10 && maps["@written"] == 10 && maps["@code"] == 1, "{got}");
+    // `probe` names the call a glob's point fired for.
+    let script = "syscall:* { @calls[probe] = count(); } syscall:clock_nanosleep:return { @r[probe] = count(); }";
+    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let maps = &got["maps"];
+    assert!(maps["@calls"]["syscall:clock_nanosleep"] == 25 && maps["@calls"]["syscall:write"] == 1, "{got}");
+    assert_eq!(maps["@r"], json!({"syscall:clock_nanosleep:return": 25}), "{got}");
     cleanup(&dir);
 }

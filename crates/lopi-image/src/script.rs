@@ -176,6 +176,10 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         })
         .collect();
     let point_names: Vec<[u32; 2]> = points(program).map(|(_, p)| intern(p.to_string().as_bytes())).collect();
+    let syscall_names: Vec<[u32; 2]> = match spec.probes_system_calls() {
+        true => (0..abi::SYSCALLS as u64).map(|nr| intern(lopi_trace::syscall_name(nr).as_bytes())).collect(),
+        false => Vec::new(),
+    };
     let formats: Vec<FormatArgs> = program
         .formats
         .iter()
@@ -212,7 +216,11 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
     let words = |v: &[u64]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
     let formats_at = place(&formats.iter().flat_map(|f| [u64::from(f.count), f.strings]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
     let hooks_at = place(&words(&hooks));
+    // The call names follow their table, for `probe` (`syscall:read`).
     let syscalls_at = if syscalls.is_empty() { 0 } else { place(&words(&syscalls)) };
+    if !syscalls.is_empty() {
+        place(&syscall_names.iter().flatten().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+    }
     let lists_at = place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
     let functions_at = place(&functions.iter().flat_map(|f| [u64::from(f.name) | u64::from(f.name_len) << 32, f.addr as u64]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
     let points_at = place(&point_names.iter().flatten().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());

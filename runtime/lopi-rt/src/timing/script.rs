@@ -81,6 +81,9 @@ struct Env {
     /// Stack pointer at the call's entry (its return address) and frames below the call.
     call_rsp: u64,
     below: u32,
+    /// A system call's number plus 1 (0: a function's probe), and whether it returned.
+    syscall: u64,
+    returned: bool,
 }
 
 /// Where the probes of system call `nr` are: (entry list, return list), 0 for none.
@@ -194,6 +197,14 @@ pub(super) unsafe fn run_return(t: &Thread, v: *const RuntimeVars, list: u32, in
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: Regs, call_rsp: u64, below: u32, side: Side) {
+    // SAFETY: forwarded.
+    unsafe { run_call(t, v, list, index, regs, call_rsp, below, side, 0) }
+}
+
+/// [`run`] for system call `syscall` - 1 (0: a function's probes).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: Regs, call_rsp: u64, below: u32, side: Side, syscall: u64) {
     // SAFETY: the script image is this module's; `regs` points at the stub's saved registers;
     // the area is this thread's.
     unsafe {
@@ -218,7 +229,7 @@ pub(super) unsafe fn run(t: &Thread, v: *const RuntimeVars, list: u32, index: u6
         write_volatile(&mut (*c).faults, 0);
         write_volatile(&mut (*c).exit, 0);
         write_volatile(&mut (*c).scalars, (area as u64).wrapping_add(script::SCALAR_SLOTS as u64));
-        let env = Env { s, area, h: t.h, thread: t.base, index, call_rsp, below };
+        let env = Env { s, area, h: t.h, thread: t.base, index, call_rsp, below, syscall, returned: !entry };
         write_volatile(&mut (*c).runtime, &env as *const Env as u64);
         let ctx = ctx.assume_init_mut();
         let base = s as u64;
@@ -383,6 +394,20 @@ extern "sysv64" fn builtin_str(ctx: *mut ScriptCtx, which: u64, dst: *mut u8, ca
                 Some(f) => string(e.s, f.name, f.name_len),
                 None => (dst as *const u8, 0),
             },
+            // A system call's probe names the call it fired for.
+            2 if e.syscall != 0 && (*e.s).syscalls != 0 && e.syscall <= script::SYSCALLS as u64 => {
+                let names = (e.s as u64).wrapping_add((*e.s).syscalls as u64 + 8 * script::SYSCALLS as u64) as *const [u32; 2];
+                let name = *names.add(e.syscall as usize - 1);
+                let (name, name_len) = string(e.s, name[0], name[1]);
+                let suffix: &[u8] = if e.returned { b":return" } else { b"" };
+                let mut n = 0;
+                for (src, len) in [(b"syscall:".as_ptr(), 8), (name, name_len), (suffix.as_ptr(), suffix.len())] {
+                    let len = len.min(cap as usize - n);
+                    super::thread::copy(dst as usize + n, src as usize, len);
+                    n += len;
+                }
+                return n as u64;
+            }
             2 if (*ctx).probe < u64::from((*e.s).point_count) => {
                 let point = *((e.s as u64).wrapping_add((*e.s).points as u64) as *const [u32; 2]).add((*ctx).probe as usize);
                 string(e.s, point[0], point[1])

@@ -288,7 +288,7 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         }
         let (list, _) = script::syscall_hooks(v, nr);
         if list != 0 {
-            script::run(&t, v, list, index, script::Regs::syscall(saved as *const u64), 0, (*h).depth, script::Side::Entry);
+            script::run_call(&t, v, list, index, script::Regs::syscall(saved as *const u64), 0, (*h).depth, script::Side::Entry, nr + 1);
         }
         let name = syscall_name::encode(slot, nr, false);
         if syscall_name::never_returns(nr) {
@@ -388,10 +388,11 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
                 as_error(&t, v, depth - 1);
             }
             t.close_top(now, abi::EVENT_EXIT);
-            let (_, list) = name.map_or((0, 0), |n| script::syscall_hooks(v, n.nr));
+            let nr = name.map_or(u64::MAX, |n| n.nr);
+            let (_, list) = script::syscall_hooks(v, nr);
             if list != 0 {
                 let ticks = if top.flags & (abi::FRAME_UNTIMED | abi::FRAME_UNCLOCKED) == 0 { now.saturating_sub(top.start_tsc) } else { 0 };
-                script::run(&t, v, list, index, script::Regs::syscall(saved as *const u64), 0, depth - 1, script::Side::Return(ticks));
+                script::run_call(&t, v, list, index, script::Regs::syscall(saved as *const u64), 0, depth - 1, script::Side::Return(ticks), nr + 1);
             }
         } else if depth == 0 {
             (*h).early_exits += 1;
