@@ -355,11 +355,26 @@ unsafe fn add_call(t: &Thread, v: *const abi::RuntimeVars, parent: u32, name: u6
 /// The tid of the thread whose `pthread_t` a successful `pthread_create` stored at `at`.
 unsafe fn new_thread(v: *const abi::RuntimeVars, at: u64) -> Option<u64> {
     // SAFETY: `at` is the create's first argument, written by the create; a `pthread_t` is
-    // the new thread's control block, whose tid field the kernel set (CLONE_PARENT_SETTID).
+    // the new thread's control block, whose tid field the kernel set (CLONE_PARENT_SETTID); a
+    // chunk is a mapping this runtime made, which stays mapped.
     unsafe {
         let offset = (*v).tid_offset;
         let thread = if at == 0 || offset == 0 { 0 } else { read_volatile(at as *const u64) };
-        let tid = if thread == 0 { 0 } else { read_volatile((thread + u64::from(offset)) as *const u32) };
+        if thread == 0 {
+            return None;
+        }
+        let tid = read_volatile((thread + u64::from(offset)) as *const u32);
+        if tid != 0 {
+            return Some(u64::from(tid));
+        }
+        // The thread has ended already (the kernel clears the tid then, CLONE_CHILD_CLEARTID);
+        // its control block stays until it is joined, and the chunk it made, found through the
+        // word lopi owns in it (see `rename`), still names it.
+        let chunk = read_volatile((thread + 0x38) as *const u64);
+        if chunk < abi::PAGE_SIZE || read_volatile(chunk as *const u64) != u64::from_le_bytes(abi::THREAD_MAGIC) {
+            return None;
+        }
+        let tid = read_volatile(&raw const (*(chunk as *const ThreadHeader)).tid);
         (tid != 0).then_some(u64::from(tid))
     }
 }
