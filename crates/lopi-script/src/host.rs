@@ -178,30 +178,10 @@ impl Run<'_> {
     }
 
     fn binary(&mut self, op: BinOp, l: i64, r: i64) -> i64 {
-        match op {
-            BinOp::Add => l.wrapping_add(r),
-            BinOp::Sub => l.wrapping_sub(r),
-            BinOp::Mul => l.wrapping_mul(r),
-            BinOp::Div | BinOp::Rem if r == 0 => {
-                self.faults += 1;
-                0
-            }
-            BinOp::Div => l.wrapping_div(r),
-            BinOp::Rem => l.wrapping_rem(r),
-            BinOp::Shl => l.wrapping_shl(r as u32),
-            BinOp::Shr => l.wrapping_shr(r as u32),
-            BinOp::Lt => i64::from(l < r),
-            BinOp::Le => i64::from(l <= r),
-            BinOp::Gt => i64::from(l > r),
-            BinOp::Ge => i64::from(l >= r),
-            BinOp::Eq => i64::from(l == r),
-            BinOp::Ne => i64::from(l != r),
-            BinOp::BitAnd => l & r,
-            BinOp::BitXor => l ^ r,
-            BinOp::BitOr => l | r,
-            BinOp::And => i64::from(l != 0 && r != 0),
-            BinOp::Or => i64::from(l != 0 || r != 0),
-        }
+        int_op(op, l, r).unwrap_or_else(|| {
+            self.faults += 1;
+            0
+        })
     }
 
     fn expr(&mut self, expr: &Expr) -> Value {
@@ -259,6 +239,34 @@ impl Run<'_> {
             }
         }
     }
+}
+
+/// `l op r` on ints as the generated code computes it; `None` for a division or remainder by
+/// zero, which gives 0 and counts a fault. `&&` and `||` here take both values (the callers
+/// evaluate only what they need).
+pub fn int_op(op: BinOp, l: i64, r: i64) -> Option<i64> {
+    Some(match op {
+        BinOp::Add => l.wrapping_add(r),
+        BinOp::Sub => l.wrapping_sub(r),
+        BinOp::Mul => l.wrapping_mul(r),
+        BinOp::Div | BinOp::Rem if r == 0 => return None,
+        BinOp::Div => l.wrapping_div(r),
+        BinOp::Rem => l.wrapping_rem(r),
+        // `wrapping_sh*` take the count modulo the width; `>>` of an i64 is arithmetic.
+        BinOp::Shl => l.wrapping_shl(r as u32),
+        BinOp::Shr => l.wrapping_shr(r as u32),
+        BinOp::Lt => i64::from(l < r),
+        BinOp::Le => i64::from(l <= r),
+        BinOp::Gt => i64::from(l > r),
+        BinOp::Ge => i64::from(l >= r),
+        BinOp::Eq => i64::from(l == r),
+        BinOp::Ne => i64::from(l != r),
+        BinOp::BitAnd => l & r,
+        BinOp::BitXor => l ^ r,
+        BinOp::BitOr => l | r,
+        BinOp::And => i64::from(l != 0 && r != 0),
+        BinOp::Or => i64::from(l != 0 || r != 0),
+    })
 }
 
 /// Adds `value` to an aggregation's slot, as the generated code does.

@@ -127,16 +127,23 @@ fn named(f: &lopi_elf::Function, glob: &str) -> bool {
     std::iter::once(&f.name).chain(&f.aliases).any(|n| lopi_script::glob_match(glob, n))
 }
 
+/// Whether a `func:` point of the script names `f` in the module the points call `library`
+/// (`None`: the program): its probes run from the timed entry and exits.
+fn timed_by_points(spec: &ScriptSpec, library: Option<&str>, f: &lopi_elf::Function) -> bool {
+    spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
+        Point::FuncEntry { lib, glob } | Point::FuncReturn { lib, glob } => lib.as_deref() == library && named(f, glob),
+        _ => false,
+    })
+}
+
+/// Whether a probe that only counts calls (taken out of the program) covers `f` of the program.
+fn counted_by_probes(spec: &ScriptSpec, f: &lopi_elf::Function) -> bool {
+    spec.counted.iter().flat_map(|c| c.probes.iter().flatten()).any(|g| named(f, g))
+}
+
 /// The functions (by name) of `module` the script only counts calls of: counted, not timed.
 pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<String> {
-    let probed = |f: &lopi_elf::Function| {
-        spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
-            Point::FuncEntry { lib: None, glob } | Point::FuncReturn { lib: None, glob } => named(f, glob),
-            _ => false,
-        })
-    };
-    let counted = |f: &lopi_elf::Function| spec.counted.iter().flat_map(|c| c.probes.iter().flatten()).any(|g| named(f, g));
-    module.functions.iter().filter(|f| counted(f) && !probed(f)).map(|f| f.name.clone()).collect()
+    module.functions.iter().filter(|f| counted_by_probes(spec, f) && !timed_by_points(spec, None, f)).map(|f| f.name.clone()).collect()
 }
 
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
@@ -326,17 +333,10 @@ pub fn report_probes(
     timing: &[lopi_patch::TimingOutcome],
     what: &str,
 ) {
-    let timed = |f: &lopi_elf::Function| {
-        spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
-            Point::FuncEntry { lib, glob } | Point::FuncReturn { lib, glob } => lib.as_deref() == library && named(f, glob),
-            _ => false,
-        })
-    };
-    let counted = |f: &lopi_elf::Function| library.is_none() && spec.counted.iter().flat_map(|c| c.probes.iter().flatten()).any(|g| named(f, g));
     let mut probed = 0;
     let mut refused = Vec::new();
     for ((f, timing), outcome) in functions.iter().zip(timing).zip(outcomes) {
-        let (needs_timing, needs_count) = (timed(f), counted(f));
+        let (needs_timing, needs_count) = (timed_by_points(spec, library, f), library.is_none() && counted_by_probes(spec, f));
         match (timing, outcome) {
             _ if !needs_timing && !needs_count => {}
             (lopi_patch::TimingOutcome::Timed, _) => probed += 1,

@@ -1,7 +1,6 @@
 //! An interpreter of `int` expressions over the IR, with the semantics the code generator
-//! promises: two's complement wrapping, `x / 0 == x % 0 == 0` with a fault counted,
-//! `i64::MIN / -1 == i64::MIN`, shift counts modulo 64, `>>` arithmetic, `&&` `||` `?:`
-//! evaluating only what they need.
+//! promises: the operators as `lopi_script::host::int_op` computes them (which lopi's own
+//! probes run by), `&&` `||` `?:` evaluating only what they need.
 use lopi_script::ir::{BinOp, Builtin, Expr, ExprKind, UnOp};
 
 pub struct Env {
@@ -33,30 +32,10 @@ pub fn eval(expr: &Expr, env: &mut Env) -> i64 {
         ExprKind::Binary { op: BinOp::Or, lhs, rhs } => i64::from(eval(lhs, env) != 0 || eval(rhs, env) != 0),
         ExprKind::Binary { op, lhs, rhs } => {
             let (l, r) = (eval(lhs, env), eval(rhs, env));
-            match op {
-                BinOp::Add => l.wrapping_add(r),
-                BinOp::Sub => l.wrapping_sub(r),
-                BinOp::Mul => l.wrapping_mul(r),
-                BinOp::Div | BinOp::Rem if r == 0 => {
-                    env.faults += 1;
-                    0
-                }
-                BinOp::Div => l.wrapping_div(r),
-                BinOp::Rem => l.wrapping_rem(r),
-                // `wrapping_sh*` take the count modulo the width; `>>` of an i64 is arithmetic.
-                BinOp::Shl => l.wrapping_shl(r as u32),
-                BinOp::Shr => l.wrapping_shr(r as u32),
-                BinOp::Lt => i64::from(l < r),
-                BinOp::Le => i64::from(l <= r),
-                BinOp::Gt => i64::from(l > r),
-                BinOp::Ge => i64::from(l >= r),
-                BinOp::Eq => i64::from(l == r),
-                BinOp::Ne => i64::from(l != r),
-                BinOp::BitAnd => l & r,
-                BinOp::BitXor => l ^ r,
-                BinOp::BitOr => l | r,
-                BinOp::And | BinOp::Or => unreachable!("handled above"),
-            }
+            lopi_script::host::int_op(*op, l, r).unwrap_or_else(|| {
+                env.faults += 1;
+                0
+            })
         }
         ExprKind::Ternary { cond, then, els } => {
             if eval(cond, env) != 0 {
