@@ -417,3 +417,72 @@ fn coverage_probes_retire_under_threads_and_signals() {
     }
     cleanup(&dir);
 }
+
+/// A loop of known trip count, then the program dies: killed (SIGKILL: nothing of the
+/// program runs after) or crashing (SIGSEGV). What its probes recorded is already in the data
+/// file, so nothing it did before is lost.
+const DIES: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static volatile long sink;
+__attribute__((noinline)) void rounds(int n) {
+    for (int i = 0; i < n; i++) {
+        if (i % 3 == 0) sink += i;
+        else sink -= 1;
+    }
+}
+int main(int argc, char **argv) {
+    rounds(300);
+    printf("%ld\n", sink);
+    fflush(stdout);
+    if (strcmp(argv[1], "kill") == 0) kill(getpid(), SIGKILL);
+    if (strcmp(argv[1], "segv") == 0) *(volatile int *)(long)argc = 0;
+    return 0;
+}
+"#;
+
+#[test]
+fn block_records_survive_sigkill_and_crashes() {
+    let dir = fresh_dir("blocks_dies");
+    let prog = build_c(&dir, "dies", DIES, &["-O2", "-no-pie"]);
+    let oracle = callgrind_counts(&prog, &["none"], &dir);
+    for probe in ["block", "coverage"] {
+        let rewritten = dir.join(format!("dies.{probe}"));
+        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", probe, "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{}", out.stderr_str());
+        for death in ["kill", "segv"] {
+            for mode in ["rewritten", "lopi run"] {
+                let what = format!("--probe {probe}, {mode}, {death}");
+                let data = dir.join(format!("{probe}-{death}-{}.data", mode.replace(' ', "-")));
+                let mut cmd = if mode == "lopi run" {
+                    let mut c = Command::new(lopi_bin());
+                    c.args(["run", "-q", "--probe", probe, "--"]).arg(&prog);
+                    c
+                } else {
+                    Command::new(&rewritten)
+                };
+                let out = run(cmd.arg(death).env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+                assert!(!out.status.success(), "{what}: the program should have died");
+                assert_eq!(out.stdout_str(), "14650\n", "{what}: the program's output");
+                let blocks = block_counts(&data, "rounds");
+                let mut checked = 0;
+                for b in &blocks {
+                    let want = oracle.get(&b["address"].as_u64().unwrap()).copied().unwrap_or(0);
+                    match (b["count"].as_u64(), b["ran"].as_bool()) {
+                        (Some(count), _) if probe == "block" => assert_eq!(count, want, "{what}: {b}"),
+                        (Some(mark), _) => assert_eq!(mark > 0, want > 0, "{what}: {b}"),
+                        (None, Some(ran)) => assert_eq!(ran, want > 0, "{what}: {b}"),
+                        (None, None) => continue,
+                    }
+                    checked += 1;
+                }
+                assert!(checked >= 3, "{what}: {blocks:?}");
+                assert!(blocks.iter().any(|b| b["count"].as_u64() == Some(300) || probe == "coverage"), "{what}: no block counted 300 rounds: {blocks:?}");
+            }
+        }
+    }
+    cleanup(&dir);
+}
