@@ -15,6 +15,7 @@
 //! "negative" addresses that wrap; all the code built here is relative, so it does not care.
 #![forbid(unsafe_code)]
 
+pub mod handler;
 pub mod script;
 
 use lopi_elf::{ElfModule, Svma};
@@ -153,10 +154,16 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let vars_vaddr = rw_vaddr.wrapping_add(counters_len);
     let rseq_table = vars_vaddr.wrapping_add(lopi_rt_abi::vars::SLOTS);
     let modes = vars_vaddr.wrapping_add(lopi_rt_abi::vars::modes_offset(counters));
-    let rw_len = counters_len + lopi_rt_abi::vars::modes_offset(counters) + page_align(counters * 4);
+    // A C handler's data ends RW and its text follows the blob, as it was linked.
+    let handler = request.script.and_then(|s| s.spec.handler.as_ref());
+    let handler_data_len = handler.map_or(0, |h| h.data_len);
+    let rw_len = counters_len + lopi_rt_abi::vars::modes_offset(counters) + page_align(counters * 4) + handler_data_len;
     let rx_vaddr = rw_vaddr.wrapping_add(rw_len);
+    let handler_data = rx_vaddr.wrapping_sub(handler_data_len);
     let blob = lopi_rt_blob::BLOB;
-    let entry_code = rx_vaddr.wrapping_add(blob.len().next_multiple_of(16) as u64);
+    let handler_text = rx_vaddr.wrapping_add(blob.len().next_multiple_of(16) as u64);
+    debug_assert_eq!(handler_text.wrapping_sub(handler_data), handler::text_offset(handler_data_len));
+    let entry_code = handler_text.wrapping_add(handler.map_or(0, |h| h.text.len().next_multiple_of(16)) as u64);
     let trampolines = entry_code.wrapping_add(request.entry_room.next_multiple_of(16) as u64);
     let stub = |offset: usize| Svma(rx_vaddr.wrapping_add(offset as u64));
     let stubs = (selection.has_timing() || selection.has_syscalls()).then(|| Stubs {
@@ -203,7 +210,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
             })
             .collect(),
         block_marks: plan.block_probes.iter().any(|b| b.mark),
-        script: request.script.map(|s| s.spec.meta.clone()),
+        script: request.script.filter(|s| s.spec.handler.is_none()).map(|s| s.spec.meta.clone()),
         blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone() }).collect(),
         unprobed_blocks: plan
             .blocks
@@ -234,6 +241,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
 
     let script_code_at = trampolines.wrapping_add(plan.trampoline_code.len().next_multiple_of(16) as u64);
     let compiled = request.script.map(|s| script::compile(s.spec, script_code_at, rx_vaddr)).transpose()?;
+    let code_at = if handler.is_some() { handler_text } else { script_code_at };
     let rx_len = match &compiled {
         Some(c) => script_code_at.wrapping_sub(rx_vaddr) + c.code.len() as u64,
         None => trampolines.wrapping_sub(rx_vaddr) + plan.trampoline_code.len() as u64,
@@ -245,7 +253,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let script_bytes = match (request.script, &compiled) {
         (Some(s), Some(compiled)) => {
             let counted = counted(module, &plan);
-            script::descriptor(s.spec, s.library, compiled, &counted, script_vaddr, script_code_at)
+            script::descriptor(s.spec, s.library, compiled, &counted, script_vaddr, code_at, handler_data)
         }
         _ => Vec::new(),
     };
@@ -316,6 +324,10 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         let delta = target.wrapping_sub(rx_vaddr.wrapping_add(at as u64)) as i64;
         rx[at..at + 8].copy_from_slice(&delta.to_le_bytes());
     }
+    if let Some(h) = handler {
+        image.slice_mut(handler_text, h.text.len()).copy_from_slice(&h.text);
+        image.slice_mut(handler_data, h.data.len()).copy_from_slice(&h.data);
+    }
     let code = std::mem::take(&mut image.plan.trampoline_code);
     image.slice_mut(trampolines, code.len()).copy_from_slice(&code);
     image.plan.trampoline_code = code;
@@ -339,6 +351,8 @@ fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Count
         let f = &module.functions[p.function];
         script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed: p.action == lopi_patch::Action::Time }
     });
-    let others = (0..plan.syscall_probes.len() + plan.block_probes.len()).map(|_| script::Counted { name: "", aliases: &[], addr: 0, timed: false });
-    functions.chain(others).collect()
+    // A system-call site's address is a C handler's `addr` there.
+    let sites = plan.syscall_probes.iter().map(|p| script::Counted { name: "", aliases: &[], addr: p.at.0, timed: false });
+    let blocks = plan.block_probes.iter().map(|_| script::Counted { name: "", aliases: &[], addr: 0, timed: false });
+    functions.chain(sites).chain(blocks).collect()
 }

@@ -19,6 +19,8 @@ pub struct ScriptSpec {
     /// Maps that only count calls: their probes are out of `program`, the calls are counted
     /// by plain counting probes, and the host fills the maps from the counts.
     pub counted: Vec<lopi_script::lower::CountedMap>,
+    /// A C handler, whose callbacks are the program's probes.
+    pub handler: Option<crate::handler::Handler>,
 }
 
 impl ScriptSpec {
@@ -38,7 +40,14 @@ impl ScriptSpec {
         for b in options.bytes() {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted }
+        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None }
+    }
+
+    /// A C handler's: its callbacks run at every timed function's entry and return and every
+    /// probed system call, in every module it goes into.
+    pub fn handler(handler: crate::handler::Handler) -> ScriptSpec {
+        let meta = lopi_trace::MetaScript { source: String::new(), max_entries: None, ring_len: 0 };
+        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler) }
     }
 }
 
@@ -102,16 +111,16 @@ fn points(program: &Program) -> impl Iterator<Item = (usize, &Point)> {
 pub type HookList = Vec<(u32, u32)>;
 
 /// Per counter, the (probe, point) pairs its entry and its exits run, in the module the
-/// script's points name `library` (`None`: the main executable).
-pub fn hooks(program: &Program, library: Option<&str>, counted: &[Counted<'_>]) -> Vec<(HookList, HookList)> {
+/// script's points name `library` (`None`: the main executable; `any_module`: whichever).
+pub fn hooks(program: &Program, library: Option<&str>, any_module: bool, counted: &[Counted<'_>]) -> Vec<(HookList, HookList)> {
     counted
         .iter()
         .map(|c| {
             let (mut entry, mut exit) = (Vec::new(), Vec::new());
             for (n, (probe, point)) in points(program).enumerate() {
                 match point {
-                    Point::FuncEntry { lib, glob } if lib.as_deref() == library && c.timed && c.named(glob) => entry.push((probe as u32, n as u32)),
-                    Point::FuncReturn { lib, glob } if lib.as_deref() == library && c.timed && c.named(glob) => exit.push((probe as u32, n as u32)),
+                    Point::FuncEntry { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => entry.push((probe as u32, n as u32)),
+                    Point::FuncReturn { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => exit.push((probe as u32, n as u32)),
                     _ => {}
                 }
             }
@@ -138,8 +147,12 @@ pub fn syscall_hooks(program: &Program) -> Vec<(HookList, HookList)> {
         .collect()
 }
 
-/// The compiled probes, to be placed at `at` with the runtime blob at `blob`.
+/// The compiled probes, to be placed at `at` with the runtime blob at `blob`; a C handler's
+/// are its callbacks, in its text (placed apart).
 pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compiled, codegen::CodegenError> {
+    if let Some(h) = &spec.handler {
+        return Ok(codegen::Compiled { code: Vec::new(), probes: h.probe_offsets() });
+    }
     let helper = |i: u64| blob.wrapping_add(lopi_rt_blob::SCRIPT_HELPERS_OFFSET as u64 + 8 * i);
     let helpers = Helpers {
         builtin: helper(0),
@@ -158,14 +171,17 @@ pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compile
 }
 
 /// The R-region bytes of the script in the module its points name `library`: a `ScriptImage`
-/// at `at` (8-aligned) and its tables, for code placed at `code`.
-pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::Compiled, counted: &[Counted<'_>], at: u64, code: u64) -> Vec<u8> {
+/// at `at` (8-aligned) and its tables, for code placed at `code` (and a C handler's data at
+/// `handler_data`).
+pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::Compiled, counted: &[Counted<'_>], at: u64, code: u64, handler_data: u64) -> Vec<u8> {
     let program = &spec.program;
     let area = area_layout(spec);
     let mut strings: Vec<u8> = Vec::new();
     let mut intern = |text: &[u8]| {
         let offset = strings.len() as u32;
         strings.extend_from_slice(text);
+        // C handlers read names as C strings.
+        strings.push(0);
         [offset, text.len() as u32]
     };
     let functions: Vec<FunctionName> = counted
@@ -199,7 +215,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         lists.push(u32::MAX);
         start
     };
-    let hooks: Vec<u64> = hooks(program, library, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
+    let hooks: Vec<u64> = hooks(program, library, spec.handler.is_some(), counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
     let syscalls: Vec<u64> = match spec.probes_system_calls() {
         true => syscall_hooks(program).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect(),
         false => Vec::new(),
@@ -228,6 +244,8 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         &area.tables.iter().flat_map(|t| [u64::from(t.key_size) | u64::from(t.slot_size) << 32, u64::from(t.max_entries), t.offset]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>(),
     );
     let probe_code_at = place(&words(&compiled.probes));
+    let relocs: Vec<u64> = spec.handler.iter().flat_map(|h| &h.relocs).flat_map(|&(slot, target)| [slot, target]).collect();
+    let relocs_at = place(&words(&relocs));
     let strings_at = place(&strings);
     let header = ScriptImage {
         magic: abi::SCRIPT_IMAGE_MAGIC,
@@ -252,8 +270,15 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         ring_len: area.ring_len,
         formats: formats_at,
         format_count: formats.len() as u32,
-        _pad: 0,
+        flags: if spec.handler.is_some() { abi::HANDLER } else { 0 },
         syscalls: syscalls_at,
+        handler_data: if spec.handler.is_some() { handler_data.wrapping_sub(at) as i64 } else { 0 },
+        relocs: relocs_at,
+        reloc_count: relocs.len() as u64 / 2,
+        handler_init: match spec.handler.as_ref().and_then(|h| h.init) {
+            Some(init) => code.wrapping_add(init).wrapping_sub(at) as i64,
+            None => 0,
+        },
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

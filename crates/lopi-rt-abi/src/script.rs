@@ -40,10 +40,19 @@ pub struct ScriptCtx {
     /// The thread's cached value slots of maps without keys, a `u64` per map, 0 until known
     /// (see [`SCALAR_SLOTS`]); 0 when there is no such cache.
     pub scalars: u64,
+    /// C handlers only (`--handler`; scripts read names through the helpers): the function's
+    /// name or the system call's, NUL-terminated.
+    pub name: u64,
+    /// C handlers only: the probed function's address in the process, or the `syscall`
+    /// instruction's.
+    pub addr: u64,
+    /// C handlers only: the system call's number; `u64::MAX` at a function's probe.
+    pub nr: u64,
 }
 
 const _: () = {
-    assert!(size_of::<ScriptCtx>() == 112);
+    assert!(size_of::<ScriptCtx>() == 136);
+    assert!(offset_of!(ScriptCtx, name) == 112 && offset_of!(ScriptCtx, addr) == 120 && offset_of!(ScriptCtx, nr) == 128);
     assert!(offset_of!(ScriptCtx, scalars) == 104);
     assert!(offset_of!(ScriptCtx, args) == 0);
     assert!(offset_of!(ScriptCtx, retval) == 48);
@@ -226,7 +235,7 @@ pub fn lhist_bucket(value: i64, min: i64, max: i64, step: i64) -> usize {
 }
 
 /// First bytes of a module image's [`ScriptImage`].
-pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI1";
+pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI2";
 
 /// A module image's probe script (R region), found through the module descriptor: the
 /// compiled probes and what the runtime needs to run them and to make each thread's area.
@@ -243,7 +252,12 @@ pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI1";
 /// points       a (u32 offset, u32 length) per point, into `strings`: the point's text
 /// tables       a TableShape per map
 /// probe_code   a u64 per probe: offset of its function from `code`
+/// relocs       C handlers: a (u64 slot, u64 target) per address the handler's data holds,
+///              both offsets from `handler_data`; the runtime adds the data's address
 /// ```
+///
+/// A C handler (`--handler`) is a script whose probes are the handler's functions (`code`
+/// is its text), with no maps: its data lies at `handler_data`, in the image's RW part.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ScriptImage {
@@ -274,13 +288,23 @@ pub struct ScriptImage {
     /// A [`FormatArgs`] per `printf` format.
     pub formats: i64,
     pub format_count: u32,
-    pub _pad: u32,
+    /// [`HANDLER`] for a C handler.
+    pub flags: u32,
     /// The probes of system calls: a `u64` per call number below [`SYSCALLS`], entry list
     /// (low u32) and return list (high u32) as in `hooks`; 0 when the script has none.
     pub syscalls: i64,
+    /// C handlers: their data (writable), the relocations the runtime applies to it at init,
+    /// and `lopi_init` (0: none), which it then calls.
+    pub handler_data: i64,
+    pub relocs: i64,
+    pub reloc_count: u64,
+    pub handler_init: i64,
 }
 
-pub const SCRIPT_IMAGE_LEN: usize = 160;
+/// [`ScriptImage::flags`]: the probes are a C handler's functions.
+pub const HANDLER: u32 = 1;
+
+pub const SCRIPT_IMAGE_LEN: usize = 192;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -313,7 +337,10 @@ impl ScriptImage {
             out[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
-        out[152..160].copy_from_slice(&self.syscalls.to_le_bytes());
+        out[148..152].copy_from_slice(&self.flags.to_le_bytes());
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64].iter().enumerate() {
+            out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
         out
     }
 }

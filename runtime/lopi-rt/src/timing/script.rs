@@ -126,11 +126,33 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
         if (*(s as *const ScriptImage)).magic != script::SCRIPT_IMAGE_MAGIC || u64::from((*(s as *const ScriptImage)).counter_count) != d.counter_count {
             return;
         }
+        if (*(s as *const ScriptImage)).flags & script::HANDLER != 0 {
+            start_handler(s as *const ScriptImage);
+        }
         (*v).script = s;
         (*v).script_hooks = s.wrapping_add((*(s as *const ScriptImage)).hooks as u64);
         let syscalls = (*(s as *const ScriptImage)).syscalls;
         if syscalls != 0 {
             (*v).script_syscalls = s.wrapping_add(syscalls as u64);
+        }
+    }
+}
+
+/// A C handler's data gets the addresses it holds (the linker's relative relocations), then
+/// its `lopi_init` runs, before any of its probes can.
+unsafe fn start_handler(s: *const ScriptImage) {
+    // SAFETY: the image builder keeps `reloc_count` (slot, target) pairs inside the handler's
+    // data, which lies in the image's writable part; `handler_init` is the handler's code.
+    unsafe {
+        let data = (s as u64).wrapping_add((*s).handler_data as u64);
+        let relocs = (s as u64).wrapping_add((*s).relocs as u64) as *const [u64; 2];
+        for i in 0..(*s).reloc_count as usize {
+            let [slot, target] = *relocs.add(i);
+            write_volatile(data.wrapping_add(slot) as *mut u64, data.wrapping_add(target));
+        }
+        if (*s).handler_init != 0 {
+            let init: extern "sysv64" fn() = core::mem::transmute((s as u64).wrapping_add((*s).handler_init as u64));
+            init();
         }
     }
 }
@@ -209,7 +231,15 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
     // the area is this thread's.
     unsafe {
         let s = (*v).script as *const ScriptImage;
-        let Some(area) = area(t, v, s) else { return };
+        // A C handler keeps its state in its own data: its threads need no area.
+        let handler = (*s).flags & script::HANDLER != 0;
+        let area = match handler {
+            true => core::ptr::null_mut(),
+            false => match area(t, v, s) {
+                Some(area) => area,
+                None => return,
+            },
+        };
         // Field by field, with volatile accesses: a copy the compiler merged would use vector
         // registers, which hold the program's live values here.
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
@@ -219,8 +249,10 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
             Side::Entry => (true, 0),
             Side::Return(ticks) => (false, ticks),
         };
+        // The kernel keeps a system call's argument registers: a handler's return callback has them.
+        let args = entry || (handler && syscall != 0);
         for (i, &slot) in regs.args.iter().enumerate() {
-            write_volatile(&mut (*c).args[i], if entry { regs.get(slot) } else { 0 });
+            write_volatile(&mut (*c).args[i], if args { regs.get(slot) } else { 0 });
         }
         write_volatile(&mut (*c).retval, if entry { 0 } else { regs.get(regs.ret) });
         write_volatile(&mut (*c).elapsed_ns, ((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64);
@@ -228,7 +260,13 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
         write_volatile(&mut (*c).probe, 0);
         write_volatile(&mut (*c).faults, 0);
         write_volatile(&mut (*c).exit, 0);
-        write_volatile(&mut (*c).scalars, (area as u64).wrapping_add(script::SCALAR_SLOTS as u64));
+        write_volatile(&mut (*c).scalars, if handler { 0 } else { (area as u64).wrapping_add(script::SCALAR_SLOTS as u64) });
+        if handler {
+            let (name, addr) = handler_names(s, index, syscall);
+            write_volatile(&mut (*c).name, name);
+            write_volatile(&mut (*c).addr, addr);
+            write_volatile(&mut (*c).nr, syscall.wrapping_sub(1));
+        }
         let env = Env { s, area, h: t.h, thread: t.base, index, call_rsp, below, syscall, returned: !entry };
         write_volatile(&mut (*c).runtime, &env as *const Env as u64);
         let ctx = ctx.assume_init_mut();
@@ -245,7 +283,7 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
             ctx.probe = u64::from(*lists.add(at + 1));
             let f: extern "sysv64" fn(*mut ScriptCtx) = core::mem::transmute(code.wrapping_add(*probe_code.add(probe as usize)));
             f(ctx);
-            if ctx.exit != 0 {
+            if ctx.exit != 0 && !handler {
                 (*area).exit = 1;
                 write_volatile(&mut (*(v as *mut RuntimeVars)).script_off, 1);
                 emit(area, s, record::EXIT, 0, 0, |_| (value_none(), 0));
@@ -253,7 +291,7 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
             }
             at += 2;
         }
-        if ctx.faults != 0 {
+        if ctx.faults != 0 && !handler {
             (*area).faults = (*area).faults.wrapping_add(ctx.faults);
         }
     }
@@ -347,6 +385,28 @@ unsafe fn string(s: *const ScriptImage, offset: u32, len: u32) -> (*const u8, us
         let end = (u64::from(offset) + u64::from(len)).min((*s).strings_len);
         let start = u64::from(offset).min(end);
         ((s as u64).wrapping_add((*s).strings as u64).wrapping_add(start) as *const u8, (end - start) as usize)
+    }
+}
+
+/// A C handler's `name` and `addr` of counter `index`'s probe, for system call `syscall` - 1
+/// (0: a function's): the name's NUL-terminated text (the builder ends every string with a
+/// NUL) and the function's or the site's address in the process.
+unsafe fn handler_names(s: *const ScriptImage, index: u64, syscall: u64) -> (u64, u64) {
+    // SAFETY: as `function` and `string`; the call names follow the system-call table.
+    unsafe {
+        let Some(f) = function(s, index) else { return (0, 0) };
+        let addr = (s as u64).wrapping_add(f.addr as u64);
+        let (name, len) = match syscall {
+            0 => (f.name, f.name_len),
+            nr if (*s).syscalls != 0 && nr <= script::SYSCALLS as u64 => {
+                let names = (s as u64).wrapping_add((*s).syscalls as u64 + 8 * script::SYSCALLS as u64) as *const [u32; 2];
+                let name = *names.add(nr as usize - 1);
+                (name[0], name[1])
+            }
+            _ => return (0, addr),
+        };
+        let (text, _) = string(s, name, len);
+        (text as u64, addr)
     }
 }
 
