@@ -45,7 +45,8 @@ impl Probes {
             modules.entry(lib).or_default().include.push(pattern);
         }
         // A script names its functions itself (none: only lopi's own begin/end/interval).
-        if self.include.is_empty() && self.script.is_none() && (self.probes.entries || self.probes.blocks || self.probes.coverage) {
+        let names_functions = self.script.as_ref().is_some_and(|s| s.handler.is_none());
+        if self.include.is_empty() && !names_functions && (self.probes.entries || self.probes.blocks || self.probes.coverage) {
             modules.insert(None, Filter::default());
         }
         for arg in &self.exclude {

@@ -6,6 +6,7 @@ mod breakdown;
 mod coverage;
 mod demo;
 mod exports;
+mod handler;
 mod live;
 mod locks;
 mod names;
@@ -63,6 +64,10 @@ enum Command {
         /// The same, given as text.
         #[arg(long, value_name = "PROGRAM")]
         script_expr: Option<String>,
+        /// Compile this C file (`lopi handler-header` prints the lopi.h it includes) into the
+        /// copy: its lopi_enter and lopi_leave run at every selected function's entry and return.
+        #[arg(long, value_name = "FILE.c", conflicts_with_all = ["script", "script_expr"])]
+        handler: Option<PathBuf>,
         /// Also record every entry and exit with a timestamp (implies --probe entry,exit);
         /// `lopi export --format chrome` turns it into a timeline.
         #[arg(long)]
@@ -183,6 +188,9 @@ enum Command {
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
     },
+    /// Print the lopi.h that C handlers (`--handler FILE.c`) include: the event they get,
+    /// the callbacks they may define, and helpers that need no libc.
+    HandlerHeader,
     /// Show where plans are cached (so that a program is planned once), or clear the cache.
     Cache {
         /// Remove every entry (cached plans and laid-out images).
@@ -314,6 +322,11 @@ struct LiveSelect {
     /// and times every system call, in the executable and every loaded library.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
     probe: Vec<Probe>,
+    /// Compile this C file (`lopi handler-header` prints the lopi.h it includes) into the
+    /// probes: its lopi_enter and lopi_leave run at every selected function's entry and
+    /// return (timed), lopi_syscall_enter and lopi_syscall_leave around every system call.
+    #[arg(long, value_name = "FILE.c")]
+    handler: Option<PathBuf>,
 }
 
 impl LiveSelect {
@@ -321,8 +334,19 @@ impl LiveSelect {
         let mut probes = probe_set(&self.probe)?;
         probes.exits |= trace;
         probes.entries |= trace;
+        let script = match &self.handler {
+            Some(path) => {
+                let spec = lopi_image::script::ScriptSpec::handler(handler::build(path)?);
+                let callbacks = spec.handler.as_ref().map_or([None; 4], |h| h.callbacks);
+                probes.entries |= callbacks[0].is_some() || callbacks[1].is_some();
+                probes.exits |= probes.entries;
+                probes.syscalls |= callbacks[2].is_some() || callbacks[3].is_some();
+                Some(std::sync::Arc::new(spec))
+            }
+            None => None,
+        };
         let budget_ppm = budget.ppm(probes.exits)?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script: None, count_only: Vec::new(), record: None })
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script, count_only: Vec::new(), record: None })
     }
 }
 
@@ -458,7 +482,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Rewrite { prog, output, select, trace, budget, script, script_expr } => {
+        Command::Rewrite { prog, output, select, trace, budget, script, script_expr, handler } => {
             let mut probes = select.probes()?;
             probes.entries |= trace;
             probes.exits |= trace;
@@ -467,6 +491,10 @@ fn run(cli: Cli) -> Result<()> {
                 (Some(path), _) => Some((std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string())),
                 (None, Some(text)) => Some((text, "--script-expr".to_string())),
                 (None, None) => None,
+            };
+            let script = match handler {
+                Some(path) => Some(rewrite::Script::Handler(handler::build(&path)?)),
+                None => script.map(|(text, name)| rewrite::Script::Text(text, name)),
             };
             let (summary, lookup) = rewrite::rewrite(&prog, &output, &select.filter()?, probes, recording, script, cache.as_ref())?;
             let (from, note_text) = progress::lookup_text(&lookup);
@@ -563,6 +591,7 @@ fn run(cli: Cli) -> Result<()> {
             live::run(&select.probes(trace, budget, cache)?, &command, arg0, quiet)
         }
         Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
+        Command::HandlerHeader => print(handler::HEADER),
         Command::Cache { clear } => show_cache(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
         Command::Trace { file, expr, format, output, max_entries, pid, duration, record, command } => {

@@ -5,8 +5,15 @@ use lopi_cache::{Lookup, PlanCache};
 use lopi_patch::{Filter, Probes};
 use std::path::Path;
 
-/// Rewrites `prog` into `output`, with `script` (its text and the name its diagnostics give
-/// it) compiled in if given, which then decides the functions and probes; returns the summary
+/// What `lopi rewrite` compiles into the copy besides its probes.
+pub(crate) enum Script {
+    /// A probe script's text and the name its diagnostics give it: it decides the functions.
+    Text(String, String),
+    /// A C handler: its callbacks run at the selected functions, timed.
+    Handler(lopi_image::handler::Handler),
+}
+
+/// Rewrites `prog` into `output`, with `script` compiled in if given; returns the summary
 /// line and where the plan came from.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rewrite(
@@ -15,7 +22,7 @@ pub(crate) fn rewrite(
     filter: &Filter,
     probes: Probes,
     recording: lopi_rewrite::Recording,
-    script: Option<(String, String)>,
+    script: Option<Script>,
     cache: Option<&PlanCache>,
 ) -> Result<(String, Lookup)> {
     use std::os::unix::fs::PermissionsExt;
@@ -25,8 +32,15 @@ pub(crate) fn rewrite(
     }
     let debug = debug_file(prog, &file);
     let mut module = parse(prog, &file, debug.as_ref())?;
+    let handler = matches!(script, Some(Script::Handler(_)));
     let script = match script {
-        Some((source, name)) => {
+        Some(Script::Handler(h)) => {
+            if h.probes_system_calls() {
+                bail!("system calls are made in libc, which a rewritten file does not probe: lopi_syscall_enter and lopi_syscall_leave need lopi run or attach --handler");
+            }
+            Some(lopi_image::script::ScriptSpec::handler(h))
+        }
+        Some(Script::Text(source, name)) => {
             let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::Functions::new(trace::all_names(&module), trace::needed_libraries(prog)))?;
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
                 bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
@@ -42,6 +56,7 @@ pub(crate) fn rewrite(
         None => None,
     };
     let (filter, probes) = match &script {
+        Some(_) if handler => (filter.clone(), Probes::TIME),
         Some(spec) => {
             let include = trace::function_globs(spec).iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
             (Filter { include, exclude: Vec::new() }, Probes::TIME)
@@ -64,7 +79,7 @@ pub(crate) fn rewrite(
         source: absolute(prog).display().to_string(),
     };
     let rewritten = lopi_rewrite::rewrite_with_script(&module, selection, &names, recording, script.as_ref()).with_context(|| format!("{}", prog.display()))?;
-    if let Some(spec) = &script {
+    if let Some(spec) = script.as_ref().filter(|_| !handler) {
         trace::report_probes(spec, None, &module.functions, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
     }
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
