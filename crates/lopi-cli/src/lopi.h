@@ -6,8 +6,11 @@
  * compiler (-O2, no libc, integer registers only: no floating point) and links it into the
  * probe image, where the probed program's own threads call it: lopi_enter at each probed
  * function's entry, lopi_leave at its return, lopi_syscall_enter/lopi_syscall_leave around
- * each system call (with --probe syscall under lopi run or attach), lopi_init once when
- * the image starts, before any other callback.
+ * each system call, lopi_lock_acquire (an acquisition's entry), lopi_lock_contended (it
+ * found its lock held), lopi_lock_acquired (it got the lock: elapsed_ns is the wait,
+ * retval the function's result) and lopi_lock_release (elapsed_ns: the hold it ends) around
+ * every mutex, rwlock and spinlock call of libc (the last two kinds under lopi run or attach
+ * only), and lopi_init once when the image starts, before any other callback.
  *
  * Callbacks run on many threads at once, inside signal handlers too: keep state in
  * globals updated with __atomic builtins (lopi_add below), or per thread by lopi_tid().
@@ -30,16 +33,18 @@
 
 struct lopi_event {
     /* Entry: the six integer argument registers (rdi, rsi, rdx, rcx, r8, r9); a system
-     * call's: its arguments (rdi, rsi, rdx, r10, r8, r9), at its return too. */
+     * call's: its arguments (rdi, rsi, rdx, r10, r8, r9), at its return too; a lock event's:
+     * the lock's address first. */
     uint64_t arg[6];
     /* lopi_leave: the function's rax; lopi_syscall_leave: the call's result. */
     uint64_t retval;
-    /* lopi_leave and lopi_syscall_leave: nanoseconds since the matching entry. */
+    /* lopi_leave and lopi_syscall_leave: nanoseconds since the matching entry; lock events:
+     * the wait (acquired) or the hold (release). */
     uint64_t elapsed_ns;
     /* The probe's number in its module (a function's, or a system-call site's). */
     uint64_t index;
     uint64_t lopi_private[5];
-    /* The function's name, or the system call's ("read"). */
+    /* The function's name (a lock event's: the lock function's), or the system call's. */
     const char *name;
     /* The function's address in the process, or the `syscall` instruction's. */
     uint64_t addr;
@@ -52,6 +57,10 @@ void lopi_enter(const struct lopi_event *e);
 void lopi_leave(const struct lopi_event *e);
 void lopi_syscall_enter(const struct lopi_event *e);
 void lopi_syscall_leave(const struct lopi_event *e);
+void lopi_lock_acquire(const struct lopi_event *e);
+void lopi_lock_acquired(const struct lopi_event *e);
+void lopi_lock_release(const struct lopi_event *e);
+void lopi_lock_contended(const struct lopi_event *e);
 
 /* Atomic addition, for counters several threads update. */
 #define lopi_add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)

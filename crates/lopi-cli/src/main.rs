@@ -336,12 +336,12 @@ impl LiveSelect {
         probes.entries |= trace;
         let script = match &self.handler {
             Some(path) => {
-                let spec = lopi_image::script::ScriptSpec::handler(handler::build(path)?);
-                let callbacks = spec.handler.as_ref().map_or([None; 4], |h| h.callbacks);
-                probes.entries |= callbacks[0].is_some() || callbacks[1].is_some();
+                let h = handler::build(path)?;
+                probes.entries |= h.probes_functions();
                 probes.exits |= probes.entries;
-                probes.syscalls |= callbacks[2].is_some() || callbacks[3].is_some();
-                Some(std::sync::Arc::new(spec))
+                probes.syscalls |= h.probes_system_calls();
+                probes.locks |= h.probes_locks();
+                Some(std::sync::Arc::new(lopi_image::script::ScriptSpec::handler(h)))
             }
             None => None,
         };

@@ -35,8 +35,8 @@ pub(crate) fn rewrite(
     let handler = matches!(script, Some(Script::Handler(_)));
     let script = match script {
         Some(Script::Handler(h)) => {
-            if h.probes_system_calls() {
-                bail!("system calls are made in libc, which a rewritten file does not probe: lopi_syscall_enter and lopi_syscall_leave need lopi run or attach --handler");
+            if h.probes_system_calls() || h.probes_locks() {
+                bail!("system calls and lock functions are libc's, which a rewritten file does not probe: lopi_syscall_* and lopi_lock_* callbacks need lopi run or attach --handler");
             }
             Some(lopi_image::script::ScriptSpec::handler(h))
         }
@@ -45,8 +45,8 @@ pub(crate) fn rewrite(
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
                 bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
             }
-            if spec.probes_system_calls() {
-                bail!("system calls are made in libc, which a rewritten file does not probe: syscall: points need lopi trace");
+            if spec.probes_system_calls() || spec.probes_locks() {
+                bail!("system calls and lock functions are libc's, which a rewritten file does not probe: syscall: and lock: points need lopi trace");
             }
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {
                 bail!("interval: probes need lopi to run while the program runs: use lopi trace");

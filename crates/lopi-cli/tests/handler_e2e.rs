@@ -255,3 +255,72 @@ int main(void) {
     assert_eq!(out.stdout_str(), "same\n");
     cleanup(&dir);
 }
+
+/// Lock callbacks: every acquisition and release of the program's mutex, with the lock's
+/// address, the wait and the hold.
+#[test]
+fn handlers_see_lock_events() {
+    let dir = fresh_dir("handler_locks");
+    let prog = build_c(
+        &dir,
+        "locker",
+        r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static void *w(void *a) {
+    for (int i = 0; i < 500; i++) { pthread_mutex_lock(&m); if (i % 50 == 0) usleep(200); pthread_mutex_unlock(&m); }
+    return a;
+}
+int main(void) {
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], 0, w, 0);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], 0);
+    printf("%lu\n", (unsigned long)&m);
+    return 0;
+}
+"#,
+        &["-O2", "-pthread"],
+    );
+    let handler = write_handler(
+        &dir,
+        "l.c",
+        r#"
+#include "lopi.h"
+/* Per lock (libc takes some of its own too): acquisitions, acquired, releases, long holds, contended. */
+static uint64_t locks[16], counts[16][5];
+static int slot(uint64_t lock) {
+    for (int i = 0; i < 16; i++) {
+        uint64_t seen = __atomic_load_n(&locks[i], __ATOMIC_ACQUIRE);
+        if (seen == lock) return i;
+        if (!seen && __atomic_compare_exchange_n(&locks[i], &seen, lock, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return i;
+        if (seen == lock) return i;
+    }
+    return -1;
+}
+static void add(uint64_t lock, int what) { int i = slot(lock); if (i >= 0) lopi_add(&counts[i][what], 1); }
+void lopi_lock_acquire(const struct lopi_event *e) { add(e->arg[0], 0); }
+void lopi_lock_acquired(const struct lopi_event *e) { if (e->retval == 0) add(e->arg[0], 1); }
+void lopi_lock_release(const struct lopi_event *e) { add(e->arg[0], 2); if (e->elapsed_ns >= 200000) add(e->arg[0], 3); }
+void lopi_lock_contended(const struct lopi_event *e) { add(e->arg[0], 4); }
+void lopi_syscall_enter(const struct lopi_event *e) {
+    if (e->nr != 231) return;
+    int top = 0;
+    for (int i = 1; i < 16; i++) if (counts[i][0] > counts[top][0]) top = i;
+    lopi_printf("handler: lock=%lu acquires=%lu acquired=%lu releases=%lu long=%lu contended_ok=%d\n", locks[top],
+                counts[top][0], counts[top][1], counts[top][2], counts[top][3], counts[top][4] <= counts[top][0]);
+}
+"#,
+    );
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--handler"]).arg(&handler).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let f = fields(&out.stderr_str());
+    assert_eq!(f["lock"], out.stdout_str().trim(), "{f:?}");
+    for (key, want) in [("acquires", "1500"), ("acquired", "1500"), ("releases", "1500"), ("contended_ok", "1")] {
+        assert_eq!(f[key], want, "{key}: {f:?}");
+    }
+    let long: u64 = f["long"].parse().unwrap();
+    assert!((30..=1500).contains(&long), "{long} holds of 200 us or more: {f:?}");
+    cleanup(&dir);
+}

@@ -342,3 +342,61 @@ fn system_calls_are_probed_in_libc() {
     assert_eq!(maps["@r"], json!({"syscall:clock_nanosleep:return": 25}), "{got}");
     cleanup(&dir);
 }
+
+/// Two threads take one mutex 1,000 times each, holding it for a 100 us sleep every 100th
+/// time; main then takes another once.
+const LOCKER: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER, other = PTHREAD_MUTEX_INITIALIZER;
+static long shared;
+static void *w(void *a) {
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&m);
+        shared++;
+        if (i % 100 == 0) usleep(100);
+        pthread_mutex_unlock(&m);
+    }
+    return a;
+}
+int main(void) {
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, w, 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+    pthread_mutex_lock(&other);
+    pthread_mutex_unlock(&other);
+    printf("%ld %lu %lu\n", shared, (unsigned long)&m, (unsigned long)&other);
+    return 0;
+}
+"#;
+
+#[test]
+fn lock_events_are_probed_in_libc() {
+    let dir = fresh_dir("trace_locks");
+    let prog = build_c(&dir, "locker", LOCKER, &["-O2", "-pthread"]);
+    let file = dir.join("out.json");
+    let script = "lock:acquire { @acquire[arg0] = count(); } lock:acquired { @acquired[arg0] = count(); @ok[arg0] = sum(retval == 0); @wait[arg0] = sum(elapsed); } \
+                  lock:release { @release[arg0] = count(); } lock:release /elapsed >= 100000/ { @long[arg0] = count(); } \
+                  lock:contended { @contended[arg0] = count(); } lock:acquired { @by[func, probe] = count(); }";
+    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let printed: Vec<String> = out.stdout_str().split_whitespace().map(str::to_string).collect();
+    assert_eq!(printed[0], "2000");
+    let (m, other) = (printed[1].as_str(), printed[2].as_str());
+    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let maps = &got["maps"];
+    for (map, lock, want) in [("@acquire", m, 2000), ("@acquired", m, 2000), ("@ok", m, 2000), ("@release", m, 2000), ("@acquire", other, 1), ("@acquired", other, 1), ("@release", other, 1)] {
+        assert_eq!(maps[map][lock], want, "{map}[{lock}]: {got}");
+    }
+    // Every 100th hold sleeps 100 us; others may be preempted on a busy machine.
+    let long = maps["@long"][m].as_i64().unwrap_or(0);
+    assert!((20..=2000).contains(&long), "{long} holds of 100 us or more: {got}");
+    assert!(maps["@long"][other].is_null(), "{got}");
+    // Contention is timing's: its count and waits only add up.
+    let contended = maps["@contended"][m].as_i64().unwrap_or(0);
+    assert!(contended <= 2000 && maps["@wait"][m].as_i64().unwrap_or(-1) >= 0, "{got}");
+    // The program's 2,001 acquisitions, and libc's own of its locks (one in glibc 2.36).
+    assert!(maps["@by"]["pthread_mutex_lock,lock:acquired"].as_i64().unwrap_or(0) >= 2001, "{got}");
+    cleanup(&dir);
+}

@@ -2,10 +2,19 @@
 //! runtime blob in RX, its data at the end of RW, at the distance the handler was linked for
 //! (so its RIP-relative references hold wherever the image goes), and a `ScriptImage` whose
 //! probes are its callbacks: one probe model with the scripts.
-use lopi_script::ir::{Point, Probe, Program};
+use lopi_script::ir::{LockEvent, Point, Probe, Program};
 
 /// The callbacks a handler may define, in probe order, and where each runs.
-pub const CALLBACKS: [&str; 4] = ["lopi_enter", "lopi_leave", "lopi_syscall_enter", "lopi_syscall_leave"];
+pub const CALLBACKS: [&str; 8] = [
+    "lopi_enter",
+    "lopi_leave",
+    "lopi_syscall_enter",
+    "lopi_syscall_leave",
+    "lopi_lock_acquire",
+    "lopi_lock_acquired",
+    "lopi_lock_release",
+    "lopi_lock_contended",
+];
 
 /// A handler linked for an image (by `lopi-cli`'s `handler` module, with the system's
 /// compiler and linker).
@@ -18,7 +27,7 @@ pub struct Handler {
     /// Bytes of data in the image, a multiple of 4096 (0: none).
     pub data_len: u64,
     /// Offset in `text` of each of [`CALLBACKS`] the handler defines.
-    pub callbacks: [Option<u64>; 4],
+    pub callbacks: [Option<u64>; 8],
     /// Offset in `text` of `lopi_init`, run once when the image's runtime starts.
     pub init: Option<u64>,
     /// (slot, target), offsets from the data's start: each slot holds target's address.
@@ -35,13 +44,17 @@ pub fn text_offset(data_len: u64) -> u64 {
 
 impl Handler {
     /// The program whose probes are the handler's callbacks: every timed function's entry
-    /// and return, every probed system call's entry and return.
+    /// and return, every probed system call's entry and return, every lock event.
     pub fn program(&self) -> Program {
         let points = [
             Point::FuncEntry { lib: None, glob: "*".into() },
             Point::FuncReturn { lib: None, glob: "*".into() },
             Point::SyscallEntry("*".into()),
             Point::SyscallReturn("*".into()),
+            Point::Lock(LockEvent::Acquire),
+            Point::Lock(LockEvent::Acquired),
+            Point::Lock(LockEvent::Release),
+            Point::Lock(LockEvent::Contended),
         ];
         let probes = points
             .into_iter()
@@ -59,6 +72,16 @@ impl Handler {
 
     /// Whether it has callbacks for system calls.
     pub fn probes_system_calls(&self) -> bool {
-        self.callbacks[2].is_some() || self.callbacks[3].is_some()
+        self.callbacks[2..4].iter().any(Option::is_some)
+    }
+
+    /// Whether it has callbacks for lock events.
+    pub fn probes_locks(&self) -> bool {
+        self.callbacks[4..8].iter().any(Option::is_some)
+    }
+
+    /// Whether it has callbacks for functions' entries or returns.
+    pub fn probes_functions(&self) -> bool {
+        self.callbacks[..2].iter().any(Option::is_some)
     }
 }

@@ -5,7 +5,7 @@
 use lopi_rt_abi::page_align;
 use lopi_rt_abi::script::{self as abi, FormatArgs, FunctionName, ScriptImage, TableShape};
 use lopi_script::codegen::{self, abi::Helpers};
-use lopi_script::ir::{ConvKind, Piece, Point, Program};
+use lopi_script::ir::{ConvKind, LockEvent, Piece, Point, Program};
 
 /// A checked script to compile into an image.
 #[derive(Debug)]
@@ -24,6 +24,11 @@ pub struct ScriptSpec {
 }
 
 impl ScriptSpec {
+    /// Whether some point is a lock event: the script then goes wherever locks are probed.
+    pub fn probes_locks(&self) -> bool {
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::Lock(_)))
+    }
+
     /// Whether some point is a system call's: the script then goes wherever system calls are
     /// probed.
     pub fn probes_system_calls(&self) -> bool {
@@ -216,6 +221,16 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         start
     };
     let hooks: Vec<u64> = hooks(program, library, spec.handler.is_some(), counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
+    let lock_lists: Vec<u32> = match spec.probes_locks() {
+        true => LockEvent::ALL
+            .iter()
+            .map(|event| {
+                let pairs: HookList = points(program).enumerate().filter(|(_, (_, p))| **p == Point::Lock(*event)).map(|(n, (probe, _))| (probe as u32, n as u32)).collect();
+                add_list(&pairs)
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     let syscalls: Vec<u64> = match spec.probes_system_calls() {
         true => syscall_hooks(program).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect(),
         false => Vec::new(),
@@ -244,6 +259,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         &area.tables.iter().flat_map(|t| [u64::from(t.key_size) | u64::from(t.slot_size) << 32, u64::from(t.max_entries), t.offset]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>(),
     );
     let probe_code_at = place(&words(&compiled.probes));
+    let locks_at = if lock_lists.is_empty() { 0 } else { place(&lock_lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
     let relocs: Vec<u64> = spec.handler.iter().flat_map(|h| &h.relocs).flat_map(|&(slot, target)| [slot, target]).collect();
     let relocs_at = place(&words(&relocs));
     let strings_at = place(&strings);
@@ -279,6 +295,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
             Some(init) => code.wrapping_add(init).wrapping_sub(at) as i64,
             None => 0,
         },
+        locks: locks_at,
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

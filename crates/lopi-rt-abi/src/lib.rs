@@ -285,6 +285,9 @@ pub struct RuntimeVars {
     pub script_syscalls: u64,
     /// Non-zero once a script probe of this process called `exit()`: no script runs again.
     pub script_off: u64,
+    /// Address of the script's lock-event lists (`script::LOCK_EVENTS` u32), 0 without any:
+    /// the lock stubs then leave every call to their slow paths.
+    pub script_locks: u64,
     /// Nanoseconds per TSC tick, times 2^32; and a TSC reading with the `CLOCK_MONOTONIC`
     /// time it was taken at, by which a script's `nsecs` is worked out from the TSC.
     pub ns_per_tick_q32: u64,
@@ -392,7 +395,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 200);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 208);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

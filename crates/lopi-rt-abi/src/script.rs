@@ -252,6 +252,7 @@ pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI2";
 /// points       a (u32 offset, u32 length) per point, into `strings`: the point's text
 /// tables       a TableShape per map
 /// probe_code   a u64 per probe: offset of its function from `code`
+/// locks        LOCK_EVENTS u32 list indices, one per lock event
 /// relocs       C handlers: a (u64 slot, u64 target) per address the handler's data holds,
 ///              both offsets from `handler_data`; the runtime adds the data's address
 /// ```
@@ -299,12 +300,28 @@ pub struct ScriptImage {
     pub relocs: i64,
     pub reloc_count: u64,
     pub handler_init: i64,
+    /// The probes of lock events: [`LOCK_EVENTS`] u32 list indices (as in `hooks`), 0 when
+    /// the script has none.
+    pub locks: i64,
+}
+
+/// Lock events, in the order of [`ScriptImage::locks`]'s lists.
+pub const LOCK_EVENTS: usize = 4;
+pub mod lock_event {
+    /// An acquisition's entry.
+    pub const ACQUIRE: usize = 0;
+    /// An acquisition that got its lock, at its return (elapsed: the wait).
+    pub const ACQUIRED: usize = 1;
+    /// A release's entry (elapsed: the hold it ends).
+    pub const RELEASE: usize = 2;
+    /// An acquisition that found its lock held, at its entry.
+    pub const CONTENDED: usize = 3;
 }
 
 /// [`ScriptImage::flags`]: the probes are a C handler's functions.
 pub const HANDLER: u32 = 1;
 
-pub const SCRIPT_IMAGE_LEN: usize = 192;
+pub const SCRIPT_IMAGE_LEN: usize = 200;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -338,7 +355,7 @@ impl ScriptImage {
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
         out[148..152].copy_from_slice(&self.flags.to_le_bytes());
-        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64].iter().enumerate() {
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64].iter().enumerate() {
             out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         out

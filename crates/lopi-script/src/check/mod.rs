@@ -79,7 +79,7 @@ struct Checker<'s> {
     /// The points of the probe being checked: every one must give the builtins its body reads.
     points: &'s [Point],
     /// Per [`Source`], the first of `points` that does not give its builtins, as written.
-    lacking: [Option<String>; 3],
+    lacking: [Option<String>; 4],
     locals: Locals,
 }
 

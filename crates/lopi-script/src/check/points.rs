@@ -78,17 +78,19 @@ pub(super) fn resolve(points: &[ast::Point], resolver: &dyn Resolver, issues: &m
 #[derive(Clone, Copy)]
 pub(super) enum Source {
     Return,
+    Elapsed,
     Args,
     Func,
 }
 
 impl Source {
-    pub const ALL: [Source; 3] = [Source::Return, Source::Args, Source::Func];
+    pub const ALL: [Source; 4] = [Source::Return, Source::Elapsed, Source::Args, Source::Func];
 
     /// `None` for the builtins every point gives.
     pub fn of(builtin: Builtin) -> Option<Source> {
         match builtin {
-            Builtin::Retval | Builtin::Elapsed => Some(Source::Return),
+            Builtin::Retval => Some(Source::Return),
+            Builtin::Elapsed => Some(Source::Elapsed),
             Builtin::Arg(_) => Some(Source::Args),
             Builtin::Func => Some(Source::Func),
             Builtin::Pid | Builtin::Tid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe => None,
@@ -97,18 +99,20 @@ impl Source {
 
     pub fn gives(self, point: &Point) -> bool {
         match self {
-            Source::Return => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn(_)),
-            Source::Args => matches!(point, Point::FuncEntry { .. } | Point::FuncOffset { .. } | Point::Addr(_) | Point::SyscallEntry(_)),
-            Source::Func => matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::FuncOffset { .. }),
+            Source::Return => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn(_) | Point::Lock(LockEvent::Acquired)),
+            Source::Elapsed => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn(_) | Point::Lock(LockEvent::Acquired | LockEvent::Release)),
+            Source::Args => matches!(point, Point::FuncEntry { .. } | Point::FuncOffset { .. } | Point::Addr(_) | Point::SyscallEntry(_) | Point::Lock(_)),
+            Source::Func => matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::FuncOffset { .. } | Point::Lock(_)),
         }
     }
 
     /// The kind of point that gives them.
     pub fn needed(self) -> &'static str {
         match self {
-            Source::Return => "a return probe (`func:F:return` or `syscall:S:return`)",
-            Source::Args => "a function entry, `func:F+OFF`, `addr:` or system call entry probe",
-            Source::Func => "a `func:` probe",
+            Source::Return => "a return probe (`func:F:return`, `syscall:S:return` or `lock:acquired`)",
+            Source::Elapsed => "a return probe (`func:F:return`, `syscall:S:return`), `lock:acquired` or `lock:release`",
+            Source::Args => "a function entry, `func:F+OFF`, `addr:`, system call entry or `lock:` probe",
+            Source::Func => "a `func:` or `lock:` probe",
         }
     }
 }

@@ -41,6 +41,9 @@ global_asm!(
     "mov dword ptr [r8 + {t_busy}], 1",
     "cmp qword ptr [r8 + {t_trace_cap}], 0",
     "jne 8f",
+    // Lock events a script probes are run by the slow paths.
+    "cmp qword ptr [rsi + {v_script_locks}], 0",
+    "jne 8f",
     // r9 = the shadow stack, r10 = the nodes, ecx = depth.
     "mov r9, r8",
     "add r9, [r8 + {t_stack}]",
@@ -297,6 +300,7 @@ global_asm!(
     h_node = const offset_of!(HeldLock, node),
     h_flags = const offset_of!(HeldLock, flags),
     v_tid = const offset_of!(RuntimeVars, tid_offset),
+    v_script_locks = const offset_of!(RuntimeVars, script_locks),
     t_tid = const offset_of!(ThreadHeader, tid),
     t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),

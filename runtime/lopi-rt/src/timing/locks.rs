@@ -15,6 +15,8 @@ use super::thread::{Child, Thread};
 use super::{counter, rdtsc, vars};
 use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
 use crate::abi::lock_name::{Kind, Op, Outcome, Role};
+use crate::abi::script::lock_event;
+use super::script;
 use core::ptr::{read_volatile, write_volatile};
 
 /// At a lock function's entry: `word` is its counter index and operation, `key` its entry
@@ -47,7 +49,7 @@ pub(super) unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64,
             if !unclocked {
                 t.clock_unclocked_top(now);
             }
-            let released = if op.role() == Role::Release { release(&t, addr, now) } else { None };
+            let (released, held) = if op.role() == Role::Release { release(&t, addr, now) } else { (None, None) };
             if op.is_cond_wait() {
                 release(&t, arg1, now);
                 hold(&t, HeldLock { addr: arg1, start: key, node: 0, flags: Op::CondRelock as u32 | abi::HELD_PENDING });
@@ -82,6 +84,17 @@ pub(super) unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64,
                     count_untimed(slot);
                 }
             }
+            let index = word & lock_name::INDEX_MASK;
+            match op.role() {
+                Role::Acquire { .. } => {
+                    script::run_lock(&t, v, lock_event::ACQUIRE, index, addr, arg1, arg2, 0, key, None);
+                    if outcome == Outcome::Contended {
+                        script::run_lock(&t, v, lock_event::CONTENDED, index, addr, arg1, arg2, 0, key, None);
+                    }
+                }
+                Role::Release => script::run_lock(&t, v, lock_event::RELEASE, index, addr, arg1, arg2, 0, key, Some(held.unwrap_or(0))),
+                _ => {}
+            }
         }
         write_volatile(&mut (*h).busy, 0);
     }
@@ -90,7 +103,7 @@ pub(super) unsafe extern "C" fn probe_lock_enter(word: u64, key: u64, addr: u64,
 /// Right before a lock function returns `result` (or a function it tail-calls, whose exits
 /// serve it): ends the call whose frame is at `key`; any other call of those functions (made
 /// by libc itself) is not a lock call and is ignored.
-pub(super) unsafe extern "C" fn probe_lock_exit(_word: u64, key: u64, result: u64) {
+pub(super) unsafe extern "C" fn probe_lock_exit(word: u64, key: u64, result: u64) {
     let v = vars();
     // SAFETY: the claimed thread's frames are below `depth`, their nodes below `node_count`.
     unsafe {
@@ -151,6 +164,10 @@ pub(super) unsafe extern "C" fn probe_lock_exit(_word: u64, key: u64, result: u6
             }
             if name.op.is_cond_wait() {
                 relock(&t, v, key, site, now);
+            }
+            if matches!(name.op.role(), Role::Acquire { .. }) && outcome.acquired() {
+                let wait = if frame.flags & abi::FRAME_UNCLOCKED != 0 { 0 } else { now.saturating_sub(frame.start_tsc) };
+                script::run_lock(&t, v, lock_event::ACQUIRED, word & lock_name::INDEX_MASK, name.addr, 0, 0, result, key, Some(wait));
             }
             (*h).last_tsc = now;
         }
@@ -286,7 +303,7 @@ unsafe fn forget(h: *mut ThreadHeader, i: u32) {
 
 /// The lock at `addr` is released at `now`: its latest acquisition's hold ends (a recursive
 /// relock's ends nothing). Returns the hold node it added to, unless merged.
-unsafe fn release(t: &Thread, addr: u64, now: u64) -> Option<u32> {
+unsafe fn release(t: &Thread, addr: u64, now: u64) -> (Option<u32>, Option<u64>) {
     // SAFETY: the caller holds `busy`; the table is this thread's, its nodes below node_count.
     unsafe {
         let h = t.h;
@@ -295,14 +312,14 @@ unsafe fn release(t: &Thread, addr: u64, now: u64) -> Option<u32> {
             e.addr == addr && e.flags & abi::HELD_PENDING == 0
         }) else {
             (*h).orphan_releases += 1;
-            return None;
+            return (None, None);
         };
         let e = load(held(h).add(i as usize));
         forget(h, i);
-        if e.flags & abi::HELD_NESTED != 0 || e.node == 0 {
-            return None;
-        }
         let dt = now.saturating_sub(e.start);
+        if e.flags & abi::HELD_NESTED != 0 || e.node == 0 {
+            return (None, (e.flags & abi::HELD_NESTED == 0).then_some(dt));
+        }
         let n = t.node(e.node);
         (*n).calls += 1;
         (*n).ticks = (*n).ticks.wrapping_add(dt);
@@ -310,7 +327,7 @@ unsafe fn release(t: &Thread, addr: u64, now: u64) -> Option<u32> {
             (*n).max_ticks = dt;
         }
         // Merged nodes own no cache.
-        ((*n).parent != abi::MERGED_NODE).then_some(e.node)
+        (((*n).parent != abi::MERGED_NODE).then_some(e.node), Some(dt))
     }
 }
 

@@ -131,6 +131,10 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
         }
         (*v).script = s;
         (*v).script_hooks = s.wrapping_add((*(s as *const ScriptImage)).hooks as u64);
+        let locks = (*(s as *const ScriptImage)).locks;
+        if locks != 0 {
+            (*v).script_locks = s.wrapping_add(locks as u64);
+        }
         let syscalls = (*(s as *const ScriptImage)).syscalls;
         if syscalls != 0 {
             (*v).script_syscalls = s.wrapping_add(syscalls as u64);
@@ -195,6 +199,42 @@ pub(super) enum Side {
     Entry,
     /// The call's ticks; the return value in the saved `rax`.
     Return(u64),
+    /// A lock event: its arguments, result and elapsed ticks.
+    Event(u64),
+}
+
+/// Runs the probes of lock event `event` (`script::lock_event`) of the lock function with
+/// counter `index`, whose call's frame key is `key`: `lock`, `arg1` and `arg2` are its first
+/// three arguments, `ret` its result, `ticks` the wait (acquired) or the hold (release).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run_lock(t: &Thread, v: *const RuntimeVars, event: usize, index: u64, lock: u64, arg1: u64, arg2: u64, ret: u64, key: u64, ticks: Option<u64>) {
+    // SAFETY: `script_locks` holds `LOCK_EVENTS` lists of this module's script; the caller holds
+    // the thread busy.
+    unsafe {
+        let lists = read_volatile(&(*v).script_locks) as *const u32;
+        if lists.is_null() || read_volatile(&(*v).script_off) != 0 {
+            return;
+        }
+        let list = *lists.add(event);
+        if list == 0 {
+            return;
+        }
+        // One volatile store each: an array literal would be built in vector registers.
+        let mut saved = core::mem::MaybeUninit::<[u64; 5]>::uninit();
+        let at = saved.as_mut_ptr() as *mut u64;
+        write_volatile(at, lock);
+        write_volatile(at.add(1), arg1);
+        write_volatile(at.add(2), arg2);
+        write_volatile(at.add(3), 0);
+        write_volatile(at.add(4), ret);
+        // A lock function has three arguments: the others read 0.
+        let regs = Regs { at, args: [0, 1, 2, 3, 3, 3], ret: 4 };
+        let side = match ticks {
+            Some(ticks) => Side::Event(ticks),
+            None => Side::Entry,
+        };
+        run(t, v, list, index, regs, key, (*t.h).depth, side);
+    }
 }
 
 /// Runs a function's return probes, unless it leaves by a tail call: its return value is
@@ -245,16 +285,18 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
         let c = ctx.as_mut_ptr();
         // A return probe reads no argument (the checker sees to it), an entry probe no result.
-        let (entry, ticks) = match side {
-            Side::Entry => (true, 0),
-            Side::Return(ticks) => (false, ticks),
+        // (arguments, result, ticks): the kernel keeps a system call's argument registers, so
+        // a handler's return callback has them; a lock event has the lock and its elapsed time.
+        let (args, ret, ticks) = match side {
+            Side::Entry => (true, false, 0),
+            Side::Return(ticks) => (handler && syscall != 0, true, ticks),
+            Side::Event(ticks) => (true, true, ticks),
         };
-        // The kernel keeps a system call's argument registers: a handler's return callback has them.
-        let args = entry || (handler && syscall != 0);
+        let entry = matches!(side, Side::Entry);
         for (i, &slot) in regs.args.iter().enumerate() {
             write_volatile(&mut (*c).args[i], if args { regs.get(slot) } else { 0 });
         }
-        write_volatile(&mut (*c).retval, if entry { 0 } else { regs.get(regs.ret) });
+        write_volatile(&mut (*c).retval, if ret { regs.get(regs.ret) } else { 0 });
         write_volatile(&mut (*c).elapsed_ns, ((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64);
         write_volatile(&mut (*c).func, index);
         write_volatile(&mut (*c).probe, 0);
