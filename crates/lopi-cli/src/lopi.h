@@ -10,7 +10,9 @@
  * found its lock held), lopi_lock_acquired (it got the lock: elapsed_ns is the wait,
  * retval the function's result) and lopi_lock_release (elapsed_ns: the hold it ends) around
  * every mutex, rwlock and spinlock call of libc (the last two kinds under lopi run or attach
- * only), and lopi_init once when the image starts, before any other callback.
+ * only), lopi_thread_start in each new thread first and lopi_thread_exit in each thread as
+ * it ends (both with system-call probes), and lopi_init once when the image starts, before
+ * any other callback.
  *
  * Callbacks run on many threads at once, inside signal handlers too: keep state in
  * globals updated with __atomic builtins (lopi_add below), or per thread by lopi_tid().
@@ -61,6 +63,8 @@ void lopi_lock_acquire(const struct lopi_event *e);
 void lopi_lock_acquired(const struct lopi_event *e);
 void lopi_lock_release(const struct lopi_event *e);
 void lopi_lock_contended(const struct lopi_event *e);
+void lopi_thread_start(const struct lopi_event *e);
+void lopi_thread_exit(const struct lopi_event *e);
 
 /* Atomic addition, for counters several threads update. */
 #define lopi_add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)

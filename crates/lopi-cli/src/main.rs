@@ -493,7 +493,7 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => None,
             };
             let script = match handler {
-                Some(path) => Some(rewrite::Script::Handler(handler::build(&path)?)),
+                Some(path) => Some(rewrite::Script::Handler(Box::new(handler::build(&path)?))),
                 None => script.map(|(text, name)| rewrite::Script::Text(text, name)),
             };
             let (summary, lookup) = rewrite::rewrite(&prog, &output, &select.filter()?, probes, recording, script, cache.as_ref())?;

@@ -10,7 +10,7 @@ pub(crate) enum Script {
     /// A probe script's text and the name its diagnostics give it: it decides the functions.
     Text(String, String),
     /// A C handler: its callbacks run at the selected functions, timed.
-    Handler(lopi_image::handler::Handler),
+    Handler(Box<lopi_image::handler::Handler>),
 }
 
 /// Rewrites `prog` into `output`, with `script` compiled in if given; returns the summary
@@ -38,15 +38,15 @@ pub(crate) fn rewrite(
             if h.probes_system_calls() || h.probes_locks() {
                 bail!("system calls and lock functions are libc's, which a rewritten file does not probe: lopi_syscall_* and lopi_lock_* callbacks need lopi run or attach --handler");
             }
-            Some(lopi_image::script::ScriptSpec::handler(h))
+            Some(lopi_image::script::ScriptSpec::handler(*h))
         }
         Some(Script::Text(source, name)) => {
             let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::Functions::new(trace::all_names(&module), trace::needed_libraries(prog)))?;
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
                 bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
             }
-            if spec.probes_system_calls() || spec.probes_locks() {
-                bail!("system calls and lock functions are libc's, which a rewritten file does not probe: syscall: and lock: points need lopi trace");
+            if spec.probes_system_calls() || spec.probes_locks() || spec.probes_threads() {
+                bail!("system calls and lock functions are libc's, which a rewritten file does not probe: syscall:, lock: and thread: points need lopi trace");
             }
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {
                 bail!("interval: probes need lopi to run while the program runs: use lopi trace");

@@ -400,3 +400,48 @@ fn lock_events_are_probed_in_libc() {
     assert!(maps["@by"]["pthread_mutex_lock,lock:acquired"].as_i64().unwrap_or(0) >= 2001, "{got}");
     cleanup(&dir);
 }
+
+/// Five threads, then a forked child: a start per thread (in it), an exit per thread, for
+/// main's `exit_group` and for the child's.
+const SPAWNER: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/wait.h>
+static void *w(void *a) { usleep(1000); return a; }
+int main(void) {
+    pthread_t t[5];
+    for (int i = 0; i < 5; i++) pthread_create(&t[i], 0, w, 0);
+    for (int i = 0; i < 5; i++) pthread_join(t[i], 0);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, 0, 0);
+    printf("%d\n", getpid());
+    return 0;
+}
+"#;
+
+#[test]
+fn thread_starts_and_exits_are_probed() {
+    let dir = fresh_dir("trace_threads");
+    let prog = build_c(&dir, "spawner", SPAWNER, &["-O2", "-pthread"]);
+    let file = dir.join("out.json");
+    let script = "thread:start { @starts = count(); @start_tids[tid] = count(); @main_pid[pid] = count(); @names[probe] = count(); } \
+                  thread:exit { @exits[pid] = count(); @exit_tids[tid] = count(); }";
+    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let pid = out.stdout_str().trim().to_string();
+    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let maps = &got["maps"];
+    assert_eq!(maps["@starts"], 5, "{got}");
+    assert_eq!(maps["@main_pid"], json!({ pid.as_str(): 5 }), "{got}");
+    assert_eq!(maps["@names"], json!({"thread:start": 5}), "{got}");
+    // Each started thread ended once, in the same thread.
+    let starts = maps["@start_tids"].as_object().unwrap();
+    assert!(starts.len() == 5 && starts.keys().all(|tid| maps["@exit_tids"][tid] == 1), "{got}");
+    // The five threads and main in the process, the child's one thread in its own.
+    let exits = maps["@exits"].as_object().unwrap();
+    assert_eq!(exits.len(), 2, "{got}");
+    assert_eq!(maps["@exits"][&pid], 6, "{got}");
+    cleanup(&dir);
+}

@@ -5,7 +5,7 @@
 use lopi_script::ir::{LockEvent, Point, Probe, Program};
 
 /// The callbacks a handler may define, in probe order, and where each runs.
-pub const CALLBACKS: [&str; 8] = [
+pub const CALLBACKS: [&str; 10] = [
     "lopi_enter",
     "lopi_leave",
     "lopi_syscall_enter",
@@ -14,6 +14,8 @@ pub const CALLBACKS: [&str; 8] = [
     "lopi_lock_acquired",
     "lopi_lock_release",
     "lopi_lock_contended",
+    "lopi_thread_start",
+    "lopi_thread_exit",
 ];
 
 /// A handler linked for an image (by `lopi-cli`'s `handler` module, with the system's
@@ -27,7 +29,7 @@ pub struct Handler {
     /// Bytes of data in the image, a multiple of 4096 (0: none).
     pub data_len: u64,
     /// Offset in `text` of each of [`CALLBACKS`] the handler defines.
-    pub callbacks: [Option<u64>; 8],
+    pub callbacks: [Option<u64>; 10],
     /// Offset in `text` of `lopi_init`, run once when the image's runtime starts.
     pub init: Option<u64>,
     /// (slot, target), offsets from the data's start: each slot holds target's address.
@@ -44,7 +46,7 @@ pub fn text_offset(data_len: u64) -> u64 {
 
 impl Handler {
     /// The program whose probes are the handler's callbacks: every timed function's entry
-    /// and return, every probed system call's entry and return, every lock event.
+    /// and return, every probed system call's entry and return, every lock and thread event.
     pub fn program(&self) -> Program {
         let points = [
             Point::FuncEntry { lib: None, glob: "*".into() },
@@ -55,6 +57,8 @@ impl Handler {
             Point::Lock(LockEvent::Acquired),
             Point::Lock(LockEvent::Release),
             Point::Lock(LockEvent::Contended),
+            Point::ThreadStart,
+            Point::ThreadExit,
         ];
         let probes = points
             .into_iter()
@@ -70,9 +74,10 @@ impl Handler {
         self.callbacks.iter().flatten().copied().collect()
     }
 
-    /// Whether it has callbacks for system calls.
+    /// Whether it has callbacks for system calls, or for thread events (which system calls
+    /// make).
     pub fn probes_system_calls(&self) -> bool {
-        self.callbacks[2..4].iter().any(Option::is_some)
+        self.callbacks[2..4].iter().chain(&self.callbacks[8..10]).any(Option::is_some)
     }
 
     /// Whether it has callbacks for lock events.

@@ -24,6 +24,12 @@ pub struct ScriptSpec {
 }
 
 impl ScriptSpec {
+    /// Whether some point is a thread event: the script then goes wherever system calls are
+    /// probed (a thread starts and ends by them).
+    pub fn probes_threads(&self) -> bool {
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::ThreadStart | Point::ThreadExit))
+    }
+
     /// Whether some point is a lock event: the script then goes wherever locks are probed.
     pub fn probes_locks(&self) -> bool {
         self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::Lock(_)))
@@ -231,6 +237,16 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
             .collect(),
         false => Vec::new(),
     };
+    let thread_lists: Vec<u32> = match spec.probes_threads() {
+        true => [Point::ThreadStart, Point::ThreadExit]
+            .iter()
+            .map(|event| {
+                let pairs: HookList = points(program).enumerate().filter(|(_, (_, p))| *p == event).map(|(n, (probe, _))| (probe as u32, n as u32)).collect();
+                add_list(&pairs)
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     let syscalls: Vec<u64> = match spec.probes_system_calls() {
         true => syscall_hooks(program).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect(),
         false => Vec::new(),
@@ -259,6 +275,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         &area.tables.iter().flat_map(|t| [u64::from(t.key_size) | u64::from(t.slot_size) << 32, u64::from(t.max_entries), t.offset]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>(),
     );
     let probe_code_at = place(&words(&compiled.probes));
+    let threads_at = if thread_lists.is_empty() { 0 } else { place(&thread_lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
     let locks_at = if lock_lists.is_empty() { 0 } else { place(&lock_lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
     let relocs: Vec<u64> = spec.handler.iter().flat_map(|h| &h.relocs).flat_map(|&(slot, target)| [slot, target]).collect();
     let relocs_at = place(&words(&relocs));
@@ -296,6 +313,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
             None => 0,
         },
         locks: locks_at,
+        threads: threads_at,
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

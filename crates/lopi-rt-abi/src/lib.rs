@@ -288,6 +288,8 @@ pub struct RuntimeVars {
     /// Address of the script's lock-event lists (`script::LOCK_EVENTS` u32), 0 without any:
     /// the lock stubs then leave every call to their slow paths.
     pub script_locks: u64,
+    /// Address of the script's thread-event lists (`script::THREAD_EVENTS` u32), 0 without any.
+    pub script_threads: u64,
     /// Nanoseconds per TSC tick, times 2^32; and a TSC reading with the `CLOCK_MONOTONIC`
     /// time it was taken at, by which a script's `nsecs` is worked out from the TSC.
     pub ns_per_tick_q32: u64,
@@ -395,7 +397,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 208);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 216);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -253,6 +253,7 @@ pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI2";
 /// tables       a TableShape per map
 /// probe_code   a u64 per probe: offset of its function from `code`
 /// locks        LOCK_EVENTS u32 list indices, one per lock event
+/// threads      THREAD_EVENTS u32 list indices, one per thread event
 /// relocs       C handlers: a (u64 slot, u64 target) per address the handler's data holds,
 ///              both offsets from `handler_data`; the runtime adds the data's address
 /// ```
@@ -303,7 +304,16 @@ pub struct ScriptImage {
     /// The probes of lock events: [`LOCK_EVENTS`] u32 list indices (as in `hooks`), 0 when
     /// the script has none.
     pub locks: i64,
+    /// The probes of thread events: [`THREAD_EVENTS`] u32 list indices (start, exit), 0 when
+    /// the script has none.
+    pub threads: i64,
 }
+
+/// Thread events, in the order of [`ScriptImage::threads`]'s lists: a new thread's start
+/// (its `clone` returning in it) and a thread's end (its `exit`, or the `exit_group` it makes).
+pub const THREAD_EVENTS: usize = 2;
+pub const THREAD_START: usize = 0;
+pub const THREAD_EXIT: usize = 1;
 
 /// Lock events, in the order of [`ScriptImage::locks`]'s lists.
 pub const LOCK_EVENTS: usize = 4;
@@ -321,7 +331,7 @@ pub mod lock_event {
 /// [`ScriptImage::flags`]: the probes are a C handler's functions.
 pub const HANDLER: u32 = 1;
 
-pub const SCRIPT_IMAGE_LEN: usize = 200;
+pub const SCRIPT_IMAGE_LEN: usize = 208;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -355,7 +365,7 @@ impl ScriptImage {
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
         out[148..152].copy_from_slice(&self.flags.to_le_bytes());
-        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64].iter().enumerate() {
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64].iter().enumerate() {
             out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         out

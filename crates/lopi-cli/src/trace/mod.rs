@@ -85,10 +85,10 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
     for point in program.probes.iter().flat_map(|p| &p.points) {
         let supported = matches!(
             point,
-            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::Begin | Point::End | Point::Interval { .. }
+            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Begin | Point::End | Point::Interval { .. }
         );
         if !supported {
-            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], syscall:GLOB[:return], lock:EVENT, begin, end and interval: points so far; this kind of point is not built yet");
+            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");
         }
     }
     Ok(ScriptSpec::new(program, source, max_entries, ring_len))
@@ -169,7 +169,7 @@ pub fn run(request: Request) -> Result<()> {
         include: function_globs(&spec),
         count_only: count_only(&spec, &module),
         exclude: Vec::new(),
-        probes: ProbeSet { entries: true, exits: true, syscalls: spec.probes_system_calls(), locks: spec.probes_locks(), ..ProbeSet::default() },
+        probes: ProbeSet { entries: true, exits: true, syscalls: spec.probes_system_calls() || spec.probes_threads(), locks: spec.probes_locks(), ..ProbeSet::default() },
         trace: false,
         budget_ppm: 0,
         cache: request.cache.clone(),

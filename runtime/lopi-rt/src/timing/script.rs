@@ -135,6 +135,10 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
         if locks != 0 {
             (*v).script_locks = s.wrapping_add(locks as u64);
         }
+        let threads = (*(s as *const ScriptImage)).threads;
+        if threads != 0 {
+            (*v).script_threads = s.wrapping_add(threads as u64);
+        }
         let syscalls = (*(s as *const ScriptImage)).syscalls;
         if syscalls != 0 {
             (*v).script_syscalls = s.wrapping_add(syscalls as u64);
@@ -234,6 +238,33 @@ pub(super) unsafe fn run_lock(t: &Thread, v: *const RuntimeVars, event: usize, i
             None => Side::Entry,
         };
         run(t, v, list, index, regs, key, (*t.h).depth, side);
+    }
+}
+
+/// Runs the probes of thread event `event` (`script::THREAD_START` or `THREAD_EXIT`) on the
+/// thread `t`, which the caller holds busy.
+pub(super) unsafe fn run_thread(t: &Thread, v: *const RuntimeVars, event: usize) {
+    // SAFETY: `script_threads` holds `THREAD_EVENTS` lists of this module's script.
+    unsafe {
+        let lists = read_volatile(&(*v).script_threads) as *const u32;
+        if lists.is_null() || read_volatile(&(*v).script_off) != 0 {
+            return;
+        }
+        let list = *lists.add(event);
+        if list == 0 {
+            return;
+        }
+        let mut none = core::mem::MaybeUninit::<[u64; 2]>::uninit();
+        let at = none.as_mut_ptr() as *mut u64;
+        write_volatile(at, 0);
+        write_volatile(at.add(1), 0);
+        // No arguments, no result: every slot reads a zero (not all the same slot: a run of
+        // equal words is what the compiler fills with vector stores).
+        let regs = Regs { at, args: [0, 1, 1, 1, 1, 1], ret: 1 };
+        // No call: a zero the compiler cannot see, or it merges it with its neighbours into a
+        // vector store.
+        let no_call = read_volatile(at);
+        run(t, v, list, u64::MAX, regs, no_call, (*t.h).depth, Side::Entry);
     }
 }
 

@@ -293,6 +293,7 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         let name = syscall_name::encode(slot, nr, false);
         if syscall_name::never_returns(nr) {
             if nr == EXIT || nr == EXIT_GROUP {
+                script::run_thread(&t, v, abi::script::THREAD_EXIT);
                 ended(&t, v, began, nr);
             }
             count_now(&t, v, name, slot);
@@ -355,12 +356,20 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
     let v = vars();
     // SAFETY: as in `probe_syscall_enter`.
     unsafe {
+        let fresh = Thread::existing(v).is_none();
         let Some(t) = Thread::current(v) else { return };
         let h = t.h;
         let busy = read_volatile(&(*h).busy);
         let depth = (*h).depth;
         let top = if depth > 0 { Some(*t.frame(depth - 1)) } else { None };
         let ours = top.filter(|f| f.rsp == key);
+        // A new thread's first probe is its `clone` returning 0 in it (a new process's main
+        // thread has its pid for a tid, and its parent's chunk).
+        if fresh && busy == 0 && result == 0 && ours.is_none() && (*h).tid != (*h).pid {
+            write_volatile(&mut (*h).busy, 1);
+            script::run_thread(&t, v, abi::script::THREAD_START);
+            write_volatile(&mut (*h).busy, 0);
+        }
         let name = ours.filter(|f| f.flags & abi::FRAME_UNTIMED == 0).map(|f| (*t.node(f.node)).func).and_then(syscall_name::decode);
         let leave = match busy {
             // Only the caller's own return (never 0: the child's pid, or an error) ends it.
