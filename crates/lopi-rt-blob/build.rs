@@ -41,6 +41,7 @@ fn main() {
         .args(["--undefined=lopi_rt_init", "--undefined=lopi_enter_stub", "--undefined=lopi_exit_stub"])
         .args(["--undefined=lopi_syscall_enter_stub", "--undefined=lopi_syscall_exit_stub"])
         .args(["--undefined=lopi_lock_enter_stub", "--undefined=lopi_lock_exit_stub", "--undefined=lopi_retire_stub", "--undefined=lopi_script_helpers"])
+        .args(["--undefined=lopi_point_stub"])
         .args(["--undefined=LOPI_DELTAS", "-e", "lopi_rt_init", "-T"])
         .arg(&script)
         .arg(&lib)
@@ -49,7 +50,7 @@ fn main() {
     reject_vector_registers(&elf);
     let (blob, symbols) = flatten(&elf);
     std::fs::write(out.join("lopi_rt.bin"), &blob).unwrap();
-    let [init, enter, exit, syscall_enter, syscall_exit, lock_enter, lock_exit, retire, script_helpers, delta] = symbols;
+    let [init, enter, exit, syscall_enter, syscall_exit, lock_enter, lock_exit, retire, script_helpers, delta, point] = symbols;
     std::fs::write(
         out.join("blob.rs"),
         format!(
@@ -65,6 +66,8 @@ fn main() {
              /// `rsi` = its site, below the red zone).\npub const RETIRE_STUB_OFFSET: usize = {retire};\n\
              /// Offset of the probe-script helpers' jump table: one `jmp` per helper, 8 bytes apart,\n\
              /// in `lopi_rt_abi::script::Helpers` order.\npub const SCRIPT_HELPERS_OFFSET: usize = {script_helpers};\n\
+             /// Offset of the stub an instruction's probe calls (`push <counter>; call`, below the\n\
+             /// red zone).\npub const POINT_STUB_OFFSET: usize = {point};\n\
              /// Offset of two i64 the installer sets to (runtime variables - their address) and\n\
              /// (counter array - the second one's address).\npub const DELTAS_OFFSET: usize = {delta};\n"
         ),
@@ -90,7 +93,7 @@ fn reject_vector_registers(elf: &Path) {
         }
     }
     let mut todo: Vec<String> =
-        ["lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers"]
+        ["lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers", "lopi_point_stub"]
             .map(String::from)
             .into();
     let mut seen = std::collections::HashSet::new();
@@ -113,7 +116,7 @@ fn reject_vector_registers(elf: &Path) {
 
 /// Returns the loaded image from address 0 and the offsets of the exported symbols,
 /// rejecting anything that would need relocation or writes.
-fn flatten(path: &Path) -> (Vec<u8>, [u64; 10]) {
+fn flatten(path: &Path) -> (Vec<u8>, [u64; 11]) {
     let data = std::fs::read(path).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let mut image = Vec::new();
@@ -143,6 +146,6 @@ fn flatten(path: &Path) -> (Vec<u8>, [u64; 10]) {
     let symbol = |name: &str| {
         file.symbols().find(|s| s.name() == Ok(name)).map(|s| s.address()).unwrap_or_else(|| panic!("{name} not found in the runtime blob"))
     };
-    let names = ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers", "LOPI_DELTAS"];
+    let names = ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers", "LOPI_DELTAS", "lopi_point_stub"];
     (image, names.map(symbol))
 }

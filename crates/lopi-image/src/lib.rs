@@ -166,13 +166,14 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     let entry_code = handler_text.wrapping_add(handler.map_or(0, |h| h.text.len().next_multiple_of(16)) as u64);
     let trampolines = entry_code.wrapping_add(request.entry_room.next_multiple_of(16) as u64);
     let stub = |offset: usize| Svma(rx_vaddr.wrapping_add(offset as u64));
-    let stubs = (selection.has_timing() || selection.has_syscalls()).then(|| Stubs {
+    let stubs = (selection.has_timing() || selection.has_syscalls() || selection.has_points()).then(|| Stubs {
         enter: stub(lopi_rt_blob::ENTER_STUB_OFFSET),
         exit: stub(lopi_rt_blob::EXIT_STUB_OFFSET),
         syscall_enter: stub(lopi_rt_blob::SYSCALL_ENTER_STUB_OFFSET),
         syscall_exit: stub(lopi_rt_blob::SYSCALL_EXIT_STUB_OFFSET),
         lock_enter: stub(lopi_rt_blob::LOCK_ENTER_STUB_OFFSET),
         lock_exit: stub(lopi_rt_blob::LOCK_EXIT_STUB_OFFSET),
+        point: stub(lopi_rt_blob::POINT_STUB_OFFSET),
     });
     let layout = Layout {
         trampolines: Svma(trampolines),
@@ -211,7 +212,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
             .collect(),
         block_marks: plan.block_probes.iter().any(|b| b.mark),
         script: request.script.filter(|s| s.spec.handler.is_none()).map(|s| s.spec.meta.clone()),
-        blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone() }).collect(),
+        blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone(), point: b.probe }).collect(),
         unprobed_blocks: plan
             .blocks
             .iter()
@@ -276,7 +277,8 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         stride: u64::from(stride),
         budget_ppm: u64::from(request.recording.budget_ppm),
         script_offset: if script_bytes.is_empty() { 0 } else { script_vaddr.wrapping_sub(desc_vaddr) as i64 },
-        probes: if plan.probed.iter().any(|p| p.action.timed()) || !plan.syscall_probes.is_empty() {
+        // Instruction probes run scripts on threads' chunks, which timing sets up.
+        probes: if plan.probed.iter().any(|p| p.action.timed()) || !plan.syscall_probes.is_empty() || plan.block_probes.iter().any(|b| b.probe) {
             let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
             let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {
                 lopi_rt_abi::MODULE_EXECUTABLE
@@ -349,10 +351,14 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
 fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Counted<'m>> {
     let functions = plan.probed.iter().map(|p| {
         let f = &module.functions[p.function];
-        script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed: p.action == lopi_patch::Action::Time }
+        script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed: p.action == lopi_patch::Action::Time, site: None }
     });
     // A system-call site's address is a C handler's `addr` there.
-    let sites = plan.syscall_probes.iter().map(|p| script::Counted { name: "", aliases: &[], addr: p.at.0, timed: false });
-    let blocks = plan.block_probes.iter().map(|_| script::Counted { name: "", aliases: &[], addr: 0, timed: false });
+    let sites = plan.syscall_probes.iter().map(|p| script::Counted { name: "", aliases: &[], addr: p.at.0, timed: false, site: None });
+    // An instruction's probe is named by its function, at its own address.
+    let blocks = plan.block_probes.iter().map(|b| match b.probe {
+        true => script::Counted { name: &module.functions[b.function].name, aliases: &[], addr: b.patch_at.0, timed: false, site: Some(b.patch_at.0) },
+        false => script::Counted { name: "", aliases: &[], addr: 0, timed: false, site: None },
+    });
     functions.chain(sites).chain(blocks).collect()
 }

@@ -21,9 +21,20 @@ pub struct ScriptSpec {
     pub counted: Vec<lopi_script::lower::CountedMap>,
     /// A C handler, whose callbacks are the program's probes.
     pub handler: Option<crate::handler::Handler>,
+    /// Where each `addr:` and `func:NAME+OFF` point is (the main executable's addresses), by
+    /// the point's index in the program's order.
+    pub point_addrs: std::collections::BTreeMap<usize, u64>,
 }
 
 impl ScriptSpec {
+    /// The addresses of its instruction points, each once.
+    pub fn instruction_points(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = self.point_addrs.values().copied().collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Whether some point is a thread event: the script then goes wherever system calls are
     /// probed (a thread starts and ends by them).
     pub fn probes_threads(&self) -> bool {
@@ -51,14 +62,14 @@ impl ScriptSpec {
         for b in options.bytes() {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None }
+        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None, point_addrs: Default::default() }
     }
 
     /// A C handler's: its callbacks run at every timed function's entry and return and every
     /// probed system call, in every module it goes into.
     pub fn handler(handler: crate::handler::Handler) -> ScriptSpec {
         let meta = lopi_trace::MetaScript { source: String::new(), max_entries: None, ring_len: 0 };
-        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler) }
+        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler), point_addrs: Default::default() }
     }
 }
 
@@ -104,6 +115,8 @@ pub struct Counted<'a> {
     pub addr: u64,
     /// Its calls reach the stubs (entry and exit probes).
     pub timed: bool,
+    /// An instruction's probe at this address (`addr:`, `func:NAME+OFF`), not a function's.
+    pub site: Option<u64>,
 }
 
 impl Counted<'_> {
@@ -123,7 +136,8 @@ pub type HookList = Vec<(u32, u32)>;
 
 /// Per counter, the (probe, point) pairs its entry and its exits run, in the module the
 /// script's points name `library` (`None`: the main executable; `any_module`: whichever).
-pub fn hooks(program: &Program, library: Option<&str>, any_module: bool, counted: &[Counted<'_>]) -> Vec<(HookList, HookList)> {
+pub fn hooks(spec: &ScriptSpec, library: Option<&str>, counted: &[Counted<'_>]) -> Vec<(HookList, HookList)> {
+    let (program, any_module) = (&spec.program, spec.handler.is_some());
     counted
         .iter()
         .map(|c| {
@@ -132,6 +146,7 @@ pub fn hooks(program: &Program, library: Option<&str>, any_module: bool, counted
                 match point {
                     Point::FuncEntry { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => entry.push((probe as u32, n as u32)),
                     Point::FuncReturn { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => exit.push((probe as u32, n as u32)),
+                    Point::Addr(_) | Point::FuncOffset { .. } if library.is_none() && c.site.is_some() && spec.point_addrs.get(&n) == c.site.as_ref() => entry.push((probe as u32, n as u32)),
                     _ => {}
                 }
             }
@@ -226,7 +241,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         lists.push(u32::MAX);
         start
     };
-    let hooks: Vec<u64> = hooks(program, library, spec.handler.is_some(), counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
+    let hooks: Vec<u64> = hooks(spec, library, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
     let lock_lists: Vec<u32> = match spec.probes_locks() {
         true => LockEvent::ALL
             .iter()

@@ -179,7 +179,13 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
             Some((at, len, image)) => (at, len, image, Lookup::Hit, None, None),
             None => {
                 let mut module = parse(&data, &path, debug.as_ref())?;
-                let (selection, lookup) = source.selection(&mut module, progress);
+                let (mut selection, lookup) = source.selection(&mut module, progress);
+                // A script's instruction points, in the main executable.
+                let points = shape.script.as_ref().filter(|_| request.library.is_none()).map(|s| s.instruction_points()).unwrap_or_default();
+                if !points.is_empty() {
+                    let analysis = lopi_patch::analyse(&mut module);
+                    selection.add_points(&module, &analysis, &points).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;
+                }
                 let (start, len, image) = lay_out(&module, &selection, &shape, &busy, code, below)?;
                 let analysed = (module.functions, module.fragments);
                 (start, len, image, lookup, Some(selection), Some(analysed))

@@ -178,6 +178,9 @@ impl Selection {
                     let retire = retire.as_ref().map(|(stub, jump_len, original)| lopi_x86::Retire { stub: stub.0, site: site.patch_at.0, jump_len: *jump_len, original });
                     lopi_x86::marking_trampoline(mark, retire.as_ref(), &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
                 }
+                (Point::Block(_), Some(stubs)) if site.action == Action::Probe => {
+                    lopi_x86::point_trampoline(stubs.point.0, block_counters[&index], &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                }
                 (Point::Block(_), _) => {
                     let access = counter_access(&layout, block_counters[&index]);
                     let flags_dead = lopi_x86::flags_dead(&site.relocated);
@@ -260,6 +263,7 @@ impl Selection {
                         counter: block_counters[&index],
                         tactic,
                         mark: site.action == Action::Mark,
+                        probe: site.action == Action::Probe,
                     });
                     block_sections.push(section);
                 }

@@ -12,12 +12,14 @@
 #![forbid(unsafe_code)]
 
 pub mod blocks;
+pub use points::PointError;
 mod implied;
 mod exits;
 mod fragments;
 mod gaps;
 mod layout;
 mod lend;
+mod points;
 mod locks;
 mod progress;
 mod stored;
@@ -124,6 +126,11 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Selects no function (a module probed only at instructions, or for its system calls).
+    pub fn nothing() -> Filter {
+        Filter { include: Vec::new(), exclude: vec![glob::Pattern::new("*").expect("a valid glob")] }
+    }
+
     pub fn selects(&self, names: &[&str]) -> bool {
         let any = |pats: &[glob::Pattern]| names.iter().any(|n| pats.iter().any(|p| p.matches(n)));
         (self.include.is_empty() || any(&self.include)) && !any(&self.exclude)
@@ -152,6 +159,9 @@ pub enum Action {
     Lock(u8),
     /// Marks that the point ran: one byte stored into its counter (`--probe coverage`).
     Mark,
+    /// Runs the probe script's (or C handler's) probes hooked to its counter, with every
+    /// register saved: an instruction's probe (`addr:`, `func:NAME+OFF`).
+    Probe,
 }
 
 impl Action {
@@ -253,6 +263,8 @@ pub struct Stubs {
     pub syscall_exit: Svma,
     pub lock_enter: Svma,
     pub lock_exit: Svma,
+    /// Of an instruction's probe (`Action::Probe`).
+    pub point: Svma,
 }
 
 impl Stubs {
@@ -344,6 +356,10 @@ pub struct ProbedBlock {
     pub tactic: Tactic,
     /// Its counter holds 1 once it ran (`--probe coverage`), not its executions.
     pub mark: bool,
+    /// Not a block's probe but an instruction's (`Action::Probe`): its counter only names
+    /// the script's hooks there.
+    #[serde(default)]
+    pub probe: bool,
 }
 
 /// Bytes to write over the original code.

@@ -51,10 +51,10 @@ impl ModuleBlocks {
     /// Every module with probed blocks in `data`, by source path.
     pub fn from_data(data: &DataFile) -> Vec<ModuleBlocks> {
         let mut by_source: BTreeMap<&str, (bool, BTreeMap<u64, BlockCount>)> = BTreeMap::new();
-        for r in data.records.iter().filter(|r| !r.meta.blocks.is_empty() || !r.meta.unprobed_blocks.is_empty()) {
+        for r in data.records.iter().filter(|r| r.meta.blocks.iter().any(|b| !b.point) || !r.meta.unprobed_blocks.is_empty()) {
             let (marks, blocks) = by_source.entry(r.meta.source.as_str()).or_default();
             *marks |= r.meta.block_marks;
-            for (b, &n) in r.meta.blocks.iter().zip(&r.block_counts) {
+            for (b, &n) in r.meta.blocks.iter().zip(&r.block_counts).filter(|(b, _)| !b.point) {
                 let entry = blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: Some(0), unprobed: None, implied_by: Vec::new(), needs: Vec::new(), exactly: false });
                 entry.count = Some(entry.count.unwrap_or(0).saturating_add(n));
             }

@@ -91,6 +91,10 @@ pub struct MetaBlock {
     pub addr: u64,
     pub end: u64,
     pub function: String,
+    /// Not a block's counter but an instruction's probe (a script's `addr:` point): block
+    /// reports and coverage leave it out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub point: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

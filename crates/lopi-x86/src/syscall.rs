@@ -39,7 +39,9 @@ impl SyscallProbes<'_> {
 }
 
 
-fn stub_call(stub: u64, counter: u32) -> Result<[Instruction; 4], iced_x86::IcedError> {
+/// `lea rsp, [rsp-128]; push counter; call stub; lea rsp, [rsp+128]`: a stub called below the
+/// red zone with a counter index (it returns with `ret 8`).
+pub(crate) fn stub_call(stub: u64, counter: u32) -> Result<[Instruction; 4], iced_x86::IcedError> {
     let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
     Ok([
         Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-RED_ZONE))?,

@@ -413,6 +413,16 @@ pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead:
     encode_with_section(&insns, ip)
 }
 
+/// A probe at any instruction: the runtime's point stub, called below the red zone with the
+/// site's counter, saves every register and the flags and runs the probes hooked there; then
+/// the moved instructions.
+pub fn point_trampoline(stub: u64, counter: u32, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
+    insns.extend(body_with_exits(body, None)?);
+    encode_without_section(&insns, ip)
+}
+
 /// True when `insns`, run in order from their start, set every status flag before they read
 /// any: the flags are dead where they begin.
 pub fn flags_dead(insns: &[Instruction]) -> bool {

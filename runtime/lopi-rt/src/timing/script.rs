@@ -261,10 +261,7 @@ pub(super) unsafe fn run_thread(t: &Thread, v: *const RuntimeVars, event: usize)
         // No arguments, no result: every slot reads a zero (not all the same slot: a run of
         // equal words is what the compiler fills with vector stores).
         let regs = Regs { at, args: [0, 1, 1, 1, 1, 1], ret: 1 };
-        // No call: a zero the compiler cannot see, or it merges it with its neighbours into a
-        // vector store.
-        let no_call = read_volatile(at);
-        run(t, v, list, u64::MAX, regs, no_call, (*t.h).depth, Side::Entry);
+        run(t, v, list, u64::MAX, regs, 0, (*t.h).depth, Side::Entry);
     }
 }
 
@@ -340,8 +337,20 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
             write_volatile(&mut (*c).addr, addr);
             write_volatile(&mut (*c).nr, syscall.wrapping_sub(1));
         }
-        let env = Env { s, area, h: t.h, thread: t.base, index, call_rsp, below, syscall, returned: !entry };
-        write_volatile(&mut (*c).runtime, &env as *const Env as u64);
+        // Field by field too: callers pass constants (no call, no system call), which the
+        // compiler would store together with a vector register.
+        let mut env = core::mem::MaybeUninit::<Env>::uninit();
+        let e = env.as_mut_ptr();
+        write_volatile(&raw mut (*e).s, s);
+        write_volatile(&raw mut (*e).area, area);
+        write_volatile(&raw mut (*e).h, t.h as *const _);
+        write_volatile(&raw mut (*e).thread, t.base);
+        write_volatile(&raw mut (*e).index, index);
+        write_volatile(&raw mut (*e).call_rsp, call_rsp);
+        write_volatile(&raw mut (*e).below, below);
+        write_volatile(&raw mut (*e).syscall, syscall);
+        write_volatile(&raw mut (*e).returned, !entry);
+        write_volatile(&mut (*c).runtime, e as u64);
         let ctx = ctx.assume_init_mut();
         let base = s as u64;
         let lists = base.wrapping_add((*s).lists as u64) as *const u32;

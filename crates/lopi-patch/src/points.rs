@@ -1,0 +1,78 @@
+//! Probes at any instruction (a probe script's `addr:` and `func:NAME+OFF` points, GILK's
+//! splicing anywhere): the address must start an instruction of the control-flow graph of the
+//! function that holds it, and a 5-byte jump must fit from there within its basic block,
+//! stopping at any branch target, without covering another probe's bytes. Its site runs
+//! `Action::Probe`: a trampoline that calls the runtime's point stub below the red zone,
+//! which runs the probes hooked to the site's counter (a block counter, after the blocks').
+use crate::exits::{self, CodeMap, Region, UntimedReason};
+use crate::{patch_instructions, Action, Analysis, Point, Selection, SkipReason, Tactic};
+use lopi_elf::{ElfModule, Svma};
+use lopi_x86::JMP32_LEN;
+use std::collections::BTreeSet;
+
+/// Why no probe can go at an address.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PointError {
+    #[error("no function's code holds {0:#x}")]
+    NoFunction(u64),
+    #[error("{0:#x} is not where an instruction of {1} starts")]
+    NotAnInstruction(u64, String),
+    #[error("the code of {0} is not known well enough to probe inside it ({1})")]
+    NoGraph(String, UntimedReason),
+    #[error("a probe at {0:#x} would cover the bytes of another probe (a function's entry or exit, or a system call's)")]
+    Shared(u64),
+    #[error("no probe fits at {0:#x}: {1}")]
+    Skipped(u64, SkipReason),
+}
+
+impl Selection {
+    /// Adds a probe at each of `addrs` (module addresses), or says why one cannot go there; on
+    /// an error nothing is added.
+    pub fn add_points(&mut self, module: &ElfModule<'_>, analysis: &Analysis, addrs: &[u64]) -> Result<(), PointError> {
+        let targets = &analysis.targets;
+        let map = CodeMap::new(module);
+        let ends = crate::function_ends(module);
+        let mut added = Vec::new();
+        for &addr in addrs {
+            let index = (0..module.functions.len()).find(|&i| (module.functions[i].addr.0..ends[i]).contains(&addr)).ok_or(PointError::NoFunction(addr))?;
+            let name = &module.functions[index].name;
+            let (blocks, _) = crate::blocks::graph(module, targets, &map, index, ends[index]).map_err(|r| PointError::NoGraph(name.clone(), r))?;
+            let block = blocks.iter().find(|b| (b.start..b.end).contains(&addr)).ok_or_else(|| PointError::NotAnInstruction(addr, name.clone()))?;
+            let found = exits::find(module, Region { start: module.functions[index].addr.0, end: ends[index] }, &map, targets, false).map_err(|r| PointError::NoGraph(name.clone(), r))?;
+            if !found.code.values().flat_map(|(_, insns)| insns).any(|i| i.ip() == addr) {
+                return Err(PointError::NotAnInstruction(addr, name.clone()));
+            }
+            let starts: BTreeSet<u64> = blocks.iter().map(|b| b.start).collect();
+            let stop = |ip: u64| targets.contains(&ip) || starts.contains(&ip);
+            let entry = patch_instructions(module, Svma(addr), block.end, targets, &stop, JMP32_LEN).map_err(|r| PointError::Skipped(addr, r))?;
+            // An `endbr64` stays where it is: the probe would go after it.
+            if entry.patch_at.0 != addr {
+                return Err(PointError::Skipped(addr, SkipReason::OverlappingCode));
+            }
+            if entry.len < JMP32_LEN {
+                return Err(PointError::Skipped(addr, SkipReason::TooShort));
+            }
+            let covered = entry.len;
+            let site = entry.into_site(index, Tactic::Jmp32, covered, None);
+            let range = addr..addr + covered as u64;
+            let overlaps = |s: &crate::Site| {
+                let own = s.patch_at.0..s.patch_at.0 + s.covered.max(s.moved_len) as u64;
+                let bounce = s.bounce.map_or(0..0, |b| b.0..b.0 + JMP32_LEN as u64);
+                [own, bounce].iter().any(|r| r.start < range.end && range.start < r.end) || s.nops.iter().any(|n| range.contains(&n.0))
+            };
+            if self.sites.iter().chain(&added).any(overlaps) {
+                return Err(PointError::Shared(addr));
+            }
+            added.push(crate::Site { point: Point::Block(Tactic::Jmp32), action: Action::Probe, owners: Vec::new(), ..site });
+        }
+        self.sites.extend(added);
+        self.sites.sort_by_key(|s| s.patch_at);
+        Ok(())
+    }
+
+    /// True when some instruction has a probe of its own: the layout must then provide the
+    /// point stub.
+    pub fn has_points(&self) -> bool {
+        self.sites.iter().any(|s| s.action == Action::Probe)
+    }
+}
