@@ -49,6 +49,10 @@ impl Probes {
         if self.include.is_empty() && !names_functions && (self.probes.entries || self.probes.blocks || self.probes.coverage) {
             modules.insert(None, Filter::default());
         }
+        // A script's instruction points are the executable's.
+        if self.script.as_ref().is_some_and(|s| !s.point_addrs.is_empty()) {
+            modules.entry(None).or_insert_with(Filter::nothing);
+        }
         for arg in &self.exclude {
             let (lib, glob) = split(arg);
             let pattern = glob::Pattern::new(&glob).with_context(|| format!("bad glob {glob:?}"))?;

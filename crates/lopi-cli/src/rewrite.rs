@@ -48,6 +48,8 @@ pub(crate) fn rewrite(
             if spec.probes_system_calls() || spec.probes_locks() || spec.probes_threads() {
                 bail!("system calls and lock functions are libc's, which a rewritten file does not probe: syscall:, lock: and thread: points need lopi trace");
             }
+            let mut spec = spec;
+            spec.point_addrs = trace::instruction_points(&spec.program, &module)?;
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {
                 bail!("interval: probes need lopi to run while the program runs: use lopi trace");
             }
@@ -58,13 +60,19 @@ pub(crate) fn rewrite(
     let (filter, probes) = match &script {
         Some(_) if handler => (filter.clone(), Probes::TIME),
         Some(spec) => {
-            let include = trace::function_globs(spec).iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
-            (Filter { include, exclude: Vec::new() }, Probes::TIME)
+            let include: Vec<glob::Pattern> = trace::function_globs(spec).iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
+            // A script of instruction points, begin and end probes times no function.
+            let filter = if include.is_empty() { Filter::nothing() } else { Filter { include, exclude: Vec::new() } };
+            (filter, Probes::TIME)
         }
         None => (filter.clone(), probes),
     };
     let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
     let (mut selection, lookup) = plan(&file, debug.as_ref(), &mut module, &filter, probes, cache, &bar);
+    if let Some(points) = script.as_ref().map(|s| s.instruction_points()).filter(|p| !p.is_empty()) {
+        let analysis = lopi_patch::analyse(&mut module);
+        selection.add_points(&module, &analysis, &points).with_context(|| format!("{}", prog.display()))?;
+    }
     if let Some(spec) = &script {
         let counted = trace::count_only(spec, &module);
         for (f, function) in module.functions.iter().enumerate() {

@@ -445,3 +445,82 @@ fn thread_starts_and_exits_are_probed() {
     assert_eq!(maps["@exits"][&pid], 6, "{got}");
     cleanup(&dir);
 }
+
+/// A loop of known trip count in a function called with known arguments.
+const LOOPER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) long work(long n) {
+    long s = 0;
+    for (long i = 0; i < n; i++)
+        s += i * 3;
+    return s;
+}
+int main(int argc, char **argv) {
+    long total = 0;
+    for (long k = 1; k <= 10; k++)
+        total += work(k * 100);
+    printf("%ld\n", total);
+    return 0;
+}
+"#;
+
+/// The blocks of `func` as `lopi info --probe block` lists them: their starts (file addresses),
+/// and whether a 5-byte jump fits there (what an instruction's probe needs).
+fn blocks_of(prog: &Path, func: &str) -> Vec<(u64, bool)> {
+    let out = run(Command::new(lopi_bin()).args(["info", "--probe", "block", "--format", "json", "--functions", func]).arg(prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
+    let function = json["functions"].as_array().unwrap().iter().find(|f| f["name"] == func).unwrap_or_else(|| panic!("{func} in {json}"));
+    let hex = |v: &Json| v.as_u64().or_else(|| v.as_str().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())).unwrap();
+    function["blocks"].as_array().unwrap().iter().map(|b| (hex(&b["start"]), b["probe"] == "jmp32")).collect()
+}
+
+#[test]
+fn instruction_points_fire_where_they_are() {
+    let dir = fresh_dir("trace_addr");
+    let file = dir.join("out.json");
+    for flags in [&["-O0", "-fcf-protection=none"][..], &["-O2", "-fcf-protection=none", "-no-pie"]] {
+        let prog = build_c(&dir, "looper", LOOPER, flags);
+        let blocks = blocks_of(&prog, "work");
+        let entry = blocks[0].0;
+        // A point at every block after the first where a jump fits: one of them is the loop's.
+        let points: Vec<String> = blocks[1..].iter().filter(|(_, fits)| *fits).map(|(start, _)| format!("func:work+{:#x} {{ @hits[{start}] = count(); }}", start - entry)).collect();
+        let script = format!("{} func:work+0 {{ @args = sum(arg0); @calls = count(); @in[func, probe] = count(); }} addr:{entry:#x} {{ @same = count(); }}", points.join(" "));
+        let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", &script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{flags:?} {script}: {}", out.stderr_str());
+        assert_eq!(out.stdout_str(), format!("{}\n", (1..=10u64).map(|k| 3 * (k * 100) * (k * 100 - 1) / 2).sum::<u64>()), "{flags:?}");
+        let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+        let maps = &got["maps"];
+        assert_eq!(maps["@calls"], 10, "{flags:?}: {got}");
+        assert_eq!(maps["@same"], 10, "{flags:?}: {got}");
+        assert_eq!(maps["@args"], 5500, "{flags:?}: {got}");
+        assert_eq!(maps["@in"]["work,func:work+0x0"], 10, "{flags:?}: {got}");
+        // Some block inside runs once per round of the loop: 100 + 200 + ... + 1000 times.
+        let hits: Vec<i64> = maps["@hits"].as_object().map(|m| m.values().filter_map(Json::as_i64).collect()).unwrap_or_default();
+        assert!(hits.contains(&5500), "{flags:?}: no block of the loop ran 5,500 times: {got}");
+    }
+    // Inside an instruction, outside any function, past a function's end: refused, with the reason.
+    let prog = build_c(&dir, "looper", LOOPER, &["-O0", "-fcf-protection=none"]);
+    let entry = blocks_of(&prog, "work")[0].0;
+    for (script, says) in [
+        // -O0: push %rbp (1 byte), then mov %rsp,%rbp (3): its second byte.
+        (format!("addr:{:#x} {{ }}", entry + 2), "is not where an instruction of work starts"),
+        ("addr:0x10 { }".to_string(), "no function's code holds 0x10"),
+        ("func:work+0x100000 { }".to_string(), "work is"),
+    ] {
+        let out = run(Command::new(lopi_bin()).args(["trace", "-e", &script, "--"]).arg(&prog), common::default_timeout()).unwrap();
+        assert!(!out.status.success() && out.stderr_str().contains(says), "{script}: {}", out.stderr_str());
+    }
+    // A rewritten copy keeps them, and its record gives the same.
+    let rewritten = dir.join("looper.rw");
+    let out = run(Command::new(lopi_bin()).args(["rewrite", "--script-expr", "func:work+0 { @args = sum(arg0); }", "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let data = dir.join("rw.lopi");
+    let out = run(Command::new(&rewritten).env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+    assert!(out.status.success());
+    let out = run(Command::new(lopi_bin()).args(["report", "--script", "--format", "json"]).arg(&data), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    assert!(out.stdout_str().contains("\"@args\":5500"), "{}", out.stdout_str());
+    cleanup(&dir);
+}

@@ -5,7 +5,7 @@
 mod resolve;
 mod session;
 
-pub use resolve::{needed_libraries, Functions};
+pub use resolve::{instruction_points, needed_libraries, Functions};
 
 use crate::live::{self, Probes};
 use anyhow::{anyhow, bail, Context, Result};
@@ -85,10 +85,10 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
     for point in program.probes.iter().flat_map(|p| &p.points) {
         let supported = matches!(
             point,
-            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Begin | Point::End | Point::Interval { .. }
+            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Begin | Point::End | Point::Interval { .. }
         );
         if !supported {
-            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");
+            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], func:NAME+OFF, addr:, syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");
         }
     }
     Ok(ScriptSpec::new(program, source, max_entries, ring_len))
@@ -164,7 +164,9 @@ pub fn run(request: Request) -> Result<()> {
         Some(pid) => resolve::mapped_libraries(pid),
         None => resolve::needed_libraries(&path),
     };
-    let spec = Arc::new(compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries))?);
+    let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries))?;
+    spec.point_addrs = resolve::instruction_points(&spec.program, &module)?;
+    let spec = Arc::new(spec);
     let probes = Probes {
         include: function_globs(&spec),
         count_only: count_only(&spec, &module),
@@ -245,7 +247,8 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
     let Some((record, script)) = file.records.iter().find_map(|r| Some((r, r.meta.script.as_ref()?))) else {
         bail!("{} has no probe script's output (made by lopi rewrite --script or lopi trace)", path.display());
     };
-    let names = record.meta.functions.iter().map(|f| f.name.as_str()).collect();
+    // Its probed functions, and those its instruction points are in.
+    let names = record.meta.functions.iter().map(|f| f.name.as_str()).chain(record.meta.blocks.iter().filter(|b| b.point).map(|b| b.function.as_str())).collect();
     let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, resolve::Functions::checked(names))?;
     let symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
     let data = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
@@ -347,7 +350,9 @@ pub fn report_probes(
             _ => refused.push(format!("{} (not probed)", f.name)),
         }
     }
-    eprintln!("lopi: script probes in {probed} function{} of {what}", if probed == 1 { "" } else { "s" });
+    let points = spec.instruction_points().len();
+    let at = if points == 0 { String::new() } else { format!(" and at {points} instruction{}", if points == 1 { "" } else { "s" }) };
+    eprintln!("lopi: script probes in {probed} function{}{at} of {what}", if probed == 1 { "" } else { "s" });
     if !refused.is_empty() {
         eprintln!("lopi: {} function{} the script names cannot be probed, their probes never run: {}", refused.len(), if refused.len() == 1 { "" } else { "s" }, refused.join(", "));
     }

@@ -109,3 +109,28 @@ pub fn canonical_library(name: &str) -> String {
         false => name.to_string(),
     }
 }
+
+/// Where each of the script's `addr:` and `func:NAME+OFF` points is in `module` (the main
+/// executable), by point index: `addr:` takes the file's addresses (as `lopi info` prints
+/// them), `func:NAME+OFF` counts from the function's start and must stay inside it.
+pub fn instruction_points(program: &lopi_script::ir::Program, module: &lopi_elf::ElfModule<'_>) -> anyhow::Result<std::collections::BTreeMap<usize, u64>> {
+    use lopi_script::ir::Point;
+    let mut out = std::collections::BTreeMap::new();
+    for (n, point) in program.probes.iter().flat_map(|p| &p.points).enumerate() {
+        let addr = match point {
+            Point::Addr(addr) => *addr,
+            Point::FuncOffset { lib: Some(_), .. } => anyhow::bail!("`{point}`: instruction points in libraries are not built yet; name an instruction of the program"),
+            Point::FuncOffset { lib: None, name, offset } => {
+                let named: Vec<&lopi_elf::Function> = module.functions.iter().filter(|f| f.name == *name || f.aliases.iter().any(|a| a == name)).collect();
+                let [f] = named[..] else { anyhow::bail!("`{point}`: {} functions are named {name}", named.len()) };
+                if *offset >= f.size.max(1) {
+                    anyhow::bail!("`{point}`: {name} is {} bytes long", f.size);
+                }
+                f.addr.0 + offset
+            }
+            _ => continue,
+        };
+        out.insert(n, addr);
+    }
+    Ok(out)
+}
