@@ -70,19 +70,24 @@ impl Regs {
     }
 }
 
-/// What the helpers find through `ScriptCtx::runtime`.
+/// What the helpers find through `ScriptCtx::runtime`. In C order, the fields callers often
+/// pass as constants (no call, no system call, no counter) each between two that vary: the
+/// compiler would store adjacent constants with a vector register.
+#[repr(C)]
 struct Env {
     s: *const ScriptImage,
+    /// Stack pointer at the call's entry (its return address; 0: none).
+    call_rsp: u64,
     area: *mut ScriptArea,
+    /// A system call's number plus 1 (0: a function's probe).
+    syscall: u64,
     h: *const crate::abi::ThreadHeader,
-    thread: usize,
     /// Counter index of the probed function.
     index: u64,
-    /// Stack pointer at the call's entry (its return address) and frames below the call.
-    call_rsp: u64,
+    thread: usize,
+    /// Frames below the call.
     below: u32,
-    /// A system call's number plus 1 (0: a function's probe), and whether it returned.
-    syscall: u64,
+    /// Whether the system call returned.
     returned: bool,
 }
 
@@ -299,28 +304,76 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
     // the area is this thread's.
     unsafe {
         let s = (*v).script as *const ScriptImage;
-        // A C handler keeps its state in its own data: its threads need no area.
-        let handler = (*s).flags & script::HANDLER != 0;
-        let area = match handler {
-            true => core::ptr::null_mut(),
-            false => match area(t, v, s) {
-                Some(area) => area,
-                None => return,
-            },
-        };
-        // Field by field, with volatile accesses: a copy the compiler merged would use vector
-        // registers, which hold the program's live values here.
+        if (*s).flags & script::HANDLER != 0 {
+            run_handler(t, v, list, index, regs, below, side, syscall);
+            return;
+        }
+        let Some(area) = area(t, v, s) else { return };
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
         let c = ctx.as_mut_ptr();
-        // A return probe reads no argument (the checker sees to it), an entry probe no result.
-        // (arguments, result, ticks): the kernel keeps a system call's argument registers, so
-        // a handler's return callback has them; a lock event has the lock and its elapsed time.
+        fill(c, v, regs, side, false, index, (area as u64).wrapping_add(script::SCALAR_SLOTS as u64));
+        let env = Env { s, call_rsp, area, syscall, h: t.h, index, thread: t.base, below, returned: !matches!(side, Side::Entry) };
+        write_volatile(&mut (*c).runtime, &env as *const Env as u64);
+        let ctx = ctx.assume_init_mut();
+        if call_probes(s, list, ctx) {
+            (*area).exit = 1;
+            write_volatile(&mut (*(v as *mut RuntimeVars)).script_off, 1);
+            emit(area, s, record::EXIT, 0, 0, |_| (value_none(), 0));
+        }
+        if ctx.faults != 0 {
+            (*area).faults = (*area).faults.wrapping_add(ctx.faults);
+        }
+    }
+}
+
+/// [`run_call`] for a C handler: it keeps its state in its own data (no area), and gets the
+/// function's or call's name, address and number; a system call's return callback keeps the
+/// call's argument registers, which the kernel preserved. Apart, so that scripts pay nothing
+/// for it.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn run_handler(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, regs: Regs, below: u32, side: Side, syscall: u64) {
+    // SAFETY: as `run_call`.
+    unsafe {
+        let s = (*v).script as *const ScriptImage;
+        let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
+        let c = ctx.as_mut_ptr();
+        fill(c, v, regs, side, syscall != 0, index, 0);
+        let (name, addr) = handler_names(s, index, syscall);
+        write_volatile(&mut (*c).name, name);
+        write_volatile(&mut (*c).addr, addr);
+        write_volatile(&mut (*c).nr, syscall.wrapping_sub(1));
+        // No area and no call: field by field, or the two zeros go out in a vector register.
+        let mut env = core::mem::MaybeUninit::<Env>::uninit();
+        let e = env.as_mut_ptr();
+        write_volatile(&raw mut (*e).s, s);
+        write_volatile(&raw mut (*e).call_rsp, 0);
+        write_volatile(&raw mut (*e).area, core::ptr::null_mut());
+        write_volatile(&raw mut (*e).syscall, syscall);
+        write_volatile(&raw mut (*e).h, t.h as *const _);
+        write_volatile(&raw mut (*e).index, index);
+        write_volatile(&raw mut (*e).thread, t.base);
+        write_volatile(&raw mut (*e).below, below);
+        write_volatile(&raw mut (*e).returned, !matches!(side, Side::Entry));
+        write_volatile(&mut (*c).runtime, e as u64);
+        call_probes(s, list, ctx.assume_init_mut());
+    }
+}
+
+/// The context's registers, times and identities for `side`; arguments at a return only with
+/// `args_at_return`. Field by field, with volatile accesses: a copy the compiler merged would
+/// use vector registers, which hold the program's live values here.
+#[inline(always)]
+unsafe fn fill(c: *mut ScriptCtx, v: *const RuntimeVars, regs: Regs, side: Side, args_at_return: bool, index: u64, scalars: u64) {
+    // SAFETY: `c` is the caller's context; `regs` the stub's saved registers.
+    unsafe {
+        // A return probe of a script reads no argument (the checker sees to it), an entry
+        // probe no result; a lock event has both.
         let (args, ret, ticks) = match side {
             Side::Entry => (true, false, 0),
-            Side::Return(ticks) => (handler && syscall != 0, true, ticks),
+            Side::Return(ticks) => (args_at_return, true, ticks),
             Side::Event(ticks) => (true, true, ticks),
         };
-        let entry = matches!(side, Side::Entry);
         for (i, &slot) in regs.args.iter().enumerate() {
             write_volatile(&mut (*c).args[i], if args { regs.get(slot) } else { 0 });
         }
@@ -330,28 +383,17 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
         write_volatile(&mut (*c).probe, 0);
         write_volatile(&mut (*c).faults, 0);
         write_volatile(&mut (*c).exit, 0);
-        write_volatile(&mut (*c).scalars, if handler { 0 } else { (area as u64).wrapping_add(script::SCALAR_SLOTS as u64) });
-        if handler {
-            let (name, addr) = handler_names(s, index, syscall);
-            write_volatile(&mut (*c).name, name);
-            write_volatile(&mut (*c).addr, addr);
-            write_volatile(&mut (*c).nr, syscall.wrapping_sub(1));
-        }
-        // Field by field too: callers pass constants (no call, no system call), which the
-        // compiler would store together with a vector register.
-        let mut env = core::mem::MaybeUninit::<Env>::uninit();
-        let e = env.as_mut_ptr();
-        write_volatile(&raw mut (*e).s, s);
-        write_volatile(&raw mut (*e).area, area);
-        write_volatile(&raw mut (*e).h, t.h as *const _);
-        write_volatile(&raw mut (*e).thread, t.base);
-        write_volatile(&raw mut (*e).index, index);
-        write_volatile(&raw mut (*e).call_rsp, call_rsp);
-        write_volatile(&raw mut (*e).below, below);
-        write_volatile(&raw mut (*e).syscall, syscall);
-        write_volatile(&raw mut (*e).returned, !entry);
-        write_volatile(&mut (*c).runtime, e as u64);
-        let ctx = ctx.assume_init_mut();
+        write_volatile(&mut (*c).scalars, scalars);
+    }
+}
+
+/// Calls the probes of list `list` with `ctx`; true when one called `exit()` (the rest of the
+/// list then does not run).
+#[inline(always)]
+unsafe fn call_probes(s: *const ScriptImage, list: u32, ctx: &mut ScriptCtx) -> bool {
+    // SAFETY: the image builder keeps lists inside `lists_len` and probes below `probe_count`,
+    // each a function of the image's code.
+    unsafe {
         let base = s as u64;
         let lists = base.wrapping_add((*s).lists as u64) as *const u32;
         let code = base.wrapping_add((*s).code as u64);
@@ -365,17 +407,12 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
             ctx.probe = u64::from(*lists.add(at + 1));
             let f: extern "sysv64" fn(*mut ScriptCtx) = core::mem::transmute(code.wrapping_add(*probe_code.add(probe as usize)));
             f(ctx);
-            if ctx.exit != 0 && !handler {
-                (*area).exit = 1;
-                write_volatile(&mut (*(v as *mut RuntimeVars)).script_off, 1);
-                emit(area, s, record::EXIT, 0, 0, |_| (value_none(), 0));
-                break;
+            if ctx.exit != 0 {
+                return true;
             }
             at += 2;
         }
-        if ctx.faults != 0 && !handler {
-            (*area).faults = (*area).faults.wrapping_add(ctx.faults);
-        }
+        false
     }
 }
 
