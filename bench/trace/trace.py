@@ -48,14 +48,15 @@ log = h.log
 BASE, BASE_SLOW = "baseline", "baseline-slow"
 LOPI_E, TRACE_C, BPF_C, FRIDA_C, STAP_C = "lopi-entry", "lopi-trace-count", "bpftrace-count", "frida-count", "stap-count"
 LOPI_T, TRACE_H, BPF_H, FRIDA_H, STAP_H = "lopi-timing", "lopi-trace-hist", "bpftrace-hist", "frida-hist", "stap-hist"
+HANDLER_H = "lopi-handler-hist"
 COUNT = [LOPI_E, TRACE_C, BPF_C, FRIDA_C, STAP_C]
-HIST = [LOPI_T, TRACE_H, BPF_H, FRIDA_H, STAP_H]
+HIST = [LOPI_T, TRACE_H, HANDLER_H, BPF_H, FRIDA_H, STAP_H]
 # Configurations that run W1 at its smaller size, against BASE_SLOW.
 SLOW = {BPF_C, BPF_H, FRIDA_C, FRIDA_H, STAP_C, STAP_H}
 COUNT_SCRIPT = "func:* { @[func] = count(); }"
 CRIT1_RATIO, CRIT2_NS = 2.0, 10.0
 TOOLS = {BASE: h.TOOL["base"], BASE_SLOW: h.TOOL["base"], LOPI_E: h.TOOL["lopi-entry"],
-         LOPI_T: h.TOOL["lopi-timing"], TRACE_C: "lopi trace", TRACE_H: "lopi trace", BPF_C: h.TOOL["bpftrace"],
+         LOPI_T: h.TOOL["lopi-timing"], TRACE_C: "lopi trace", TRACE_H: "lopi trace", HANDLER_H: "lopi --handler", BPF_C: h.TOOL["bpftrace"],
          BPF_H: h.TOOL["bpftrace"], FRIDA_C: h.TOOL["frida-cmodule"], FRIDA_H: h.TOOL["frida-cmodule"],
          STAP_C: "SystemTap --dyninst", STAP_H: "SystemTap --dyninst"}
 
@@ -71,11 +72,25 @@ def label(cfg: str, fn: str) -> str:
         STAP_C: 'stap --dyninst `process("BIN").function("*") { c[ppfunc()] <<< 1 }`',
         LOPI_T: f"lopi run --probe entry,exit --functions {fn}",
         TRACE_H: f"lopi trace `func:{fn}:return {{ @h = hist(elapsed); }}`",
+        HANDLER_H: f"lopi run --handler (C: lopi_leave adds elapsed_ns to a log2 hist) --functions {fn}",
         BPF_H: f"bpftrace uprobe + uretprobe on {fn}, `@h = hist(nsecs - entry time)`",
         FRIDA_H: f"Frida Interceptor on {fn}, CModule onEnter + onLeave: log2 hist of clock_gettime differences",
         STAP_H: f'stap --dyninst `process("BIN").function("{fn}").return {{ h <<< '
                 "gettimeofday_ns() - @entry(gettimeofday_ns()) }`",
     }[cfg]
+
+
+# The hist script as a C handler: lopi_leave on F, a log2 histogram of the call's elapsed time
+# (bucket b holds [2^(b-1), 2^b)); a plain increment, as Frida's CModule does it.
+HANDLER_HIST_C = r"""
+#include "lopi.h"
+static uint64_t hist[65];
+void lopi_leave(const struct lopi_event *e)
+{
+    uint64_t d = e->elapsed_ns;
+    hist[d ? 64 - __builtin_clzll(d) : 0]++;
+}
+"""
 
 
 # ---------------------------------------------------------------- Frida: the hist script
@@ -348,6 +363,12 @@ def stap_variant(name: str, wl: Workload, data: Path, skip: str) -> h.Variant:
                      check=wl.check, timeout_s=1800, skip_reason=skip)
 
 
+def handler_file(data: Path) -> Path:
+    path = data / "hist_handler.c"
+    path.write_text(HANDLER_HIST_C)
+    return path
+
+
 def make_variants(wl: Workload, lopi: Optional[Path], skip: dict[str, str]) -> list[h.Variant]:
     data = BUILD / "data" / wl.key
     data.mkdir(parents=True, exist_ok=True)
@@ -365,6 +386,8 @@ def make_variants(wl: Workload, lopi: Optional[Path], skip: dict[str, str]) -> l
                                 skip.get(LOPI_T, "")),
                lopi_trace_variant(TRACE_H, lopi, f"func:{wl.fn}:return {{ @h = hist(elapsed); }}", wl, data, True,
                                   skip.get(TRACE_H, "")),
+               lopi_run_variant(HANDLER_H, lopi, ["--handler", str(handler_file(data)), "--functions", wl.fn], wl, data,
+                                skip.get(HANDLER_H, "")),
                bpftrace_variant(BPF_H, wl, data, skip.get(BPF_H, "")),
                frida_hist_variant(wl, data, skip.get(FRIDA_H, "")),
                stap_variant(STAP_H, wl, data, skip.get(STAP_H, ""))]
@@ -634,15 +657,16 @@ def main() -> int:
         log(f"criterion {k}: {v}")
     side = []
     for wl in workloads:
-        for script, cfgs in ((COUNT_SCRIPT, COUNT), (f"func:{wl.fn}:return {{ @h = hist(elapsed); }}", HIST)):
+        # The count script has no C handler of its own: its column stays empty.
+        count_cols = [LOPI_E, TRACE_C, None, BPF_C, FRIDA_C, STAP_C]
+        for script, cfgs in ((COUNT_SCRIPT, count_cols), (f"func:{wl.fn}:return {{ @h = hist(elapsed); }}", HIST)):
             if script != COUNT_SCRIPT and not wl.fn:
                 continue
-            cell = {}
+            cells = []
             for cfg in cfgs:
                 e = next((e for e in entries if e["workload"] == wl.title and e["config"] == cfg), None)
-                cell[cfg] = ("-" if e is None else fmt_ns(e.get("ns_per_call")) if e["status"] == "ok"
-                             else e["status"])
-            side.append([wl.title, f"`{script}`", *(cell[c] for c in cfgs)])
+                cells.append("-" if e is None else fmt_ns(e.get("ns_per_call")) if e["status"] == "ok" else e["status"])
+            side.append([wl.title, f"`{script}`", *cells])
 
     machine = h.machine_info(REPO, [("lopi binary", lopi_info), *versions(),
                                     ("sqlite", h.sqlite_source_line(a.sqlite_dir)),
@@ -697,8 +721,8 @@ def main() -> int:
         "",
         "## The same scripts side by side (overhead ns per call)",
         "",
-        h.markdown_table(["workload", "script", "lopi (reference)", "lopi trace", "bpftrace", "Frida CModule",
-                          "SystemTap dyninst"], side),
+        h.markdown_table(["workload", "script", "lopi (reference)", "lopi trace", "lopi C handler", "bpftrace",
+                          "Frida CModule", "SystemTap dyninst"], side),
         "",
         "Reference: `lopi run --probe entry` for the count script, `lopi run --probe entry,exit --functions F` for "
         "the hist script. `-`: the tool did not instrument the hot function (Frida refuses `tiny`) or has no "
