@@ -14,7 +14,6 @@ use super::thread::{Child, Thread};
 use super::appkernel::{self, Saved};
 use super::{counter, cpus, script, vars, whatif};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
-use crate::sys;
 use core::arch::global_asm;
 use core::mem::offset_of;
 use core::ptr::{read_volatile, write_volatile};

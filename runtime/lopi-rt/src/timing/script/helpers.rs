@@ -1,0 +1,335 @@
+//! The helpers a probe script's compiled code calls (`lopi_rt_abi::script::Helpers`), through
+//! the jump table `lopi_script_helpers` whose entries the image builder hands the code
+//! generator: builtins, maps, reads of the program's memory, stacks and output records.
+use super::{function, string, table_of, Env};
+use crate::abi::script::{self, record, RecordHead, ScriptArea, ScriptCtx, ScriptImage, TableShape};
+use crate::abi::script_map;
+use crate::sys;
+use crate::timing::thread::Thread;
+use crate::timing::{rdtsc, thread_word};
+use core::arch::global_asm;
+use core::ptr::{read_volatile, write_volatile};
+use core::sync::atomic::{fence, Ordering};
+
+// One `jmp` per helper, 8 bytes apart, in `script::Helpers` order.
+global_asm!(
+    ".globl lopi_script_helpers",
+    ".p2align 3",
+    "lopi_script_helpers:",
+    "jmp {builtin}", ".p2align 3",
+    "jmp {builtin_str}", ".p2align 3",
+    "jmp {map_slot}", ".p2align 3",
+    "jmp {map_lookup}", ".p2align 3",
+    "jmp {map_delete}", ".p2align 3",
+    "jmp {map_clear}", ".p2align 3",
+    "jmp {read_str}", ".p2align 3",
+    "jmp {ustack}", ".p2align 3",
+    "jmp {printf}", ".p2align 3",
+    "jmp {print_map}", ".p2align 3",
+    "jmp {print_value}", ".p2align 3",
+    builtin = sym builtin,
+    builtin_str = sym builtin_str,
+    map_slot = sym map_slot,
+    map_lookup = sym map_lookup,
+    map_delete = sym map_delete,
+    map_clear = sym map_clear,
+    read_str = sym read_str,
+    ustack = sym ustack,
+    printf = sym printf,
+    print_map = sym print_map,
+    print_value = sym print_value,
+);
+
+/// The context's environment.
+unsafe fn env<'a>(ctx: *mut ScriptCtx) -> &'a Env {
+    // SAFETY: `run` set `runtime` to an Env that outlives the probe function.
+    unsafe { &*((*ctx).runtime as *const Env) }
+}
+
+/// The table of map `map`, if the script has it; cleared first if the host asked for that
+/// since this thread last used it.
+unsafe fn table<'a>(ctx: *mut ScriptCtx, map: u64) -> Option<&'a mut [u8]> {
+    // SAFETY: as `env`; the shapes table has `map_count` entries, at most `MAX_MAPS`, and the
+    // area has a clear request and a done word for each.
+    unsafe {
+        let e = env(ctx);
+        if map >= u64::from((*e.s).map_count) || map >= script::MAX_MAPS as u64 {
+            return None;
+        }
+        let shape = *((e.s as u64).wrapping_add((*e.s).tables as u64) as *const TableShape).add(map as usize);
+        let table = table_of(e.area, shape);
+        if !cleared_as_asked(e.area, map) {
+            script_map::clear(table);
+            write_volatile(scalar_slot(e.area, map), 0);
+            write_volatile(clears_done(e.area, map), read_volatile(clear_request(e.area, map)));
+        }
+        Some(table)
+    }
+}
+
+fn clear_request(area: *mut ScriptArea, map: u64) -> *mut u32 {
+    (area as usize + script::CLEAR_REQUESTS + 4 * map as usize) as *mut u32
+}
+
+fn clears_done(area: *mut ScriptArea, map: u64) -> *mut u32 {
+    (area as usize + script::CLEARS_DONE + 4 * map as usize) as *mut u32
+}
+
+fn scalar_slot(area: *mut ScriptArea, map: u64) -> *mut u64 {
+    (area as usize + script::SCALAR_SLOTS + 8 * map as usize) as *mut u64
+}
+
+/// Whether the thread has made every clear of map `map` the host asked for.
+unsafe fn cleared_as_asked(area: *mut ScriptArea, map: u64) -> bool {
+    // SAFETY: both words are in the area's header part (map < MAX_MAPS).
+    unsafe { read_volatile(clear_request(area, map)) == read_volatile(clears_done(area, map)) }
+}
+
+extern "sysv64" fn builtin(ctx: *mut ScriptCtx, which: u64) -> u64 {
+    // SAFETY: see `env`; the thread header is this thread's.
+    unsafe {
+        let e = env(ctx);
+        let v = crate::timing::vars();
+        match which {
+            0 => u64::from((*e.h).pid),
+            1 => u64::from((*e.h).tid),
+            2 => match (*v).rseq_offset {
+                0 => {
+                    let mut cpu = 0u32;
+                    sys::call3(sys::GETCPU, &mut cpu as *mut u32 as usize, 0, 0);
+                    u64::from(cpu)
+                }
+                // `struct rseq`'s `cpu_id` follows `cpu_id_start`.
+                offset => u64::from(thread_word((offset + 4) as u32)),
+            },
+            3 => {
+                let ticks = rdtsc().wrapping_sub((*v).clock_tsc);
+                (*v).clock_ns.wrapping_add(((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64)
+            }
+            _ => 0,
+        }
+    }
+}
+
+extern "sysv64" fn builtin_str(ctx: *mut ScriptCtx, which: u64, dst: *mut u8, cap: u64) -> u64 {
+    // SAFETY: see `env`; `dst` has `cap` bytes (the generated code's buffer).
+    unsafe {
+        let e = env(ctx);
+        let (src, len) = match which {
+            0 => {
+                let comm = &(*e.h).comm;
+                (comm.as_ptr(), comm.iter().position(|&b| b == 0).unwrap_or(comm.len()))
+            }
+            1 => match function(e.s, (*ctx).func) {
+                Some(f) => string(e.s, f.name, f.name_len),
+                None => (dst as *const u8, 0),
+            },
+            // A system call's probe names the call it fired for.
+            2 if e.syscall != 0 && (*e.s).syscalls != 0 && e.syscall <= script::SYSCALLS as u64 => {
+                let names = (e.s as u64).wrapping_add((*e.s).syscalls as u64 + 8 * script::SYSCALLS as u64) as *const [u32; 2];
+                let name = *names.add(e.syscall as usize - 1);
+                let (name, name_len) = string(e.s, name[0], name[1]);
+                let suffix: &[u8] = if e.returned { b":return" } else { b"" };
+                let mut n = 0;
+                for (src, len) in [(b"syscall:".as_ptr(), 8), (name, name_len), (suffix.as_ptr(), suffix.len())] {
+                    let len = len.min(cap as usize - n);
+                    crate::timing::thread::copy(dst as usize + n, src as usize, len);
+                    n += len;
+                }
+                return n as u64;
+            }
+            2 if (*ctx).probe < u64::from((*e.s).point_count) => {
+                let point = *((e.s as u64).wrapping_add((*e.s).points as u64) as *const [u32; 2]).add((*ctx).probe as usize);
+                string(e.s, point[0], point[1])
+            }
+            _ => (dst as *const u8, 0),
+        };
+        let n = len.min(cap as usize);
+        crate::timing::thread::copy(dst as usize, src as usize, n);
+        n as u64
+    }
+}
+
+extern "sysv64" fn map_slot(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_len: u64) -> *mut u8 {
+    // SAFETY: `key` has `key_len` bytes (the generated code's buffer).
+    unsafe {
+        let Some(table) = table(ctx, map) else { return core::ptr::null_mut() };
+        let key = core::slice::from_raw_parts(key, key_len as usize);
+        let copy = |dst: &mut [u8], src: &[u8]| crate::timing::thread::copy(dst.as_mut_ptr() as usize, src.as_ptr() as usize, dst.len().min(src.len()));
+        let zero = |dst: &mut [u8]| fill_zero(dst.as_mut_ptr(), dst.len());
+        let slot = script_map::slot_with(table, key, copy, zero).map_or(core::ptr::null_mut(), |s| s.as_mut_ptr());
+        if key_len == 0 && !slot.is_null() {
+            // Cached for the generated code; undone if a clear request came in meanwhile (the
+            // host asks, then zeroes the cache).
+            let area = env(ctx).area;
+            write_volatile(scalar_slot(area, map), slot as u64);
+            fence(Ordering::SeqCst);
+            if !cleared_as_asked(area, map) {
+                write_volatile(scalar_slot(area, map), 0);
+            }
+        }
+        slot
+    }
+}
+
+extern "sysv64" fn map_lookup(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_len: u64) -> *const u8 {
+    // SAFETY: as `map_slot`.
+    unsafe {
+        let Some(table) = table(ctx, map) else { return core::ptr::null() };
+        let key = core::slice::from_raw_parts(key, key_len as usize);
+        script_map::lookup(table, key).map_or(core::ptr::null(), |s| s.as_ptr())
+    }
+}
+
+extern "sysv64" fn map_delete(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_len: u64) {
+    // SAFETY: as `map_slot`.
+    unsafe {
+        if let Some(table) = table(ctx, map) {
+            script_map::delete(table, core::slice::from_raw_parts(key, key_len as usize));
+        }
+    }
+}
+
+extern "sysv64" fn map_clear(ctx: *mut ScriptCtx, map: u64) {
+    // SAFETY: as `map_slot`.
+    unsafe {
+        if let Some(table) = table(ctx, map) {
+            script_map::clear(table);
+        }
+    }
+}
+
+/// Copies the traced program's bytes with `process_vm_readv` on itself, which fails instead
+/// of faulting on a bad address; the part before the next page is read on its own, so that a
+/// string that ends before an unmapped page is still read.
+extern "sysv64" fn read_str(ctx: *mut ScriptCtx, dst: *mut u8, src: u64, max: u64) -> u64 {
+    // SAFETY: `dst` has `max` bytes; iovecs are on this stack.
+    unsafe {
+        let e = env(ctx);
+        let first = (4096 - src % 4096).min(max);
+        let local = [dst as u64, max];
+        let remote = [src, first, src.wrapping_add(first), max - first];
+        let iovecs = if first == max { 1 } else { 2 };
+        let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, iovecs, 0);
+        if got <= 0 {
+            (*ctx).faults += 1;
+            return 0;
+        }
+        let got = (got as usize).min(max as usize);
+        let bytes = core::slice::from_raw_parts_mut(dst, max as usize);
+        let len = bytes.iter().take(got).position(|&b| b == 0).unwrap_or(got);
+        fill_zero(dst.add(len), max as usize - len);
+        len as u64
+    }
+}
+
+/// The probed function's address, the return address of its call, then those of the calls
+/// below it on the shadow stack (probed functions only), innermost first.
+extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64 {
+    // SAFETY: `dst` has room for `depth` frames (at most `STACK_FRAMES`); frames below
+    // `below` are this thread's open calls, whose stack pointers hold return addresses.
+    unsafe {
+        let e = env(ctx);
+        let depth = depth.min(script::STACK_FRAMES as u64) as usize;
+        let t = Thread { h: e.h as *mut _, base: e.thread };
+        // A system-call site has no function of its own and its frame's key is no return address.
+        let own = function(e.s, e.index).filter(|f| f.name_len != 0).map(|f| (e.s as u64).wrapping_add(f.addr as u64));
+        let returns_to = (e.call_rsp != 0).then(|| *(e.call_rsp as *const u64));
+        let callers = (0..e.below).rev().map(|i| *((*t.frame(i)).rsp as *const u64));
+        let mut n = 0;
+        for addr in own.into_iter().chain(returns_to).chain(callers).take(depth) {
+            *dst.add(n) = addr;
+            n += 1;
+        }
+        n as u64
+    }
+}
+
+extern "sysv64" fn printf(ctx: *mut ScriptCtx, format: u64, args: *const u64) {
+    // SAFETY: `args` has a word per conversion of the format, the format table an entry per
+    // format; a string argument's word is the address of `str_size` bytes.
+    unsafe {
+        let e = env(ctx);
+        let s = e.s;
+        if format >= u64::from((*s).format_count) {
+            return;
+        }
+        let f = *((s as u64).wrapping_add((*s).formats as u64) as *const script::FormatArgs).add(format as usize);
+        let str_size = (*s).str_size as usize;
+        let count = (f.count as usize).min(script::MAX_PRINTF_ARGS);
+        let part = |i: usize| {
+            let word = args.add(i);
+            if f.strings >> i & 1 != 0 { (*word as *const u8, str_size) } else { (word as *const u8, 8) }
+        };
+        emit(e.area, s, record::PRINTF, format as u32, count, part);
+    }
+}
+
+extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64) {
+    // SAFETY: see `env`.
+    unsafe {
+        let e = env(ctx);
+        emit(e.area, e.s, record::PRINT_MAP, map as u32, 0, |_| (value_none(), 0));
+    }
+}
+
+extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
+    // SAFETY: `value` has the type's bytes.
+    unsafe {
+        let e = env(ctx);
+        let len = match ty {
+            0 => 8,
+            1 => (*e.s).str_size as usize,
+            _ => core::mem::size_of::<script::StackValue>(),
+        };
+        emit(e.area, e.s, record::PRINT_VALUE, ty as u32, 1, |_| (value, len));
+    }
+}
+
+/// Zeroes `len` bytes. Not `memset`, for the reason `thread::copy` is not `memcpy`.
+unsafe fn fill_zero(dst: *mut u8, len: usize) {
+    // SAFETY: the caller's range is mapped.
+    unsafe { core::arch::asm!("rep stosb", inout("rcx") len => _, inout("rdi") dst => _, in("al") 0u8, options(nostack, preserves_flags)) };
+}
+
+/// A part of no bytes.
+pub(super) fn value_none() -> *const u8 {
+    core::ptr::null()
+}
+
+/// Appends a record of `count` parts, `part(i)` giving each one's bytes (padded to 8 in the
+/// record), to the area's ring, or counts a drop.
+pub(super) unsafe fn emit(area: *mut ScriptArea, s: *const ScriptImage, kind: u16, what: u32, count: usize, part: impl Fn(usize) -> (*const u8, usize)) {
+    // SAFETY: the ring lies inside the area; only this thread writes it.
+    unsafe {
+        let ring = (area as *mut u8).add((*s).ring_offset as usize);
+        let ring_len = (*s).ring_len;
+        let payload: u64 = (0..count).map(|i| (part(i).1 as u64 + 7) & !7).sum();
+        let need = script::RECORD_HEAD_LEN as u64 + payload;
+        let head = (*area).ring_head;
+        let tail = read_volatile(&(*area).ring_tail);
+        let to_end = ring_len - head % ring_len;
+        let pad = if need > to_end { to_end } else { 0 };
+        if need > ring_len || head.wrapping_add(pad + need).wrapping_sub(tail) > ring_len {
+            (*area).ring_drops += 1;
+            return;
+        }
+        if pad != 0 {
+            write_volatile(ring.add((head % ring_len) as usize) as *mut [u32; 2], [pad as u32, u32::from(record::PAD)]);
+        }
+        let at = ring.add(((head + pad) % ring_len) as usize);
+        let record = at as *mut RecordHead;
+        write_volatile(&mut (*record).len, need as u32);
+        write_volatile(&mut (*record).kind, kind);
+        write_volatile(&mut (*record).what, what);
+        write_volatile(&mut (*record).tsc, rdtsc());
+        let mut to = at.add(script::RECORD_HEAD_LEN);
+        for i in 0..count {
+            let (from, len) = part(i);
+            crate::timing::thread::copy(to as usize, from as usize, len);
+            to = to.add((len + 7) & !7);
+        }
+        fence(Ordering::Release);
+        write_volatile(&mut (*area).ring_head, head + pad + need);
+    }
+}
