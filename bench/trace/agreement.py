@@ -123,8 +123,28 @@ int main(void) {
 }
 """
 
+# Two threads taking one mutex 1,000 times each, main another once (lock: points).
+LOCKER = r"""
+#include <pthread.h>
+#include <stdio.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER, other = PTHREAD_MUTEX_INITIALIZER;
+static long shared;
+static void *w(void *a) {
+    for (int i = 0; i < 1000; i++) { pthread_mutex_lock(&m); shared++; pthread_mutex_unlock(&m); }
+    return a;
+}
+int main(void) {
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, w, 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+    pthread_mutex_lock(&other); pthread_mutex_unlock(&other);
+    printf("locker %ld\n", shared);
+    return 0;
+}
+"""
+
 FIXTURES = {"scripted": (SCRIPTED, ["-O2", "-pthread"]), "mallocs": (MALLOCS, ["-O2"]),
-            "ticker": (TICKER, ["-O2"]), "agree": (AGREE, ["-O2", "-pthread"])}
+            "ticker": (TICKER, ["-O2"]), "agree": (AGREE, ["-O2", "-pthread"]), "locker": (LOCKER, ["-O2", "-pthread"])}
 
 # (name, fixture, lopi script, maps compared as `@m[:mode]` or `printf[:sorted]`, bpftrace script
 # when not translated: BIN and LIBC stand for the paths).
@@ -172,6 +192,13 @@ PAIRS = [
     ("threads-pred", "agree", "func:work /tid != pid/ { @w = count(); } func:word /tid == pid/ { @m = count(); }", "@w @m"),
     ("thread-comm", "agree", "func:work { @c[comm] = count(); @id[arg0] = max(arg1); }", "@c @id"),
     ("exit-after-5", "agree", "func:mark { @n = count(); } func:mark /arg0 == 4/ { exit(); }", "@n"),
+    # lock:acquire/release are libc's mutex (and rwlock, spinlock) calls; this fixture makes only
+    # mutex calls, so bpftrace's uprobes on the two mutex functions see the same ones. The
+    # workers' only: main's pthread_create takes libc's TLS lock inside it, which lopi leaves to
+    # the create call it probes (no lock: event), and bpftrace counts.
+    ("lock-events", "locker", "lock:acquire /tid != pid/ { @n = count(); @t[tid] = count(); } lock:release /tid != pid/ { @r = count(); }", "@n @t:sorted @r",
+     "uprobe:LIBC:pthread_mutex_lock /pid == cpid && tid != pid/ { @n = count(); @t[tid] = count(); } "
+     "uprobe:LIBC:pthread_mutex_unlock /pid == cpid && tid != pid/ { @r = count(); }"),
     ("elapsed-threads", "agree", "func:work:return { @n = count(); @e[tid] = stats(elapsed); }", "@n @e:total",
      ELAPSED.format(f="work", body="@n = count(); @e[tid] = stats(nsecs - @start[tid]);")),
 ]
@@ -284,7 +311,7 @@ def main() -> int:
     rows, failed = [], 0
     for name, fixture, script, compared, *manual in PAIRS:
         binary = bins[fixture]
-        bpf = manual[0].replace("BIN", binary) if manual else translate(script, binary, libc)
+        bpf = manual[0].replace("BIN", binary).replace("LIBC", libc) if manual else translate(script, binary, libc)
         maps = [(m, mode) for m, _, mode in (c.partition(":") for c in compared.split())]
         got = {"lopi": {}, "bpftrace": {}}
         if skip:
