@@ -9,10 +9,10 @@
  * each system call, lopi_lock_acquire (an acquisition's entry), lopi_lock_contended (it
  * found its lock held), lopi_lock_acquired (it got the lock: elapsed_ns is the wait,
  * retval the function's result) and lopi_lock_release (elapsed_ns: the hold it ends) around
- * every mutex, rwlock and spinlock call of libc (the last two kinds under lopi run or attach
- * only), lopi_thread_start in each new thread first and lopi_thread_exit in each thread as
- * it ends (both with system-call probes), and lopi_init once when the image starts, before
- * any other callback.
+ * every mutex, rwlock and spinlock call of libc, lopi_thread_start in each new thread first
+ * and lopi_thread_exit in each thread as it ends, and lopi_init once when the image starts,
+ * before any other callback. The system-call, lock and thread callbacks need lopi run or
+ * attach: those calls are libc's, which a rewritten file does not probe.
  *
  * Callbacks run on many threads at once, inside signal handlers too: keep state in
  * globals updated with __atomic builtins (lopi_add below), or per thread by lopi_tid().
@@ -46,7 +46,8 @@ struct lopi_event {
     /* The probe's number in its module (a function's, or a system-call site's). */
     uint64_t index;
     uint64_t lopi_private[5];
-    /* The function's name (a lock event's: the lock function's), or the system call's. */
+    /* The function's name (a lock event's: the lock function's), or the system call's;
+     * NULL at thread events. */
     const char *name;
     /* The function's address in the process, or the `syscall` instruction's. */
     uint64_t addr;
