@@ -336,12 +336,9 @@ impl LiveSelect {
         probes.entries |= trace;
         let script = match &self.handler {
             Some(path) => {
-                let h = handler::build(path)?;
-                probes.entries |= h.probes_functions();
-                probes.exits |= probes.entries;
-                probes.syscalls |= h.probes_system_calls();
-                probes.locks |= h.probes_locks();
-                Some(std::sync::Arc::new(lopi_image::script::ScriptSpec::handler(h)))
+                let spec = lopi_image::script::ScriptSpec::handler(handler::build(path)?);
+                probes = spec.add_probes(probes);
+                Some(std::sync::Arc::new(spec))
             }
             None => None,
         };

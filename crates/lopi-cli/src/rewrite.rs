@@ -35,17 +35,18 @@ pub(crate) fn rewrite(
     let handler = matches!(script, Some(Script::Handler(_)));
     let script = match script {
         Some(Script::Handler(h)) => {
-            if h.probes_system_calls() || h.probes_locks() {
-                bail!("system calls and lock functions are libc's, which a rewritten file does not probe: lopi_syscall_* and lopi_lock_* callbacks need lopi run or attach --handler");
+            let spec = lopi_image::script::ScriptSpec::handler(*h);
+            if spec.probes_libc() {
+                bail!("system calls, lock functions and threads' starts and ends are libc's, which a rewritten file does not probe: lopi_syscall_*, lopi_lock_* and lopi_thread_* callbacks need lopi run or attach --handler");
             }
-            Some(lopi_image::script::ScriptSpec::handler(*h))
+            Some(spec)
         }
         Some(Script::Text(source, name)) => {
             let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::Functions::new(trace::all_names(&module), trace::needed_libraries(prog)))?;
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
                 bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
             }
-            if spec.probes_system_calls() || spec.probes_locks() || spec.probes_threads() {
+            if spec.probes_libc() {
                 bail!("system calls and lock functions are libc's, which a rewritten file does not probe: syscall:, lock: and thread: points need lopi trace");
             }
             let mut spec = spec;

@@ -62,6 +62,11 @@ fn write_handler(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// `lopi run -q --handler handler -- prog args`.
+fn run_with_handler(handler: &Path, prog: &Path, args: &[&str]) -> common::Output {
+    run(Command::new(lopi_bin()).args(["run", "-q", "--handler"]).arg(handler).arg("--").arg(prog).args(args), common::default_timeout()).unwrap()
+}
+
 /// The `key=value` fields of the handler's line in `stderr`.
 fn fields(stderr: &str) -> std::collections::HashMap<String, String> {
     let line = stderr.lines().find(|l| l.starts_with("handler: ")).unwrap_or_else(|| panic!("no handler line in {stderr}"));
@@ -122,7 +127,7 @@ void lopi_syscall_leave(const struct lopi_event *e) {
 }
 "#,
     );
-    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--handler"]).arg(&handler).arg("--").arg(&prog).arg("2"), common::default_timeout()).unwrap();
+    let out = run_with_handler(&handler, &prog, &["2"]);
     assert!(out.status.success(), "{}", out.stderr_str());
     assert_eq!(out.stdout_str(), "ok\nok\nok\n1039000\n");
     let f = fields(&out.stderr_str());
@@ -200,7 +205,7 @@ fn the_compilers_complaints_reach_the_user() {
     ];
     for (name, text, expected) in cases {
         let handler = write_handler(&dir, name, text);
-        let out = run(Command::new(lopi_bin()).args(["run", "-q", "--handler"]).arg(&handler).arg("--").arg(&prog), common::default_timeout()).unwrap();
+        let out = run_with_handler(&handler, &prog, &[]);
         assert!(!out.status.success(), "{name}: should be refused");
         let stderr = out.stderr_str();
         assert!(stderr.contains(expected), "{name}: {stderr}");
@@ -209,7 +214,7 @@ fn the_compilers_complaints_reach_the_user() {
     // An outdated lopi.h beside the handler is refused, not used with another layout.
     std::fs::write(dir.join("lopi.h"), "#define LOPI_HANDLER_ABI 0\n#if defined(LOPI_EXPECT_ABI) && LOPI_EXPECT_ABI != LOPI_HANDLER_ABI\n#error \"this lopi.h is for another version of lopi\"\n#endif\n").unwrap();
     let handler = write_handler(&dir, "stale.c", "#include \"lopi.h\"\nvoid lopi_enter(void *e) { (void)e; }\n");
-    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--handler"]).arg(&handler).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    let out = run_with_handler(&handler, &prog, &[]);
     assert!(!out.status.success() && out.stderr_str().contains("another version of lopi"), "{}", out.stderr_str());
     cleanup(&dir);
 }
@@ -313,7 +318,7 @@ void lopi_syscall_enter(const struct lopi_event *e) {
 }
 "#,
     );
-    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--handler"]).arg(&handler).arg("--").arg(&prog), common::default_timeout()).unwrap();
+    let out = run_with_handler(&handler, &prog, &[]);
     assert!(out.status.success(), "{}", out.stderr_str());
     let f = fields(&out.stderr_str());
     assert_eq!(f["lock"], out.stdout_str().trim(), "{f:?}");

@@ -300,10 +300,8 @@ fn library_functions_are_probed_by_name() {
     let file = dir.join("out.json");
     // printf's own buffer is a malloc of 1024 or more: the predicate leaves it out.
     let script = "func:libc:malloc /arg0 <= 1000/ { @n = count(); @bytes = sum(arg0); @big = max(arg0); } func:libc:free /arg0 != 0/ { @frees = count(); } func:main { @main = count(); }";
-    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
-    assert!(out.status.success(), "{}", out.stderr_str());
+    let (out, got) = trace_maps(&prog, script, &file);
     assert_eq!(out.stdout_str(), "s 1000\n");
-    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
     let maps = &got["maps"];
     assert!(maps["@n"] == 1000 && maps["@bytes"] == 500500 && maps["@big"] == 1000 && maps["@main"] == 1, "{got}");
     let frees = maps["@frees"].as_u64().unwrap_or(0);
@@ -324,23 +322,29 @@ fn system_calls_are_probed_in_libc() {
     let script = "syscall:clock_nanosleep { @sleeps = count(); @flags = max(arg1); } syscall:clock_nanosleep:return { @least = min(elapsed); @ok = sum(retval == 0); } \
                   syscall:write /arg0 == 1/ { @bytes = sum(arg2); } syscall:write:return { @written = sum(retval); } \
                   syscall:exit_group { @code = max(arg0 + 1); }";
-    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
-    assert!(out.status.success(), "{}", out.stderr_str());
+    let (out, got) = trace_maps(&prog, script, &file);
     assert_eq!(out.stdout_str(), "sum 27600\n");
-    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
     let maps = &got["maps"];
     assert!(maps["@sleeps"] == 25 && maps["@ok"] == 25 && maps["@flags"] == 0, "{got}");
     assert!(maps["@least"].as_i64().unwrap_or(0) >= 10_000_000, "usleep(10000) slept less than 10 ms: {got}");
     assert!(maps["@bytes"] == 10 && maps["@written"] == 10 && maps["@code"] == 1, "{got}");
     // `probe` names the call a glob's point fired for.
     let script = "syscall:* { @calls[probe] = count(); } syscall:clock_nanosleep:return { @r[probe] = count(); }";
-    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
-    assert!(out.status.success(), "{}", out.stderr_str());
-    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+    let (_, got) = trace_maps(&prog, script, &file);
     let maps = &got["maps"];
     assert!(maps["@calls"]["syscall:clock_nanosleep"] == 25 && maps["@calls"]["syscall:write"] == 1, "{got}");
     assert_eq!(maps["@r"], json!({"syscall:clock_nanosleep:return": 25}), "{got}");
     cleanup(&dir);
+}
+
+/// `lopi trace --format json -o file -e script -- prog`, which must succeed: how it ran, and
+/// lopi's maps.
+fn trace_maps(prog: &Path, script: &str, file: &Path) -> (Output, Json) {
+    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(file).arg("--").arg(prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{script}: {}", out.stderr_str());
+    let maps = std::fs::read_to_string(file).unwrap();
+    let json = serde_json::from_str(maps.trim()).unwrap_or_else(|e| panic!("{script}: not JSON ({e}): {maps}"));
+    (out, json)
 }
 
 /// Two threads take one mutex 1,000 times each, holding it for a 100 us sleep every 100th
@@ -379,12 +383,10 @@ fn lock_events_are_probed_in_libc() {
     let script = "lock:acquire { @acquire[arg0] = count(); } lock:acquired { @acquired[arg0] = count(); @ok[arg0] = sum(retval == 0); @wait[arg0] = sum(elapsed); } \
                   lock:release { @release[arg0] = count(); } lock:release /elapsed >= 100000/ { @long[arg0] = count(); } \
                   lock:contended { @contended[arg0] = count(); } lock:acquired { @by[func, probe] = count(); }";
-    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
-    assert!(out.status.success(), "{}", out.stderr_str());
+    let (out, got) = trace_maps(&prog, script, &file);
     let printed: Vec<String> = out.stdout_str().split_whitespace().map(str::to_string).collect();
     assert_eq!(printed[0], "2000");
     let (m, other) = (printed[1].as_str(), printed[2].as_str());
-    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
     let maps = &got["maps"];
     for (map, lock, want) in [("@acquire", m, 2000), ("@acquired", m, 2000), ("@ok", m, 2000), ("@release", m, 2000), ("@acquire", other, 1), ("@acquired", other, 1), ("@release", other, 1)] {
         assert_eq!(maps[map][lock], want, "{map}[{lock}]: {got}");
@@ -428,10 +430,8 @@ fn thread_starts_and_exits_are_probed() {
     let file = dir.join("out.json");
     let script = "thread:start { @starts = count(); @start_tids[tid] = count(); @main_pid[pid] = count(); @names[probe] = count(); } \
                   thread:exit { @exits[pid] = count(); @exit_tids[tid] = count(); }";
-    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
-    assert!(out.status.success(), "{}", out.stderr_str());
+    let (out, got) = trace_maps(&prog, script, &file);
     let pid = out.stdout_str().trim().to_string();
-    let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
     let maps = &got["maps"];
     assert_eq!(maps["@starts"], 5, "{got}");
     assert_eq!(maps["@main_pid"], json!({ pid.as_str(): 5 }), "{got}");
@@ -487,10 +487,8 @@ fn instruction_points_fire_where_they_are() {
         // A point at every block after the first where a jump fits: one of them is the loop's.
         let points: Vec<String> = blocks[1..].iter().filter(|(_, fits)| *fits).map(|(start, _)| format!("func:work+{:#x} {{ @hits[{start}] = count(); }}", start - entry)).collect();
         let script = format!("{} func:work+0 {{ @args = sum(arg0); @calls = count(); @in[func, probe] = count(); }} addr:{entry:#x} {{ @same = count(); }}", points.join(" "));
-        let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-e", &script, "-o"]).arg(&file).arg("--").arg(&prog), common::default_timeout()).unwrap();
-        assert!(out.status.success(), "{flags:?} {script}: {}", out.stderr_str());
+        let (out, got) = trace_maps(&prog, &script, &file);
         assert_eq!(out.stdout_str(), format!("{}\n", (1..=10u64).map(|k| 3 * (k * 100) * (k * 100 - 1) / 2).sum::<u64>()), "{flags:?}");
-        let got: Json = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
         let maps = &got["maps"];
         assert_eq!(maps["@calls"], 10, "{flags:?}: {got}");
         assert_eq!(maps["@same"], 10, "{flags:?}: {got}");

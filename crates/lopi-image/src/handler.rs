@@ -73,20 +73,4 @@ impl Handler {
     pub fn probe_offsets(&self) -> Vec<u64> {
         self.callbacks.iter().flatten().copied().collect()
     }
-
-    /// Whether it has callbacks for system calls, or for thread events (which system calls
-    /// make).
-    pub fn probes_system_calls(&self) -> bool {
-        self.callbacks[2..4].iter().chain(&self.callbacks[8..10]).any(Option::is_some)
-    }
-
-    /// Whether it has callbacks for lock events.
-    pub fn probes_locks(&self) -> bool {
-        self.callbacks[4..8].iter().any(Option::is_some)
-    }
-
-    /// Whether it has callbacks for functions' entries or returns.
-    pub fn probes_functions(&self) -> bool {
-        self.callbacks[..2].iter().any(Option::is_some)
-    }
 }

@@ -27,6 +27,28 @@ pub struct ScriptSpec {
 }
 
 impl ScriptSpec {
+    /// Whether some point is a function's entry or return.
+    pub fn probes_functions(&self) -> bool {
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::FuncEntry { .. } | Point::FuncReturn { .. }))
+    }
+
+    /// Whether some point is made by libc's code: a system call, a lock event or a thread's
+    /// start or end (which a rewritten file, probing itself only, never sees).
+    pub fn probes_libc(&self) -> bool {
+        self.probes_system_calls() || self.probes_locks() || self.probes_threads()
+    }
+
+    /// `probes` with what its points need: functions' entries and exits timed, system calls
+    /// probed (for system-call and thread points), locks probed.
+    pub fn add_probes(&self, mut probes: lopi_patch::Probes) -> lopi_patch::Probes {
+        let functions = self.probes_functions();
+        probes.entries |= functions;
+        probes.exits |= functions;
+        probes.syscalls |= self.probes_system_calls() || self.probes_threads();
+        probes.locks |= self.probes_locks();
+        probes
+    }
+
     /// The addresses of its instruction points, each once.
     pub fn instruction_points(&self) -> Vec<u64> {
         let mut out: Vec<u64> = self.point_addrs.values().copied().collect();
@@ -242,26 +264,22 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         start
     };
     let hooks: Vec<u64> = hooks(spec, library, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
-    let lock_lists: Vec<u32> = match spec.probes_locks() {
-        true => LockEvent::ALL
-            .iter()
-            .map(|event| {
-                let pairs: HookList = points(program).enumerate().filter(|(_, (_, p))| **p == Point::Lock(*event)).map(|(n, (probe, _))| (probe as u32, n as u32)).collect();
-                add_list(&pairs)
-            })
-            .collect(),
-        false => Vec::new(),
-    };
-    let thread_lists: Vec<u32> = match spec.probes_threads() {
-        true => [Point::ThreadStart, Point::ThreadExit]
+    // A list of its probes per event point (`ScriptImage::locks`, `threads`); none when the
+    // script names none of them.
+    let mut event_lists = |events: &[Point]| -> Vec<u32> {
+        if !points(program).any(|(_, p)| events.contains(p)) {
+            return Vec::new();
+        }
+        events
             .iter()
             .map(|event| {
                 let pairs: HookList = points(program).enumerate().filter(|(_, (_, p))| *p == event).map(|(n, (probe, _))| (probe as u32, n as u32)).collect();
                 add_list(&pairs)
             })
-            .collect(),
-        false => Vec::new(),
+            .collect()
     };
+    let lock_lists = event_lists(&LockEvent::ALL.map(Point::Lock));
+    let thread_lists = event_lists(&[Point::ThreadStart, Point::ThreadExit]);
     let syscalls: Vec<u64> = match spec.probes_system_calls() {
         true => syscall_hooks(program).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect(),
         false => Vec::new(),
@@ -290,8 +308,9 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         &area.tables.iter().flat_map(|t| [u64::from(t.key_size) | u64::from(t.slot_size) << 32, u64::from(t.max_entries), t.offset]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>(),
     );
     let probe_code_at = place(&words(&compiled.probes));
-    let threads_at = if thread_lists.is_empty() { 0 } else { place(&thread_lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
-    let locks_at = if lock_lists.is_empty() { 0 } else { place(&lock_lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
+    let mut place_lists = |lists: &[u32]| if lists.is_empty() { 0 } else { place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
+    let threads_at = place_lists(&thread_lists);
+    let locks_at = place_lists(&lock_lists);
     let relocs: Vec<u64> = spec.handler.iter().flat_map(|h| &h.relocs).flat_map(|&(slot, target)| [slot, target]).collect();
     let relocs_at = place(&words(&relocs));
     let strings_at = place(&strings);

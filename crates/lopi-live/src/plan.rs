@@ -247,7 +247,7 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
             let probes = Probes { syscalls: spec.everywhere.syscalls, locks: spec.everywhere.locks, ..Probes::default() };
             // A script with probes of system calls, lock or thread events goes wherever those
             // are probed.
-            let scripted = spec.script.as_ref().is_some_and(|s| s.probes_system_calls() || s.probes_locks() || s.probes_threads());
+            let scripted = spec.script.as_ref().is_some_and(|s| s.probes_libc());
             out.push((ModuleRequest { library, filter: Filter::default(), probes, count_only: Vec::new(), scripted }, path.to_string()));
         }
     }

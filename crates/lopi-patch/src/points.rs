@@ -4,7 +4,7 @@
 //! stopping at any branch target, without covering another probe's bytes. Its site runs
 //! `Action::Probe`: a trampoline that calls the runtime's point stub below the red zone,
 //! which runs the probes hooked to the site's counter (a block counter, after the blocks').
-use crate::exits::{self, CodeMap, Region, UntimedReason};
+use crate::exits::{CodeMap, UntimedReason};
 use crate::{patch_instructions, Action, Analysis, Point, Selection, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
@@ -38,8 +38,7 @@ impl Selection {
             let name = &module.functions[index].name;
             let (blocks, _) = crate::blocks::graph(module, targets, &map, index, ends[index]).map_err(|r| PointError::NoGraph(name.clone(), r))?;
             let block = blocks.iter().find(|b| (b.start..b.end).contains(&addr)).ok_or_else(|| PointError::NotAnInstruction(addr, name.clone()))?;
-            let found = exits::find(module, Region { start: module.functions[index].addr.0, end: ends[index] }, &map, targets, false).map_err(|r| PointError::NoGraph(name.clone(), r))?;
-            if !found.code.values().flat_map(|(_, insns)| insns).any(|i| i.ip() == addr) {
+            if !starts_instruction(module, block.start, addr) {
                 return Err(PointError::NotAnInstruction(addr, name.clone()));
             }
             let starts: BTreeSet<u64> = blocks.iter().map(|b| b.start).collect();
@@ -75,4 +74,18 @@ impl Selection {
     pub fn has_points(&self) -> bool {
         self.sites.iter().any(|s| s.action == Action::Probe)
     }
+}
+
+/// Whether decoding from `start` (a block's first instruction) reaches `addr` at an instruction
+/// boundary: a block has no branch into its middle, so its instructions follow one another.
+fn starts_instruction(module: &ElfModule<'_>, start: u64, addr: u64) -> bool {
+    let Some(bytes) = module.bytes_from(Svma(start)) else { return false };
+    let mut ip = start;
+    while ip < addr {
+        match bytes.get((ip - start) as usize..).and_then(|code| lopi_x86::decode_one(code, ip)) {
+            Some(insn) => ip = insn.next_ip(),
+            None => return false,
+        }
+    }
+    ip == addr
 }

@@ -171,7 +171,7 @@ pub fn run(request: Request) -> Result<()> {
         include: function_globs(&spec),
         count_only: count_only(&spec, &module),
         exclude: Vec::new(),
-        probes: ProbeSet { entries: true, exits: true, syscalls: spec.probes_system_calls() || spec.probes_threads(), locks: spec.probes_locks(), ..ProbeSet::default() },
+        probes: spec.add_probes(ProbeSet { entries: true, exits: true, ..ProbeSet::default() }),
         trace: false,
         budget_ppm: 0,
         cache: request.cache.clone(),

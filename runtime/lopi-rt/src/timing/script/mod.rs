@@ -181,19 +181,26 @@ pub(super) enum Side {
     Event(u64),
 }
 
+/// List `event` of the event lists at `lists` (a `ScriptImage::locks` or `threads` table; 0:
+/// none), 0 when there is none or the script has ended.
+unsafe fn event_list(v: *const RuntimeVars, lists: u64, event: usize) -> u32 {
+    // SAFETY: a non-zero `lists` is the script's table of that kind, one word per event.
+    unsafe {
+        if lists == 0 || read_volatile(&(*v).script_off) != 0 {
+            return 0;
+        }
+        *(lists as *const u32).add(event)
+    }
+}
+
 /// Runs the probes of lock event `event` (`script::lock_event`) of the lock function with
 /// counter `index`, whose call's frame key is `key`: `lock`, `arg1` and `arg2` are its first
 /// three arguments, `ret` its result, `ticks` the wait (acquired) or the hold (release).
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn run_lock(t: &Thread, v: *const RuntimeVars, event: usize, index: u64, lock: u64, arg1: u64, arg2: u64, ret: u64, key: u64, ticks: Option<u64>) {
-    // SAFETY: `script_locks` holds `LOCK_EVENTS` lists of this module's script; the caller holds
-    // the thread busy.
+    // SAFETY: the caller holds the thread busy.
     unsafe {
-        let lists = read_volatile(&(*v).script_locks) as *const u32;
-        if lists.is_null() || read_volatile(&(*v).script_off) != 0 {
-            return;
-        }
-        let list = *lists.add(event);
+        let list = event_list(v, read_volatile(&(*v).script_locks), event);
         if list == 0 {
             return;
         }
@@ -218,13 +225,9 @@ pub(super) unsafe fn run_lock(t: &Thread, v: *const RuntimeVars, event: usize, i
 /// Runs the probes of thread event `event` (`script::THREAD_START` or `THREAD_EXIT`) on the
 /// thread `t`, which the caller holds busy.
 pub(super) unsafe fn run_thread(t: &Thread, v: *const RuntimeVars, event: usize) {
-    // SAFETY: `script_threads` holds `THREAD_EVENTS` lists of this module's script.
+    // SAFETY: the caller holds the thread busy.
     unsafe {
-        let lists = read_volatile(&(*v).script_threads) as *const u32;
-        if lists.is_null() || read_volatile(&(*v).script_off) != 0 {
-            return;
-        }
-        let list = *lists.add(event);
+        let list = event_list(v, read_volatile(&(*v).script_threads), event);
         if list == 0 {
             return;
         }
