@@ -286,19 +286,18 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
         }
     }
     let switches: Vec<&lopi_trace::SwitchSummary> = threads.iter().flat_map(|t| &t.switches).collect();
-    let unlogged = sum(|t| t.switches_unlogged);
     if !switches.is_empty() {
         let list: Vec<String> = switches
             .iter()
             .take(12)
             .map(|s| format!("{} at {} ({:.3} M calls/s)", s.function, duration(s.at_ms * 1e6), s.calls_per_s / 1e6))
             .collect();
-        let more = switches.len() - list.len() + unlogged as usize;
+        let more = switches.len() - list.len();
         let more = if more > 0 { format!(", {more} more") } else { String::new() };
         let _ = writeln!(
             out,
             "note: the budget switched {} from timing to counting: {}{more}; their calls since are counted, and their time is in their callers' self time",
-            plural(switches.len() + unlogged as usize, "function"),
+            plural(switches.len(), "function"),
             list.join(", ")
         );
     }

@@ -179,7 +179,7 @@ fn mutated_timed_data_files_never_panic() {
     let mut hot: Vec<usize> = vec![
         chunk_at,
         chunk_at + lopi_rt_abi::UNMATCHED_TABLE as usize,
-        chunk_at + lopi_rt_abi::SWITCH_LOG as usize,
+        chunk_at + lopi_rt_abi::BUDGET_STATE as usize,
         header.nodes_file as usize,
         header.stack_file as usize,
         chunk_at + header.trace_offset as usize,

@@ -97,11 +97,12 @@ pub struct ThreadHeader {
     pub clock_backwards: u64,
     /// TSC at which the exit probe next runs the budget check (`u64::MAX`: never).
     pub next_check_tsc: u64,
-    /// Entries in the unmatched-exit table and the switch log.
+    /// Entries in the unmatched-exit table.
     pub unmatched_len: u32,
-    pub switch_len: u32,
-    /// Switches that did not fit in the log.
-    pub switches_dropped: u64,
+    /// Functions this thread's budget checks switched to counting.
+    pub switched: u32,
+    /// Timed calls that ended, for the budget's checks (the tree's nodes hold them by path).
+    pub timed_calls: u64,
 }
 
 pub const THREAD_HEADER_LEN: usize = 320;
@@ -215,25 +216,93 @@ pub struct UnmatchedExit {
 
 pub const UNMATCHED_EXIT_LEN: usize = 16;
 
-/// Offset in the header page of the log of functions the budget switched to counting.
-pub const SWITCH_LOG: u64 = 2048;
-/// Entries of the switch log.
-pub const SWITCH_SLOTS: u32 = 62;
+/// Offset in the header page of the perturbation budget's state ([`BudgetState`]).
+pub const BUDGET_STATE: u64 = 2048;
 
-/// One function switched from timing to counting to keep the run within its budget.
+/// Where a thread's budget table is and what its checks remember between them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Switch {
-    pub tsc: u64,
-    /// The function's counter address.
-    pub func: u64,
-    /// Its timed calls in this thread until then, and the ticks they were made in.
+pub struct BudgetState {
+    /// The table ([`BudgetEntry`] per counter of the module, then a `u32` per counter of
+    /// scratch), an extension: its address less the chunk's, its file offset, its entries (0:
+    /// the thread has no table yet).
+    pub table_offset: u64,
+    pub table_file: u64,
+    pub entries: u64,
+    /// Checks made; TSC of the latest (the thread's start before the first) and of the latest
+    /// that scanned the tree; the header's `timed_calls` at the latest.
+    pub checks: u64,
+    pub last_check_tsc: u64,
+    pub last_scan_tsc: u64,
+    pub calls_seen: u64,
+    /// Timed calls of functions other than the module's (a lock's hold, another module's
+    /// function) at the latest scan: timing's cost, which the budget cannot switch off.
+    pub other_seen: u64,
+}
+
+pub const BUDGET_STATE_LEN: usize = 64;
+const _: () = assert!(core::mem::size_of::<BudgetState>() == BUDGET_STATE_LEN);
+const _: () = assert!(BUDGET_STATE + BUDGET_STATE_LEN as u64 <= PROXY_STATE);
+
+impl BudgetState {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..BUDGET_STATE_LEN)?);
+        Some(Self {
+            table_offset: f.u64(0),
+            table_file: f.u64(8),
+            entries: f.u64(16),
+            checks: f.u64(24),
+            last_check_tsc: f.u64(32),
+            last_scan_tsc: f.u64(40),
+            calls_seen: f.u64(48),
+            other_seen: f.u64(56),
+        })
+    }
+}
+
+/// One function of the module in a thread's budget table: what the thread's checks saw of
+/// it, and whether this thread switched it from timing to counting.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BudgetEntry {
+    /// Its timed calls in this thread at the latest check.
+    pub seen_calls: u64,
+    /// During a check: its timed calls now and their ticks (set when `epoch` is the check's).
     pub calls: u64,
+    pub ticks: u64,
+    pub epoch: u64,
+    /// TSC when this thread switched it to counting; 0: it did not.
+    pub switched_tsc: u64,
+    /// Its counter's address (its name in the tree), set at the switch.
+    pub func: u64,
+    /// Its timed calls in the check window that switched it, and the window's ticks.
+    pub window_calls: u64,
     pub window_ticks: u64,
 }
 
-pub const SWITCH_LEN: usize = 32;
-const _: () = assert!(SWITCH_LOG + SWITCH_SLOTS as u64 * SWITCH_LEN as u64 <= PROXY_STATE);
+pub const BUDGET_ENTRY_LEN: usize = 64;
+const _: () = assert!(core::mem::size_of::<BudgetEntry>() == BUDGET_ENTRY_LEN);
+
+/// Bytes of a budget table of `entries` entries (and their scratch).
+pub const fn budget_table_bytes(entries: u64) -> u64 {
+    super::page_align(entries * (BUDGET_ENTRY_LEN as u64 + 4))
+}
+
+impl BudgetEntry {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..BUDGET_ENTRY_LEN)?);
+        Some(Self {
+            seen_calls: f.u64(0),
+            calls: f.u64(8),
+            ticks: f.u64(16),
+            epoch: f.u64(24),
+            switched_tsc: f.u64(32),
+            func: f.u64(40),
+            window_calls: f.u64(48),
+            window_ticks: f.u64(56),
+        })
+    }
+}
 
 /// Offset in the header page of the thread's proxy in the emulated application kernel
 /// (`lopi whatif --kernel app-kernel`), the thread that makes its system calls.
@@ -283,7 +352,7 @@ impl ProxyState {
         })
     }
 }
-const _: () = assert!(UNMATCHED_TABLE + UNMATCHED_SLOTS as u64 * UNMATCHED_EXIT_LEN as u64 <= SWITCH_LOG);
+const _: () = assert!(UNMATCHED_TABLE + UNMATCHED_SLOTS as u64 * UNMATCHED_EXIT_LEN as u64 <= BUDGET_STATE);
 
 /// Node of a thread's calling-context tree: one call path.
 #[repr(C)]
@@ -462,8 +531,8 @@ impl ThreadHeader {
             clock_backwards: f.u64(288),
             next_check_tsc: f.u64(296),
             unmatched_len: f.u32(304),
-            switch_len: f.u32(308),
-            switches_dropped: f.u64(312),
+            switched: f.u32(308),
+            timed_calls: f.u64(312),
         })
     }
 }
@@ -522,9 +591,3 @@ impl ThreadEnd {
     }
 }
 
-impl Switch {
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        let f = Fields(bytes.get(..SWITCH_LEN)?);
-        Some(Self { tsc: f.u64(0), func: f.u64(8), calls: f.u64(16), window_ticks: f.u64(24) })
-    }
-}

@@ -3,9 +3,9 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
-    ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, Switch, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
-    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, SWITCH_LEN,
-    SWITCH_LOG, ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE, SWITCH_SLOTS,
+    ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
+    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
+    ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -46,8 +46,9 @@ pub struct ThreadChunk {
     pub events: Vec<Event>,
     /// Exits that matched no frame, by function.
     pub unmatched: Vec<UnmatchedExit>,
-    /// Functions the budget switched to counting, in order.
-    pub switches: Vec<Switch>,
+    /// Entries of the budget table of functions this thread switched to counting, in order.
+    pub switches: Vec<BudgetEntry>,
+    pub budget: BudgetState,
     /// How the thread ended, if a probe saw it (`tsc` 0: not seen).
     pub end: ThreadEnd,
     /// Its waits for an emulated kernel's lock (`lopi whatif`).
@@ -300,7 +301,6 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
         || header.depth > header.stack_cap
         || header.trace_len > header.trace_cap
         || header.unmatched_len > UNMATCHED_SLOTS
-        || header.switch_len > SWITCH_SLOTS
     {
         return Err("thread chunk counts exceed capacities");
     }
@@ -328,13 +328,19 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
         .chunks_exact(UNMATCHED_EXIT_LEN)
         .filter_map(UnmatchedExit::from_bytes)
         .collect();
-    let switches =
-        region(chunk, SWITCH_LOG, u64::from(header.switch_len), SWITCH_LEN)?.chunks_exact(SWITCH_LEN).filter_map(Switch::from_bytes).collect();
+    let budget = region(chunk, BUDGET_STATE, 1, BUDGET_STATE_LEN)?;
+    let budget = BudgetState::from_bytes(&budget).unwrap_or_default();
+    let mut switches: Vec<BudgetEntry> = region(file, budget.table_file, budget.entries, BUDGET_ENTRY_LEN)?
+        .chunks_exact(BUDGET_ENTRY_LEN)
+        .filter_map(BudgetEntry::from_bytes)
+        .filter(|e| e.switched_tsc != 0)
+        .collect();
+    switches.sort_by_key(|e| e.switched_tsc);
     let end = region(chunk, THREAD_END, 1, THREAD_END_LEN)?;
     let end = ThreadEnd::from_bytes(&end).unwrap_or_default();
     let kernel_lock = region(chunk, KERNEL_LOCK_STATE, 1, KERNEL_LOCK_STATE_LEN)?;
     let kernel_lock = KernelLockState::from_bytes(&kernel_lock).unwrap_or_default();
     let proxy = region(chunk, PROXY_STATE, 1, PROXY_STATE_LEN)?;
     let proxy = ProxyState::from_bytes(&proxy).unwrap_or_default();
-    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches, end, kernel_lock, proxy }), len))
+    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches, budget, end, kernel_lock, proxy }), len))
 }

@@ -61,8 +61,8 @@ pub struct ThreadSummary {
     pub paused_ns: f64,
     pub clock_backwards: u64,
     pub switches: Vec<SwitchSummary>,
-    /// Switches beyond what the thread's log holds.
-    pub switches_unlogged: u64,
+    /// Budget checks the thread made.
+    pub budget_checks: u64,
     pub trace_events: usize,
     pub trace_dropped: u64,
     /// When the first event was dropped (ns since the earliest timestamp in the file).
@@ -250,7 +250,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
                 .iter()
                 .map(|s| SwitchSummary { function: name(s.function), at_ms: s.at_ns / 1e6, calls_per_s: s.calls_per_s })
                 .collect(),
-            switches_unlogged: thread.switches_unlogged,
+            budget_checks: thread.budget_checks,
             trace_events: thread.events.len(),
             trace_dropped: thread.trace_dropped,
             first_drop_ns: thread.first_drop_ns,

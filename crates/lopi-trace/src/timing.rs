@@ -150,10 +150,9 @@ pub struct ThreadProfile {
     pub paused_ns: f64,
     /// Exits whose clock read came before their entry's (a TSC step between CPUs), taken as 0.
     pub clock_backwards: u64,
-    /// Functions the budget switched from timing to counting, in order, and how many more
-    /// did not fit in the log.
+    /// Functions the budget switched from timing to counting, in order, and the checks it made.
     pub switches: Vec<Switched>,
-    pub switches_unlogged: u64,
+    pub budget_checks: u64,
 }
 
 /// A function the perturbation budget switched to counting.
@@ -162,7 +161,7 @@ pub struct Switched {
     pub function: u32,
     /// When, in the same clock as `TraceEvent::ns`.
     pub at_ns: f64,
-    /// Its timed calls in the thread until then, per second of the thread's run.
+    /// Its timed calls in the thread in the check window before, per second.
     pub calls_per_s: f64,
 }
 
@@ -451,8 +450,8 @@ impl Timing {
                 .iter()
                 .map(|s| Switched {
                     function: function(s.func),
-                    at_ns: ns(s.tsc.saturating_sub(origin) as f64),
-                    calls_per_s: s.calls as f64 * h.tsc_hz as f64 / s.window_ticks.max(1) as f64,
+                    at_ns: ns(s.switched_tsc.saturating_sub(origin) as f64),
+                    calls_per_s: s.window_calls as f64 * h.tsc_hz as f64 / s.window_ticks.max(1) as f64,
                 })
                 .collect();
             threads.push(ThreadProfile {
@@ -474,7 +473,7 @@ impl Timing {
                 paused_ns: ns(h.paused_ticks as f64),
                 clock_backwards: h.clock_backwards,
                 switches,
-                switches_unlogged: h.switches_dropped,
+                budget_checks: chunk.budget.checks,
             });
         }
         Some(Timing { functions, threads, probe_cost, syscall_sites })

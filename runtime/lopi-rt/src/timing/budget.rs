@@ -1,172 +1,232 @@
-//! The perturbation budget: every so often a thread's exit probe estimates what timing costs
-//! this thread (timed calls x the measured cost of one call's probes, over the thread's run
-//! time so far) and, when that is above the budget, switches this module's shortest timed
-//! functions that cost a noticeable part of it to counting until the estimate fits, with
-//! some margin. A switched function's trampoline then counts its calls per CPU, as a counting
-//! trampoline does, and skips its exit probes, so its time becomes its caller's self time.
-//! Each switch is logged in the thread's header page; the check's own time is taken out of
+//! The perturbation budget. Every 0.2 ms a thread's exit probe compares what timing cost the
+//! thread since its previous check (its timed calls in the window x the measured cost of one
+//! call's probes) with the window's share of the budget: three quarters of it, half while the
+//! run as a whole is over budget, so that the excess is paid back. A window over it makes the
+//! check scan the calling-context tree for each function's timed calls; once two scans are a
+//! window apart, the check switches this module's shortest functions (by average call) that
+//! were called in between to counting, until the window's cost without their calls fits. A
+//! switched function's trampoline then counts its calls per CPU, as a counting trampoline
+//! does, and skips its exit probes, so its time becomes its caller's self time.
+//!
+//! The thread's budget table, an extension of its chunk with an entry per counter of the
+//! module, keeps what the scans saw of each function and records each switch (when, and the
+//! call rate that made it), so readers list every one. The check's own time is taken out of
 //! every open call (as any slow path's).
 use super::thread::Thread;
 use super::{counter, mode_word, rdtsc};
-use crate::abi::{self, RuntimeVars, Switch};
-use crate::sys;
-use core::ptr::{read_volatile, write_volatile};
+use crate::abi::{self, BudgetEntry, BudgetState, RuntimeVars};
+use core::ptr::write_volatile;
 
 /// When a new thread first checks: soon, so that a short run does not pay for long.
 pub(super) fn first_check(v: &RuntimeVars, start: u64) -> u64 {
     if v.budget_ppm == 0 || v.tsc_hz == 0 {
         u64::MAX
     } else {
-        start.saturating_add(v.tsc_hz / 1000)
+        start.saturating_add(interval(v))
     }
 }
 
-/// One function's timed calls in this thread, and their durations.
-#[derive(Clone, Copy)]
-struct Entry {
-    func: u64,
-    calls: u64,
-    ticks: u64,
+/// Time between checks that find the thread within its budget: a check then only compares
+/// the thread's timed calls since the previous one with the window's share of the budget.
+fn interval(v: &RuntimeVars) -> u64 {
+    v.tsc_hz / 5000
 }
 
 pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
-    // SAFETY: the caller holds `busy`; the scratch table is a private mapping of `cap`
-    // entries, unmapped before returning.
+    // SAFETY: the caller holds `busy`; the state lies in the header page, the table in an
+    // extension of `entries` entries and as many scratch words.
     unsafe {
         let h = t.h;
         let started = rdtsc();
-        let elapsed = now.saturating_sub((*h).start_tsc).max(1);
-        let nodes = (*h).node_count;
-        let cap = (nodes as usize * 2).next_power_of_two().max(64);
-        let bytes = cap * core::mem::size_of::<Entry>();
-        let m = sys::call6(sys::MMAP, 0, bytes, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
-        if m > 0 {
-            let table = core::slice::from_raw_parts_mut(m as *mut Entry, cap);
-            for i in abi::FIRST_FREE_NODE..nodes {
-                let n = t.node(i);
-                add(table, (*n).func, (*n).calls, (*n).ticks);
-            }
-            decide(t, v, table, now, elapsed);
-            sys::call3(sys::MUNMAP, m as usize, bytes, 0);
-        }
-        // The exit probe takes this time out of the open calls with the rest of its slow path.
-        let cost = rdtsc().wrapping_sub(started);
-        // Every 2 ms, so that a phase of the program that calls new short functions is caught
-        // early, but never costing more than 2% of the run (a large tree takes longer to scan).
-        let interval = ((*v).tsc_hz / 500).max(cost.saturating_mul(50));
-        (*h).next_check_tsc = now.saturating_add(interval);
-    }
-}
-
-fn add(table: &mut [Entry], func: u64, calls: u64, ticks: u64) {
-    let mask = table.len() - 1;
-    let mut i = (func.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask;
-    loop {
-        let e = &mut table[i];
-        if e.func == func || e.func == 0 {
-            e.func = func;
-            e.calls += calls;
-            e.ticks = e.ticks.wrapping_add(ticks);
+        let state = (t.base + abi::BUDGET_STATE as usize) as *mut BudgetState;
+        if (*state).entries == 0 && !make_table(t, v, state) {
+            (*h).next_check_tsc = u64::MAX;
             return;
         }
-        i = (i + 1) & mask;
+        (*state).checks += 1;
+        let pair = (*h).probe_pair_ticks.max(1);
+        let calls = (*h).timed_calls.wrapping_sub((*state).calls_seen);
+        let over = calls.saturating_mul(pair) > target(v, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), now.saturating_sub((*state).last_check_tsc));
+        let mut next = interval(&*v);
+        if over {
+            // Which functions to switch is decided from their calls since the previous scan,
+            // which must be recent: a check that finds no recent scan only takes one.
+            let table = Table {
+                entries: core::slice::from_raw_parts_mut(t.base.wrapping_add((*state).table_offset as usize) as *mut BudgetEntry, (*state).entries as usize),
+                scratch: core::slice::from_raw_parts_mut(
+                    t.base.wrapping_add((*state).table_offset as usize + (*state).entries as usize * abi::BUDGET_ENTRY_LEN) as *mut u32,
+                    (*state).entries as usize,
+                ),
+            };
+            let recent = (*state).last_scan_tsc == (*state).last_check_tsc;
+            scan(t, v, state, table, now, recent);
+            (*state).last_scan_tsc = now;
+            // A large tree takes long to scan: scans never cost more than 2% of the run.
+            next = next.max(rdtsc().wrapping_sub(started).saturating_mul(50));
+        }
+        (*state).calls_seen = (*h).timed_calls;
+        (*state).last_check_tsc = now;
+        // The exit probe takes this check's time out of the open calls with the rest of its
+        // slow path.
+        (*h).next_check_tsc = now.saturating_add(next);
     }
 }
 
-/// Switches this module's shortest functions (by average call, so that the probes are the
-/// largest share of what they measure) among those whose timing costs a noticeable part of the
-/// excess, until the thread's estimated timing cost is below three quarters of the budget.
-unsafe fn decide(t: &Thread, v: *const RuntimeVars, table: &mut [Entry], now: u64, elapsed: u64) {
-    // SAFETY: slots of this module's counters lie in its table after the variables.
+/// The timing cost a window of `window` ticks may have: three quarters of its share of the
+/// budget while the thread's run as a whole (`spent` of `elapsed`) is within it, half while
+/// the excess is paid back.
+unsafe fn target(v: *const RuntimeVars, spent: u64, elapsed: u64, window: u64) -> u64 {
+    // SAFETY: the variables are the module's.
+    let ppm = u64::from(unsafe { (*v).budget_ppm });
+    // In two steps, so that long runs do not overflow.
+    let share = |ticks: u64| ticks / 1000 * ppm / 1000;
+    if spent > share(elapsed) { share(window) / 2 } else { share(window) * 3 / 4 }
+}
+
+/// Maps the thread's table: false when the data file cannot grow (the thread then stays timed).
+unsafe fn make_table(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> bool {
+    // SAFETY: forwarded; the extension is fresh, zeroed and this thread's.
+    unsafe {
+        let entries = (*v).counter_count;
+        if entries == 0 {
+            return false;
+        }
+        let Some((at, file)) = super::thread::map_extension(v, abi::budget_table_bytes(entries)) else { return false };
+        (*state).table_offset = at.wrapping_sub(t.base) as u64;
+        (*state).table_file = file;
+        (*state).last_check_tsc = (*t.h).start_tsc;
+        write_volatile(&raw mut (*state).entries, entries);
+        true
+    }
+}
+
+struct Table<'a> {
+    entries: &'a mut [BudgetEntry],
+    /// Indices of the candidates to switch.
+    scratch: &'a mut [u32],
+}
+
+/// Sums each function's timed calls on all its paths; with `decide`, switches this module's
+/// shortest functions (by average call, so that the probes are the largest share of what they
+/// measure) until the cost of the timed calls since the previous scan, less theirs, is within
+/// the target.
+unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table: Table<'_>, now: u64, decide: bool) {
+    // SAFETY: nodes below `node_count` are initialised; mode words and hooks exist for every
+    // counter of this module.
     unsafe {
         let h = t.h;
         let pair = (*h).probe_pair_ticks.max(1);
+        let epoch = (*state).checks;
         let first = counter(0);
-        let count = (*v).counter_count;
-        let mine = |func: u64| func >= first && (func - first) / 8 < count && (func - first) % 8 == 0;
-        let slot = |func: u64| mode_word(v, (func - first) / 8);
-        // A function with script probes stays timed: counting would skip its probes.
-        let scripted = |func: u64| super::script::hooks(v, (func - first) / 8) != (0, 0);
-        // System calls are timed whatever the budget says: their probes are not timing's cost.
-        let timed = |func: u64| abi::syscall_name::decode(func).is_none() && (!mine(func) || *slot(func) == abi::mode::TIMED);
-        let mut cost: u64 = table.iter().filter(|e| e.func != 0 && timed(e.func)).map(|e| e.calls.saturating_mul(pair)).fold(0, u64::saturating_add);
-        // In two steps, so that long runs do not overflow.
-        let allowed = elapsed / 1000 * u64::from((*v).budget_ppm) / 1000;
-        let target = allowed * 3 / 4;
-        if cost <= allowed {
+        let entries = table.entries;
+        let count = entries.len();
+        let index = |func: u64| {
+            let i = func.wrapping_sub(first) / 8;
+            (func >= first && func % 8 == first % 8 && (i as usize) < count).then_some(i as usize)
+        };
+        let mut other = 0u64;
+        for n in abi::FIRST_FREE_NODE..(*h).node_count {
+            let n = t.node(n);
+            let func = (*n).func;
+            match index(func) {
+                Some(i) => {
+                    let e = &mut entries[i];
+                    if e.epoch != epoch {
+                        // One field at a time: adjacent stores may become vector stores, and
+                        // the probes' callers do not save vector registers.
+                        write_volatile(&raw mut e.epoch, epoch);
+                        write_volatile(&raw mut e.calls, 0);
+                        write_volatile(&raw mut e.ticks, 0);
+                    }
+                    e.calls += (*n).calls;
+                    e.ticks = e.ticks.wrapping_add((*n).ticks);
+                }
+                // System calls are timed whatever the budget says: their probes are not
+                // timing's cost. The merged-paths node names no function.
+                None if func != 0 && abi::syscall_name::decode(func).is_none() => other += (*n).calls,
+                None => {}
+            }
+        }
+        if decide {
+            let timed = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED;
+            let mut spent = other;
+            let mut window_calls = other.saturating_sub((*state).other_seen);
+            for (i, e) in entries.iter().enumerate() {
+                if e.epoch == epoch {
+                    spent = spent.saturating_add(e.calls);
+                    if timed(i) {
+                        window_calls = window_calls.saturating_add(e.calls.saturating_sub(e.seen_calls));
+                    }
+                }
+            }
+            let window = now.saturating_sub((*state).last_scan_tsc).max(1);
+            let target = target(v, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window);
+            switch(v, h, entries, table.scratch, epoch, window_calls.saturating_mul(pair), target, window, now);
+        }
+        (*state).other_seen = other;
+        for e in entries.iter_mut().filter(|e| e.epoch == epoch) {
+            e.seen_calls = e.calls;
+        }
+    }
+}
+
+/// Switches timed functions called in the window, shortest first, until `cost` is within
+/// `target`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], scratch: &mut [u32], epoch: u64, mut cost: u64, target: u64, window: u64, now: u64) {
+    // SAFETY: mode words and hooks exist for every counter of this module.
+    unsafe {
+        if cost <= target {
             return;
         }
-        // This module's timed functions whose timing costs a noticeable part of the excess,
-        // shortest first, moved to the front of the table and sorted there (no allocator).
-        let worth = (cost - target) / 100;
+        let pair = (*h).probe_pair_ticks.max(1);
+        // A function with script probes stays timed: counting would skip its probes.
+        let switchable = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED && super::script::hooks(v, i as u64) == (0, 0);
         let mut len = 0;
-        for i in 0..table.len() {
-            let e = table[i];
-            if e.func != 0 && e.calls > 0 && e.calls.saturating_mul(pair) >= worth && mine(e.func) && *slot(e.func) == abi::mode::TIMED && !scripted(e.func) {
-                swap(table, len, i);
+        for (i, e) in entries.iter().enumerate() {
+            if e.epoch == epoch && e.calls > e.seen_calls && switchable(i) {
+                scratch[len] = i as u32;
                 len += 1;
             }
         }
-        let candidates = &mut table[..len];
-        sort_by_average(candidates);
-        for e in candidates.iter() {
+        let candidates = &mut scratch[..len];
+        sort_by_average(candidates, entries);
+        for &i in candidates.iter() {
             if cost <= target {
                 break;
             }
-            write_volatile(slot(e.func), abi::mode::COUNTING);
-            cost = cost.saturating_sub(e.calls.saturating_mul(pair));
-            log(t, Switch { tsc: now, func: e.func, calls: e.calls, window_ticks: elapsed });
+            let e = &mut entries[i as usize];
+            let calls = e.calls - e.seen_calls;
+            write_volatile(mode_word(v, u64::from(i)), abi::mode::COUNTING);
+            cost = cost.saturating_sub(calls.saturating_mul(pair));
+            write_volatile(&raw mut e.func, counter(u64::from(i)));
+            write_volatile(&raw mut e.window_calls, calls);
+            write_volatile(&raw mut e.window_ticks, window);
+            write_volatile(&raw mut e.switched_tsc, now);
+            (*h).switched += 1;
         }
     }
 }
 
-/// Swaps two entries one word at a time: a whole-entry copy may be compiled to vector
-/// moves, and the probes' callers do not save vector registers (the blob's build checks).
-fn swap(entries: &mut [Entry], i: usize, j: usize) {
-    if i == j {
-        return;
-    }
-    let (a, b) = (&raw mut entries[i], &raw mut entries[j]);
-    // SAFETY: two distinct, valid entries of the slice.
-    unsafe {
-        for field in [core::mem::offset_of!(Entry, func), core::mem::offset_of!(Entry, calls), core::mem::offset_of!(Entry, ticks)] {
-            let (x, y) = ((a as *mut u8).add(field) as *mut u64, (b as *mut u8).add(field) as *mut u64);
-            let t = read_volatile(x);
-            write_volatile(x, read_volatile(y));
-            write_volatile(y, t);
-        }
-    }
-}
-
-/// Shell sort by average call duration, shortest first: in place, O(n^1.3)-ish, no recursion.
-fn sort_by_average(entries: &mut [Entry]) {
-    let key = |e: &Entry| e.ticks / e.calls.max(1);
+/// Shell sort of entry indices by average call duration, shortest first: in place,
+/// O(n^1.3)-ish, no recursion.
+fn sort_by_average(indices: &mut [u32], entries: &[BudgetEntry]) {
+    let key = |i: u32| {
+        let e = &entries[i as usize];
+        e.ticks / e.calls.max(1)
+    };
     let mut gap = 1;
-    while gap < entries.len() / 3 {
+    while gap < indices.len() / 3 {
         gap = gap * 3 + 1;
     }
     while gap > 0 {
-        for i in gap..entries.len() {
+        for i in gap..indices.len() {
             let mut j = i;
-            while j >= gap && key(&entries[j - gap]) > key(&entries[j]) {
-                swap(entries, j - gap, j);
+            while j >= gap && key(indices[j - gap]) > key(indices[j]) {
+                indices.swap(j - gap, j);
                 j -= gap;
             }
         }
         gap /= 3;
-    }
-}
-
-unsafe fn log(t: &Thread, switch: Switch) {
-    // SAFETY: the log lies in the header page after the unmatched-exit table.
-    unsafe {
-        let h = t.h;
-        let len = (*h).switch_len;
-        if len >= abi::SWITCH_SLOTS {
-            (*h).switches_dropped += 1;
-            return;
-        }
-        *((t.base + abi::SWITCH_LOG as usize) as *mut Switch).add(len as usize) = switch;
-        (*h).switch_len = len + 1;
     }
 }

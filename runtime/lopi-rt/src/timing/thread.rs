@@ -382,6 +382,7 @@ impl Thread {
             let n = self.node(f.node);
             if f.flags & abi::FRAME_INHERITED == 0 {
                 (*n).calls += 1;
+                (*h).timed_calls += 1;
                 if kind == abi::EVENT_UNWIND && f.flags & abi::FRAME_MERGED == 0 {
                     (*n).aux += 1;
                 }
@@ -535,7 +536,7 @@ pub(super) unsafe fn append(v: *const RuntimeVars, magic: [u8; 8], len: u64) -> 
 }
 
 /// An extension of `len` bytes after its header page: (address, file offset) of the bytes.
-unsafe fn map_extension(v: *const RuntimeVars, len: u64) -> Option<(usize, u64)> {
+pub(super) unsafe fn map_extension(v: *const RuntimeVars, len: u64) -> Option<(usize, u64)> {
     // SAFETY: forwarded.
     let (at, file) = unsafe { append(v, abi::EXTENSION_MAGIC, PAGE_SIZE + len)? };
     Some((at + PAGE_SIZE as usize, file + PAGE_SIZE))
