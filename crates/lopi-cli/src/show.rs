@@ -279,6 +279,7 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
         (sum(|t| t.nested_skipped), "calls not timed: they began while a probe of the same thread was running (a signal handler interrupted it)"),
         (sum(|t| t.untimed_calls), "calls not timed: even the merged call paths were full (raise LOPI_NODES)"),
         (sum(|t| t.clock_backwards), "calls ended before they began by the clock (a TSC step between CPUs) and count 0 ns"),
+        (sum(|t| t.switched_open), "calls of functions the budget switched to counting while the calls ran are counted, not timed (their ends were no longer probed)"),
     ];
     for (n, what) in notes {
         if n > 0 {

@@ -1869,6 +1869,42 @@ fn budget_in(live: bool) {
     }
 }
 
+/// `--budget 5%` switching step(), which recurses ten deep, while calls of it are open: every
+/// call is still counted; the open ones, whose exits the switch took out, are counted without
+/// a time (so none runs on to main's exit), and the report says how many.
+#[test]
+fn budget_switch_with_calls_open() {
+    budget_open_in(false);
+}
+
+#[test]
+fn budget_switch_with_calls_open_live() {
+    budget_open_in(true);
+}
+
+fn budget_open_in(live: bool) {
+    for cfg in configs() {
+        let mut b = build_mode("budget_open.c", cfg, &["--budget", "5%"], live);
+        let exp = b.fx.expect.clone();
+        let p = b.run_pair(&[]);
+        let r = &p.report;
+        b.check_functions(r, &exp, &["tail"]);
+        b.check_self_within_total(r);
+        let threads = r.threads();
+        let switched: Vec<&str> = threads.iter().flat_map(|t| t["switches"].as_array().into_iter().flatten()).filter_map(|s| s["function"].as_str()).collect();
+        b.check(switched.contains(&"step") && !switched.contains(&"tail"), || format!("switched: {switched:?}"));
+        let open: u64 = threads.iter().filter_map(|t| t["switched_open"].as_u64()).sum();
+        b.check(open <= 10, || format!("{open} calls of step open at the switch; it recurses 10 deep"));
+        let (step_max, run) = (r.num("step", "max_ns"), r.num("main", "total_ns"));
+        b.check(step_max < run / 4.0, || format!("step's longest call {step_max} ns of main's {run} ns: an open call ran on"));
+        b.check(threads.iter().all(|t| t["unmatched_exits"].as_u64() == Some(0)), || "unmatched exits".to_string());
+        let text = b.lopi(&["report".as_ref(), p.data.as_os_str()]).stdout_str();
+        let noted = text.contains("switched to counting while the calls ran");
+        b.check(noted == (open > 0), || format!("{open} open calls, text report:\n{text}"));
+        b.finish();
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 11. Trace mode
 // ---------------------------------------------------------------------------

@@ -183,7 +183,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         modes: Svma(modes),
         stride,
         stubs,
-        clean_copies: request.recording.budget_ppm > 0,
+        budget: request.recording.budget_ppm > 0,
         retire_stub: Some(stub(lopi_rt_blob::RETIRE_STUB_OFFSET)),
     };
     let plan = selection.lay_out(module, layout);
@@ -258,7 +258,11 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         }
         _ => Vec::new(),
     };
-    let r_end = if script_bytes.is_empty() { meta_vaddr.wrapping_add(meta_json.len() as u64) } else { script_vaddr.wrapping_add(script_bytes.len() as u64) };
+    let script_end = if script_bytes.is_empty() { meta_vaddr.wrapping_add(meta_json.len() as u64) } else { script_vaddr.wrapping_add(script_bytes.len() as u64) };
+    let switches_vaddr = script_end.next_multiple_of(8);
+    let counter_count = (plan.probed.len() + plan.syscall_probes.len() + plan.block_probes.len()) as u64;
+    let switches = switch_table(&plan.switch_patches, counter_count, switches_vaddr).ok_or(ImageError::TooLarge)?;
+    let r_end = if switches.is_empty() { script_end } else { switches_vaddr.wrapping_add(switches.len() as u64) };
     let total = r_end.wrapping_sub(rw_vaddr);
     if total > 1 << 40 {
         return Err(ImageError::TooLarge);
@@ -270,13 +274,14 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         meta_len: meta_json.len() as u64,
         counters_offset: rw_vaddr.wrapping_sub(desc_vaddr) as i64,
         counters_len,
-        counter_count: (plan.probed.len() + plan.syscall_probes.len() + plan.block_probes.len()) as u64,
+        counter_count,
         svma: desc_vaddr,
         vars_offset: vars_vaddr.wrapping_sub(desc_vaddr) as i64,
         rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,
         stride: u64::from(stride),
         budget_ppm: u64::from(request.recording.budget_ppm),
         script_offset: if script_bytes.is_empty() { 0 } else { script_vaddr.wrapping_sub(desc_vaddr) as i64 },
+        switches_offset: if switches.is_empty() { 0 } else { switches_vaddr.wrapping_sub(desc_vaddr) as i64 },
         // Instruction probes run scripts on threads' chunks, which timing sets up.
         probes: if plan.probed.iter().any(|p| p.action.timed()) || !plan.syscall_probes.is_empty() || plan.block_probes.iter().any(|b| b.probe) {
             let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
@@ -343,7 +348,31 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
     if !script_bytes.is_empty() {
         image.slice_mut(script_vaddr, script_bytes.len()).copy_from_slice(&script_bytes);
     }
+    if !switches.is_empty() {
+        image.slice_mut(switches_vaddr, switches.len()).copy_from_slice(&switches);
+    }
     Ok(image)
+}
+
+/// The table of the budget's switches at `at` (see `lopi_rt_abi::switches`); empty without
+/// any. `None` when it would not fit its 32-bit offsets.
+fn switch_table(patches: &[lopi_patch::SwitchPatches], counters: u64, at: u64) -> Option<Vec<u8>> {
+    if patches.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut table = vec![0u8; usize::try_from(counters).ok()? * 4];
+    for p in patches {
+        let record = u32::try_from(table.len()).ok()?;
+        table.get_mut(p.counter as usize * 4..p.counter as usize * 4 + 4)?.copy_from_slice(&record.to_le_bytes());
+        table.extend(u32::try_from(p.swaps.len()).ok()?.to_le_bytes());
+        for swap in &p.swaps {
+            table.extend(swap.at.0.wrapping_sub(at).to_le_bytes());
+            table.push(u8::try_from(swap.bytes.len()).ok()?);
+            table.push(swap.jump_len);
+            table.extend(&swap.bytes);
+        }
+    }
+    Some(table)
 }
 
 /// What each counter counts, in counter order: the probed functions, then the system-call

@@ -119,6 +119,9 @@ pub struct InstalledModule {
     timed: bool,
     /// Run-time address, jump bytes, original bytes.
     patches: Vec<CodePatch>,
+    /// Run-time address and bytes of the jumps the runtime may retarget when the budget
+    /// switches a function to counting (see `lopi_patch::SwitchPatches`).
+    retargets: Vec<(u64, Vec<u8>)>,
     /// Probed `syscall`s: run-time address right after the original and after its moved
     /// copy, where a thread in that call returns to.
     syscall_returns: Vec<(u64, u64)>,
@@ -147,6 +150,12 @@ fn half_retired(now: &[u8], patch: &CodePatch) -> bool {
         _ => return false,
     };
     now.len() == patch.original.len() && now.get(..jump) == patch.bytes.get(..jump) && now.get(jump..) == patch.original.get(jump..)
+}
+
+/// A site whose jump the runtime retargeted to its trampoline's counting code (the budget
+/// switched its function): still lopi's.
+fn retargeted(now: &[u8], patch: &CodePatch, retargets: &[(u64, Vec<u8>)]) -> bool {
+    retargets.iter().any(|(at, jump)| *at == patch.at.0 && now.len() == patch.bytes.len() && now.starts_with(jump) && now.get(jump.len()..) == patch.bytes.get(jump.len()..))
 }
 
 /// What removal did.
@@ -363,6 +372,14 @@ impl Target {
             vars: image.vars.wrapping_add(bias),
             timed: image.plan.probed.iter().any(|p| p.action.timed()),
             patches,
+            retargets: image
+                .plan
+                .switch_patches
+                .iter()
+                .flat_map(|s| &s.swaps)
+                .filter(|w| usize::from(w.jump_len) == w.bytes.len() && w.bytes.first() == Some(&0xe9))
+                .map(|w| (w.at.0.wrapping_add(bias), w.bytes.clone()))
+                .collect(),
             syscall_returns: syscall_returns(image, bias),
         };
         if let Err(e) = self.load(image, env, bias, gadget, &path) {
@@ -515,7 +532,7 @@ impl Target {
             let mut restore = Vec::new();
             for p in &module.patches {
                 let now = self.mem.read(p.at.0, p.bytes.len()).map_err(LiveError::io(format!("reading code at {:#x}", p.at.0)))?;
-                if now == p.bytes || half_retired(&now, p) {
+                if now == p.bytes || half_retired(&now, p) || retargeted(&now, p, &module.retargets) {
                     restore.push(p.clone());
                 } else if now != p.original {
                     removal.changed_sites += 1;

@@ -4,7 +4,7 @@
 //! half-way.
 use crate::syscalls::{SyscallOutcome, SyscallSkip};
 use crate::blocks::BlockOutcome;
-use crate::{lend, Action, CodePatch, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashMap;
@@ -159,6 +159,9 @@ impl Selection {
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
         let mut exit_sites = 0;
+        // With a budget: each timed function's entry swap, and its exit sites' swaps.
+        let mut entry_swaps: Vec<(usize, u32, Option<CodeSwap>)> = Vec::new();
+        let mut exit_swaps: HashMap<usize, Vec<CodeSwap>> = HashMap::new();
         let mut bounces: Vec<u64> = self.sites.iter().filter_map(|s| s.bounce.map(|b| b.0)).collect();
         bounces.sort_unstable();
         for (index, site) in self.sites.iter().enumerate() {
@@ -176,15 +179,15 @@ impl Selection {
                     let mark = layout.counters.0 + 8 * u64::from(block_counters[&index]);
                     let retire = retire_record(module, &layout, site, &bounces);
                     let retire = retire.as_ref().map(|(stub, jump_len, original)| lopi_x86::Retire { stub: stub.0, site: site.patch_at.0, jump_len: *jump_len, original });
-                    lopi_x86::marking_trampoline(mark, retire.as_ref(), &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                    lopi_x86::marking_trampoline(mark, retire.as_ref(), &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }
                 (Point::Block(_), Some(stubs)) if site.action == Action::Probe => {
-                    lopi_x86::point_trampoline(stubs.point.0, block_counters[&index], &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                    lopi_x86::point_trampoline(stubs.point.0, block_counters[&index], &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }
                 (Point::Block(_), _) => {
                     let access = counter_access(&layout, block_counters[&index]);
                     let flags_dead = lopi_x86::flags_dead(&site.relocated);
-                    lopi_x86::block_counting_trampoline(&access, &body, flags_dead, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                    lopi_x86::block_counting_trampoline(&access, &body, flags_dead, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }
                 (Point::Entry(_), stubs) => {
                     let counter = probed.len() as u32;
@@ -202,12 +205,12 @@ impl Selection {
                                     _ => 0,
                                 },
                             };
-                            let copy = site.copy.as_deref().filter(|_| layout.clean_copies);
+                            let copy = site.copy.as_deref().filter(|_| layout.budget);
                             lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
                         }
                         _ => lopi_x86::counting_trampoline(&access, &body, trampoline.0),
                     }
-                    .map(|t| (t.bytes, Some(t.section), t.syscall_returns))
+                    .map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }
                 (Point::Exit, Some(stubs)) => {
                     let counter = match site.owners.as_slice() {
@@ -216,14 +219,14 @@ impl Selection {
                     };
                     let mark_tail = site.action == Action::Time;
                     let probe = lopi_x86::ExitProbe { stub: stubs.of(site.action).1, counter, mode: counter.map(|c| layout.mode_of(c)), mark_tail };
-                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns))
+                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None))
                 }
                 (Point::Exit, None) => return Err(Failed::Exit(index)),
-                (Point::Syscall(_), Some(_)) => lopi_x86::syscall_trampoline(&body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns)),
+                (Point::Syscall(_), Some(_)) => lopi_x86::syscall_trampoline(&body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None)),
                 (Point::Syscall(_), None) => return Err(Failed::Syscall(index, SyscallSkip::RelocationFailed)),
             };
             let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));
-            let Some(((bytes, section, returns), patches)) = placed else {
+            let Some(((bytes, section, returns, counting), patches)) = placed else {
                 let out_of_range = site_patches(module, site, trampoline).is_none();
                 return Err(match site.point {
                     Point::Exit => Failed::Exit(index),
@@ -241,6 +244,17 @@ impl Selection {
             // Keep trampolines 16-byte aligned, padded with int3.
             code.resize(code.len().next_multiple_of(16), 0xcc);
             code_patches.extend(patches);
+            if layout.budget && site.action == Action::Time && layout.stubs.is_some() {
+                match site.point {
+                    Point::Entry(_) => entry_swaps.push((site.function, probed.len() as u32, counting.and_then(|to| entry_swap(module, site, to)))),
+                    Point::Exit => {
+                        if let ([owner], Some(swaps)) = (site.owners.as_slice(), exit_restore(module, site, &bounces)) {
+                            exit_swaps.entry(*owner).or_default().extend(swaps);
+                        }
+                    }
+                    _ => {}
+                }
+            }
             match (site.point, section) {
                 (Point::Entry(tactic), Some(section)) => {
                     probed.push(ProbedFunction {
@@ -275,6 +289,11 @@ impl Selection {
         rseq_sections.resize(rseq_sections.len() + syscall_counters.len(), lopi_x86::RseqSection { start: 0, post_commit_offset: 0, abort: 0 });
         rseq_sections.extend(block_sections);
         syscall_probes.sort_by_key(|p| p.counter);
+        let switch_patches = entry_swaps
+            .into_iter()
+            .map(|(function, counter, entry)| SwitchPatches { counter, swaps: entry.into_iter().chain(exit_swaps.remove(&function).unwrap_or_default()).collect() })
+            .filter(|s| !s.swaps.is_empty())
+            .collect();
         Ok(PatchPlan {
             layout,
             probed,
@@ -288,6 +307,7 @@ impl Selection {
             outcomes: self.outcomes.clone(),
             timing: self.timing.clone(),
             exit_sites,
+            switch_patches,
         })
     }
 }
@@ -319,22 +339,58 @@ fn counter_access(layout: &Layout, counter: u32) -> lopi_x86::CounterAccess {
 
 /// What a coverage probe's trampoline needs to put `site`'s original code back once it has
 /// fired (the runtime's stub, the jump's length, the original bytes), or `None` when the
-/// runtime could not do that safely: the jump would span two cache lines (one store could not
-/// replace it), the code is not in a read-only executable segment (the runtime gives the page
-/// back exactly that protection), or another site's bounce lives in its bytes.
+/// runtime could not do that safely (see [`restorable`]).
 fn retire_record(module: &ElfModule<'_>, layout: &Layout, site: &Site, bounces: &[u64]) -> Option<(Svma, u8, Vec<u8>)> {
     let stub = layout.retire_stub?;
+    let (jump_len, original) = restorable(module, site, bounces)?;
+    Some((stub, jump_len, original))
+}
+
+/// The jump's length and the original bytes of `site`, when its runtime can put them back
+/// safely: not when the jump would span two cache lines (one store could not replace it), the
+/// code is not in a read-only executable segment (the runtime gives the page back exactly that
+/// protection), or another site's bounce lives in its bytes.
+fn restorable(module: &ElfModule<'_>, site: &Site, bounces: &[u64]) -> Option<(u8, Vec<u8>)> {
     let jump_len = if site.bounce.is_some() { lopi_x86::JMP8_LEN } else { JMP32_LEN };
     let len = site.covered.max(jump_len);
     let at = site.patch_at.0;
-    let segment = module.segments.iter().find(|s| at >= s.vaddr.0 && at + len as u64 <= s.vaddr.0 + s.filesz)?;
     let one_line = crate::blocks::within_line(at, jump_len);
     let hosts_bounce = bounces.get(bounces.partition_point(|&b| b < at)).is_some_and(|&b| b < at + len as u64);
-    if !one_line || !segment.is_read_exec() || hosts_bounce || len > lopi_rt_abi::retire::MAX_LEN {
+    if !one_line || !read_exec(module, at, len) || hosts_bounce || len > lopi_rt_abi::retire::MAX_LEN {
         return None;
     }
     let original = module.bytes_from(site.patch_at)?.get(..len)?.to_vec();
-    Some((stub, jump_len as u8, original))
+    Some((jump_len as u8, original))
+}
+
+fn read_exec(module: &ElfModule<'_>, at: u64, len: usize) -> bool {
+    module.segments.iter().any(|s| at >= s.vaddr.0 && at + len as u64 <= s.vaddr.0 + s.filesz && s.is_read_exec())
+}
+
+/// A switched function's entry: its jump (or its bounce's) retargeted to the counting code at
+/// `to`, past the trampoline's mode check.
+fn entry_swap(module: &ElfModule<'_>, site: &Site, to: u64) -> Option<CodeSwap> {
+    let at = site.bounce.unwrap_or(site.patch_at).0;
+    let bytes = lopi_x86::jmp32_bytes(at, to)?.to_vec();
+    (crate::blocks::within_line(at, JMP32_LEN) && read_exec(module, at, JMP32_LEN)).then_some(CodeSwap { at: Svma(at), jump_len: JMP32_LEN as u8, bytes })
+}
+
+/// A switched function's exit site with its original code back: the `ret`s turned into `nop`s
+/// before it first (so that no thread falls into the site's original code from one), then the
+/// site. `None` when the site moved a probed `syscall` or cannot be restored safely.
+fn exit_restore(module: &ElfModule<'_>, site: &Site, bounces: &[u64]) -> Option<Vec<CodeSwap>> {
+    if !site.syscalls.is_empty() {
+        return None;
+    }
+    let (jump_len, original) = restorable(module, site, bounces)?;
+    let mut swaps = Vec::new();
+    for &at in &site.nops {
+        let original = module.bytes_from(at)?.first().copied()?;
+        read_exec(module, at.0, 1).then_some(())?;
+        swaps.push(CodeSwap { at, jump_len: 1, bytes: vec![original] });
+    }
+    swaps.push(CodeSwap { at: site.patch_at, jump_len, bytes: original });
+    Some(swaps)
 }
 
 /// The jump (and bounce) written over the original code for one site.

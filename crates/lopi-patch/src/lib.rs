@@ -240,8 +240,9 @@ pub struct Layout {
     pub stride: u32,
     /// The runtime's entry and exit probe stubs; needed when any function is timed.
     pub stubs: Option<Stubs>,
-    /// Give switched small leaf functions a clean copy to run (a perturbation budget is set).
-    pub clean_copies: bool,
+    /// A perturbation budget is set: switched small leaf functions get a clean copy to run,
+    /// and every timed function its [`SwitchPatches`].
+    pub budget: bool,
     /// The runtime's stub that puts a fired coverage probe's site back (`None`: coverage
     /// probes stay).
     pub retire_stub: Option<Svma>,
@@ -371,6 +372,26 @@ pub struct CodePatch {
     pub original: Vec<u8>,
 }
 
+/// What a timed function's code no longer needs once the budget switched it to counting, for
+/// its runtime to put in place (see the runtime's `retire.rs`): its entry's jump retargeted to
+/// its trampoline's counting code, the original code of its own exit sites back. Only swaps
+/// one atomic store makes: the jump within a cache line, in a read-only executable segment.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SwitchPatches {
+    pub counter: u32,
+    /// In the order they must be made.
+    pub swaps: Vec<CodeSwap>,
+}
+
+/// New code at `at`: the bytes after the first `jump_len` are written first (filler no
+/// thread runs), then the first `jump_len` with one atomic store.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CodeSwap {
+    pub at: Svma,
+    pub jump_len: u8,
+    pub bytes: Vec<u8>,
+}
+
 /// Everything an installer needs.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct PatchPlan {
@@ -392,6 +413,8 @@ pub struct PatchPlan {
     pub timing: Vec<TimingOutcome>,
     /// Exit sites patched.
     pub exit_sites: usize,
+    /// With a budget, each timed function's swaps, in counter order.
+    pub switch_patches: Vec<SwitchPatches>,
 }
 
 /// What the planner learns from a module's code before it chooses sites.

@@ -20,7 +20,7 @@ pub const DATA_MAGIC_PREFIX: [u8; 7] = *b"LOPIDAT";
 pub const RECORD_MAGIC: [u8; 8] = *b"LOPIREC2";
 
 /// First bytes of the module descriptor the rewriter places in the image.
-pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD5";
+pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"LOPIMOD6";
 
 /// What every descriptor magic starts with, of any version: a file holding it was rewritten.
 pub const DESCRIPTOR_MAGIC_PREFIX: [u8; 7] = *b"LOPIMOD";
@@ -66,10 +66,13 @@ pub struct ModuleDescriptor {
     pub budget_ppm: u64,
     /// Offset of the module's probe script (`script::ScriptImage`) from the descriptor; 0: none.
     pub script_offset: i64,
+    /// Offset of the table of code the budget's switches change ([`switches`]) from the
+    /// descriptor; 0: none.
+    pub switches_offset: i64,
 }
 
 /// Size of `ModuleDescriptor` in bytes.
-pub const DESCRIPTOR_LEN: usize = 104;
+pub const DESCRIPTOR_LEN: usize = 112;
 
 /// [`ModuleDescriptor::probes`]: exit probes and timing (calling-context trees per thread).
 pub const PROBE_TIMING: u64 = 1;
@@ -211,6 +214,7 @@ impl ModuleDescriptor {
         out[80..88].copy_from_slice(&self.probes.to_le_bytes());
         out[88..96].copy_from_slice(&self.budget_ppm.to_le_bytes());
         out[96..104].copy_from_slice(&self.script_offset.to_le_bytes());
+        out[104..112].copy_from_slice(&self.switches_offset.to_le_bytes());
         out
     }
 }
@@ -295,6 +299,9 @@ pub struct RuntimeVars {
     pub ns_per_tick_q32: u64,
     pub clock_tsc: u64,
     pub clock_ns: u64,
+    /// Address of the module's table of code the budget's switches change ([`switches`]); 0:
+    /// none.
+    pub switches: u64,
 }
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
@@ -376,6 +383,15 @@ pub mod retire {
     pub const MAX_LEN: usize = 64;
 }
 
+/// The table of code a function's switch to counting changes (the perturbation budget): a
+/// `u32` per counter, the offset of the function's record from the table (0: none). A record
+/// is a `u32` count of swaps, each then: the offset (`i64`) of its code from the table, its
+/// length (`u8`), the length of its jump (`u8`: the bytes one atomic store replaces, after
+/// the rest), and its new bytes. Swaps are made in their order.
+pub mod switches {
+    pub const SWAP_HEADER_LEN: usize = 10;
+}
+
 /// What a timed function's exit probe pushes for the exit stub: its counter index, with
 /// [`exit_word::TAIL`] when the exit is a tail call; [`exit_word::SHARED`] (and maybe `TAIL`)
 /// at a site several functions share.
@@ -397,7 +413,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 216);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 224);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -59,7 +59,9 @@ pub struct ThreadHeader {
     pub syscall_pair_ticks: u64,
     /// Entries of the held-lock table (`--probe locks`).
     pub held_len: u32,
-    pub _pad2: u32,
+    /// Calls of functions the budget switched to counting while the calls ran: their exits
+    /// are no longer probed, so their ends are unknown. Counted, not timed.
+    pub switched_open: u32,
     /// Releases of locks with no acquisition in the table (taken before timing began, by
     /// another thread, or not recorded: the table was full).
     pub orphan_releases: u64,
@@ -511,7 +513,7 @@ impl ThreadHeader {
             syscall_inner_ticks: f.u64(152),
             syscall_pair_ticks: f.u64(160),
             held_len: f.u32(168),
-            _pad2: 0,
+            switched_open: f.u32(172),
             orphan_releases: f.u64(176),
             holds_dropped: f.u64(184),
             busy: f.u32(192),

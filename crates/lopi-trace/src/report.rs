@@ -60,6 +60,7 @@ pub struct ThreadSummary {
     pub untimed_calls: u64,
     pub paused_ns: f64,
     pub clock_backwards: u64,
+    pub switched_open: u64,
     pub switches: Vec<SwitchSummary>,
     /// Budget checks the thread made.
     pub budget_checks: u64,
@@ -245,6 +246,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             untimed_calls: thread.untimed_calls,
             paused_ns: thread.paused_ns,
             clock_backwards: thread.clock_backwards,
+            switched_open: thread.switched_open,
             switches: thread
                 .switches
                 .iter()

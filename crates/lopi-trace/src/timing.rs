@@ -150,6 +150,9 @@ pub struct ThreadProfile {
     pub paused_ns: f64,
     /// Exits whose clock read came before their entry's (a TSC step between CPUs), taken as 0.
     pub clock_backwards: u64,
+    /// Calls of functions the budget switched to counting while the calls ran: counted, not
+    /// timed (their ends were no longer probed).
+    pub switched_open: u64,
     /// Functions the budget switched from timing to counting, in order, and the checks it made.
     pub switches: Vec<Switched>,
     pub budget_checks: u64,
@@ -472,6 +475,7 @@ impl Timing {
                 untimed_calls: h.untimed_calls,
                 paused_ns: ns(h.paused_ticks as f64),
                 clock_backwards: h.clock_backwards,
+                switched_open: u64::from(h.switched_open),
                 switches,
                 budget_checks: chunk.budget.checks,
             });

@@ -112,6 +112,9 @@ pub struct TimedEntry {
 pub struct Trampoline {
     pub bytes: Vec<u8>,
     pub section: RseqSection,
+    /// Where the counting code starts, in a trampoline that has it: a timed function the
+    /// budget switched to counting may jump there straight from its entry.
+    pub counting: Option<u64>,
     /// Each probed `syscall`'s original IP, with the address right after its moved copy
     /// (where a thread in that system call returns to).
     pub syscall_returns: Vec<(u64, u64)>,
@@ -258,6 +261,7 @@ fn encode_without_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, 
     let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(|e| RelocError::Encode(e.to_string()))?;
     Ok(Trampoline {
         section: RseqSection { start: 0, post_commit_offset: 0, abort: 0 },
+        counting: None,
         syscall_returns: syscall_returns(insns, &result.new_instruction_offsets, ip),
         bytes: result.code_buffer,
     })
@@ -506,6 +510,7 @@ fn encode_with_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, Rel
             post_commit_offset: offset(end) - offset(start),
             abort: ip + offset(abort),
         },
+        counting: insns.iter().position(|i| i.ip() == TOP).map(|top| ip + offset(top)),
         syscall_returns: syscall_returns(insns, &result.new_instruction_offsets, ip),
         bytes: result.code_buffer,
     })

@@ -1,6 +1,9 @@
-//! Coverage probes that take themselves out: once a probe has marked its block, running it
-//! again records nothing new, so its trampoline calls `lopi_retire_stub`, which puts the
-//! site's original code back. A program then pays for each block's first run only.
+//! Code the runtime changes under running threads. Coverage probes take themselves out: once
+//! a probe has marked its block, running it again records nothing new, so its trampoline
+//! calls `lopi_retire_stub`, which puts the site's original code back. A program then pays
+//! for each block's first run only. And a function the perturbation budget switched to
+//! counting gets its entry's jump retargeted to its trampoline's counting code and its exit
+//! sites' original code back ([`switch_code`]), so that it costs what counting costs.
 //!
 //! The site changes while other threads may be running it, so every state they can see
 //! must be whole code (the argument HotSpot makes for patching call sites in place):
@@ -28,6 +31,7 @@ const CACHE_LINE: usize = 64;
 /// The jumps a site can start with: `jmp rel32` and `jmp rel8`.
 const JMP32: u8 = 0xe9;
 const JMP8: u8 = 0xeb;
+const NOP: u8 = 0x90;
 
 global_asm!(
     // Called from a coverage trampoline below the red zone, with rdi = the site's record,
@@ -89,42 +93,135 @@ fn take(lock: &AtomicU32) -> bool {
 unsafe fn restore(record: *const u8, site: *mut u8) -> Result<(), Refused> {
     // SAFETY: the record's header and `len` original bytes are in the trampoline's code.
     let (len, jump) = unsafe { (*record.add(retire::LEN) as usize, *record.add(retire::JUMP_LEN) as usize) };
-    // SAFETY: as above, for i < len.
-    let original = |i: usize| unsafe { *record.add(retire::ORIGINAL + i) };
-    let line_offset = site as usize % CACHE_LINE;
-    if !(jump == 2 || jump == 5) || len < jump || len > retire::MAX_LEN || line_offset + jump > CACHE_LINE {
+    let original = record.wrapping_add(retire::ORIGINAL);
+    if !(jump == 2 || jump == 5) {
         return Ok(());
+    }
+    // SAFETY: the site's code and `len` bytes of it in the record, which the planner built
+    // together.
+    unsafe {
+        let pages = Writable::make(site as usize, site as usize + len)?;
+        swap(site, original, len, jump);
+        pages.restore();
+    }
+    Ok(())
+}
+
+/// Code pages made writable (and still executable) for the time of a change.
+struct Writable {
+    start: usize,
+    len: usize,
+}
+
+impl Writable {
+    unsafe fn make(start: usize, end: usize) -> Result<Self, Refused> {
+        let start = start & !(PAGE_SIZE as usize - 1);
+        let len = end.next_multiple_of(PAGE_SIZE as usize) - start;
+        // SAFETY: changes the protection of the module's own code pages, which stay
+        // executable.
+        if unsafe { sys::call3(sys::MPROTECT, start, len, PROT_READ_WRITE_EXEC) } < 0 {
+            return Err(Refused);
+        }
+        Ok(Self { start, len })
+    }
+
+    fn restore(self) {
+        // SAFETY: gives the pages back their protection.
+        unsafe { sys::call3(sys::MPROTECT, self.start, self.len, PROT_READ_EXEC) };
+    }
+}
+
+/// Replaces the `len` bytes at `site`, writable, with those at `new`: the bytes after the
+/// first `jump` (filler no thread runs) first, then those with one atomic store. Leaves the
+/// site alone when it already holds them, when it is not what lopi put there (a jump, or a
+/// `nop` for a one-byte swap), or when it changed meanwhile.
+unsafe fn swap(site: *mut u8, new: *const u8, len: usize, jump: usize) {
+    // SAFETY: `new` holds `len` bytes (callers' contract).
+    let byte = |i: usize| unsafe { *new.add(i) };
+    let line_offset = site as usize % CACHE_LINE;
+    if jump == 0 || len < jump || len > retire::MAX_LEN || line_offset + jump > CACHE_LINE {
+        return;
     }
     // SAFETY: the site's `len` bytes are mapped code (read access is never taken away).
     let current = |i: usize| unsafe { read_volatile(site.add(i)) };
-    if (0..len).all(|i| current(i) == original(i)) || ![JMP32, JMP8].contains(&current(0)) {
-        return Ok(());
-    }
-    let page = site as usize & !(PAGE_SIZE as usize - 1);
-    let pages = (site as usize + len).next_multiple_of(PAGE_SIZE as usize) - page;
-    // SAFETY: changes the protection of the module's own code pages, which stay executable.
-    if unsafe { sys::call3(sys::MPROTECT, page, pages, PROT_READ_WRITE_EXEC) } < 0 {
-        return Err(Refused);
+    let ours = if jump == 1 { current(0) == NOP } else { [JMP32, JMP8].contains(&current(0)) };
+    if (0..len).all(|i| current(i) == byte(i)) || !ours {
+        return;
     }
     for i in jump..len {
-        // SAFETY: filler bytes inside the patch, now writable; no thread runs them.
-        unsafe { write_volatile(site.add(i), original(i)) };
+        // SAFETY: filler bytes inside the patch, writable; no thread runs them.
+        unsafe { write_volatile(site.add(i), byte(i)) };
     }
     // Eight bytes inside the jump's cache line that cover the jump: the bytes around it are
     // written back as they are.
     let window = (site as usize - line_offset + CACHE_LINE - 8).min(site as usize);
     let old: u64;
-    // SAFETY: the window is inside the site's cache line, in the writable page.
+    // SAFETY: the window is inside the site's cache line, in a writable page.
     unsafe { asm!("mov {}, qword ptr [{}]", out(reg) old, in(reg) window, options(nostack, readonly, preserves_flags)) };
-    let mut new = old;
+    let mut value = old;
     for i in 0..jump {
         let shift = 8 * (site as usize + i - window);
-        new = (new & !(0xff << shift)) | (u64::from(original(i)) << shift);
+        value = (value & !(0xff << shift)) | (u64::from(byte(i)) << shift);
     }
     // SAFETY: as above; a locked access within a cache line is atomic. If the bytes changed
     // since they were read, it writes nothing.
-    unsafe { asm!("lock cmpxchg qword ptr [{w}], {new}", w = in(reg) window, new = in(reg) new, inout("rax") old => _, options(nostack)) };
-    // SAFETY: gives the pages back their protection.
-    unsafe { sys::call3(sys::MPROTECT, page, pages, PROT_READ_EXEC) };
-    Ok(())
+    unsafe { asm!("lock cmpxchg qword ptr [{w}], {new}", w = in(reg) window, new = in(reg) value, inout("rax") old => _, options(nostack)) };
+}
+
+/// Makes the swaps of the module's functions `indices`, which the budget has just switched to
+/// counting (see `abi::switches`): their entries jump straight to their trampolines' counting
+/// code and their exit sites get their original code back, so that they cost what counting
+/// costs. Left to their mode words (which already count them) when another thread is changing
+/// code or the process may not.
+pub(crate) unsafe fn switch_code(v: *mut crate::abi::RuntimeVars, indices: &[u32]) {
+    // SAFETY: the table is the module's, as the image wrote it: a `u32` per counter, then the
+    // records; the variables are this module's.
+    unsafe {
+        let table = (*v).switches as *const u8;
+        if table.is_null() || indices.is_empty() {
+            return;
+        }
+        let (lock, off) = (AtomicU32::from_ptr(addr_of_mut!((*v).retire_lock)), addr_of_mut!((*v).retire_off));
+        if read_volatile(off) != 0 || !take(lock) {
+            return;
+        }
+        let (mut low, mut high) = (usize::MAX, 0);
+        for_each_swap(table, (*v).counter_count, indices, |site, _, len, _| {
+            low = low.min(site as usize);
+            high = high.max(site as usize + len);
+        });
+        if low < high {
+            match Writable::make(low, high) {
+                Ok(pages) => {
+                    for_each_swap(table, (*v).counter_count, indices, |site, new, len, jump| swap(site, new, len, jump));
+                    pages.restore();
+                }
+                Err(Refused) => write_volatile(off, 1),
+            }
+        }
+        lock.store(0, Ordering::Release);
+    }
+}
+
+/// Calls `f(site, new bytes, length, jump length)` for each swap of functions `indices`.
+unsafe fn for_each_swap(table: *const u8, counters: u64, indices: &[u32], mut f: impl FnMut(*mut u8, *const u8, usize, usize)) {
+    use crate::abi::switches::SWAP_HEADER_LEN;
+    // SAFETY: see `switch_code`.
+    unsafe {
+        for &i in indices.iter().filter(|&&i| u64::from(i) < counters) {
+            let record = (table.add(4 * i as usize) as *const u32).read_unaligned();
+            if record == 0 {
+                continue;
+            }
+            let mut at = table.add(record as usize);
+            let count = (at as *const u32).read_unaligned();
+            at = at.add(4);
+            for _ in 0..count {
+                let offset = (at as *const i64).read_unaligned();
+                let (len, jump) = (*at.add(8) as usize, *at.add(9) as usize);
+                f(table.wrapping_offset(offset as isize) as *mut u8, at.add(SWAP_HEADER_LEN), len, jump);
+                at = at.add(SWAP_HEADER_LEN + len);
+            }
+        }
+    }
 }

@@ -59,10 +59,13 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
                 ),
             };
             let recent = (*state).last_scan_tsc == (*state).last_check_tsc;
-            scan(t, v, state, table, now, recent);
+            let scratch = table.scratch.as_ptr();
+            let switched = scan(t, v, state, table, now, recent);
             (*state).last_scan_tsc = now;
             // A large tree takes long to scan: scans never cost more than 2% of the run.
+            // Changing the switched functions' code is not counted: it is done once for each.
             next = next.max(rdtsc().wrapping_sub(started).saturating_mul(50));
+            crate::retire::switch_code(v.cast_mut(), core::slice::from_raw_parts(scratch, switched));
         }
         (*state).calls_seen = (*h).timed_calls;
         (*state).last_check_tsc = now;
@@ -109,8 +112,8 @@ struct Table<'a> {
 /// Sums each function's timed calls on all its paths; with `decide`, switches this module's
 /// shortest functions (by average call, so that the probes are the largest share of what they
 /// measure) until the cost of the timed calls since the previous scan, less theirs, is within
-/// the target.
-unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table: Table<'_>, now: u64, decide: bool) {
+/// the target. Returns how many it switched: their indices start the table's scratch.
+unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table: Table<'_>, now: u64, decide: bool) -> usize {
     // SAFETY: nodes below `node_count` are initialised; mode words and hooks exist for every
     // counter of this module.
     unsafe {
@@ -147,7 +150,7 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
                 None => {}
             }
         }
-        if decide {
+        let switched = if decide {
             let timed = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED;
             let mut spent = other;
             let mut window_calls = other.saturating_sub((*state).other_seen);
@@ -161,23 +164,26 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
             }
             let window = now.saturating_sub((*state).last_scan_tsc).max(1);
             let target = target(v, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window);
-            switch(v, h, entries, table.scratch, epoch, window_calls.saturating_mul(pair), target, window, now);
-        }
+            switch(v, h, entries, table.scratch, epoch, window_calls.saturating_mul(pair), target, window, now)
+        } else {
+            0
+        };
         (*state).other_seen = other;
         for e in entries.iter_mut().filter(|e| e.epoch == epoch) {
             e.seen_calls = e.calls;
         }
+        switched
     }
 }
 
 /// Switches timed functions called in the window, shortest first, until `cost` is within
-/// `target`.
+/// `target`; returns how many, whose indices it leaves at the start of `scratch`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], scratch: &mut [u32], epoch: u64, mut cost: u64, target: u64, window: u64, now: u64) {
+unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], scratch: &mut [u32], epoch: u64, mut cost: u64, target: u64, window: u64, now: u64) -> usize {
     // SAFETY: mode words and hooks exist for every counter of this module.
     unsafe {
         if cost <= target {
-            return;
+            return 0;
         }
         let pair = (*h).probe_pair_ticks.max(1);
         // A function with script probes stays timed: counting would skip its probes.
@@ -191,10 +197,12 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
         }
         let candidates = &mut scratch[..len];
         sort_by_average(candidates, entries);
+        let mut switched = 0;
         for &i in candidates.iter() {
             if cost <= target {
                 break;
             }
+            switched += 1;
             let e = &mut entries[i as usize];
             let calls = e.calls - e.seen_calls;
             write_volatile(mode_word(v, u64::from(i)), abi::mode::COUNTING);
@@ -205,6 +213,7 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
             write_volatile(&raw mut e.switched_tsc, now);
             (*h).switched += 1;
         }
+        switched
     }
 }
 

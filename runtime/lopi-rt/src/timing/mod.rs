@@ -139,6 +139,9 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
         (*v).stack_limit = env_number(envp, b"LOPI_DEPTH", 1 << 20, 1 << 26) as u32;
         (*v).budget_ppm = env_budget(envp).unwrap_or(d.budget_ppm.min(999_999) as u32);
         (*v).counter_count = d.counter_count;
+        if d.switches_offset != 0 {
+            (*v).switches = (d as *const abi::ModuleDescriptor as u64).wrapping_add(d.switches_offset as u64);
+        }
         (*v).trace_cap =
             if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
         (*v).tsc_hz = tsc_hz();

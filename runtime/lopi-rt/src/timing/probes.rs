@@ -20,6 +20,13 @@ unsafe fn switched(v: *const RuntimeVars, index: u64) -> bool {
     unsafe { index < (*v).counter_count && read_volatile(mode_word(v, index)) != abi::mode::TIMED }
 }
 
+/// True when `func` names a function of this module that the budget switched to counting.
+pub(super) unsafe fn switched_function(v: *const RuntimeVars, func: u64) -> bool {
+    let first = counter(0);
+    // SAFETY: forwarded.
+    func >= first && (func - first) % 8 == 0 && unsafe { switched(v, (func - first) / 8) }
+}
+
 /// Entry probe: `index` is the function's counter index (the counter's address is its name
 /// in context trees), `rsp` the stack pointer at its entry, `regs` the registers the stub
 /// saved. The function's script probes run before its frame opens, so that their time is

@@ -371,6 +371,17 @@ impl Thread {
             if f.flags & abi::FRAME_UNTIMED != 0 {
                 return;
             }
+            let n = self.node(f.node);
+            if kind == abi::EVENT_UNWIND && super::probes::switched_function(super::vars(), (*n).func) {
+                // The budget switched its function while it ran: its exit is no longer
+                // probed, so when it ended is unknown. (A frame a forked child inherited is
+                // its parent's call.)
+                if f.flags & abi::FRAME_INHERITED == 0 {
+                    super::probes::count_untimed((*n).func);
+                    (*h).switched_open += 1;
+                }
+                return;
+            }
             let start = if f.flags & abi::FRAME_UNCLOCKED != 0 { now } else { f.start_tsc };
             let dt = match now.checked_sub(start) {
                 Some(dt) => dt,
@@ -379,7 +390,6 @@ impl Thread {
                     0
                 }
             };
-            let n = self.node(f.node);
             if f.flags & abi::FRAME_INHERITED == 0 {
                 (*n).calls += 1;
                 (*h).timed_calls += 1;
