@@ -240,9 +240,18 @@ pub struct BudgetState {
     /// Timed calls of functions other than the module's (a lock's hold, another module's
     /// function) at the latest scan: timing's cost, which the budget cannot switch off.
     pub other_seen: u64,
+    /// Scans made, and the ticks they took.
+    pub scans: u64,
+    pub scan_ticks: u64,
+    /// The budget, in parts per million of the thread's run time.
+    pub budget_ppm: u64,
+    /// Until `floor_until` (TSC), checks allow this much more timing cost (ppm of their
+    /// window): what functions that must stay timed cost beyond the budget at the latest scan.
+    pub floor_ppm: u64,
+    pub floor_until: u64,
 }
 
-pub const BUDGET_STATE_LEN: usize = 64;
+pub const BUDGET_STATE_LEN: usize = 104;
 const _: () = assert!(core::mem::size_of::<BudgetState>() == BUDGET_STATE_LEN);
 const _: () = assert!(BUDGET_STATE + BUDGET_STATE_LEN as u64 <= PROXY_STATE);
 
@@ -258,6 +267,11 @@ impl BudgetState {
             last_scan_tsc: f.u64(40),
             calls_seen: f.u64(48),
             other_seen: f.u64(56),
+            scans: f.u64(64),
+            scan_ticks: f.u64(72),
+            budget_ppm: f.u64(80),
+            floor_ppm: f.u64(88),
+            floor_until: f.u64(96),
         })
     }
 }

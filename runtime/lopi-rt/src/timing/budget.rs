@@ -1,12 +1,15 @@
-//! The perturbation budget. Every 0.2 ms a thread's exit probe compares what timing cost the
+//! The perturbation budget. Every 0.1 ms a thread's exit probe compares what timing cost the
 //! thread since its previous check (its timed calls in the window x the measured cost of one
 //! call's probes) with the window's share of the budget: three quarters of it, half while the
-//! run as a whole is over budget, so that the excess is paid back. A window over it makes the
-//! check scan the calling-context tree for each function's timed calls; once two scans are a
-//! window apart, the check switches this module's shortest functions (by average call) that
-//! were called in between to counting, until the window's cost without their calls fits. A
-//! switched function's trampoline then counts its calls per CPU, as a counting trampoline
-//! does, and skips its exit probes, so its time becomes its caller's self time.
+//! run as a whole is over budget, so that the excess is paid back. When the excess is worth a
+//! scan of the calling-context tree, the check sums each function's timed calls and switches
+//! this module's shortest functions (by average call) called since the previous scan to
+//! counting until the cost of that window without their calls fits. A function whose calls are
+//! so long that its probes cost less than the budget's share of each stays timed: it is what
+//! the profile is for; what such functions cost beyond the budget is then allowed for a while
+//! rather than scanned for again. A switched function counts its calls per CPU as a counting
+//! trampoline does: its entry jumps straight to that code and its exit sites get their
+//! original code back (`retire::switch_code`), so its time becomes its caller's self time.
 //!
 //! The thread's budget table, an extension of its chunk with an entry per counter of the
 //! module, keeps what the scans saw of each function and records each switch (when, and the
@@ -26,10 +29,10 @@ pub(super) fn first_check(v: &RuntimeVars, start: u64) -> u64 {
     }
 }
 
-/// Time between checks that find the thread within its budget: a check then only compares
-/// the thread's timed calls since the previous one with the window's share of the budget.
+/// Time between checks: a check that does not scan only compares the thread's timed calls
+/// since the previous one with the window's share of the budget.
 fn interval(v: &RuntimeVars) -> u64 {
-    v.tsc_hz / 5000
+    v.tsc_hz / 10_000
 }
 
 pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
@@ -37,7 +40,6 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
     // extension of `entries` entries and as many scratch words.
     unsafe {
         let h = t.h;
-        let started = rdtsc();
         let state = (t.base + abi::BUDGET_STATE as usize) as *mut BudgetState;
         if (*state).entries == 0 && !make_table(t, v, state) {
             (*h).next_check_tsc = u64::MAX;
@@ -46,11 +48,17 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
         (*state).checks += 1;
         let pair = (*h).probe_pair_ticks.max(1);
         let calls = (*h).timed_calls.wrapping_sub((*state).calls_seen);
-        let over = calls.saturating_mul(pair) > target(v, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), now.saturating_sub((*state).last_check_tsc));
-        let mut next = interval(&*v);
-        if over {
-            // Which functions to switch is decided from their calls since the previous scan,
-            // which must be recent: a check that finds no recent scan only takes one.
+        let window = now.saturating_sub((*state).last_check_tsc);
+        let floor = if now < (*state).floor_until { window / 1000 * (*state).floor_ppm / 1000 } else { 0 };
+        let excess = calls.saturating_mul(pair).saturating_sub(target(v, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window).saturating_add(floor));
+        // A scan is worth it when the excess it takes away over the next windows (until the
+        // program's phase changes, say eight) is more than a scan costs (a large tree takes long
+        // to scan); scans never cost more than 2% of the thread's run.
+        let scan_cost = (*state).scan_ticks / (*state).scans.max(1);
+        if excess.saturating_mul(8) > scan_cost && (*state).scan_ticks <= now.saturating_sub((*h).start_tsc) / 50 {
+            let started = rdtsc();
+            // Which functions to switch is decided from their calls since the previous scan:
+            // the first scan only takes their counts.
             let table = Table {
                 entries: core::slice::from_raw_parts_mut(t.base.wrapping_add((*state).table_offset as usize) as *mut BudgetEntry, (*state).entries as usize),
                 scratch: core::slice::from_raw_parts_mut(
@@ -58,20 +66,27 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
                     (*state).entries as usize,
                 ),
             };
-            let recent = (*state).last_scan_tsc == (*state).last_check_tsc;
+            let decide = (*state).last_scan_tsc != 0;
             let scratch = table.scratch.as_ptr();
-            let switched = scan(t, v, state, table, now, recent);
+            let (switched, left) = scan(t, v, state, table, now, decide);
+            // What the functions that must stay timed cost beyond the target: checks allow it
+            // for a while rather than scan again for nothing.
+            if left > 0 {
+                // With a quarter more, for the short windows' noise.
+                (*state).floor_ppm = left.saturating_mul(1_250_000) / now.saturating_sub((*state).last_scan_tsc).max(1);
+                (*state).floor_until = now.saturating_add(50 * interval(&*v));
+            }
             (*state).last_scan_tsc = now;
-            // A large tree takes long to scan: scans never cost more than 2% of the run.
             // Changing the switched functions' code is not counted: it is done once for each.
-            next = next.max(rdtsc().wrapping_sub(started).saturating_mul(50));
+            (*state).scan_ticks += rdtsc().wrapping_sub(started);
+            (*state).scans += 1;
             crate::retire::switch_code(v.cast_mut(), core::slice::from_raw_parts(scratch, switched));
         }
         (*state).calls_seen = (*h).timed_calls;
         (*state).last_check_tsc = now;
         // The exit probe takes this check's time out of the open calls with the rest of its
         // slow path.
-        (*h).next_check_tsc = now.saturating_add(next);
+        (*h).next_check_tsc = now.saturating_add(interval(&*v));
     }
 }
 
@@ -98,6 +113,7 @@ unsafe fn make_table(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState)
         (*state).table_offset = at.wrapping_sub(t.base) as u64;
         (*state).table_file = file;
         (*state).last_check_tsc = (*t.h).start_tsc;
+        (*state).budget_ppm = u64::from((*v).budget_ppm);
         write_volatile(&raw mut (*state).entries, entries);
         true
     }
@@ -112,8 +128,9 @@ struct Table<'a> {
 /// Sums each function's timed calls on all its paths; with `decide`, switches this module's
 /// shortest functions (by average call, so that the probes are the largest share of what they
 /// measure) until the cost of the timed calls since the previous scan, less theirs, is within
-/// the target. Returns how many it switched: their indices start the table's scratch.
-unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table: Table<'_>, now: u64, decide: bool) -> usize {
+/// the target. Returns how many it switched (their indices start the table's scratch) and
+/// what the window's timed calls still cost beyond the target.
+unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table: Table<'_>, now: u64, decide: bool) -> (usize, u64) {
     // SAFETY: nodes below `node_count` are initialised; mode words and hooks exist for every
     // counter of this module.
     unsafe {
@@ -166,7 +183,7 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
             let target = target(v, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window);
             switch(v, h, entries, table.scratch, epoch, window_calls.saturating_mul(pair), target, window, now)
         } else {
-            0
+            (0, 0)
         };
         (*state).other_seen = other;
         for e in entries.iter_mut().filter(|e| e.epoch == epoch) {
@@ -177,20 +194,25 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
 }
 
 /// Switches timed functions called in the window, shortest first, until `cost` is within
-/// `target`; returns how many, whose indices it leaves at the start of `scratch`.
+/// `target`; returns how many (their indices it leaves at the start of `scratch`) and what
+/// is left of the cost beyond the target.
 #[allow(clippy::too_many_arguments)]
-unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], scratch: &mut [u32], epoch: u64, mut cost: u64, target: u64, window: u64, now: u64) -> usize {
+unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], scratch: &mut [u32], epoch: u64, mut cost: u64, target: u64, window: u64, now: u64) -> (usize, u64) {
     // SAFETY: mode words and hooks exist for every counter of this module.
     unsafe {
         if cost <= target {
-            return 0;
+            return (0, 0);
         }
         let pair = (*h).probe_pair_ticks.max(1);
         // A function with script probes stays timed: counting would skip its probes.
+        // A function whose calls are so long that its probes cost less than the budget's share
+        // of each stays timed whatever the rest costs: it is what the profile is for.
+        let ppm = u64::from((*v).budget_ppm);
+        let short = |e: &BudgetEntry| (e.ticks / e.calls.max(1)).saturating_mul(ppm) < pair.saturating_mul(1_000_000);
         let switchable = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED && super::script::hooks(v, i as u64) == (0, 0);
         let mut len = 0;
         for (i, e) in entries.iter().enumerate() {
-            if e.epoch == epoch && e.calls > e.seen_calls && switchable(i) {
+            if e.epoch == epoch && e.calls > e.seen_calls && short(e) && switchable(i) {
                 scratch[len] = i as u32;
                 len += 1;
             }
@@ -213,7 +235,7 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
             write_volatile(&raw mut e.switched_tsc, now);
             (*h).switched += 1;
         }
-        switched
+        (switched, cost.saturating_sub(target))
     }
 }
 
