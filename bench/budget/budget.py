@@ -37,8 +37,10 @@ def keep_profile(rep: dict) -> dict:
     timed = [f for f in rep["functions"] if f.get("total_ns") is not None]
     timed.sort(key=lambda f: -f["total_ns"])
     threads = (rep.get("timing") or {}).get("threads", [])
-    switched = sum(len(t.get("switches", [])) + t.get("switches_unlogged", 0) for t in threads)
-    return {"top": [f["name"] for f in timed[:TOP]], "switched": switched}
+    switched = sum(len(t.get("switches", [])) for t in threads)
+    budgets = [t["budget"] for t in threads if t.get("budget")]
+    cost = 100 * sum(b["timing_ns"] for b in budgets) / max(1, sum(b["run_ns"] for b in budgets)) if budgets else None
+    return {"top": [f["name"] for f in timed[:TOP]], "switched": switched, "timing_cost": cost}
 
 
 def main() -> int:
@@ -81,13 +83,15 @@ def main() -> int:
         st = h.stats(runs)
         label = " ".join(configs.get(v.name, ["(uninstrumented)"]))
         if v.skip_reason or not st:
-            rows.append([label, "skipped: " + (v.skip_reason or h.failure_note(runs) or "no run"), "", "", "", "", ""])
+            rows.append([label, "skipped: " + (v.skip_reason or h.failure_note(runs) or "no run"), "", "", "", "", "", ""])
             continue
         ratio = f"x{st.median / base_st.median:.2f}" if base_st else "-"
         extra = next((r.extra for r in runs if "calls" in r.extra), {})
         calls = h.fmt_int(extra.get("calls")) if extra else "-"
         switched = str(statistics.median(r.extra["switched"] for r in runs if "switched" in r.extra)) \
             if v.name.startswith("lopi-budget") else "-"
+        costs = [r.extra["timing_cost"] for r in runs if r.extra.get("timing_cost") is not None]
+        cost = f"{statistics.median(costs):.1f}%" if costs else "-"
         if v.name == TIMED or v.name.startswith("lopi-budget"):
             tops = [set(r.extra["top"]) for r in runs if "top" in r.extra]
             shared = min((len(t & set(full_top)) for t in tops), default=0)
@@ -96,7 +100,7 @@ def main() -> int:
             top = "-"
         mismatch = h.output_mismatch(v.check, res[BASE], runs)
         notes = "; ".join(filter(None, [mismatch, *rnotes["w2"].get(v.name, []), f"n={len(runs)}"]))
-        rows.append([label, h.fmt_range(st), ratio, calls, switched, top, notes])
+        rows.append([label, h.fmt_range(st), ratio, calls, switched, cost, top, notes])
 
     machine = h.machine_info(REPO, [("lopi binary", lopi_line), ("sqlite", h.sqlite_source_line(a.sqlite_dir))])
     md = h.results_head("The perturbation budget on speedtest1", "bench/budget/run.sh", a.quick, machine)
@@ -108,9 +112,11 @@ def main() -> int:
            "ratio = median / uninstrumented median.",
            f"- top {TOP}: of the full-timing run's {TOP} functions with the most inclusive time, how many each "
            "budgeted run also has among its own top ones (the worst of its runs).",
+           "- timing cost: what the budgeted run's timed calls cost (each one call's probes, as calibrated) in % of its "
+           "run time (`lopi report --budget`), median of the runs.",
            "", "## Results", "",
            h.markdown_table(["configuration", "TOTAL median [min-max]", "x uninstr.", "calls", "switched",
-                             f"top {TOP} kept", "notes"], rows),
+                             "timing cost", f"top {TOP} kept", "notes"], rows),
            "", f"Full-timing top {TOP} by inclusive time: " + ", ".join(f"`{f}`" for f in full_top), ""]
     h.write_results(a.out, md, "budget", {"size": size, "n": n}, {"w2": res}, machine, [], a.quick)
     return 0

@@ -124,6 +124,10 @@ enum Command {
         /// then its begin and end probes (run now) and its maps.
         #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks"])]
         script: bool,
+        /// Show what the perturbation budget (--budget) did: each thread's budget and what
+        /// timing cost it, then every function switched to counting, when and at what call rate.
+        #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script"])]
+        budget: bool,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -502,7 +506,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Coverage { data, format, output } => coverage::run(&read_data(&data)?, format, output.as_deref()),
-        Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown, blocks, script } => {
+        Command::Report { data, format, top, callers, callees, syscalls, locks, threads, breakdown, blocks, script, budget } => {
             if script {
                 return trace::report(&data, format == Format::Json);
             }
@@ -554,6 +558,15 @@ fn run(cli: Cli) -> Result<()> {
                 };
             }
             let profile = lopi_trace::Profile::from_data(&file);
+            if budget {
+                let Some(text) = show::budget_text(&profile) else {
+                    bail!("{} has no budget data: run or rewrite the program with --probe entry,exit --budget 5%", data.display());
+                };
+                return match format {
+                    Format::Json => print_json(&show::budget_json(&profile)),
+                    Format::Text => print(&text),
+                };
+            }
             if let Some((name, is_callers)) = callers.map(|c| (c, true)).or(callees.map(|c| (c, false))) {
                 if profile.timing.is_none() {
                     bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display());

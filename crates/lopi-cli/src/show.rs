@@ -297,7 +297,7 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
         let more = if more > 0 { format!(", {more} more") } else { String::new() };
         let _ = writeln!(
             out,
-            "note: the budget switched {} from timing to counting: {}{more}; their calls since are counted, and their time is in their callers' self time",
+            "note: the budget switched {} from timing to counting: {}{more}; their calls since are counted, and their time is in their callers' self time (`lopi report --budget` lists every one)",
             plural(switches.len(), "function"),
             list.join(", ")
         );
@@ -310,6 +310,55 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
             t.tid, t.pid, t.trace_dropped, t.trace_events
         );
     }
+}
+
+/// `--budget`: each thread's perturbation budget, what timing cost it, and every function the
+/// budget switched to counting, when and at what call rate.
+pub fn budget_text(profile: &Profile) -> Option<String> {
+    let threads = &profile.timing.as_ref()?.threads;
+    let mut out = String::new();
+    for t in threads {
+        let Some(b) = &t.budget else { continue };
+        let percent = |ns: f64| 100.0 * ns / b.run_ns.max(1.0);
+        let _ = writeln!(
+            out,
+            "thread {} of pid {}: budget {}%, timing cost {:.1}% of its {} run ({} checks, {} scans of its calls taking {}); {} switched to counting",
+            t.tid,
+            t.pid,
+            b.ppm as f64 / 1e4,
+            percent(b.timing_ns),
+            duration(b.run_ns),
+            b.checks,
+            b.scans,
+            duration(b.scan_ns),
+            plural(t.switches.len(), "function")
+        );
+        if b.timing_ns > b.run_ns * b.ppm as f64 / 1e6 {
+            let _ = writeln!(
+                out,
+                "  over budget: functions whose calls are long enough that their probes cost under the budget's share of each stay timed, and a phase of the program with new short functions is timed until a check switches them"
+            );
+        }
+        if !t.switches.is_empty() {
+            let _ = writeln!(out, "{:>12}  {:>12}  FUNCTION", "AT", "CALLS/S");
+        }
+        for s in &t.switches {
+            let _ = writeln!(out, "{:>12}  {:>10.3} M  {}", duration(s.at_ms * 1e6), s.calls_per_s / 1e6, s.function);
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// `--budget --format json`: per thread, its budget use and its switches.
+pub fn budget_json(profile: &Profile) -> Value {
+    let threads = profile.timing.as_ref().map(|t| t.threads.as_slice()).unwrap_or_default();
+    Value::Array(
+        threads
+            .iter()
+            .filter(|t| t.budget.is_some())
+            .map(|t| serde_json::json!({ "pid": t.pid, "tid": t.tid, "budget": t.budget, "switches": t.switches }))
+            .collect(),
+    )
 }
 
 fn plural(n: usize, what: &str) -> String {

@@ -1859,6 +1859,10 @@ fn budget_in(live: bool) {
         b.check(r.tree_calls("tiny") < 20_000_000 / 10, || format!("tiny: {} calls still timed", r.tree_calls("tiny")));
         let text = b.lopi(&["report".as_ref(), p.data.as_os_str()]).stdout_str();
         b.check(text.contains("note: the budget switched") && text.contains("tiny at "), || format!("text report:\n{text}"));
+        let listed = b.lopi(&["report".as_ref(), p.data.as_os_str(), "--budget".as_ref()]).stdout_str();
+        b.check(listed.contains("budget 5%") && listed.lines().any(|l| l.ends_with(" tiny")), || format!("lopi report --budget:\n{listed}"));
+        let budgets: Vec<u64> = r.threads().iter().filter_map(|t| t["budget"]["ppm"].as_u64()).collect();
+        b.check(budgets == [50_000], || format!("threads' budgets: {budgets:?}"));
 
         let (got, _, data) = b.run_rewritten(&[("LOPI_BUDGET", "0")]);
         b.same_behaviour(&p.want, &got);

@@ -62,8 +62,7 @@ pub struct ThreadSummary {
     pub clock_backwards: u64,
     pub switched_open: u64,
     pub switches: Vec<SwitchSummary>,
-    /// Budget checks the thread made.
-    pub budget_checks: u64,
+    pub budget: Option<crate::timing::BudgetUse>,
     pub trace_events: usize,
     pub trace_dropped: u64,
     /// When the first event was dropped (ns since the earliest timestamp in the file).
@@ -252,7 +251,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
                 .iter()
                 .map(|s| SwitchSummary { function: name(s.function), at_ms: s.at_ns / 1e6, calls_per_s: s.calls_per_s })
                 .collect(),
-            budget_checks: thread.budget_checks,
+            budget: thread.budget.clone(),
             trace_events: thread.events.len(),
             trace_dropped: thread.trace_dropped,
             first_drop_ns: thread.first_drop_ns,

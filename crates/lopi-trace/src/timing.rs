@@ -153,9 +153,24 @@ pub struct ThreadProfile {
     /// Calls of functions the budget switched to counting while the calls ran: counted, not
     /// timed (their ends were no longer probed).
     pub switched_open: u64,
-    /// Functions the budget switched from timing to counting, in order, and the checks it made.
+    /// Functions the budget switched from timing to counting, in order.
     pub switches: Vec<Switched>,
-    pub budget_checks: u64,
+    /// What the thread's budget checks saw (`None`: it made none).
+    pub budget: Option<BudgetUse>,
+}
+
+/// A thread's perturbation budget and what timing cost it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BudgetUse {
+    /// The budget, in parts per million of the thread's run time.
+    pub ppm: u64,
+    /// What its timed calls cost (each one call's probes, as calibrated), and its run time.
+    pub timing_ns: f64,
+    pub run_ns: f64,
+    pub checks: u64,
+    /// Scans of its calling-context tree, and the time they took.
+    pub scans: u64,
+    pub scan_ns: f64,
 }
 
 /// A function the perturbation budget switched to counting.
@@ -477,7 +492,17 @@ impl Timing {
                 clock_backwards: h.clock_backwards,
                 switched_open: u64::from(h.switched_open),
                 switches,
-                budget_checks: chunk.budget.checks,
+                budget: (chunk.budget.checks > 0).then(|| {
+                    let timed: u64 = chunk.nodes.iter().filter(|n| n.func != 0 && abi::syscall_name::decode(n.func).is_none()).map(|n| n.calls).sum();
+                    BudgetUse {
+                        ppm: chunk.budget.budget_ppm,
+                        timing_ns: ns(timed as f64 * h.probe_pair_ticks as f64),
+                        run_ns: ns(h.last_tsc.wrapping_add(h.paused_ticks).saturating_sub(h.start_tsc) as f64),
+                        checks: chunk.budget.checks,
+                        scans: chunk.budget.scans,
+                        scan_ns: ns(chunk.budget.scan_ticks as f64),
+                    }
+                }),
             });
         }
         Some(Timing { functions, threads, probe_cost, syscall_sites })
