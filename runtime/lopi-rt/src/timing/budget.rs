@@ -210,9 +210,12 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
         let ppm = u64::from((*v).budget_ppm);
         let short = |e: &BudgetEntry| (e.ticks / e.calls.max(1)).saturating_mul(ppm) < pair.saturating_mul(1_000_000);
         let switchable = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED && super::script::hooks(v, i as u64) == (0, 0);
+        // A function called so rarely that its calls are under a thousandth of the excess is
+        // not worth switching (nor its code changing): "short and frequent".
+        let worth = ((cost - target) / 1000).max(1);
         let mut len = 0;
         for (i, e) in entries.iter().enumerate() {
-            if e.epoch == epoch && e.calls > e.seen_calls && short(e) && switchable(i) {
+            if e.epoch == epoch && (e.calls - e.seen_calls).saturating_mul(pair) >= worth && short(e) && switchable(i) {
                 scratch[len] = i as u32;
                 len += 1;
             }
