@@ -281,8 +281,9 @@ impl BudgetState {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BudgetEntry {
-    /// Its timed calls in this thread at the latest check.
+    /// Its timed calls in this thread at the latest scan, and their ticks.
     pub seen_calls: u64,
+    pub seen_ticks: u64,
     /// During a check: its timed calls now and their ticks (set when `epoch` is the check's).
     pub calls: u64,
     pub ticks: u64,
@@ -296,7 +297,7 @@ pub struct BudgetEntry {
     pub window_ticks: u64,
 }
 
-pub const BUDGET_ENTRY_LEN: usize = 64;
+pub const BUDGET_ENTRY_LEN: usize = 72;
 const _: () = assert!(core::mem::size_of::<BudgetEntry>() == BUDGET_ENTRY_LEN);
 
 /// Bytes of a budget table of `entries` entries (and their scratch).
@@ -309,13 +310,14 @@ impl BudgetEntry {
         let f = Fields(bytes.get(..BUDGET_ENTRY_LEN)?);
         Some(Self {
             seen_calls: f.u64(0),
-            calls: f.u64(8),
-            ticks: f.u64(16),
-            epoch: f.u64(24),
-            switched_tsc: f.u64(32),
-            func: f.u64(40),
-            window_calls: f.u64(48),
-            window_ticks: f.u64(56),
+            seen_ticks: f.u64(8),
+            calls: f.u64(16),
+            ticks: f.u64(24),
+            epoch: f.u64(32),
+            switched_tsc: f.u64(40),
+            func: f.u64(48),
+            window_calls: f.u64(56),
+            window_ticks: f.u64(64),
         })
     }
 }

@@ -35,6 +35,18 @@ fn interval(v: &RuntimeVars) -> u64 {
     v.tsc_hz / 10_000
 }
 
+/// A new call path: the program may be starting a phase with functions not seen before, so
+/// the next check comes soon (with a budget: checks are never due otherwise).
+pub(super) unsafe fn new_path(h: *mut abi::ThreadHeader) {
+    // SAFETY: the caller's thread header.
+    unsafe {
+        let next = (*h).next_check_tsc;
+        if next != u64::MAX {
+            (*h).next_check_tsc = next.min(rdtsc().saturating_add((*h).tsc_hz / 50_000));
+        }
+    }
+}
+
 pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
     // SAFETY: the caller holds `busy`; the state lies in the header page, the table in an
     // extension of `entries` entries and as many scratch words.
@@ -187,7 +199,9 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
         };
         (*state).other_seen = other;
         for e in entries.iter_mut().filter(|e| e.epoch == epoch) {
-            e.seen_calls = e.calls;
+            // One field at a time (no vector stores, as above).
+            write_volatile(&raw mut e.seen_calls, e.calls);
+            write_volatile(&raw mut e.seen_ticks, e.ticks);
         }
         switched
     }
@@ -208,7 +222,10 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
         // A function whose calls are so long that its probes cost less than the budget's share
         // of each stays timed whatever the rest costs: it is what the profile is for.
         let ppm = u64::from((*v).budget_ppm);
-        let short = |e: &BudgetEntry| (e.ticks / e.calls.max(1)).saturating_mul(ppm) < pair.saturating_mul(1_000_000);
+        // Long on the whole or lately is long: a function whose calls are long in most of the
+        // program's phases is not switched in one where they are short.
+        let long = |average: u64| average.saturating_mul(ppm) >= pair.saturating_mul(1_000_000);
+        let short = |e: &BudgetEntry| !long(e.ticks / e.calls.max(1)) && !long(window_average(e));
         let switchable = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED && super::script::hooks(v, i as u64) == (0, 0);
         // A function called so rarely that its calls are under a thousandth of the excess is
         // not worth switching (nor its code changing): "short and frequent".
@@ -242,12 +259,18 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
     }
 }
 
-/// Shell sort of entry indices by average call duration, shortest first: in place,
+/// A function's average call since the previous scan: calls that once included timed calls
+/// of its since switched callees count as long only for as long as they did.
+fn window_average(e: &BudgetEntry) -> u64 {
+    e.ticks.wrapping_sub(e.seen_ticks) / e.calls.saturating_sub(e.seen_calls).max(1)
+}
+
+/// Shell sort of entry indices by average call duration since the previous scan, shortest first: in place,
 /// O(n^1.3)-ish, no recursion.
 fn sort_by_average(indices: &mut [u32], entries: &[BudgetEntry]) {
     let key = |i: u32| {
         let e = &entries[i as usize];
-        e.ticks / e.calls.max(1)
+        window_average(e)
     };
     let mut gap = 1;
     while gap < indices.len() / 3 {

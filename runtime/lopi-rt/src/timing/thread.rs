@@ -185,6 +185,7 @@ impl Thread {
             (*n).parent = parent;
             (*n).func = func;
             self.hash_in(parent, func, index);
+            super::budget::new_path(h);
             index
         }
     }
