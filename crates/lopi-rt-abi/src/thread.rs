@@ -103,7 +103,8 @@ pub struct ThreadHeader {
     pub unmatched_len: u32,
     /// Functions this thread's budget checks switched to counting.
     pub switched: u32,
-    /// Timed calls that ended, for the budget's checks (the tree's nodes hold them by path).
+    /// Timed calls of functions that ended (system calls not counted), for the budget's
+    /// checks (the tree's nodes hold them by path).
     pub timed_calls: u64,
 }
 

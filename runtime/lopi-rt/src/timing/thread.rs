@@ -393,7 +393,10 @@ impl Thread {
             };
             if f.flags & abi::FRAME_INHERITED == 0 {
                 (*n).calls += 1;
-                (*h).timed_calls += 1;
+                // A system call's probes are not timing's cost (see `budget.rs`).
+                if (*n).func & abi::syscall_name::TAG == 0 {
+                    (*h).timed_calls += 1;
+                }
                 if kind == abi::EVENT_UNWIND && f.flags & abi::FRAME_MERGED == 0 {
                     (*n).aux += 1;
                 }
