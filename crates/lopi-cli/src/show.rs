@@ -3,7 +3,7 @@ use lopi_elf::ElfModule;
 use lopi_patch::{Outcome, Selection, TimingOutcome};
 use lopi_trace::Profile;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::path::Path;
 
@@ -286,19 +286,26 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
             let _ = writeln!(out, "note: {n} {what}");
         }
     }
-    let switches: Vec<&lopi_trace::SwitchSummary> = threads.iter().flat_map(|t| &t.switches).collect();
+    // Each process switches its own code: a function may be switched in several.
+    let mut switches: Vec<(u32, &lopi_trace::SwitchSummary)> = threads.iter().flat_map(|t| t.switches.iter().map(move |s| (t.pid, s))).collect();
+    switches.sort_by(|a, b| a.1.at_ms.total_cmp(&b.1.at_ms));
     if !switches.is_empty() {
+        let processes: BTreeSet<u32> = switches.iter().map(|(pid, _)| *pid).collect();
+        let functions: BTreeSet<&str> = switches.iter().map(|(_, s)| s.function.as_str()).collect();
         let list: Vec<String> = switches
             .iter()
             .take(12)
-            .map(|s| format!("{} at {} ({:.3} M calls/s)", s.function, duration(s.at_ms * 1e6), s.calls_per_s / 1e6))
+            .map(|(pid, s)| {
+                let within = if processes.len() > 1 { format!(" in pid {pid}") } else { String::new() };
+                format!("{} at {}{within} ({:.3} M calls/s)", s.function, duration(s.at_ms * 1e6), s.calls_per_s / 1e6)
+            })
             .collect();
         let more = switches.len() - list.len();
         let more = if more > 0 { format!(", {more} more") } else { String::new() };
         let _ = writeln!(
             out,
             "note: the budget switched {} from timing to counting: {}{more}; their calls since are counted, and their time is in their callers' self time (`lopi report --budget` lists every one)",
-            plural(switches.len(), "function"),
+            plural(functions.len(), "function"),
             list.join(", ")
         );
     }

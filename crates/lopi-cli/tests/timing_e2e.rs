@@ -1909,6 +1909,46 @@ fn budget_open_in(live: bool) {
     }
 }
 
+/// `--budget 5%` in four threads and a forked child, all calling tiny() 21 million times:
+/// threads' checks switch it (changing its code under the others), and every call is counted
+/// exactly in both processes; slow() and work() stay timed.
+#[test]
+fn budget_under_threads_and_fork() {
+    budget_threads_in(false);
+}
+
+#[test]
+fn budget_under_threads_and_fork_live() {
+    budget_threads_in(true);
+}
+
+fn budget_threads_in(live: bool) {
+    for cfg in configs() {
+        let mut b = build_mode("budget_threads.c", cfg, &["--budget", "5%"], live);
+        let exp = b.fx.expect.clone();
+        let p = b.run_pair(&[]);
+        let r = &p.report;
+        b.check_functions(r, &exp, &["slow", "work", "worker"]);
+        b.check_self_within_total(r);
+        let threads = r.threads();
+        let switched: Vec<&str> = threads.iter().flat_map(|t| t["switches"].as_array().into_iter().flatten()).filter_map(|s| s["function"].as_str()).collect();
+        b.check(switched.contains(&"tiny"), || format!("tiny not switched; switched: {switched:?}"));
+        // One switch per process: the threads' checks race for it.
+        let mut per_process: BTreeMap<u64, usize> = BTreeMap::new();
+        for t in &threads {
+            let n = t["switches"].as_array().into_iter().flatten().filter(|s| s["function"] == "tiny").count();
+            *per_process.entry(t["pid"].as_u64().unwrap_or(0)).or_default() += n;
+        }
+        b.check(per_process.values().all(|&n| n <= 1), || format!("tiny switched per process: {per_process:?}"));
+        for keep in ["slow", "work", "worker", "main"] {
+            b.check(!switched.contains(&keep), || format!("{keep} was switched: {switched:?}"));
+        }
+        b.check(r.tree_calls("slow") == 20, || format!("slow: {} timed calls, want 20", r.tree_calls("slow")));
+        b.check(threads.iter().all(|t| t["unmatched_exits"].as_u64() == Some(0)), || "unmatched exits".to_string());
+        b.finish();
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 11. Trace mode
 // ---------------------------------------------------------------------------

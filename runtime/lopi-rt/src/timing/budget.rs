@@ -19,6 +19,7 @@ use super::thread::Thread;
 use super::{counter, mode_word, rdtsc};
 use crate::abi::{self, BudgetEntry, BudgetState, RuntimeVars};
 use core::ptr::write_volatile;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 /// When a new thread first checks: soon, so that a short run does not pay for long.
 pub(super) fn first_check(v: &RuntimeVars, start: u64) -> u64 {
@@ -240,15 +241,21 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
         let candidates = &mut scratch[..len];
         sort_by_average(candidates, entries);
         let mut switched = 0;
-        for &i in candidates.iter() {
+        for k in 0..candidates.len() {
             if cost <= target {
                 break;
             }
-            switched += 1;
+            let i = candidates[k];
             let e = &mut entries[i as usize];
             let calls = e.calls - e.seen_calls;
-            write_volatile(mode_word(v, u64::from(i)), abi::mode::COUNTING);
             cost = cost.saturating_sub(calls.saturating_mul(pair));
+            // Another thread's check may have switched it meanwhile: that one records it and
+            // changes its code.
+            if AtomicU32::from_ptr(mode_word(v, u64::from(i))).compare_exchange(abi::mode::TIMED, abi::mode::COUNTING, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                continue;
+            }
+            candidates[switched] = i;
+            switched += 1;
             write_volatile(&raw mut e.func, counter(u64::from(i)));
             write_volatile(&raw mut e.window_calls, calls);
             write_volatile(&raw mut e.window_ticks, window);
