@@ -53,6 +53,9 @@ enum Mode {
     /// No rewritten file: the original binary under `lopi run --probe entry,exit` (probes
     /// spliced in at its entry point), through a wrapper script in place of the rewrite.
     Live,
+    /// `--probe entry,exit --budget 5%`: timing, with short frequent functions switched to
+    /// counting (and their code changed) as the program runs.
+    Budget,
 }
 
 /// Per-thread trace capacity in `Mode::Trace`: the zstd battery starts ~800
@@ -66,6 +69,7 @@ impl Mode {
             Mode::Timing => &["--probe", "entry,exit"],
             Mode::Trace => &["--trace"],
             Mode::Live => &["--probe", "entry,exit"],
+            Mode::Budget => &["--probe", "entry,exit", "--budget", "5%"],
         }
     }
 
@@ -80,6 +84,7 @@ impl Mode {
             Mode::Timing => base.to_string(),
             Mode::Trace => format!("{base}-trace"),
             Mode::Live => format!("{base}-live"),
+            Mode::Budget => format!("{base}-budget"),
         }
     }
 
@@ -540,6 +545,11 @@ impl Report {
             timing["probe_cost"]["inner_ns"].as_f64().unwrap_or(0.0),
             timing["probe_cost"]["pair_ns"].as_f64().unwrap_or(0.0)
         );
+        if mode == Mode::Budget {
+            let switched: usize = threads.iter().map(|t| t["switches"].as_array().map_or(0, Vec::len)).sum();
+            println!("[{tag}] budget: {switched} switches in {} threads", threads.len());
+            assert!(threads.iter().any(|t| t["budget"]["checks"].as_u64() > Some(0)), "[{tag}] no thread made a budget check");
+        }
         if mode == Mode::Trace {
             assert!(events > 0, "[{tag}] --trace recorded no trace event");
             exports(tag, data);
@@ -757,6 +767,11 @@ fn real_sqlite3_source_built_trace() {
 #[test]
 fn real_sqlite3_source_built_live() {
     sqlite3_source_built(Mode::Live);
+}
+
+#[test]
+fn real_sqlite3_source_built_budget() {
+    sqlite3_source_built(Mode::Budget);
 }
 
 /// `lopi attach` to the source-built sqlite3 shell in the middle of real work (the same
@@ -1108,6 +1123,11 @@ fn zstd_source_built(mode: Mode) {
 #[test]
 fn real_zstd_source_built() {
     zstd_source_built(Mode::Timing);
+}
+
+#[test]
+fn real_zstd_source_built_budget() {
+    zstd_source_built(Mode::Budget);
 }
 
 #[test]

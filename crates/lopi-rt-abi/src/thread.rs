@@ -226,7 +226,7 @@ pub const BUDGET_STATE: u64 = 2048;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BudgetState {
-    /// The table ([`BudgetEntry`] per counter of the module, then a `u32` per counter of
+    /// The table ([`BudgetEntry`] per counter of the module, then two `u32` per counter of
     /// scratch), an extension: its address less the chunk's, its file offset, its entries (0:
     /// the thread has no table yet).
     pub table_offset: u64,
@@ -285,9 +285,13 @@ pub struct BudgetEntry {
     /// Its timed calls in this thread at the latest scan, and their ticks.
     pub seen_calls: u64,
     pub seen_ticks: u64,
-    /// During a check: its timed calls now and their ticks (set when `epoch` is the check's).
+    /// During a scan: its timed calls now and their ticks (set when `epoch` is the scan's),
+    /// and those of its busiest call path (the last of equally busy ones: a recursion's
+    /// innermost).
     pub calls: u64,
     pub ticks: u64,
+    pub path_calls: u64,
+    pub path_ticks: u64,
     pub epoch: u64,
     /// TSC when this thread switched it to counting; 0: it did not.
     pub switched_tsc: u64,
@@ -298,12 +302,12 @@ pub struct BudgetEntry {
     pub window_ticks: u64,
 }
 
-pub const BUDGET_ENTRY_LEN: usize = 72;
+pub const BUDGET_ENTRY_LEN: usize = 88;
 const _: () = assert!(core::mem::size_of::<BudgetEntry>() == BUDGET_ENTRY_LEN);
 
 /// Bytes of a budget table of `entries` entries (and their scratch).
 pub const fn budget_table_bytes(entries: u64) -> u64 {
-    super::page_align(entries * (BUDGET_ENTRY_LEN as u64 + 4))
+    super::page_align(entries * (BUDGET_ENTRY_LEN as u64 + 8))
 }
 
 impl BudgetEntry {
@@ -314,11 +318,13 @@ impl BudgetEntry {
             seen_ticks: f.u64(8),
             calls: f.u64(16),
             ticks: f.u64(24),
-            epoch: f.u64(32),
-            switched_tsc: f.u64(40),
-            func: f.u64(48),
-            window_calls: f.u64(56),
-            window_ticks: f.u64(64),
+            path_calls: f.u64(32),
+            path_ticks: f.u64(40),
+            epoch: f.u64(48),
+            switched_tsc: f.u64(56),
+            func: f.u64(64),
+            window_calls: f.u64(72),
+            window_ticks: f.u64(80),
         })
     }
 }

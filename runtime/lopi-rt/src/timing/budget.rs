@@ -50,7 +50,7 @@ pub(super) unsafe fn new_path(h: *mut abi::ThreadHeader) {
 
 pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
     // SAFETY: the caller holds `busy`; the state lies in the header page, the table in an
-    // extension of `entries` entries and as many scratch words.
+    // extension of `entries` entries and twice as many scratch words.
     unsafe {
         let h = t.h;
         let state = (t.base + abi::BUDGET_STATE as usize) as *mut BudgetState;
@@ -66,18 +66,22 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
         let excess = calls.saturating_mul(pair).saturating_sub(target(v, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window).saturating_add(floor));
         // A scan is worth it when the excess it takes away over the next windows (until the
         // program's phase changes, say eight) is more than a scan costs (a large tree takes long
-        // to scan); scans never cost more than 2% of the thread's run.
+        // to scan). Scans cost at most 2% of the thread's run, and a quarter of what timing
+        // cost beyond the budget so far.
         let scan_cost = (*state).scan_ticks / (*state).scans.max(1);
-        if excess.saturating_mul(8) > scan_cost && (*state).scan_ticks <= now.saturating_sub((*h).start_tsc) / 50 {
+        let elapsed = now.saturating_sub((*h).start_tsc);
+        let over_budget = (*h).timed_calls.saturating_mul(pair).saturating_sub(elapsed / 1000 * u64::from((*v).budget_ppm) / 1000);
+        if excess.saturating_mul(8) > scan_cost && (*state).scan_ticks <= elapsed / 50 + over_budget / 4 {
             let started = rdtsc();
             // Which functions to switch is decided from their calls since the previous scan:
             // the first scan only takes their counts.
+            let count = (*state).entries as usize;
+            let at = t.base.wrapping_add((*state).table_offset as usize);
+            let words = at + count * abi::BUDGET_ENTRY_LEN;
             let table = Table {
-                entries: core::slice::from_raw_parts_mut(t.base.wrapping_add((*state).table_offset as usize) as *mut BudgetEntry, (*state).entries as usize),
-                scratch: core::slice::from_raw_parts_mut(
-                    t.base.wrapping_add((*state).table_offset as usize + (*state).entries as usize * abi::BUDGET_ENTRY_LEN) as *mut u32,
-                    (*state).entries as usize,
-                ),
+                entries: core::slice::from_raw_parts_mut(at as *mut BudgetEntry, count),
+                scratch: core::slice::from_raw_parts_mut(words as *mut u32, count),
+                touched: core::slice::from_raw_parts_mut((words + 4 * count) as *mut u32, count),
             };
             let decide = (*state).last_scan_tsc != 0;
             let scratch = table.scratch.as_ptr();
@@ -136,6 +140,8 @@ struct Table<'a> {
     entries: &'a mut [BudgetEntry],
     /// Indices of the candidates to switch.
     scratch: &'a mut [u32],
+    /// Indices of the functions a scan found in the tree.
+    touched: &'a mut [u32],
 }
 
 /// Sums each function's timed calls on all its paths; with `decide`, switches this module's
@@ -158,6 +164,7 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
             (func >= first && func % 8 == first % 8 && (i as usize) < count).then_some(i as usize)
         };
         let mut other = 0u64;
+        let mut touched = 0;
         for n in abi::FIRST_FREE_NODE..(*h).node_count {
             let n = t.node(n);
             let func = (*n).func;
@@ -170,9 +177,16 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
                         write_volatile(&raw mut e.epoch, epoch);
                         write_volatile(&raw mut e.calls, 0);
                         write_volatile(&raw mut e.ticks, 0);
+                        write_volatile(&raw mut e.path_calls, 0);
+                        table.touched[touched] = i as u32;
+                        touched += 1;
                     }
                     e.calls += (*n).calls;
                     e.ticks = e.ticks.wrapping_add((*n).ticks);
+                    if (*n).calls >= e.path_calls {
+                        write_volatile(&raw mut e.path_calls, (*n).calls);
+                        write_volatile(&raw mut e.path_ticks, (*n).ticks);
+                    }
                 }
                 // System calls are timed whatever the budget says: their probes are not
                 // timing's cost. The merged-paths node names no function.
@@ -184,22 +198,22 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
             let timed = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED;
             let mut spent = other;
             let mut window_calls = other.saturating_sub((*state).other_seen);
-            for (i, e) in entries.iter().enumerate() {
-                if e.epoch == epoch {
-                    spent = spent.saturating_add(e.calls);
-                    if timed(i) {
-                        window_calls = window_calls.saturating_add(e.calls.saturating_sub(e.seen_calls));
-                    }
+            for &i in &table.touched[..touched] {
+                let e = &entries[i as usize];
+                spent = spent.saturating_add(e.calls);
+                if timed(i as usize) {
+                    window_calls = window_calls.saturating_add(e.calls.saturating_sub(e.seen_calls));
                 }
             }
             let window = now.saturating_sub((*state).last_scan_tsc).max(1);
             let target = target(v, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window);
-            switch(v, h, entries, table.scratch, epoch, window_calls.saturating_mul(pair), target, window, now)
+            switch(v, h, entries, &table.touched[..touched], table.scratch, window_calls.saturating_mul(pair), target, window, now)
         } else {
             (0, 0)
         };
         (*state).other_seen = other;
-        for e in entries.iter_mut().filter(|e| e.epoch == epoch) {
+        for &i in &table.touched[..touched] {
+            let e = &mut entries[i as usize];
             // One field at a time (no vector stores, as above).
             write_volatile(&raw mut e.seen_calls, e.calls);
             write_volatile(&raw mut e.seen_ticks, e.ticks);
@@ -212,7 +226,7 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
 /// `target`; returns how many (their indices it leaves at the start of `scratch`) and what
 /// is left of the cost beyond the target.
 #[allow(clippy::too_many_arguments)]
-unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], scratch: &mut [u32], epoch: u64, mut cost: u64, target: u64, window: u64, now: u64) -> (usize, u64) {
+unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], called: &[u32], scratch: &mut [u32], mut cost: u64, target: u64, window: u64, now: u64) -> (usize, u64) {
     // SAFETY: mode words and hooks exist for every counter of this module.
     unsafe {
         if cost <= target {
@@ -223,18 +237,28 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
         // A function whose calls are so long that its probes cost less than the budget's share
         // of each stays timed whatever the rest costs: it is what the profile is for.
         let ppm = u64::from((*v).budget_ppm);
-        // Long on the whole or lately is long: a function whose calls are long in most of the
-        // program's phases is not switched in one where they are short.
+        // Long lately, or on its busiest call path on the whole, is long: a function whose calls
+        // are long in most of the program's phases is not switched in one where they are short.
+        // (Not its average over all paths: a recursion's outer calls include its inner ones.)
         let long = |average: u64| average.saturating_mul(ppm) >= pair.saturating_mul(1_000_000);
-        let short = |e: &BudgetEntry| !long(e.ticks / e.calls.max(1)) && !long(window_average(e));
+        // A switch is for good: a function whose probes cost under four times the budget's share
+        // of its calls is switched only once the thread has run for 10 ms, so that a first phase
+        // of short calls does not decide for the whole run.
+        let early = now.saturating_sub((*h).start_tsc) < (*v).tsc_hz / 100;
+        let very = |average: u64| average.saturating_mul(ppm).saturating_mul(4) < pair.saturating_mul(1_000_000);
+        let short = |e: &BudgetEntry| {
+            let (lately, path) = (window_average(e), e.path_ticks / e.path_calls.max(1));
+            !long(lately) && !long(path) && (!early || (very(lately) && very(path)))
+        };
         let switchable = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED && super::script::hooks(v, i as u64) == (0, 0);
         // A function called so rarely that its calls are under a thousandth of the excess is
         // not worth switching (nor its code changing): "short and frequent".
         let worth = ((cost - target) / 1000).max(1);
         let mut len = 0;
-        for (i, e) in entries.iter().enumerate() {
-            if e.epoch == epoch && (e.calls - e.seen_calls).saturating_mul(pair) >= worth && short(e) && switchable(i) {
-                scratch[len] = i as u32;
+        for &i in called {
+            let e = &entries[i as usize];
+            if (e.calls - e.seen_calls).saturating_mul(pair) >= worth && short(e) && switchable(i as usize) {
+                scratch[len] = i;
                 len += 1;
             }
         }
