@@ -4,10 +4,11 @@
 //! run as a whole is over budget, so that the excess is paid back. When the excess is worth a
 //! scan of the calling-context tree, the check sums each function's timed calls and switches
 //! this module's shortest functions (by average call) called since the previous scan to
-//! counting until the cost of that window without their calls fits. A function whose calls are
-//! so long that its probes cost less than the budget's share of each stays timed: it is what
-//! the profile is for; what such functions cost beyond the budget is then allowed for a while
-//! rather than scanned for again. A switched function counts its calls per CPU as a counting
+//! counting until the cost of that window without their calls fits. A function whose calls,
+//! lately or on its busiest call path, are so long that its probes cost less than the budget's
+//! share of each stays timed: it is what the profile is for; what such functions cost beyond
+//! the budget is then allowed for a while rather than scanned for again. A switch is for good,
+//! so one whose probes cost under four times that share waits for the thread's first 10 ms. A switched function counts its calls per CPU as a counting
 //! trampoline does: its entry jumps straight to that code and its exit sites get their
 //! original code back (`retire::switch_code`), so its time becomes its caller's self time.
 //!
