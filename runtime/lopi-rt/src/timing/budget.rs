@@ -208,7 +208,8 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
             }
             let window = now.saturating_sub((*state).last_scan_tsc).max(1);
             let target = target(v, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window);
-            switch(v, h, entries, &table.touched[..touched], table.scratch, window_calls.saturating_mul(pair), target, window, now)
+            let window = Window { cost: window_calls.saturating_mul(pair), target, ticks: window, now };
+            switch(v, h, entries, &table.touched[..touched], table.scratch, window)
         } else {
             (0, 0)
         };
@@ -223,24 +224,33 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
     }
 }
 
-/// Switches timed functions called in the window, shortest first, until `cost` is within
-/// `target`; returns how many (their indices it leaves at the start of `scratch`) and what
+/// The window since the previous scan: what its timed calls cost, what they may cost, its
+/// length, its end.
+struct Window {
+    cost: u64,
+    target: u64,
+    ticks: u64,
+    now: u64,
+}
+
+/// Switches timed functions `called` in the window, shortest first, until its cost is within
+/// its target; returns how many (their indices it leaves at the start of `scratch`) and what
 /// is left of the cost beyond the target.
-#[allow(clippy::too_many_arguments)]
-unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], called: &[u32], scratch: &mut [u32], mut cost: u64, target: u64, window: u64, now: u64) -> (usize, u64) {
+unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], called: &[u32], scratch: &mut [u32], window: Window) -> (usize, u64) {
     // SAFETY: mode words and hooks exist for every counter of this module.
     unsafe {
+        let Window { mut cost, target, ticks, now } = window;
         if cost <= target {
             return (0, 0);
         }
         let pair = (*h).probe_pair_ticks.max(1);
-        // A function with script probes stays timed: counting would skip its probes.
-        // A function whose calls are so long that its probes cost less than the budget's share
-        // of each stays timed whatever the rest costs: it is what the profile is for.
         let ppm = u64::from((*v).budget_ppm);
-        // Long lately, or on its busiest call path on the whole, is long: a function whose calls
-        // are long in most of the program's phases is not switched in one where they are short.
-        // (Not its average over all paths: a recursion's outer calls include its inner ones.)
+        // A function whose calls are so long that its probes cost less than the budget's share
+        // of each stays timed whatever the rest costs: it is what the profile is for. Long
+        // lately or on its busiest call path on the whole is long, so that a function whose
+        // calls are long in most of the program's phases is not switched in one where they are
+        // short (not its average over all paths: a recursion's outer calls include its inner
+        // ones).
         let long = |average: u64| average.saturating_mul(ppm) >= pair.saturating_mul(1_000_000);
         // A switch is for good: a function whose probes cost under four times the budget's share
         // of its calls is switched only once the thread has run for 10 ms, so that a first phase
@@ -251,6 +261,7 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
             let (lately, path) = (window_average(e), e.path_ticks / e.path_calls.max(1));
             !long(lately) && !long(path) && (!early || (very(lately) && very(path)))
         };
+        // A function with script probes stays timed: counting would skip its probes.
         let switchable = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED && super::script::hooks(v, i as u64) == (0, 0);
         // A function called so rarely that its calls are under a thousandth of the excess is
         // not worth switching (nor its code changing): "short and frequent".
@@ -283,7 +294,7 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
             switched += 1;
             write_volatile(&raw mut e.func, counter(u64::from(i)));
             write_volatile(&raw mut e.window_calls, calls);
-            write_volatile(&raw mut e.window_ticks, window);
+            write_volatile(&raw mut e.window_ticks, ticks);
             write_volatile(&raw mut e.switched_tsc, now);
             (*h).switched += 1;
         }
@@ -297,13 +308,10 @@ fn window_average(e: &BudgetEntry) -> u64 {
     e.ticks.wrapping_sub(e.seen_ticks) / e.calls.saturating_sub(e.seen_calls).max(1)
 }
 
-/// Shell sort of entry indices by average call duration since the previous scan, shortest first: in place,
-/// O(n^1.3)-ish, no recursion.
+/// Shell sort of entry indices by average call since the previous scan, shortest first: in
+/// place, O(n^1.3)-ish, no recursion.
 fn sort_by_average(indices: &mut [u32], entries: &[BudgetEntry]) {
-    let key = |i: u32| {
-        let e = &entries[i as usize];
-        window_average(e)
-    };
+    let key = |i: u32| window_average(&entries[i as usize]);
     let mut gap = 1;
     while gap < indices.len() / 3 {
         gap = gap * 3 + 1;
