@@ -464,7 +464,7 @@ impl Thread {
 
     /// Counts an exit of `func` (0: unknown) that matched no frame, by function.
     pub unsafe fn note_unmatched(&self, func: u64) {
-        // SAFETY: the table lies in the header page, below the switch log.
+        // SAFETY: the table lies in the header page, below the budget state.
         unsafe {
             let h = self.h;
             (*h).unmatched_exits += 1;
