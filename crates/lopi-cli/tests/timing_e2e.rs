@@ -597,6 +597,11 @@ impl Report {
             .unwrap_or_default()
     }
 
+    /// Functions the budget switched to counting, one entry per switch (each thread's).
+    fn switched(&self) -> Vec<&str> {
+        self.threads().into_iter().flat_map(|t| t["switches"].as_array().into_iter().flatten()).filter_map(|s| s["function"].as_str()).collect()
+    }
+
     fn thread_sum(&self, field: &str) -> u64 {
         self.threads().iter().map(|t| t[field].as_u64().unwrap_or(u64::MAX / 1024)).sum()
     }
@@ -1842,15 +1847,10 @@ fn budget_in(live: bool) {
         let r = &p.report;
         b.check_functions(r, &exp, &["slow", "work"]);
         b.check_self_within_total(r);
-        let switched: Vec<String> = r
-            .threads()
-            .iter()
-            .flat_map(|t| t["switches"].as_array().cloned().unwrap_or_default())
-            .filter_map(|s| s["function"].as_str().map(String::from))
-            .collect();
-        b.check(switched.iter().any(|f| f == "tiny"), || format!("tiny not switched; switched: {switched:?}"));
+        let switched = r.switched();
+        b.check(switched.contains(&"tiny"), || format!("tiny not switched; switched: {switched:?}"));
         for keep in ["slow", "work", "main"] {
-            b.check(!switched.iter().any(|f| f == keep), || format!("{keep} was switched: {switched:?}"));
+            b.check(!switched.contains(&keep), || format!("{keep} was switched: {switched:?}"));
         }
         b.check(r.tree_calls("slow") == 20, || format!("slow: {} timed calls, want 20", r.tree_calls("slow")));
         let (slow, own) = (r.num("slow", "total_ns"), measured(&p.got)["slow_sum"] as f64);
@@ -1894,14 +1894,13 @@ fn budget_open_in(live: bool) {
         let r = &p.report;
         b.check_functions(r, &exp, &["tail"]);
         b.check_self_within_total(r);
-        let threads = r.threads();
-        let switched: Vec<&str> = threads.iter().flat_map(|t| t["switches"].as_array().into_iter().flatten()).filter_map(|s| s["function"].as_str()).collect();
+        let switched = r.switched();
         b.check(switched.contains(&"step") && !switched.contains(&"tail"), || format!("switched: {switched:?}"));
-        let open: u64 = threads.iter().filter_map(|t| t["switched_open"].as_u64()).sum();
+        let open = r.thread_sum("switched_open");
         b.check(open <= 10, || format!("{open} calls of step open at the switch; it recurses 10 deep"));
         let (step_max, run) = (r.num("step", "max_ns"), r.num("main", "total_ns"));
         b.check(step_max < run / 4.0, || format!("step's longest call {step_max} ns of main's {run} ns: an open call ran on"));
-        b.check(threads.iter().all(|t| t["unmatched_exits"].as_u64() == Some(0)), || "unmatched exits".to_string());
+        b.check_thread_counter(r, "unmatched_exits", 0);
         let text = b.lopi(&["report".as_ref(), p.data.as_os_str()]).stdout_str();
         let noted = text.contains("switched to counting while the calls ran");
         b.check(noted == (open > 0), || format!("{open} open calls, text report:\n{text}"));
@@ -1930,12 +1929,11 @@ fn budget_threads_in(live: bool) {
         let r = &p.report;
         b.check_functions(r, &exp, &["slow", "work", "worker"]);
         b.check_self_within_total(r);
-        let threads = r.threads();
-        let switched: Vec<&str> = threads.iter().flat_map(|t| t["switches"].as_array().into_iter().flatten()).filter_map(|s| s["function"].as_str()).collect();
+        let switched = r.switched();
         b.check(switched.contains(&"tiny"), || format!("tiny not switched; switched: {switched:?}"));
         // One switch per process: the threads' checks race for it.
         let mut per_process: BTreeMap<u64, usize> = BTreeMap::new();
-        for t in &threads {
+        for t in r.threads() {
             let n = t["switches"].as_array().into_iter().flatten().filter(|s| s["function"] == "tiny").count();
             *per_process.entry(t["pid"].as_u64().unwrap_or(0)).or_default() += n;
         }
@@ -1944,7 +1942,7 @@ fn budget_threads_in(live: bool) {
             b.check(!switched.contains(&keep), || format!("{keep} was switched: {switched:?}"));
         }
         b.check(r.tree_calls("slow") == 20, || format!("slow: {} timed calls, want 20", r.tree_calls("slow")));
-        b.check(threads.iter().all(|t| t["unmatched_exits"].as_u64() == Some(0)), || "unmatched exits".to_string());
+        b.check_thread_counter(r, "unmatched_exits", 0);
         b.finish();
     }
 }
