@@ -364,8 +364,8 @@ fn switch_table(patches: &[lopi_patch::SwitchPatches], counters: u64, at: u64) -
     for p in patches {
         let record = u32::try_from(table.len()).ok()?;
         table.get_mut(p.counter as usize * 4..p.counter as usize * 4 + 4)?.copy_from_slice(&record.to_le_bytes());
-        table.extend(u32::try_from(p.swaps.len()).ok()?.to_le_bytes());
-        for swap in &p.swaps {
+        table.extend(u32::try_from(p.swaps().count()).ok()?.to_le_bytes());
+        for swap in p.swaps() {
             table.extend(swap.at.0.wrapping_sub(at).to_le_bytes());
             table.push(u8::try_from(swap.bytes.len()).ok()?);
             table.push(swap.jump_len);

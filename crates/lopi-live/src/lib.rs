@@ -376,8 +376,7 @@ impl Target {
                 .plan
                 .switch_patches
                 .iter()
-                .flat_map(|s| &s.swaps)
-                .filter(|w| usize::from(w.jump_len) == w.bytes.len() && w.bytes.first() == Some(&0xe9))
+                .filter_map(|s| s.entry.as_ref())
                 .map(|w| (w.at.0.wrapping_add(bias), w.bytes.clone()))
                 .collect(),
             syscall_returns: syscall_returns(image, bias),

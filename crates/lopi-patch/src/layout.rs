@@ -291,8 +291,8 @@ impl Selection {
         syscall_probes.sort_by_key(|p| p.counter);
         let switch_patches = entry_swaps
             .into_iter()
-            .map(|(function, counter, entry)| SwitchPatches { counter, swaps: entry.into_iter().chain(exit_swaps.remove(&function).unwrap_or_default()).collect() })
-            .filter(|s| !s.swaps.is_empty())
+            .map(|(function, counter, entry)| SwitchPatches { counter, entry, exits: exit_swaps.remove(&function).unwrap_or_default() })
+            .filter(|s| s.swaps().next().is_some())
             .collect();
         Ok(PatchPlan {
             layout,

@@ -379,8 +379,17 @@ pub struct CodePatch {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SwitchPatches {
     pub counter: u32,
-    /// In the order they must be made.
-    pub swaps: Vec<CodeSwap>,
+    /// The entry's jump (or its bounce's), retargeted; made first.
+    pub entry: Option<CodeSwap>,
+    /// The exit sites' original code, in the order it must be put back.
+    pub exits: Vec<CodeSwap>,
+}
+
+impl SwitchPatches {
+    /// Every swap, in the order they must be made.
+    pub fn swaps(&self) -> impl Iterator<Item = &CodeSwap> {
+        self.entry.iter().chain(&self.exits)
+    }
 }
 
 /// New code at `at`: the bytes after the first `jump_len` are written first (filler no

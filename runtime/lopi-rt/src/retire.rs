@@ -100,6 +100,10 @@ unsafe fn restore(record: *const u8, site: *mut u8) -> Result<(), Refused> {
     // SAFETY: the site's code and `len` bytes of it in the record, which the planner built
     // together.
     unsafe {
+        // Another thread may have put it back already: no need to make the pages writable.
+        if !needs_swap(site, original, len, jump) {
+            return Ok(());
+        }
         let pages = Writable::make(site as usize, site as usize + len)?;
         swap(site, original, len, jump);
         pages.restore();
@@ -136,18 +140,13 @@ impl Writable {
 /// site alone when it already holds them, when it is not what lopi put there (a jump, or a
 /// `nop` for a one-byte swap), or when it changed meanwhile.
 unsafe fn swap(site: *mut u8, new: *const u8, len: usize, jump: usize) {
+    // SAFETY: forwarded.
+    if !unsafe { needs_swap(site, new, len, jump) } {
+        return;
+    }
     // SAFETY: `new` holds `len` bytes (callers' contract).
     let byte = |i: usize| unsafe { *new.add(i) };
     let line_offset = site as usize % CACHE_LINE;
-    if jump == 0 || len < jump || len > retire::MAX_LEN || line_offset + jump > CACHE_LINE {
-        return;
-    }
-    // SAFETY: the site's `len` bytes are mapped code (read access is never taken away).
-    let current = |i: usize| unsafe { read_volatile(site.add(i)) };
-    let ours = if jump == 1 { current(0) == NOP } else { [JMP32, JMP8].contains(&current(0)) };
-    if (0..len).all(|i| current(i) == byte(i)) || !ours {
-        return;
-    }
     for i in jump..len {
         // SAFETY: filler bytes inside the patch, writable; no thread runs them.
         unsafe { write_volatile(site.add(i), byte(i)) };
@@ -166,6 +165,19 @@ unsafe fn swap(site: *mut u8, new: *const u8, len: usize, jump: usize) {
     // SAFETY: as above; a locked access within a cache line is atomic. If the bytes changed
     // since they were read, it writes nothing.
     unsafe { asm!("lock cmpxchg qword ptr [{w}], {new}", w = in(reg) window, new = in(reg) value, inout("rax") old => _, options(nostack)) };
+}
+
+/// False when the swap cannot be made safely (its jump would span two cache lines), the site
+/// already holds the bytes at `new`, or it is not what lopi put there.
+unsafe fn needs_swap(site: *const u8, new: *const u8, len: usize, jump: usize) -> bool {
+    if jump == 0 || len < jump || len > retire::MAX_LEN || site as usize % CACHE_LINE + jump > CACHE_LINE {
+        return false;
+    }
+    // SAFETY: the site's `len` bytes are mapped code (read access is never taken away); `new`
+    // holds `len` bytes.
+    let (current, byte) = unsafe { (|i: usize| read_volatile(site.add(i)), |i: usize| *new.add(i)) };
+    let ours = if jump == 1 { current(0) == NOP } else { [JMP32, JMP8].contains(&current(0)) };
+    ours && (0..len).any(|i| current(i) != byte(i))
 }
 
 /// Makes the swaps of the module's functions `indices`, which the budget has just switched to

@@ -8,9 +8,10 @@
 //! lately or on its busiest call path, are so long that its probes cost less than the budget's
 //! share of each stays timed: it is what the profile is for; what such functions cost beyond
 //! the budget is then allowed for a while rather than scanned for again. A switch is for good,
-//! so one whose probes cost under four times that share waits for the thread's first 10 ms. A switched function counts its calls per CPU as a counting
-//! trampoline does: its entry jumps straight to that code and its exit sites get their
-//! original code back (`retire::switch_code`), so its time becomes its caller's self time.
+//! so one whose probes cost under four times that share waits for the thread's first 10 ms.
+//! A switched function counts its calls per CPU as a counting trampoline does: its entry jumps
+//! straight to that code and its exit sites get their original code back
+//! (`retire::switch_code`), so its time becomes its caller's self time.
 //!
 //! The thread's budget table, an extension of its chunk with an entry per counter of the
 //! module, keeps what the scans saw of each function and records each switch (when, and the
@@ -63,7 +64,7 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
         let pair = (*h).probe_pair_ticks.max(1);
         let calls = (*h).timed_calls.wrapping_sub((*state).calls_seen);
         let window = now.saturating_sub((*state).last_check_tsc);
-        let floor = if now < (*state).floor_until { window / 1000 * (*state).floor_ppm / 1000 } else { 0 };
+        let floor = if now < (*state).floor_until { parts(window, (*state).floor_ppm) } else { 0 };
         let excess = calls.saturating_mul(pair).saturating_sub(target(v, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window).saturating_add(floor));
         // A scan is worth it when the excess it takes away over the next windows (until the
         // program's phase changes, say eight) is more than a scan costs (a large tree takes long
@@ -71,7 +72,7 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
         // cost beyond the budget so far.
         let scan_cost = (*state).scan_ticks / (*state).scans.max(1);
         let elapsed = now.saturating_sub((*h).start_tsc);
-        let over_budget = (*h).timed_calls.saturating_mul(pair).saturating_sub(elapsed / 1000 * u64::from((*v).budget_ppm) / 1000);
+        let over_budget = (*h).timed_calls.saturating_mul(pair).saturating_sub(parts(elapsed, u64::from((*v).budget_ppm)));
         if excess.saturating_mul(8) > scan_cost && (*state).scan_ticks <= elapsed / 50 + over_budget / 4 {
             let started = rdtsc();
             // Which functions to switch is decided from their calls since the previous scan:
@@ -114,9 +115,13 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
 unsafe fn target(v: *const RuntimeVars, spent: u64, elapsed: u64, window: u64) -> u64 {
     // SAFETY: the variables are the module's.
     let ppm = u64::from(unsafe { (*v).budget_ppm });
-    // In two steps, so that long runs do not overflow.
-    let share = |ticks: u64| ticks / 1000 * ppm / 1000;
+    let share = |ticks: u64| parts(ticks, ppm);
     if spent > share(elapsed) { share(window) / 2 } else { share(window) * 3 / 4 }
+}
+
+/// `ppm` parts per million of `ticks`: in two steps, so that long runs do not overflow.
+fn parts(ticks: u64, ppm: u64) -> u64 {
+    ticks / 1000 * ppm / 1000
 }
 
 /// Maps the thread's table: false when the data file cannot grow (the thread then stays timed).
