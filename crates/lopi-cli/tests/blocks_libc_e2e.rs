@@ -1,0 +1,146 @@
+//! Block and coverage probes over the code libc is made of. A fixture with vfprintf's computed
+//! goto (a table of label differences, its base taken with a `lea`): every label is a block,
+//! so no probe covers one, and each block's instructions ran as often as its first (callgrind).
+//! Real libc: `printf` through `__vfprintf_internal` under block probes, live and in a
+//! rewritten copy of libc.so.6.
+mod common;
+
+use common::{block_counts, build_c, callgrind_counts, cleanup, fresh_dir, lopi_bin, run};
+use serde_json::Value as Json;
+use std::path::Path;
+use std::process::Command;
+
+/// glibc's vfprintf dispatch: `goto *(&&do_base + jumps[c])` with `jumps[]` holding `&&do_x -
+/// &&do_base` (int32). Every label but the base is reached only through the table, and each is
+/// fallen into from a short label before it (`do_add`'s `not` is three bytes): a probe at the
+/// start of `do_add` that did not know `do_mul` is a label would cover it.
+const LABELS: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) long interpret(const char *s) {
+    static const int jumps[] = {
+        &&do_base - &&do_base, &&do_add - &&do_base, &&do_mul - &&do_base, &&do_xor - &&do_base,
+        &&do_neg - &&do_base, &&do_shift - &&do_base, &&do_end - &&do_base,
+    };
+    long x = 1, steps = 0;
+    const char *p = s;
+#define NEXT goto *(&&do_base + jumps[(unsigned char)*p++ % 7])
+    NEXT;
+do_base:
+    steps += 2;
+    NEXT;
+do_add:
+    x = ~x;
+do_mul:
+    x = x * 3 + 1;
+do_xor:
+    x ^= 0x55 + steps;
+do_neg:
+    x = -x;
+    steps++;
+do_shift:
+    x = (x << 1) ^ (x >> 3);
+    NEXT;
+do_end:
+    return x + steps;
+}
+int main(int argc, char **argv) {
+    long sum = 0;
+    int n = argc > 1 ? atoi(argv[1]) : 1000;
+    char prog[64];
+    for (int i = 0; i < n; i++) {
+        int len = 1 + i % 40;
+        for (int j = 0; j < len; j++) prog[j] = (char)(i * 7 + j * 13) % 7 == 6 ? 0 : (char)(i * 7 + j * 13);
+        prog[len] = 6;
+        sum += interpret(prog);
+    }
+    printf("%ld\n", sum);
+    return 0;
+}
+"#;
+
+fn hex(v: &Json) -> u64 {
+    u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// `interpret`'s blocks as `lopi info --probe block` plans them: (start, end).
+fn planned_blocks(prog: &Path) -> Vec<(u64, u64)> {
+    let out = run(Command::new(lopi_bin()).args(["info", "--probe", "block", "--format", "json", "--functions", "interpret"]).arg(prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
+    let f = &json["functions"][0];
+    f["blocks"].as_array().unwrap_or_else(|| panic!("interpret has no graph: {f}")).iter().map(|b| (hex(&b["start"]), hex(&b["end"]))).collect()
+}
+
+#[test]
+fn computed_goto_through_label_differences() {
+    let dir = fresh_dir("blocks_labels");
+    // Not PIE: callgrind's addresses are then the file's.
+    let prog = build_c(&dir, "labels", LABELS, &["-O2", "-no-pie"]);
+    let oracle = callgrind_counts(&prog, &["1000"], &dir);
+    // Control enters a block only at its start: all its instructions ran as often as the first.
+    // A label the graph missed is an instruction inside a block that ran more often.
+    for (start, end) in planned_blocks(&prog) {
+        let first = oracle.get(&start).copied().unwrap_or(0);
+        for (&addr, &n) in oracle.iter().filter(|(&a, _)| a > start && a < end) {
+            assert_eq!(n, first, "the block {start:#x}..{end:#x} starts at a label it does not know: {addr:#x} ran {n} times, {start:#x} {first}");
+        }
+    }
+    let native = run(Command::new(&prog).arg("1000"), common::default_timeout()).unwrap().stdout_str();
+    for probe in ["block", "coverage"] {
+        let rewritten = dir.join(format!("labels.{probe}"));
+        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", probe, "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{}", out.stderr_str());
+        for mode in ["rewritten", "lopi run"] {
+            let data = dir.join(format!("{probe}-{}.data", mode.replace(' ', "-")));
+            let mut cmd = if mode == "lopi run" {
+                let mut c = Command::new(lopi_bin());
+                c.args(["run", "-q", "--probe", probe, "--"]).arg(&prog);
+                c
+            } else {
+                Command::new(&rewritten)
+            };
+            let out = run(cmd.arg("1000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+            assert!(out.status.success(), "--probe {probe}, {mode}: {}", common::describe_status(&out.status));
+            assert_eq!(out.stdout_str(), native, "--probe {probe}, {mode}: the program's output");
+            if probe == "block" {
+                let blocks = block_counts(&data, "interpret");
+                for b in &blocks {
+                    let want = oracle.get(&b["address"].as_u64().unwrap()).copied().unwrap_or(0);
+                    if let Some(count) = b["count"].as_u64() {
+                        assert_eq!(count, want, "--probe block, {mode}: {b}");
+                    }
+                }
+            }
+        }
+    }
+    cleanup(&dir);
+}
+
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+
+/// `bash -c 'printf "%s %5.2f\n" a 2.5'` under `args` (lopi run's options, or a rewritten
+/// libc's directory on `LD_LIBRARY_PATH`): its output and status are native's.
+fn printf_as_native(what: &str, cmd: &mut Command) {
+    let out = run(cmd.args(["bash", "-c", r#"printf "%s %5.2f\n" a 2.5"#]), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{what}: {}: {}", common::describe_status(&out.status), out.stderr_str());
+    assert_eq!(out.stdout_str(), "a  2.50\n", "{what}");
+}
+
+#[test]
+fn libc_vfprintf_under_block_probes() {
+    let dir = fresh_dir("blocks_vfprintf");
+    for probe in ["block", "coverage"] {
+        let mut cmd = Command::new(lopi_bin());
+        cmd.args(["run", "-q", "--probe", probe, "--functions", "*", "--functions", "libc:__vfprintf_internal", "--"]).env("LOPI_OUTPUT", dir.join(format!("{probe}.data")));
+        printf_as_native(&format!("lopi run --probe {probe}"), &mut cmd);
+        let lib = dir.join(probe);
+        std::fs::create_dir_all(&lib).unwrap();
+        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", probe, "--functions", "__vfprintf_internal", LIBC, "-o"]).arg(lib.join("libc.so.6")), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{}", out.stderr_str());
+        let mut cmd = Command::new("env");
+        cmd.env("LD_LIBRARY_PATH", &lib).env("LOPI_OUTPUT", dir.join(format!("{probe}-rewritten.data")));
+        printf_as_native(&format!("a libc rewritten with --probe {probe}"), &mut cmd);
+    }
+    cleanup(&dir);
+}
