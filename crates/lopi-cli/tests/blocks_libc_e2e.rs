@@ -1,6 +1,8 @@
 //! Block and coverage probes over the code libc is made of. A fixture with vfprintf's computed
 //! goto (a table of label differences, its base taken with a `lea`): every label is a block,
 //! so no probe covers one, and each block's instructions ran as often as its first (callgrind).
+//! A fixture with the hand-written string functions' fall-through from one function into the
+//! next across padding: no bounce goes there.
 //! Real libc: `printf` through `__vfprintf_internal` under block probes, live and in a
 //! rewritten copy of libc.so.6.
 mod common;
@@ -112,6 +114,75 @@ fn computed_goto_through_label_differences() {
                     }
                 }
             }
+        }
+    }
+    cleanup(&dir);
+}
+
+/// glibc's `__memcpy_chk_avx512_unaligned_erms`: a check that ends in a conditional jump and
+/// runs on through alignment padding (one-byte nops, each of which runs) into the function
+/// after it, whose first blocks are too short for a 5-byte jump. A bounce placed in that
+/// padding would run in the middle of `checked_sum`.
+const FALLS_THROUGH: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+long checked_sum(long a, long b, long limit);
+long sum_from(long a, long b);
+asm(".text\n"
+    ".p2align 6\n"
+    "filler:\n" /* code enough that no earlier padding is in a short jump's reach */
+    ".rept 50\n mov %rax, %rax\n .endr\n"
+    "ret\n"
+    ".p2align 4\n"
+    ".globl checked_sum\n.type checked_sum, @function\n"
+    "checked_sum:\n"
+    "  cmp %rsi, %rdx\n"
+    "  jb too_big\n"
+    ".size checked_sum, .-checked_sum\n"
+    ".rept 27\n .byte 0x90\n .endr\n"
+    ".globl sum\n.type sum, @function\n"
+    "sum:\n"
+    "  mov %rdi, %rax\n" /* 3 bytes, then a label another function jumps to */
+    ".Lbody:\n"
+    "  add %rsi, %rax\n"
+    "  test %rax, %rax\n"
+    "  js .Lneg\n"
+    "  ret\n"
+    ".Lneg:\n"
+    "  neg %rax\n"
+    "  ret\n"
+    ".size sum, .-sum\n"
+    ".globl sum_from\n.type sum_from, @function\n"
+    "sum_from:\n"
+    "  lea 1(%rdi), %rax\n"
+    "  jmp .Lbody\n"
+    ".size sum_from, .-sum_from\n"
+    "too_big:\n"
+    "  mov $-1, %rax\n"
+    "  ret\n");
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 1000, total = 0;
+    for (long i = 0; i < n; i++) total += checked_sum(i, i % 13 - 6, 5) + sum_from(-i, 3);
+    printf("%ld\n", total);
+    return 0;
+}
+"#;
+
+#[test]
+fn padding_that_code_runs_through_holds_no_bounce() {
+    let dir = fresh_dir("blocks_falls_through");
+    let prog = build_c(&dir, "falls", FALLS_THROUGH, &["-O2"]);
+    let native = run(&mut Command::new(&prog), common::default_timeout()).unwrap().stdout_str();
+    for probe in ["block", "coverage"] {
+        let rewritten = dir.join(format!("falls.{probe}"));
+        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", probe, "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{}", out.stderr_str());
+        let mut live = Command::new(lopi_bin());
+        live.args(["run", "-q", "--probe", probe, "--"]).arg(&prog);
+        for (mode, cmd) in [("rewritten", &mut Command::new(&rewritten)), ("lopi run", &mut live)] {
+            let out = run(cmd.env("LOPI_OUTPUT", dir.join("falls.data")), common::default_timeout()).unwrap();
+            assert!(out.status.success(), "--probe {probe}, {mode}: {}", common::describe_status(&out.status));
+            assert_eq!(out.stdout_str(), native, "--probe {probe}, {mode}: the program's output");
         }
     }
     cleanup(&dir);
