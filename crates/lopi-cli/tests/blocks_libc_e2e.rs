@@ -4,7 +4,8 @@
 //! A fixture with the hand-written string functions' fall-through from one function into the
 //! next across padding: no bounce goes there.
 //! Real libc: `printf` through `__vfprintf_internal` under block probes, live and in a
-//! rewritten copy of libc.so.6.
+//! rewritten copy of libc.so.6; `sed` under block and coverage probes over all of libc, whose
+//! image is placed where there is room when the process has mapped memory since it was planned.
 mod common;
 
 use common::{block_counts, build_c, callgrind_counts, cleanup, fresh_dir, lopi_bin, run};
@@ -65,57 +66,64 @@ fn hex(v: &Json) -> u64 {
     u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
 }
 
-/// `interpret`'s blocks as `lopi info --probe block` plans them: (start, end).
-fn planned_blocks(prog: &Path) -> Vec<(u64, u64)> {
-    let out = run(Command::new(lopi_bin()).args(["info", "--probe", "block", "--format", "json", "--functions", "interpret"]).arg(prog), common::default_timeout()).unwrap();
+/// `func`'s blocks as `lopi info --probe block` plans them: (start, end).
+fn planned_blocks(prog: &Path, func: &str) -> Vec<(u64, u64)> {
+    let out = run(Command::new(lopi_bin()).args(["info", "--probe", "block", "--format", "json", "--functions", func]).arg(prog), common::default_timeout()).unwrap();
     assert!(out.status.success(), "{}", out.stderr_str());
     let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
     let f = &json["functions"][0];
-    f["blocks"].as_array().unwrap_or_else(|| panic!("interpret has no graph: {f}")).iter().map(|b| (hex(&b["start"]), hex(&b["end"]))).collect()
+    f["blocks"].as_array().unwrap_or_else(|| panic!("{func} has no graph: {f}")).iter().map(|b| (hex(&b["start"]), hex(&b["end"]))).collect()
+}
+
+/// Checks `func`'s graph and probes in `prog` (not PIE: callgrind's addresses are then the
+/// file's) against callgrind, run with `arg`: every block's instructions ran as often as its
+/// first (control enters a block only at its start), and, rewritten and under `lopi run`, the
+/// program prints what it does natively and each block probe counts what callgrind does.
+fn blocks_agree_with_callgrind(dir: &Path, prog: &Path, func: &str, arg: &str) {
+    let oracle = callgrind_counts(prog, &[arg], dir);
+    for (start, end) in planned_blocks(prog, func) {
+        let first = oracle.get(&start).copied().unwrap_or(0);
+        for (&addr, &n) in oracle.iter().filter(|(&a, _)| a > start && a < end) {
+            assert_eq!(n, first, "{func}: the block {start:#x}..{end:#x} is entered elsewhere than at its start: {addr:#x} ran {n} times, {start:#x} {first}");
+        }
+    }
+    let native = run(Command::new(prog).arg(arg), common::default_timeout()).unwrap().stdout_str();
+    for probe in ["block", "coverage"] {
+        let rewritten = dir.join(format!("{func}.{probe}"));
+        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", probe, "-o"]).arg(&rewritten).arg(prog), common::default_timeout()).unwrap();
+        assert!(out.status.success(), "{}", out.stderr_str());
+        for mode in ["rewritten", "lopi run"] {
+            let data = dir.join(format!("{func}-{probe}-{}.data", mode.replace(' ', "-")));
+            let mut cmd = if mode == "lopi run" {
+                let mut c = Command::new(lopi_bin());
+                c.args(["run", "-q", "--probe", probe, "--"]).arg(prog);
+                c
+            } else {
+                Command::new(&rewritten)
+            };
+            let out = run(cmd.arg(arg).env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+            assert!(out.status.success(), "--probe {probe}, {mode}: {}", common::describe_status(&out.status));
+            assert_eq!(out.stdout_str(), native, "--probe {probe}, {mode}: the program's output");
+            let mut counted = 0;
+            for b in block_counts(&data, func) {
+                let want = oracle.get(&b["address"].as_u64().unwrap()).copied().unwrap_or(0);
+                match b["count"].as_u64() {
+                    Some(count) if probe == "block" => assert_eq!(count, want, "--probe block, {mode}: {b}"),
+                    Some(mark) => assert_eq!(mark > 0, want > 0, "--probe coverage, {mode}: {b}"),
+                    None => continue,
+                }
+                counted += 1;
+            }
+            assert!(counted >= 2, "--probe {probe}, {mode}: {counted} blocks of {func} counted");
+        }
+    }
 }
 
 #[test]
 fn computed_goto_through_label_differences() {
     let dir = fresh_dir("blocks_labels");
-    // Not PIE: callgrind's addresses are then the file's.
     let prog = build_c(&dir, "labels", LABELS, &["-O2", "-no-pie"]);
-    let oracle = callgrind_counts(&prog, &["1000"], &dir);
-    // Control enters a block only at its start: all its instructions ran as often as the first.
-    // A label the graph missed is an instruction inside a block that ran more often.
-    for (start, end) in planned_blocks(&prog) {
-        let first = oracle.get(&start).copied().unwrap_or(0);
-        for (&addr, &n) in oracle.iter().filter(|(&a, _)| a > start && a < end) {
-            assert_eq!(n, first, "the block {start:#x}..{end:#x} starts at a label it does not know: {addr:#x} ran {n} times, {start:#x} {first}");
-        }
-    }
-    let native = run(Command::new(&prog).arg("1000"), common::default_timeout()).unwrap().stdout_str();
-    for probe in ["block", "coverage"] {
-        let rewritten = dir.join(format!("labels.{probe}"));
-        let out = run(Command::new(lopi_bin()).args(["rewrite", "--probe", probe, "-o"]).arg(&rewritten).arg(&prog), common::default_timeout()).unwrap();
-        assert!(out.status.success(), "{}", out.stderr_str());
-        for mode in ["rewritten", "lopi run"] {
-            let data = dir.join(format!("{probe}-{}.data", mode.replace(' ', "-")));
-            let mut cmd = if mode == "lopi run" {
-                let mut c = Command::new(lopi_bin());
-                c.args(["run", "-q", "--probe", probe, "--"]).arg(&prog);
-                c
-            } else {
-                Command::new(&rewritten)
-            };
-            let out = run(cmd.arg("1000").env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
-            assert!(out.status.success(), "--probe {probe}, {mode}: {}", common::describe_status(&out.status));
-            assert_eq!(out.stdout_str(), native, "--probe {probe}, {mode}: the program's output");
-            if probe == "block" {
-                let blocks = block_counts(&data, "interpret");
-                for b in &blocks {
-                    let want = oracle.get(&b["address"].as_u64().unwrap()).copied().unwrap_or(0);
-                    if let Some(count) = b["count"].as_u64() {
-                        assert_eq!(count, want, "--probe block, {mode}: {b}");
-                    }
-                }
-            }
-        }
-    }
+    blocks_agree_with_callgrind(&dir, &prog, "interpret", "1000");
     cleanup(&dir);
 }
 
@@ -213,5 +221,87 @@ fn libc_vfprintf_under_block_probes() {
         cmd.env("LD_LIBRARY_PATH", &lib).env("LOPI_OUTPUT", dir.join(format!("{probe}-rewritten.data")));
         printf_as_native(&format!("a libc rewritten with --probe {probe}"), &mut cmd);
     }
+    cleanup(&dir);
+}
+
+/// `sed -n 1p FILE` with block and coverage probes over all of libc: its image (19 MB) goes in
+/// the hole right below the lowest library, where the kernel also put the data file that the
+/// executable's runtime maps at its init.
+#[test]
+fn sed_under_probes_over_all_of_libc() {
+    let dir = fresh_dir("blocks_libc_all");
+    let file = dir.join("lines.txt");
+    std::fs::write(&file, "first line\nsecond line\n").unwrap();
+    for probe in ["block", "coverage"] {
+        let out = run(
+            Command::new(lopi_bin()).args(["run", "-q", "--probe", probe, "--functions", "*", "--functions", "libc:*", "--", "sed", "-n", "1p"]).arg(&file).env("LOPI_OUTPUT", dir.join(format!("{probe}.data"))),
+            common::default_timeout(),
+        )
+        .unwrap();
+        assert!(out.status.success(), "--probe {probe}: {}: {}", common::describe_status(&out.status), out.stderr_str());
+        assert_eq!(out.stdout_str(), "first line\n", "--probe {probe}");
+    }
+    cleanup(&dir);
+}
+
+const MAPPER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+/* Takes the 4 GiB above its highest library (PROT_NONE, nothing committed), so that the free
+   address space nearest libc's code is right below its lowest mapping, then maps 256 KiB
+   there every millisecond (the kernel takes the highest hole that fits): what a planner read
+   of its mappings a moment ago is not free any more. Formats numbers meanwhile (libc's
+   vfprintf); prints their checksum at the end. */
+int main(int argc, char **argv) {
+    int seconds = argc > 1 ? atoi(argv[1]) : 3;
+    unsigned long top = 0, start_, end_;
+    char line[512], path[256];
+    FILE *maps = fopen("/proc/self/maps", "r");
+    while (fgets(line, sizeof line, maps)) {
+        path[0] = 0;
+        sscanf(line, "%lx-%lx %*s %*s %*s %*s %255s", &start_, &end_, path);
+        if (strcmp(path, "[stack]") != 0 && strcmp(path, "[vsyscall]") != 0 && end_ > top) top = end_;
+    }
+    fclose(maps);
+    if (mmap((void *)top, 4UL << 30, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0) == MAP_FAILED) return 2;
+    struct timespec start, now, ms = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    unsigned long sum = 0, rounds = 0;
+    char buf[64];
+    do {
+        mmap(NULL, 256 << 10, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        for (int i = 0; i < 100; i++) sum += strlen(buf + snprintf(buf, sizeof buf, "%d %5.2f", i, i / 4.0) / 2);
+        rounds++;
+        nanosleep(&ms, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec - start.tv_sec < seconds);
+    printf("%lu\n", sum / rounds);
+    return 0;
+}
+"#;
+
+/// `lopi attach` plans while the process runs: a program that maps memory all the while has
+/// taken the hole its libc image was planned in by the time its threads are stopped. The image
+/// is laid out again where there is room.
+#[test]
+fn attach_lays_out_again_where_the_process_mapped_meanwhile() {
+    let dir = fresh_dir("blocks_attach_placement");
+    let prog = build_c(&dir, "mapper", MAPPER, &["-O2"]);
+    let native = run(Command::new(&prog).arg("1"), common::default_timeout()).unwrap().stdout_str();
+    let mut child = Command::new(&prog).arg("4").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = run(
+        Command::new(lopi_bin()).args(["attach", &child.id().to_string(), "--duration", "300ms", "--probe", "block", "--functions", "libc:*"]).env("LOPI_OUTPUT", dir.join("mapper.data")),
+        common::default_timeout(),
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut printed).unwrap();
+    assert!(out.status.success(), "lopi attach: {}", out.stderr_str());
+    assert!(status.success() && printed == native, "the program: {status:?}, {printed:?}; lopi: {}", out.stderr_str());
     cleanup(&dir);
 }
