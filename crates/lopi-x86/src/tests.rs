@@ -78,6 +78,7 @@ fn classification() {
     assert_eq!(f(&[0xe8, 0, 0, 0, 0]), Flow::Call);
     assert_eq!(f(&[0xff, 0xe0]), Flow::IndirectJump);
     assert_eq!(f(&[0x0f, 0x0b]), Flow::Stop);
+    assert_eq!(f(&[0xf4]), Flow::Stop, "hlt");
     assert_eq!(f(&[0x0f, 0x05]), Flow::Interrupt);
     assert!(is_endbr64(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55]));
 }
