@@ -2,7 +2,8 @@
 //! goto (a table of label differences, its base taken with a `lea`): every label is a block,
 //! so no probe covers one, and each block's instructions ran as often as its first (callgrind).
 //! A fixture with the hand-written string functions' fall-through from one function into the
-//! next across padding: no bounce goes there.
+//! next across padding: no bounce goes there; a loop of one short block counts each
+//! iteration.
 //! Real libc: `printf` through `__vfprintf_internal` under block probes, live and in a
 //! rewritten copy of libc.so.6; `sed` under block and coverage probes over all of libc, whose
 //! image is placed where there is room when the process has mapped memory since it was planned.
@@ -124,6 +125,36 @@ fn computed_goto_through_label_differences() {
     let dir = fresh_dir("blocks_labels");
     let prog = build_c(&dir, "labels", LABELS, &["-O2", "-no-pie"]);
     blocks_agree_with_callgrind(&dir, &prog, "interpret", "1000");
+    cleanup(&dir);
+}
+
+/// A loop of one block shorter than a jump and a half (`sub; jne` back to itself: libc's
+/// string functions have such), moved whole into its probe: each iteration goes back through
+/// the probe.
+const SPIN: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+long spin(long n);
+asm(".text\n.p2align 4\n.globl spin\n.type spin, @function\nspin:\n"
+    "  mov %rdi, %rax\n"
+    "  xor %edx, %edx\n"
+    ".Lloop:\n"
+    "  sub $1, %rax\n"
+    "  jne .Lloop\n"
+    "  lea (%rdi,%rdi,2), %rax\n"
+    "  ret\n.size spin, .-spin\n");
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 1000;
+    printf("%ld\n", spin(n));
+    return 0;
+}
+"#;
+
+#[test]
+fn a_block_that_loops_to_itself_counts_each_iteration() {
+    let dir = fresh_dir("blocks_spin");
+    let prog = build_c(&dir, "spin", SPIN, &["-O2", "-no-pie"]);
+    blocks_agree_with_callgrind(&dir, &prog, "spin", "1000");
     cleanup(&dir);
 }
 

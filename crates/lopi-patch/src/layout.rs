@@ -4,7 +4,7 @@
 //! half-way.
 use crate::syscalls::{SyscallOutcome, SyscallSkip};
 use crate::blocks::BlockOutcome;
-use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, Tactic, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashMap;
@@ -171,7 +171,8 @@ impl Selection {
                 exit_stub: stubs.syscall_exit.0,
                 sites: &syscall_counters,
             });
-            let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
+            let loops_in_copy = site.point == Point::Entry(Tactic::WholeFunction);
+            let body = lopi_x86::Body { insns: &site.relocated, loops_in_copy, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
             let encoded = match (site.point, layout.stubs) {
                 (Point::Block(_), _) if site.action == Action::Mark => {
                     // Into the counter's shared slot, without a critical section: a one-byte store

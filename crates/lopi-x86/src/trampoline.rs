@@ -85,6 +85,11 @@ pub enum ExitKind {
 /// among them follow the copy.
 pub struct Body<'a> {
     pub insns: &'a [Instruction],
+    /// Whether branches to the first moved instruction follow the copy too: a function moved
+    /// whole runs its own loops there, past its entry probe. Otherwise they go back to the
+    /// original code, where the site's jump runs the probe again (a loop back to a block's
+    /// start is another run of the block).
+    pub loops_in_copy: bool,
     /// Original IPs of the instructions that leave the function.
     pub exits: &'a [(u64, ExitKind)],
     /// Where execution continues if the last instruction falls through.
@@ -131,6 +136,8 @@ const ABORT: u64 = 6;
 const EPILOGUE: u64 = 7;
 /// A coverage probe's retire record.
 const RECORD: u64 = 8;
+/// The body's first instruction, unless branches to its original address follow the copy.
+const BODY: u64 = 9;
 /// Labels for the exit paths of conditional tail jumps, upwards from here.
 const FIRST_EXIT_PATH: u64 = 16;
 /// Labels for the instructions exit probes skip to, upwards from here: kernel addresses, which
@@ -202,6 +209,38 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
             out.extend(probe_insns);
             out.push(at(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?, skip));
         }
+    }
+    let mut out = pin_code_addresses(&out, body.insns)?;
+    if !body.loops_in_copy {
+        let first = body_ip(body)?;
+        if let Some(insn) = out.iter_mut().find(|i| i.ip() == first) {
+            insn.set_ip(BODY);
+        }
+    }
+    Ok(out)
+}
+
+/// `insns` with each `lea` of the address of a moved instruction (of `moved`) made in two
+/// steps (`lea r, [rip + before the moved code]; lea r, [r + distance]`): the encoder takes an
+/// operand naming an instruction of the block for that instruction's copy, but the program
+/// wants its own code's address (`lea f(%rip)` in `f`), valid once the probes are gone. Any
+/// other operand reading moved code cannot be moved.
+fn pin_code_addresses(insns: &[Instruction], moved: &[Instruction]) -> Result<Vec<Instruction>, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    // Moved code is decoded in address order.
+    let Some(first) = moved.first().map(Instruction::ip) else { return Ok(insns.to_vec()) };
+    let mut out = Vec::with_capacity(insns.len());
+    for insn in insns {
+        let Some(addr) = crate::rip_relative_address(insn).filter(|a| moved.binary_search_by_key(a, Instruction::ip).is_ok()) else {
+            out.push(*insn);
+            continue;
+        };
+        if insn.code() != Code::Lea_r64_m {
+            return Err(RelocError::Encode(format!("the instruction at {:#x} reads the code it moves with ({addr:#x})", insn.ip())));
+        }
+        let reg = insn.op0_register();
+        out.push(at(Instruction::with2(Code::Lea_r64_m, reg, rip(first - 1)).map_err(err)?, insn.ip()));
+        out.push(Instruction::with2(Code::Lea_r64_m, reg, MemoryOperand::with_base_displ(reg, (addr - first + 1) as i64)).map_err(err)?);
     }
     Ok(out)
 }
@@ -301,7 +340,8 @@ pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruct
         let mut trampoline = timed_code(t, body, Some(copy_at), ip)?;
         let at = (ip + trampoline.bytes.len() as u64).next_multiple_of(16);
         if at == copy_at {
-            let block = InstructionBlock::new(copy, copy_at);
+            let copy = pin_code_addresses(copy, copy)?;
+            let block = InstructionBlock::new(&copy, copy_at);
             let encoded = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
             trampoline.bytes.resize((copy_at - ip) as usize, 0xcc);
             trampoline.bytes.extend(encoded.code_buffer);
@@ -320,8 +360,7 @@ fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) ->
         return Err(RelocError::Encode("a lock function's counter index beyond 2^24".into()));
     }
     let index = i32::try_from(t.counter.index | t.entry_tag).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
-    let body_ip = body_ip(body)?;
-    let counted = copy_at.unwrap_or(body_ip);
+    let counted = copy_at.unwrap_or(body_label(body)?);
     let mut insns = vec![
         Instruction::with2(Code::Cmp_rm32_imm8, rip(t.mode), 0).map_err(err)?,
         Instruction::with_branch(Code::Jne_rel32_64, TOP).map_err(err)?,
@@ -338,7 +377,7 @@ fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) ->
 
 /// Builds the trampoline at `ip`: the counting code, then the body.
 pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
-    let mut insns = counting_code(c, body_ip(body)?)?;
+    let mut insns = counting_code(c, body_label(body)?)?;
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
     encode_with_section(&insns, ip)
@@ -449,6 +488,15 @@ pub fn flags_dead(insns: &[Instruction]) -> bool {
 
 fn body_ip(body: &Body<'_>) -> Result<u64, RelocError> {
     body.insns.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))
+}
+
+/// Where the counting code goes on into the body.
+fn body_label(body: &Body<'_>) -> Result<u64, RelocError> {
+    if body.loops_in_copy {
+        body_ip(body)
+    } else {
+        Ok(BODY)
+    }
 }
 
 /// The counting code from `top` to the locked path, which falls through to what follows.
