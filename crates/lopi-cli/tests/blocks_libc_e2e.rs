@@ -2,8 +2,8 @@
 //! goto (a table of label differences, its base taken with a `lea`): every label is a block,
 //! so no probe covers one, and each block's instructions ran as often as its first (callgrind).
 //! A fixture with the hand-written string functions' fall-through from one function into the
-//! next across padding: no bounce goes there; a loop of one short block counts each
-//! iteration.
+//! next across padding: no bounce goes there; one with dead padding before code: no block
+//! starts in it.
 //! Real libc: `printf` through `__vfprintf_internal` under block probes, live and in a
 //! rewritten copy of libc.so.6; `sed` under block and coverage probes over all of libc, whose
 //! image is placed where there is room when the process has mapped memory since it was planned.
@@ -125,6 +125,43 @@ fn computed_goto_through_label_differences() {
     let dir = fresh_dir("blocks_labels");
     let prog = build_c(&dir, "labels", LABELS, &["-O2", "-no-pie"]);
     blocks_agree_with_callgrind(&dir, &prog, "interpret", "1000");
+    cleanup(&dir);
+}
+
+/// Padding after an indirect jump, then code reached only by it, at an address it computes
+/// (glibc's `__strcmp_sse42` has such code, reached from nowhere lopi can see): the padding,
+/// which `gaps.rs` may give to a bounce, is no part of the block, whose probe goes where its
+/// code begins.
+const PADDED: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+long padded(long x);
+asm(".text\n"
+    ".p2align 4\n"
+    ".globl padded\n.type padded, @function\n"
+    "padded:\n"
+    "  lea padded(%rip), %rax\n"
+    "  add $(.Lcode - padded), %rax\n"
+    "  jmp *%rax\n"
+    "  .byte 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0\n" /* an 11-byte nop */
+    ".Lcode:\n"
+    "  lea 1(%rdi), %rax\n"
+    "  imul %rdi, %rax\n"
+    "  ret\n"
+    ".size padded, .-padded\n");
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 1000, total = 0;
+    for (long i = 0; i < n; i++) total += padded(i);
+    printf("%ld\n", total);
+    return 0;
+}
+"#;
+
+#[test]
+fn dead_padding_is_no_part_of_a_block() {
+    let dir = fresh_dir("blocks_padded");
+    let prog = build_c(&dir, "padded", PADDED, &["-O2", "-no-pie"]);
+    blocks_agree_with_callgrind(&dir, &prog, "padded", "1000");
     cleanup(&dir);
 }
 
