@@ -302,6 +302,10 @@ pub struct RuntimeVars {
     /// Address of the module's table of code the budget's switches change ([`switches`]); 0:
     /// none.
     pub switches: u64,
+    /// Ticks an entry probe adds when its caller's one-entry child cache misses and the stub
+    /// finds the call's node in the hash table, measured at init: the stub stops the thread's
+    /// clock for them (they are not in `probe_pair_ticks`).
+    pub probe_lookup_ticks: u64,
 }
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
@@ -413,7 +417,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 224);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 232);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

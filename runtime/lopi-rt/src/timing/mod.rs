@@ -36,7 +36,7 @@ use crate::abi::{self, RuntimeVars, ThreadHeader, PAGE_SIZE};
 use crate::sys;
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
-use stubs::{lopi_calibration_empty, lopi_calibration_probed};
+use stubs::{lopi_calibration_empty, lopi_calibration_fanout, lopi_calibration_probed};
 use thread::Thread;
 
 /// Where the rewriter stores the distances from this word to the module's runtime variables
@@ -328,7 +328,10 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
     const ROUNDS: usize = 15;
     const CHAINS: u64 = 25;
     const DEPTH: u32 = 7; // calls per chain: DEPTH + 1
-    const CAP: u32 = 16;
+    // The fanout trees: 2^(FANOUT_DEPTH + 1) - 1 calls, as many nodes in all.
+    const FANOUT_DEPTH: u32 = 5;
+    const FANOUT_CALLS: u64 = (1 << (FANOUT_DEPTH + 1)) - 1;
+    const CAP: u32 = 128;
     let calls = CHAINS * u64::from(DEPTH + 1);
     let Some([nodes, hash, stack, trace, len]) = abi::thread_chunk_layout(CAP, CAP, 0) else { return };
     // SAFETY: a private scratch mapping laid out like a chunk; the thread slot and
@@ -376,6 +379,20 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
             inner[r] = innermost_ticks().wrapping_sub(before) / CHAINS;
             pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
         }
+        // Entries that miss their parent's cache and find their node in the hash table:
+        // trees of calls whose parents alternate between two functions, against trees of the
+        // same shape where they do not (run once first: their nodes are new).
+        let mut lookup = [0u64; ROUNDS];
+        lopi_calibration_fanout(FANOUT_DEPTH, 0, 0);
+        lopi_calibration_fanout(FANOUT_DEPTH, 0, 1);
+        for slot in lookup.iter_mut() {
+            let t0 = rdtsc();
+            lopi_calibration_fanout(FANOUT_DEPTH, 0, 0);
+            let t1 = rdtsc();
+            lopi_calibration_fanout(FANOUT_DEPTH, 0, 1);
+            let t2 = rdtsc();
+            *slot = (t2 - t1).saturating_sub(t1 - t0) / FANOUT_CALLS;
+        }
         // System-call probes, at the root: the call's node is the root's cached child.
         let mut syscall_inner = [0u64; ROUNDS];
         let mut syscall_pair = [0u64; ROUNDS];
@@ -402,6 +419,7 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
         sys::call3(sys::MUNMAP, m as usize, len as usize, 0);
         (*v).probe_inner_ticks = median(&mut inner);
         (*v).probe_pair_ticks = median(&mut pair);
+        (*v).probe_lookup_ticks = median(&mut lookup);
         (*v).syscall_inner_ticks = median(&mut syscall_inner);
         (*v).syscall_pair_ticks = median(&mut syscall_pair);
     }
