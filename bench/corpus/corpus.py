@@ -110,10 +110,12 @@ def function_args(libs):
     return args
 
 
-def script_text(libs, for_library=False):
-    # Arguments read, so that the probes are compiled ones, not the built-in count.
+def script_text(libs, one_module=False):
+    """The script: every function of the program and, unless `one_module` (a rewritten file's
+    own script), of each library. Arguments are read, so that the probes are compiled ones,
+    not the built-in count."""
     s = "func:* { @calls[func] = count(); @odd = sum(arg0 & 1); }\n"
-    if not for_library:
+    if not one_module:
         for name, _ in libs:
             s += f"func:{name}:* {{ @lib[\"{name}\"] = count(); @args = sum(arg1 & 1); }}\n"
     s += "syscall:* { @sys[probe] = count(); }\n"
@@ -222,11 +224,12 @@ class Harness:
     def rewritten(self, program, kind, exe, libs, d):
         out = d / "rw"
         out.mkdir()
-        modules = [(os.path.basename(exe), exe, False)] + [(n, p, True) for n, p in libs if "ld-linux" not in n]
-        for name, path, is_lib in modules:
+        # ld.so is the program's interpreter, not found through LD_LIBRARY_PATH: not rewritten.
+        modules = [(os.path.basename(exe), exe)] + [(n, p) for n, p in libs if "ld-linux" not in n]
+        for name, path in modules:
             if kind == "script":
                 script = d / f"{name}.bt"
-                script.write_text(script_text(libs, for_library=is_lib))
+                script.write_text(script_text(libs, one_module=True))
                 opts = ["--script", str(script)]
             else:
                 opts = KINDS[kind]

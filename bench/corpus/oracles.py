@@ -1,14 +1,15 @@
-"""Oracles for the corpus: counts taken without lopi, on the program's native run.
+"""Oracles for the corpus: counts lopi's probes must equal.
 
 - system calls (`syscall` probes, `lopi run`): gdb stops the native program at its entry point,
-  where `lopi run` puts its probes in, and from there catches every system call by name (all
-  threads). Calls that vary from run to run in a threaded program (futex, sched_yield, madvise)
-  are left out of the comparison.
-- calls (`entry` probes, rewritten program and libraries, which count from the first
-  instruction): perf uprobes at the entries of a sample of functions of the program and of libc
-  (the most called ones and some others lopi saw called), counted over the native run.
-- blocks (`block` probes, rewritten): perf uprobes at the first instructions of a sample of the
-  program's blocks that lopi saw run and that did not.
+  where `lopi run` puts its probes in, and from there catches every system call (all threads),
+  by number. Calls that vary from run to run in a threaded program (futex, sched_yield,
+  madvise, sleeps) are left out of the comparison.
+- calls (`entry` probes, the program and its libraries rewritten, which count from their
+  first instruction): the rewritten program runs once more under perf stat with uprobes at the
+  entries of a sample of its functions and libc's (the most called and some others), recording
+  into a second data file: perf's counts and lopi's are of the same run.
+- blocks (`block` probes, rewritten): the same with uprobes at the first instructions of a
+  sample of the program's blocks.
 """
 import json
 import os
@@ -85,14 +86,13 @@ def wait_for_line(stream, needles, seconds):
     return False, seen
 
 
-def report(h, d, *args):
-    p = subprocess.run([h.lopi, "report", str(d / "data.lopi"), "--format", "json", *args], capture_output=True,
-                       text=True)
+def report_of(h, data, *args):
+    p = subprocess.run([h.lopi, "report", str(data), "--format", "json", *args], capture_output=True, text=True)
     return json.loads(p.stdout) if p.returncode == 0 else None
 
 
-def native_argv(program, exe):
-    return [exe] + program.argv[1:]
+def report(h, d, *args):
+    return report_of(h, d / "data.lopi", *args)
 
 
 def syscalls(h, program, exe, d):
@@ -110,9 +110,13 @@ def syscalls(h, program, exe, d):
     want = {int(nr): n for nr, n in json.loads(out.read_text()).items()}
     rep = report(h, d, "--syscalls")
     got, names = {}, {}
-    for s in (rep or {}).get("syscalls", []):
-        got[s["nr"]] = got.get(s["nr"], 0) + s["calls"]
-        names[s["nr"]] = s["name"]
+    # The program's own process (gdb follows no child; lopi's record has its forked children).
+    threads = (rep or {}).get("threads", [])
+    root = min((t["pid"] for t in threads), default=0)
+    for t in threads:
+        for s in t["syscalls"] if t["pid"] == root else []:
+            got[s["nr"]] = got.get(s["nr"], 0) + s["calls"]
+            names[s["nr"]] = s["name"]
     skip = NONDETERMINISTIC if "threads" in program.kind else set()
     nrs = sorted(nr for nr in set(want) | set(got) if names.get(nr) not in skip)
     diffs = [f"{names.get(nr, nr)} {got.get(nr, 0)} vs {want.get(nr, 0)}" for nr in nrs if got.get(nr, 0) != want.get(nr, 0)]
@@ -149,7 +153,8 @@ def uprobe_safe(module, addr):
 
 
 def uprobe_counts(program, exe, d, points):
-    """Executions of each (module, address) over a native run, by perf uprobes."""
+    """Executions of each (module, address) by perf uprobes, over a run of the rewritten program
+    (`d/rw`) that records into `d/oracle.lopi`: perf and lopi count the same run."""
     points = [pt for pt in points if uprobe_safe(*pt)]
     subprocess.run(["perf", "probe", "-q", "-d", "lopicorpus:*"], capture_output=True)
     names = {}
@@ -162,8 +167,11 @@ def uprobe_counts(program, exe, d, points):
         if not names:
             return {}
         stdin = open(d / program.stdin, "rb") if program.stdin else subprocess.DEVNULL
-        p = subprocess.run(["perf", "stat", "-x", ",", "-e", "lopicorpus:*", "--", *native_argv(program, exe)],
-                           cwd=d, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env = dict(os.environ, LD_LIBRARY_PATH=str(d / "rw"), LOPI_OUTPUT=str(d / "oracle.lopi"), LC_ALL="C.UTF-8",
+                   **program.env)
+        rewritten = str(d / "rw" / os.path.basename(exe))
+        p = subprocess.run(["perf", "stat", "-x", ",", "-e", "lopicorpus:*", "--", rewritten, *program.argv[1:]],
+                           cwd=d, stdin=stdin, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            timeout=600)
         counts = {}
         for line in p.stderr.splitlines():
@@ -177,67 +185,57 @@ def uprobe_counts(program, exe, d, points):
         subprocess.run(["perf", "probe", "-q", "-d", "lopicorpus:*"], capture_output=True)
 
 
-def originals(rep, exe, libs, d):
-    """The report with each function's module named by its original file (a rewritten copy in
-    d/rw is run in rewrite mode; the oracle runs the original)."""
-    by_name = {os.path.basename(exe): exe, **{n: p for n, p in libs}}
-    rw = str(d / "rw") + "/"
-    for f in rep["functions"]:
-        if f["module"].startswith(rw):
-            f["module"] = by_name.get(f["module"][len(rw):], f["module"])
-    rep["modules"] = [by_name.get(m[len(rw):], m) if m.startswith(rw) else m for m in rep["modules"]]
-    return rep
-
-
-def calls(h, program, exe, libs, d):
+def calls(h, program, exe, d):
     rep = report(h, d)
     if not rep:
         return {"equal": False, "summary": "no report", "detail": "calls: lopi report failed"}
-    rep = originals(rep, exe, libs, d)
-    info = {}
-    for module in {f["module"] for f in rep["functions"]}:
-        p = subprocess.run([h.lopi, "info", module, "--format", "json"], capture_output=True, text=True)
-        if p.returncode == 0:
-            for f in json.loads(p.stdout)["functions"]:
-                info[(module, int(f["addr"], 16))] = f
     rng = random.Random(7)
     sample = []
-    for module in (exe, next((m for m in rep["modules"] if "/libc.so" in m), None)):
-        fs = [f for f in rep["functions"] if f["module"] == module and f["calls"] > 0
-              and info.get((module, int(f["addr"], 16)), {}).get("tactic") not in (None, "whole")]
+    rewritten = str(d / "rw" / os.path.basename(exe))
+    for module in (rewritten, next((m for m in rep["modules"] if "/libc.so" in m), None)):
+        fs = [f for f in rep["functions"] if f["module"] == module and f["calls"] > 0]
         fs.sort(key=lambda f: -f["calls"])
         sample += fs[:12] + rng.sample(fs[12:], min(8, len(fs[12:])))
-    points = [(f["module"], int(f["addr"], 16)) for f in sample]
-    got = uprobe_counts(program, exe, d, points)
-    diffs = [f"{f['name']} {f['calls']} vs {got[(f['module'], int(f['addr'], 16))]}" for f in sample
-             if (f["module"], int(f["addr"], 16)) in got and got[(f["module"], int(f["addr"], 16))] != f["calls"]]
+    key = lambda f: (f["module"], int(f["addr"], 16))  # noqa: E731
+    got = uprobe_counts(program, exe, d, [key(f) for f in sample])
+    lopi = {key(f): f["calls"] for f in (report_of(h, d / "oracle.lopi") or {}).get("functions", [])}
+    diffs = [f"{f['name']} {lopi.get(key(f), 0)} vs {got[key(f)]}" for f in sample
+             if key(f) in got and got[key(f)] != lopi.get(key(f), 0)]
     return {"equal": not diffs, "summary": f"{len(got)} functions" + (f", {len(diffs)} differ" if diffs else ", equal"),
-            "detail": "calls (lopi vs perf uprobes): " + ", ".join(diffs[:8])}
+            "detail": "calls (lopi vs perf uprobes, one run): " + ", ".join(diffs[:8])}
 
 
-def blocks(h, program, exe, libs, d):
+def block_counts(h, data, functions):
+    """{(function, address): executions} of the functions' probed blocks in the record `data`."""
+    out = {}
+    for name in functions:
+        p = subprocess.run([h.lopi, "report", str(data), "--blocks", name, "--format", "json"], capture_output=True,
+                           text=True)
+        if p.returncode == 0:
+            for part in json.loads(p.stdout)[:1]:
+                for b in part["blocks"]:
+                    if b.get("no_probe") is None:
+                        out[(name, b["address"])] = b["count"]
+    return out
+
+
+def blocks(h, program, exe, d):
     p = subprocess.run([h.lopi, "coverage", str(d / "data.lopi"), "--format", "json"], capture_output=True, text=True)
     if p.returncode != 0:
         return {"equal": False, "summary": "no report", "detail": "blocks: lopi coverage failed"}
-    rep = originals({"functions": json.loads(p.stdout)["functions"], "modules": []}, exe, libs, d)
-    fs = [f for f in rep["functions"] if f["module"] == exe and f["covered"] > 0]
+    rewritten = str(d / "rw" / os.path.basename(exe))
+    fs = [f for f in json.loads(p.stdout)["functions"] if f["module"] == rewritten and f["covered"] > 0]
     fs.sort(key=lambda f: -f["covered"])
-    want = []
-    for f in fs[:6]:
-        p = subprocess.run([h.lopi, "report", str(d / "data.lopi"), "--blocks", f["name"], "--format", "json"],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            continue
-        for part in json.loads(p.stdout)[:1]:
-            for b in part["blocks"]:
-                if b.get("no_probe") is None:
-                    want.append((f["name"], b["address"], b["count"]))
+    names = [f["name"] for f in fs[:6]]
     rng = random.Random(11)
-    want = rng.sample(want, min(40, len(want)))
-    got = uprobe_counts(program, exe, d, [(exe, a) for _, a, _ in want])
-    diffs = [f"{n}+{a:#x} {c} vs {got[(exe, a)]}" for n, a, c in want if (exe, a) in got and got[(exe, a)] != c]
+    first = block_counts(h, d / "data.lopi", names)
+    sample = rng.sample(sorted(first), min(40, len(first)))
+    got = uprobe_counts(program, exe, d, [(rewritten, a) for _, a in sample])
+    lopi = block_counts(h, d / "oracle.lopi", names)
+    diffs = [f"{n}+{a:#x} {lopi.get((n, a), 0)} vs {got[(rewritten, a)]}" for n, a in sample
+             if (rewritten, a) in got and got[(rewritten, a)] != lopi.get((n, a), 0)]
     return {"equal": not diffs, "summary": f"{len(got)} blocks" + (f", {len(diffs)} differ" if diffs else ", equal"),
-            "detail": "block counts (lopi vs perf uprobes): " + ", ".join(diffs[:8])}
+            "detail": "block counts (lopi vs perf uprobes, one run): " + ", ".join(diffs[:8])}
 
 
 def check(h, program, kind, mode, exe, libs, d):
@@ -249,9 +247,9 @@ def check(h, program, kind, mode, exe, libs, d):
         if kind == "syscall" and mode == "run":
             out["syscalls"] = syscalls(h, program, exe, d)
         elif kind == "entry" and mode == "rewrite":
-            out["calls"] = calls(h, program, exe, libs, d)
+            out["calls"] = calls(h, program, exe, d)
         elif kind == "block" and mode == "rewrite":
-            out["blocks"] = blocks(h, program, exe, libs, d)
+            out["blocks"] = blocks(h, program, exe, d)
     except (subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         out["error"] = {"equal": False, "summary": "oracle failed", "detail": f"oracle failed: {e!r}"}
     return out
