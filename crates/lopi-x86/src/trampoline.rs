@@ -256,9 +256,42 @@ pub fn syscall_trampoline(body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocE
     encode_without_section(&body_with_exits(body, None)?, ip)
 }
 
+/// Encodes `insns` at `ip` with iced's `BlockEncoder`, each RIP-relative memory operand
+/// keeping the address it names. `BlockEncoder` moves a reference to an instruction of the
+/// block along with that instruction, which is right for branches but not for data: a
+/// function that takes its own address among its moved instructions (CPython's
+/// `subtype_traverse` starts `push r15; lea rax, [rip - 9]` and compares types' `tp_traverse`
+/// with it) must get its own address, not its trampoline's, or it loops. Such an operand is
+/// encoded against a stand-in address no instruction has, then its displacement is put back.
+fn encode_block(insns: &[Instruction], ip: u64) -> Result<iced_x86::BlockEncoderResult, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let labels: std::collections::HashSet<u64> = insns.iter().map(|i| i.ip()).collect();
+    let mut block = insns.to_vec();
+    let mut kept = Vec::new();
+    for (k, insn) in block.iter_mut().enumerate() {
+        if insn.is_ip_rel_memory_operand() && labels.contains(&insn.ip_rel_memory_address()) {
+            let target = insn.ip_rel_memory_address();
+            let shift = (1..).find(|d| !labels.contains(&target.wrapping_add(*d))).expect("a finite block leaves an address free");
+            insn.set_memory_displacement64(target.wrapping_add(shift));
+            kept.push((k, shift));
+        }
+    }
+    let options = BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS;
+    let mut result = BlockEncoder::encode(64, InstructionBlock::new(&block, ip), options).map_err(err)?;
+    for (k, shift) in kept {
+        let offsets = &result.constant_offsets[k];
+        if offsets.displacement_size() != 4 {
+            return Err(RelocError::Encode("a RIP-relative operand without a 32-bit displacement".into()));
+        }
+        let at = result.new_instruction_offsets[k] as usize + offsets.displacement_offset();
+        let bytes: &mut [u8; 4] = (&mut result.code_buffer[at..at + 4]).try_into().expect("four bytes");
+        *bytes = (i32::from_le_bytes(*bytes).wrapping_sub(shift as i32)).to_le_bytes();
+    }
+    Ok(result)
+}
+
 fn encode_without_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
-    let block = InstructionBlock::new(insns, ip);
-    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(|e| RelocError::Encode(e.to_string()))?;
+    let result = encode_block(insns, ip)?;
     Ok(Trampoline {
         section: RseqSection { start: 0, post_commit_offset: 0, abort: 0 },
         counting: None,
@@ -301,8 +334,7 @@ pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruct
         let mut trampoline = timed_code(t, body, Some(copy_at), ip)?;
         let at = (ip + trampoline.bytes.len() as u64).next_multiple_of(16);
         if at == copy_at {
-            let block = InstructionBlock::new(copy, copy_at);
-            let encoded = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
+            let encoded = encode_block(copy, copy_at)?;
             trampoline.bytes.resize((copy_at - ip) as usize, 0xcc);
             trampoline.bytes.extend(encoded.code_buffer);
             return Ok(trampoline);
@@ -498,11 +530,9 @@ fn abort_code() -> Result<Vec<Instruction>, RelocError> {
 
 /// Encodes a trampoline holding the counting code at `ip`, with its critical section.
 fn encode_with_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
-    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let index_of = |label: u64| insns.iter().position(|i| i.ip() == label).expect("label is in the block");
     let (start, end, abort) = (index_of(START), index_of(END), index_of(ABORT));
-    let block = InstructionBlock::new(insns, ip);
-    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(err)?;
+    let result = encode_block(insns, ip)?;
     let offset = |i: usize| u64::from(result.new_instruction_offsets[i]);
     Ok(Trampoline {
         section: RseqSection {
