@@ -42,7 +42,7 @@ pub fn lines_of(data: &[u8], ranges: &[(u64, u64)]) -> Option<Vec<Vec<Line>>> {
         SectionId::DebugStrOffsets,
         SectionId::DebugAddr,
     ];
-    let sections = gimli::Dwarf::load(|id| -> Result<Cow<'_, [u8]>, gimli::Error> {
+    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<'_, [u8]>, gimli::Error> {
         let section = NEEDED.contains(&id).then(|| file.section_by_name(id.name())).flatten();
         // A section that does not decompress reads as absent: the others' lines stay.
         Ok(section.and_then(|s| s.uncompressed_data().ok()).unwrap_or(Cow::Borrowed(&[])))
