@@ -636,18 +636,42 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
 }
 
 /// Reads a data file through a mapping: thread chunks reserve room for their trees and
-/// traces that mostly stays sparse, and only the used parts are ever touched.
+/// traces that mostly stays sparse, and only the used parts are ever touched. What is damaged
+/// is said on stderr, one line each, and the rest is read; a file without one whole module
+/// record is an error.
 #[allow(unsafe_code)]
 pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
-    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let name = path.display();
+    let file = std::fs::File::open(path).with_context(|| format!("reading {name}"))?;
     if file.metadata()?.len() == 0 {
-        bail!("{} is empty, not a lopi data file", path.display());
+        bail!("{name} is empty, not a lopi data file");
     }
     // SAFETY: the mapping is read-only and private to this process. A program still running
     // may write counters into the file meanwhile; the parser treats every byte as untrusted
     // and copies what it keeps, so changing bytes can only change the numbers read.
-    let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", path.display()))?;
-    lopi_trace::DataFile::parse(&map).with_context(|| format!("reading {}", path.display()))
+    let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {name}"))?;
+    let data = lopi_trace::DataFile::parse(&map).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    if data.records.is_empty() {
+        if let Some(first) = data.damage.first() {
+            let more = match data.damage.len() {
+                1 => String::new(),
+                n => format!(" (and {} more damaged parts)", n - 1),
+            };
+            bail!("{name} is damaged and holds no whole module record: {first}{more}; record the run again");
+        }
+        if data.truncated {
+            bail!("{name} holds no whole module record: its process died while registering it; record the run again");
+        }
+        bail!("{name} holds no module record: its process ended before lopi's runtime started; record the run again");
+    }
+    const SHOWN: usize = 5;
+    for damage in data.damage.iter().take(SHOWN) {
+        eprintln!("lopi: warning: {name}: {damage}; skipped, the rest is read");
+    }
+    if data.damage.len() > SHOWN {
+        eprintln!("lopi: warning: {name}: {} more damaged parts skipped", data.damage.len() - SHOWN);
+    }
+    Ok(data)
 }
 
 pub(crate) fn read(path: &Path) -> Result<ModuleFile> {
