@@ -1,5 +1,5 @@
 //! Damaged data files through the commands that read them (`lopi report` and its views,
-//! `flamegraph`, `export`): a real record (module records, thread chunks, memory maps, CPU
+//! `flamegraph`, `export`, `coverage`): a real record (module records, thread chunks, memory maps, CPU
 //! times) cut at many offsets and with random bytes changed. Never a panic; a line on stderr
 //! names what is damaged (its kind, number and offset, and why); what is whole is reported,
 //! exit status 0; when no module record is whole, one error line and status 1.
@@ -147,6 +147,19 @@ fn damaged_data_files_report_what_is_whole() {
             out.stderr_str()
         };
         assert!(!err.contains("panicked"), "flip case {case}: {err}");
+    }
+
+    // `lopi coverage` reads block records (which combine with no other probe).
+    let blocks = dir.join("blocks.lopi");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "block", "--"]).arg(&prog).env("LOPI_OUTPUT", &blocks), default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let bytes = std::fs::read(&blocks).unwrap();
+    let first_record_end = (2 * page..bytes.len()).step_by(page).find(|&at| bytes[at..].starts_with(b"LOPI")).unwrap_or(bytes.len());
+    for _ in 0..20 {
+        let cut = page + rng.below(bytes.len() - page);
+        std::fs::write(&cut_file, &bytes[..cut]).unwrap();
+        let err = check(&format!("block record cut at {cut}"), &["coverage"], &cut_file, cut >= first_record_end);
+        assert!(cut % page == 0 || err.contains("truncated"), "cut at {cut}: {err}");
     }
     cleanup(&dir);
 }
