@@ -154,7 +154,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
         cmd.arg0(name);
     }
     let started = Instant::now();
-    let (mut target, mut child) = lopi_live::launch(cmd).with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    let (mut target, mut child) = lopi_live::launch(cmd)?;
     let pid = target.pid();
     let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
     let spec = probes.spec(&output)?;

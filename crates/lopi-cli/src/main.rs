@@ -441,10 +441,28 @@ fn main() {
         match err.downcast_ref::<trace::Refused>() {
             // Diagnostics say `error:` themselves, rustc's way.
             Some(refused) => eprintln!("{refused}"),
-            None => eprintln!("lopi: error: {err:#}"),
+            None => eprintln!("lopi: error: {}", one_line(&err)),
         }
         std::process::exit(1);
     }
+}
+
+/// An error and its causes on one line, each said once: a cause whose text its context
+/// already holds is left out (a `thiserror` message that shows its source, then the source),
+/// and a context that a cause repeats with more is replaced by it.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        match parts.last_mut() {
+            Some(last) if text.starts_with(last.as_str()) => *last = text,
+            _ => parts.push(text),
+        }
+    }
+    parts.join(": ")
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -550,7 +568,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             if syscalls {
                 let Some(report) = lopi_trace::Syscalls::from_data(&file) else {
-                    bail!("{} has no system-call data: run or rewrite the program with --probe syscall", data.display());
+                    bail!("{} has no system-call data: record the program with --probe syscall (lopi run, rewrite or attach)", data.display());
                 };
                 return match format {
                     Format::Json => print_json(&report),
@@ -560,7 +578,7 @@ fn run(cli: Cli) -> Result<()> {
             let profile = lopi_trace::Profile::from_data(&file);
             if budget {
                 let Some(text) = show::budget_text(&profile) else {
-                    bail!("{} has no budget data: run or rewrite the program with --probe entry,exit --budget 5%", data.display());
+                    bail!("{} has no budget data: record the program with --probe entry,exit --budget 5% (lopi run, rewrite or attach)", data.display());
                 };
                 return match format {
                     Format::Json => print_json(&show::budget_json(&profile)),
@@ -569,7 +587,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             if let Some((name, is_callers)) = callers.map(|c| (c, true)).or(callees.map(|c| (c, false))) {
                 if profile.timing.is_none() {
-                    bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display());
+                    bail!("{} has no timing data: record the program with --probe entry,exit (lopi run, rewrite or attach)", data.display());
                 }
                 if !profile.functions.iter().any(|f| f.name == name) {
                     bail!("no function named {name:?} in {}", data.display());
@@ -748,4 +766,35 @@ pub(crate) fn parse<'d>(path: &Path, data: &'d [u8], debug: Option<&lopi_elf::De
 /// Rewrites `prog` into `output`; returns the summary line and where the plan came from.
 pub(crate) fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// An error whose message shows its source, as `thiserror`'s `{source}` does.
+    #[derive(Debug)]
+    struct Start(std::io::Error);
+
+    impl std::fmt::Display for Start {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "starting prog: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Start {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn causes_are_said_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let inner = anyhow::Error::new(Start(io()));
+        assert_eq!(one_line(&inner), "starting prog: entity not found", "a message that shows its source");
+        assert_eq!(one_line(&inner.context("starting prog")), "starting prog: entity not found", "a context the message repeats");
+        let plain = anyhow::Error::new(io()).context("reading f").context("installing probes");
+        assert_eq!(one_line(&plain), "installing probes: reading f: entity not found", "distinct causes stay");
+    }
 }

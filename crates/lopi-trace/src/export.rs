@@ -21,12 +21,12 @@ pub enum Weight {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("no trace events: rewrite with --trace")]
+    #[error("no trace events: record the program with --trace")]
     NoTraceEvents,
     #[error("nothing to draw: every call path weighs zero")]
     NoStacks,
     #[error("drawing the flame graph: {0}")]
-    Flamegraph(#[from] std::io::Error),
+    Flamegraph(std::io::Error),
 }
 
 /// Folded stacks (Brendan Gregg's format, as read by inferno, flamegraph.pl and speedscope):
@@ -80,7 +80,7 @@ pub fn flamegraph_svg(t: &Timing, weight: Weight, title: &str) -> Result<Vec<u8>
     // Colours from a hash of the name instead of at random: the same profile gives the same SVG.
     options.hash = true;
     let mut svg = Vec::new();
-    inferno::flamegraph::from_lines(&mut options, stacks.lines(), &mut svg)?;
+    inferno::flamegraph::from_lines(&mut options, stacks.lines(), &mut svg).map_err(ExportError::Flamegraph)?;
     Ok(svg)
 }
 
@@ -585,6 +585,6 @@ mod tests {
             thread.events.clear();
         }
         let err = chrome_trace(&t).expect_err("no events");
-        assert_eq!(err.to_string(), "no trace events: rewrite with --trace");
+        assert_eq!(err.to_string(), "no trace events: record the program with --trace");
     }
 }

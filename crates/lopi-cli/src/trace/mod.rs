@@ -66,7 +66,7 @@ fn find_program(program: &OsString) -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(given))
         .find(|candidate| candidate.is_file())
-        .ok_or_else(|| anyhow!("{}: not found in PATH", given.display()))
+        .ok_or_else(|| anyhow!("cannot start {}: no such program in PATH (give its path)", given.display()))
 }
 
 /// A script checked against the functions `names` (its points must name some), with its
@@ -149,7 +149,10 @@ pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<St
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
 pub fn run(request: Request) -> Result<()> {
     let path = match (request.pid, request.command.first()) {
-        (Some(pid), _) => std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid}"))?,
+        (Some(pid), _) => {
+            lopi_live::preflight(pid)?;
+            std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid} (/proc/{pid}/exe)"))?
+        }
         (None, Some(program)) => find_program(program)?,
         (None, None) => bail!("lopi trace needs a program to run or a process: lopi trace SCRIPT -- PROG ARGS, or lopi trace SCRIPT -p PID"),
     };
