@@ -215,7 +215,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
         /// Write lopi's output (printf lines and maps) to FILE; the program's own output stays
-        /// where it is.
+        /// where it is. Without it: stdout when that is a terminal (or with -p), else stderr, so
+        /// that a program's redirected stdout holds only its own output.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
         /// Most keys a map holds per thread (updates beyond are dropped and counted).

@@ -15,7 +15,7 @@ use lopi_script::ir::{Point, Program};
 use session::{Phase, Session};
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -184,6 +184,9 @@ pub fn run(request: Request) -> Result<()> {
     let keep = request.record.is_some();
     let out: Box<dyn Write> = match &request.output {
         Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?),
+        // A program lopi starts writes to lopi's stdout: when that is a file or a pipe, lopi's
+        // lines would go into the program's output, so they go to stderr.
+        None if request.pid.is_none() && !std::io::stdout().is_terminal() => Box::new(std::io::stderr()),
         None => Box::new(std::io::stdout()),
     };
     let libraries: Vec<&str> = spec.program.probes.iter().flat_map(|p| &p.points).filter_map(|p| match p {
