@@ -173,7 +173,7 @@ fn with_mini_debuginfo(prog: &Path, out: &Path) {
     let mini = dir.join("mini.debuginfo");
     must(Command::new("objcopy").args(["-S", "--remove-section", ".gdb_index", "--remove-section", ".comment"]).arg(format!("--keep-symbols={}", keep_file.display())).arg(&debug).arg(&mini));
     let _ = std::fs::remove_file(mini.with_extension("debuginfo.xz"));
-    must(Command::new("xz").arg(&mini));
+    must(Command::new(require("xz", "xz-utils")).arg(&mini));
     let stripped = dir.join("mini.stripped");
     must(Command::new("strip").arg("-o").arg(&stripped).arg(prog));
     must(Command::new("objcopy").arg(format!("--add-section=.gnu_debugdata={}.xz", mini.display())).arg(&stripped).arg(out));

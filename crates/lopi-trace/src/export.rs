@@ -248,6 +248,10 @@ pub(crate) fn whole_ns(ns: f64) -> i64 {
 }
 
 #[cfg(test)]
+#[path = "../../lopi-cli/tests/common/tools.rs"]
+mod tools;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::pprof::{pprof, proto};
@@ -458,14 +462,11 @@ mod tests {
     #[test]
     fn pprof_is_read_by_go_tool_pprof() {
         use std::process::Command;
-        if Command::new("go").arg("version").output().map_or(true, |o| !o.status.success()) {
-            eprintln!("skipped: no `go` on PATH");
-            return;
-        }
+        let go = crate::export::tools::require("go", "golang-go");
         let file = std::env::temp_dir().join(format!("lopi-export-test-{}.pb", std::process::id()));
         std::fs::write(&file, pprof(&sample())).expect("write profile");
         let top = |options: &[&str]| {
-            let out = Command::new("go")
+            let out = Command::new(&go)
                 .args(["tool", "pprof", "-top"])
                 .args(options)
                 .arg(&file)
