@@ -215,59 +215,58 @@ impl DataFile {
             let hex: String = magic.iter().map(|b| format!("{b:02x}")).collect();
             return Err(damaged("record", format!("bad magic {hex}: not a record lopi writes (overwritten?)")));
         }
-        let record = self.module_record(rest).map_err(|what| damaged("module record", what))?;
-        let len = record.0;
-        self.records.push(record.1);
+        let (len, record) = module_record(rest).map_err(|what| damaged("module record", what))?;
+        self.records.push(record);
         Ok(len)
     }
+}
 
-    /// The module record at the start of `rest` and its length.
-    fn module_record(&self, rest: &[u8]) -> Result<(u64, Record), String> {
-        let header = RecordHeader::from_bytes(rest).ok_or_else(|| format!("truncated: the file ends {} bytes into its {RECORD_HEADER_LEN}-byte header", rest.len()))?;
-        if header.record_len == 0 || header.record_len % PAGE_SIZE != 0 {
-            return Err(format!("bad record length {:#x}", header.record_len));
-        }
-        if header.record_len > rest.len() as u64 {
-            return Err(truncated(header.record_len, rest.len()));
-        }
-        let record = &rest[..header.record_len as usize];
-        let slice = |at: u64, len: u64| {
-            let end = at.checked_add(len)?;
-            record.get(at as usize..usize::try_from(end).ok()?)
-        };
-        let exe = slice(RECORD_HEADER_LEN as u64, u64::from(header.exe_len)).ok_or("the program's path lies outside the record")?;
-        let meta_bytes = slice(header.meta_offset, header.meta_len).ok_or("the metadata lies outside the record")?;
-        let meta: ModuleMeta = serde_json::from_slice(meta_bytes).map_err(|e| format!("unreadable metadata: {e}"))?;
-        let count_bytes = header.counter_count.checked_mul(8).ok_or("bad counter count")?;
-        let counters = slice(header.counters_offset, count_bytes).ok_or("the counters lie outside the record")?;
-        if (meta.functions.len() + meta.syscalls.len() + meta.blocks.len()) as u64 != header.counter_count {
-            return Err("its metadata and counters disagree".into());
-        }
-        let mut counts: Vec<u64> = read_counts(counters);
-        // Per-CPU blocks (see runtime/lopi-rt): a function's calls are the sum over all.
-        for cpu in 0..u64::from(header.cpu_count) {
-            let block = cpu
-                .checked_mul(u64::from(header.stride))
-                .and_then(|o| o.checked_add(header.percpu_offset))
-                .and_then(|at| slice(at, count_bytes))
-                .ok_or("a per-CPU block lies outside the record")?;
-            for (total, n) in counts.iter_mut().zip(read_counts(block)) {
-                *total = total.saturating_add(n);
-            }
-        }
-        let mut syscall_counts = counts.split_off(meta.functions.len());
-        let block_counts = syscall_counts.split_off(meta.syscalls.len());
-        let record = Record {
-            pid: header.pid,
-            exe: String::from_utf8_lossy(exe).into_owned(),
-            load_bias: header.load_bias,
-            meta,
-            counts,
-            syscall_counts,
-            block_counts,
-        };
-        Ok((header.record_len, record))
+/// The module record at the start of `rest` and its length.
+fn module_record(rest: &[u8]) -> Result<(u64, Record), String> {
+    let header = RecordHeader::from_bytes(rest).ok_or_else(|| format!("truncated: the file ends {} bytes into its {RECORD_HEADER_LEN}-byte header", rest.len()))?;
+    if header.record_len == 0 || header.record_len % PAGE_SIZE != 0 {
+        return Err(format!("bad record length {:#x}", header.record_len));
     }
+    if header.record_len > rest.len() as u64 {
+        return Err(truncated(header.record_len, rest.len()));
+    }
+    let record = &rest[..header.record_len as usize];
+    let slice = |at: u64, len: u64| {
+        let end = at.checked_add(len)?;
+        record.get(at as usize..usize::try_from(end).ok()?)
+    };
+    let exe = slice(RECORD_HEADER_LEN as u64, u64::from(header.exe_len)).ok_or("the program's path lies outside the record")?;
+    let meta_bytes = slice(header.meta_offset, header.meta_len).ok_or("the metadata lies outside the record")?;
+    let meta: ModuleMeta = serde_json::from_slice(meta_bytes).map_err(|e| format!("unreadable metadata: {e}"))?;
+    let count_bytes = header.counter_count.checked_mul(8).ok_or("bad counter count")?;
+    let counters = slice(header.counters_offset, count_bytes).ok_or("the counters lie outside the record")?;
+    if (meta.functions.len() + meta.syscalls.len() + meta.blocks.len()) as u64 != header.counter_count {
+        return Err("its metadata and counters disagree".into());
+    }
+    let mut counts: Vec<u64> = read_counts(counters);
+    // Per-CPU blocks (see runtime/lopi-rt): a function's calls are the sum over all.
+    for cpu in 0..u64::from(header.cpu_count) {
+        let block = cpu
+            .checked_mul(u64::from(header.stride))
+            .and_then(|o| o.checked_add(header.percpu_offset))
+            .and_then(|at| slice(at, count_bytes))
+            .ok_or("a per-CPU block lies outside the record")?;
+        for (total, n) in counts.iter_mut().zip(read_counts(block)) {
+            *total = total.saturating_add(n);
+        }
+    }
+    let mut syscall_counts = counts.split_off(meta.functions.len());
+    let block_counts = syscall_counts.split_off(meta.syscalls.len());
+    let record = Record {
+        pid: header.pid,
+        exe: String::from_utf8_lossy(exe).into_owned(),
+        load_bias: header.load_bias,
+        meta,
+        counts,
+        syscall_counts,
+        block_counts,
+    };
+    Ok((header.record_len, record))
 }
 
 /// What a reader says of an item of `len` bytes of which the file holds `have`.
@@ -279,7 +278,6 @@ fn read_counts(bytes: &[u8]) -> Vec<u64> {
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
 }
 
-/// The length of the chunk or extension at the start of `rest` (magic, then length).
 /// A memory-map record (`None` while its writer was filling it in).
 fn maps(record: &[u8]) -> Option<ProcessMaps> {
     let pid = u32::from_le_bytes(record.get(16..20)?.try_into().ok()?);
@@ -358,6 +356,7 @@ fn ended_cpus(record: &[u8]) -> Vec<EndedCpu> {
         .collect()
 }
 
+/// The length of the chunk or extension at the start of `rest` (magic, then length).
 fn chunk_len(rest: &[u8]) -> Result<u64, String> {
     let len_field = rest.get(8..16).ok_or_else(|| truncated(16, rest.len()))?;
     let len = u64::from_le_bytes(len_field.try_into().unwrap_or([0; 8]));
