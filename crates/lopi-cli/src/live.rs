@@ -198,7 +198,7 @@ impl Launched {
     /// Adds the parallelism profile, if one was sampled, once the program has ended.
     pub fn finish_sampling(&mut self) {
         if let Some(Err(e)) = self.sampler.take().map(|s| s.finish(&self.output)) {
-            eprintln!("lopi: {e:#}");
+            eprintln!("lopi: {}", crate::one_line(&e));
         }
     }
 }

@@ -451,7 +451,7 @@ fn main() {
 /// An error and its causes on one line, each said once: a cause whose text its context
 /// already holds is left out (a `thiserror` message that shows its source, then the source),
 /// and a context that a cause repeats with more is replaced by it.
-fn one_line(err: &anyhow::Error) -> String {
+pub(crate) fn one_line(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in err.chain() {
         let text = cause.to_string();
