@@ -49,19 +49,22 @@ impl Rng {
     }
 }
 
-/// The commands run on each damaged file (one per case, in turn).
+/// The commands run on each damaged file (one per case, in turn); `OUT` is a file in the
+/// test's directory.
 const COMMANDS: [&[&str]; 6] = [
     &["report"],
     &["report", "--format", "json"],
     &["report", "--syscalls"],
     &["report", "--locks"],
-    &["flamegraph", "-o", "/dev/null"],
-    &["export", "--format", "folded", "-o", "/dev/null"],
+    &["flamegraph", "-o", "OUT"],
+    &["export", "--format", "folded", "-o", "OUT"],
 ];
 
 /// Runs `lopi ARGS FILE`; checks it did not panic or die of a signal, that it exited 0 when
 /// `whole` (module records remain) and 1 otherwise, with one error line then; returns stderr.
 fn check(case: &str, args: &[&str], file: &Path, whole: bool) -> String {
+    let output = file.with_extension("out");
+    let args: Vec<&str> = args.iter().map(|&a| if a == "OUT" { output.to_str().unwrap() } else { a }).collect();
     let out = run(Command::new(lopi_bin()).args(&args[..1]).arg(file).args(&args[1..]), default_timeout()).unwrap();
     let (code, err) = (out.status.code(), out.stderr_str());
     assert!(!err.contains("panicked"), "{case}: `lopi {}` panicked:\n{err}", args.join(" "));
