@@ -154,7 +154,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
         cmd.arg0(name);
     }
     let started = Instant::now();
-    let (mut target, mut child) = lopi_live::launch(cmd).with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    let (mut target, mut child) = lopi_live::launch(cmd)?;
     let pid = target.pid();
     let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
     let spec = probes.spec(&output)?;
@@ -198,7 +198,7 @@ impl Launched {
     /// Adds the parallelism profile, if one was sampled, once the program has ended.
     pub fn finish_sampling(&mut self) {
         if let Some(Err(e)) = self.sampler.take().map(|s| s.finish(&self.output)) {
-            eprintln!("lopi: {e:#}");
+            eprintln!("lopi: {}", crate::one_line(&e));
         }
     }
 }

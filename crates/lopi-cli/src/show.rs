@@ -136,6 +136,7 @@ pub fn info_json(path: &Path, module: &ElfModule<'_>, selection: &Selection, sum
         "kind": module.kind,
         "symbols": module.has_symtab,
         "debug_file": module.debug_file.as_ref().map(|p| p.display().to_string()),
+        "mini_debuginfo": module.mini_debuginfo,
         "functions": functions,
         "summary": {
             "found": summary.found,
@@ -154,6 +155,7 @@ pub fn info_text(module: &ElfModule<'_>, selection: &Selection, summary: &Summar
     let mut out = String::new();
     let _ = match (&module.debug_file, module.has_symtab) {
         (Some(path), _) => writeln!(out, "symbols: {}", path.display()),
+        (None, true) if module.mini_debuginfo => writeln!(out, "symbols: .gnu_debugdata (MiniDebugInfo)"),
         (None, true) => writeln!(out, "symbols: .symtab"),
         (None, false) => writeln!(out, "symbols: none (stripped, no debug file found): functions from .dynsym and .eh_frame"),
     };

@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
 /// (`--dump-instr=yes`: an instruction's Ir is its executions).
 fn callgrind_counts(prog: &std::path::Path, args: &[&str], dir: &std::path::Path) -> HashMap<u64, u64> {
     let out = dir.join("callgrind.out");
-    let status = Command::new("valgrind")
+    let status = Command::new(common::require("valgrind", "valgrind"))
         .args(["-q", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no", "--compress-strings=no"])
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(prog)

@@ -260,7 +260,7 @@ fn cold_parts_of_stripped_functions_are_not_functions() {
 }
 
 /// Debian's libc6-dbg installs libc's debug file under /usr/lib/debug/.build-id: its local
-/// functions get their names (skipped, with a note, where the package is not installed).
+/// functions get their names (the package is installed when it is not).
 #[test]
 fn libc_is_named_from_its_debug_package() {
     let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
@@ -269,9 +269,8 @@ fn libc_is_named_from_its_debug_package() {
         None => return eprintln!("note: skipped: no {}", libc.display()),
     };
     let debug = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
-    if !debug.exists() {
-        return eprintln!("note: skipped: {} not installed (apt-get install libc6-dbg)", debug.display());
-    }
+    require_package("libc6-dbg");
+    assert!(debug.exists(), "libc6-dbg is installed but {} is not there: it does not match this libc (apt-get install libc6 libc6-dbg: the same version)", debug.display());
     let got = info(libc, Path::new("/usr/lib/debug"), false);
     assert_eq!(got["debug_file"].as_str(), Some(debug.to_str().unwrap()));
     let names = names(&got);

@@ -1,8 +1,9 @@
 //! Recorded data: what a rewritten module says about itself ([`ModuleMeta`]), how processes
 //! store counts ([`DataFile`]), and the per-function view reports are made of ([`Profile`]).
 //!
-//! Readers never panic on malformed files: anything that does not fit is an error, or, for
-//! a record cut short by a dying process, the end of the data.
+//! Readers never panic on malformed files: a record or chunk that does not fit is skipped
+//! and said so ([`Damage`]), the rest is read; a record a dying process left unfinished is
+//! noted ([`DataFile::truncated`]).
 #![forbid(unsafe_code)]
 
 mod blocks;
@@ -19,7 +20,7 @@ mod timing;
 
 pub use blocks::{BlockCount, ModuleBlocks};
 pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
-pub use data::{DataError, DataFile, EndedCpu, Parallelism, ProcessMaps, Record, ThreadChunk};
+pub use data::{Damage, DataError, DataFile, EndedCpu, Parallelism, ProcessMaps, Record, ThreadChunk};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use pprof::{lock_pprof, pprof, LockProfile};

@@ -15,7 +15,7 @@ use lopi_script::ir::{Point, Program};
 use session::{Phase, Session};
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ fn find_program(program: &OsString) -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(given))
         .find(|candidate| candidate.is_file())
-        .ok_or_else(|| anyhow!("{}: not found in PATH", given.display()))
+        .ok_or_else(|| anyhow!("cannot start {}: no such program in PATH (give its path)", given.display()))
 }
 
 /// A script checked against the functions `names` (its points must name some), with its
@@ -149,7 +149,10 @@ pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<St
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
 pub fn run(request: Request) -> Result<()> {
     let path = match (request.pid, request.command.first()) {
-        (Some(pid), _) => std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid}"))?,
+        (Some(pid), _) => {
+            lopi_live::preflight(pid)?;
+            std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid} (/proc/{pid}/exe)"))?
+        }
         (None, Some(program)) => find_program(program)?,
         (None, None) => bail!("lopi trace needs a program to run or a process: lopi trace SCRIPT -- PROG ARGS, or lopi trace SCRIPT -p PID"),
     };
@@ -181,6 +184,9 @@ pub fn run(request: Request) -> Result<()> {
     let keep = request.record.is_some();
     let out: Box<dyn Write> = match &request.output {
         Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?),
+        // A program lopi starts writes to lopi's stdout: when that is a file or a pipe, lopi's
+        // lines would go into the program's output, so they go to stderr.
+        None if request.pid.is_none() && !std::io::stdout().is_terminal() => Box::new(std::io::stderr()),
         None => Box::new(std::io::stdout()),
     };
     let libraries: Vec<&str> = spec.program.probes.iter().flat_map(|p| &p.points).filter_map(|p| match p {

@@ -4,6 +4,11 @@
 //! dev-dependencies) and a small line diff for failure messages.
 #![allow(dead_code)]
 
+pub mod tools;
+
+// Each test binary uses what it needs of the helpers.
+#[allow(unused_imports)]
+pub use tools::{require, require_file, require_package};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
