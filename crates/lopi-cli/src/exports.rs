@@ -160,6 +160,7 @@ mod tests {
             max_ns: ns,
             merged: false,
             syscall: None,
+            open: 0,
         };
         let event = |ns, kind| TraceEvent { ns, node: 1, kind };
         Timing {

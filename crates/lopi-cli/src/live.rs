@@ -195,8 +195,13 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
 }
 
 impl Launched {
-    /// Adds the parallelism profile, if one was sampled, once the program has ended.
-    pub fn finish_sampling(&mut self) {
+    /// Once the program has ended: records its end (its threads' calls still open end there)
+    /// and adds the parallelism profile, if one was sampled.
+    pub fn finish(&mut self) {
+        let ended = crate::ends::record(&self.output, self.child.id() as i32, lopi_rt_abi::END_EXITED);
+        if let Err(e) = ended {
+            eprintln!("lopi: recording the program's end: {e:#}");
+        }
         if let Some(Err(e)) = self.sampler.take().map(|s| s.finish(&self.output)) {
             eprintln!("lopi: {e:#}");
         }
@@ -207,7 +212,7 @@ impl Launched {
 pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
     let mut launched = launch(probes, command, arg0, quiet)?;
     let status = launched.child.wait().context("waiting for the program")?;
-    launched.finish_sampling();
+    launched.finish();
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {}`", launched.output);
     }
@@ -294,12 +299,20 @@ impl Attached {
         let running = Instant::now();
         loop {
             if !alive(self.pid) {
+                self.record_end(lopi_rt_abi::END_EXITED);
                 return Ok(Ended::Exited);
             }
             if duration.is_some_and(|d| running.elapsed() >= d) || matches!(self.signals.read_signal(), Ok(Some(_))) || stop()? {
                 return Ok(Ended::Detach);
             }
             std::thread::sleep(poll);
+        }
+    }
+
+    /// Records that the process's recording ended now, `how` (`END_*`).
+    fn record_end(&self, how: u32) {
+        if let Err(e) = crate::ends::record(&self.output, self.pid, how) {
+            eprintln!("lopi: recording the end of process {}: {e:#}", self.pid);
         }
     }
 
@@ -310,6 +323,7 @@ impl Attached {
         let mut target = match Target::attach(pid) {
             Ok(t) => t,
             Err(lopi_live::LiveError::NoSuchProcess(_) | lopi_live::LiveError::TargetExited(_)) => {
+                self.record_end(lopi_rt_abi::END_EXITED);
                 if !quiet {
                     eprintln!("lopi: process {pid} exited; see `lopi report {}`", self.output);
                 }
@@ -318,6 +332,8 @@ impl Attached {
             Err(e) => return Err(e).context("re-attaching to take the probes out (they stay in; the record stays valid)"),
         };
         let removal = target.remove(&self.installation).context("taking the probes out")?;
+        // With every thread held and no probe left: calls still open end here.
+        self.record_end(lopi_rt_abi::END_DETACHED);
         target.release();
         let detach_ms = lopi_live::millis(detaching);
         if !quiet {

@@ -110,6 +110,18 @@ pub const CPUS_ENTRY_LEN: u64 = 32;
 pub const PARALLELISM_MAGIC: [u8; 8] = *b"LOPIPAR1";
 pub const PARALLELISM_HEADER_LEN: u64 = 32;
 
+/// First bytes of a record `lopi run` or `lopi attach` appends when a process's recording
+/// ended where no probe saw it (the process ended, or lopi detached): the magic, the record's
+/// length (a multiple of `PAGE_SIZE`), the pid (`u32`), how it ended (`u32`: [`END_EXITED`] or
+/// [`END_DETACHED`]), the TSC then (`u64`). Calls still open in the process's threads are
+/// closed there.
+pub const END_MAGIC: [u8; 8] = *b"LOPIEND1";
+pub const END_HEADER_LEN: u64 = 32;
+/// The process had ended (exited or was killed) when lopi saw it.
+pub const END_EXITED: u32 = 1;
+/// lopi took its probes out.
+pub const END_DETACHED: u32 = 2;
+
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
 #[repr(C)]

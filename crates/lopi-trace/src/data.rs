@@ -3,8 +3,8 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
-    ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
-    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
+    ContextNode, Event, Frame, HeldLock, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
+    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, END_HEADER_LEN, END_MAGIC, FRAME_LEN, HELD_LOCK_LEN, HELD_SLOTS, HELD_TABLE, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
     ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE,
 };
 
@@ -43,6 +43,12 @@ pub struct ThreadChunk {
     pub nodes: Vec<ContextNode>,
     /// Frames still open when the process stopped (main's, at least, after `exit`).
     pub open_frames: Vec<Frame>,
+    /// The locks it held then (and the mutexes of its condition waits in progress).
+    pub held: Vec<HeldLock>,
+    /// When its recording ended; its open frames and holds are closed there, in `nodes`.
+    pub ended: crate::open::Ended,
+    /// Calls (frames and holds) that were still open then, closed at `ended`.
+    pub open: Vec<crate::open::OpenCall>,
     pub events: Vec<Event>,
     /// Exits that matched no frame, by function.
     pub unmatched: Vec<UnmatchedExit>,
@@ -73,6 +79,15 @@ pub struct EndedCpu {
     pub end: ThreadEnd,
 }
 
+/// How a process's recording ended where no probe saw it, as lopi saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessEnd {
+    pub pid: u32,
+    /// `END_EXITED` or `END_DETACHED`.
+    pub how: u32,
+    pub tsc: u64,
+}
+
 /// A whole data file.
 #[derive(Clone, Debug, Default)]
 pub struct DataFile {
@@ -80,6 +95,8 @@ pub struct DataFile {
     pub threads: Vec<ThreadChunk>,
     pub maps: Vec<ProcessMaps>,
     pub ended_cpus: Vec<EndedCpu>,
+    /// Ends of processes' recordings that `lopi run` or `lopi attach` saw (no probe did).
+    pub ends: Vec<ProcessEnd>,
     /// Samples of how many threads were ready to run (`lopi run`'s parallelism profile).
     pub parallelism: Option<Parallelism>,
     /// True when a record was cut short (its process died while registering).
@@ -115,6 +132,12 @@ impl DataFile {
             if rest.starts_with(&CPUS_MAGIC) {
                 let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 out.ended_cpus.extend(ended_cpus(&rest[..len as usize]));
+                offset += len;
+                continue;
+            }
+            if rest.starts_with(&END_MAGIC) {
+                let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
+                out.ends.extend(process_end(&rest[..len as usize]));
                 offset += len;
                 continue;
             }
@@ -184,6 +207,7 @@ impl DataFile {
             });
             offset += header.record_len;
         }
+        crate::open::close(&mut out);
         Ok(out)
     }
 }
@@ -271,6 +295,15 @@ fn ended_cpus(record: &[u8]) -> Vec<EndedCpu> {
         .collect()
 }
 
+/// A process's end as lopi saw it (`None` while its writer was filling it in).
+fn process_end(record: &[u8]) -> Option<ProcessEnd> {
+    let header = record.get(..END_HEADER_LEN as usize)?;
+    let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or([0; 4]));
+    let pid = u32_at(16);
+    let tsc = u64::from_le_bytes(header[24..32].try_into().unwrap_or([0; 8]));
+    (pid != 0 && tsc != 0).then_some(ProcessEnd { pid, how: u32_at(20), tsc })
+}
+
 fn chunk_len(rest: &[u8]) -> Result<u64, &'static str> {
     let len_field = rest.get(8..16).ok_or("chunk header")?;
     let len = u64::from_le_bytes(len_field.try_into().map_err(|_| "chunk header")?);
@@ -342,5 +375,10 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
     let kernel_lock = KernelLockState::from_bytes(&kernel_lock).unwrap_or_default();
     let proxy = region(chunk, PROXY_STATE, 1, PROXY_STATE_LEN)?;
     let proxy = ProxyState::from_bytes(&proxy).unwrap_or_default();
-    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches, budget, end, kernel_lock, proxy }), len))
+    let held: Vec<HeldLock> = region(chunk, HELD_TABLE, u64::from(header.held_len.min(HELD_SLOTS)), HELD_LOCK_LEN)?
+        .chunks_exact(HELD_LOCK_LEN)
+        .filter_map(HeldLock::from_bytes)
+        .collect();
+    let (ended, open) = Default::default();
+    Ok((Some(ThreadChunk { header, nodes, open_frames, held, ended, open, events, unmatched, switches, budget, end, kernel_lock, proxy }), len))
 }

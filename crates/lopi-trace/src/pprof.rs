@@ -8,14 +8,15 @@ use std::collections::HashMap;
 
 /// A pprof profile (`profile.proto`, not gzipped: pprof reads raw protobuf too): one sample
 /// per call path per thread, valued `[calls, self time in ns]` and labelled with its pid and
-/// tid, and one location per function at its file address. The profile has no duration:
-/// [`Timing`] does not know how long the program ran.
+/// tid (and `open`, the calls of it still open at the end, when there are any), and one
+/// location per function at its file address. The profile has no duration: [`Timing`] does
+/// not know how long the program ran.
 pub fn pprof(t: &Timing) -> Vec<u8> {
     let mut builder = PprofBuilder::new(t);
     let calls = builder.value_type("calls", "count");
     let time = builder.value_type("time", "nanoseconds");
-    let (pid_key, tid_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"));
-    let label = |key, num| proto::Label { key, num: i64::from(num) };
+    let (pid_key, tid_key, open_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"), builder.strings.intern("open"));
+    let label = |key, num: u64| proto::Label { key, num: i64::try_from(num).unwrap_or(i64::MAX) };
     let mut samples = Vec::new();
     for thread in &t.threads {
         for (index, node) in thread.nodes.iter().enumerate().skip(1) {
@@ -25,11 +26,11 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
             }
             // pprof wants the leaf first.
             let location_id = path(thread, index).iter().map(|&i| builder.location(&thread.nodes[i])).collect();
-            samples.push(proto::Sample {
-                location_id,
-                value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns],
-                label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)],
-            });
+            let mut labels = vec![label(pid_key, thread.pid.into()), label(tid_key, thread.tid.into())];
+            if node.open > 0 {
+                labels.push(label(open_key, node.open));
+            }
+            samples.push(proto::Sample { location_id, value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns], label: labels });
         }
     }
     proto::Profile {
@@ -266,7 +267,8 @@ pub enum LockProfile {
 /// holder that made others wait); lopi charges it to the *waiting* call path, with the lock
 /// itself as the leaf frame (`pthread_mutex_lock(hold_lock)`), and a hold to the path that
 /// acquired it. One sample per thread, call path and lock operation, labelled with pid and
-/// tid. A condition wait's relock of its mutex counts as an acquisition (and hold) of that
+/// tid, and with `open`, the waits or holds of it still going on when the thread's recording
+/// ended (counted with their time up to then), when there are any. A condition wait's relock of its mutex counts as an acquisition (and hold) of that
 /// mutex by `pthread_mutex_lock`. A call made from a function with no timed path (no entry
 /// and exit probes there) is under the function `site_function` names for its process and
 /// return address. `None` when nothing was recorded.
@@ -279,8 +281,8 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
         builder.value_type("hold", "nanoseconds"),
         builder.value_type("acquisitions", "count"),
     ];
-    let (pid_key, tid_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"));
-    let label = |key, num| proto::Label { key, num: i64::from(num) };
+    let (pid_key, tid_key, open_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"), builder.strings.intern("open"));
+    let label = |key, num: u64| proto::Label { key, num: i64::try_from(num).unwrap_or(i64::MAX) };
     let lock_function: HashMap<(u32, Op, u64), u64> =
         t.functions.iter().enumerate().filter_map(|(i, f)| f.lock.map(|l| ((l.pid, l.op, l.addr), i as u64 + 1))).collect();
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -293,8 +295,10 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
             continue;
         }
         let ns = |ticks: u64| whole_ns(ticks as f64 * 1e9 / h.tsc_hz as f64);
-        for n in &chunk.nodes {
+        let open_by_node = chunk.open_by_node();
+        for (i, n) in chunk.nodes.iter().enumerate() {
             let Some(l) = lock_name::decode(n.func) else { continue };
+            let open = open_by_node.get(&(i as u32)).copied().unwrap_or(0);
             let wanted = match l.op.role() {
                 Role::Acquire { .. } => true,
                 Role::Wait { .. } => which == LockProfile::Block,
@@ -310,7 +314,8 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
                     if outcome == Outcome::Contended { count(n.calls) } else { 0 },
                     ns(n.ticks),
                     0,
-                    if outcome.acquired() || outcome == Outcome::Serial { count(n.calls) } else { 0 },
+                    // A wait still open at the end has acquired nothing.
+                    if outcome.acquired() || outcome == Outcome::Serial { count(n.calls - open) } else { 0 },
                 ],
             };
             let op = if l.op == Op::CondRelock { Op::MutexLock } else { l.op };
@@ -327,7 +332,11 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
                 location_id.push(builder.named_frame(&name));
             }
             location_id.extend(path(thread, caller).iter().map(|&i| builder.location(&thread.nodes[i])));
-            samples.push(proto::Sample { location_id, value: value.to_vec(), label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)] });
+            let mut labels = vec![label(pid_key, thread.pid.into()), label(tid_key, thread.tid.into())];
+            if open > 0 {
+                labels.push(label(open_key, open));
+            }
+            samples.push(proto::Sample { location_id, value: value.to_vec(), label: labels });
         }
     }
     if samples.is_empty() {

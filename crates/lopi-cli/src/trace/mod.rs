@@ -233,7 +233,7 @@ pub fn run(request: Request) -> Result<()> {
         intervals.tick(&mut session)?;
         std::thread::sleep(intervals.next_wait());
     };
-    launched.finish_sampling();
+    launched.finish();
     finish(&mut session)?;
     tidy(&launched.output, keep)?;
     live::exit_like(status, &launched.blocked)
