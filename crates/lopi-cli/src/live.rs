@@ -144,8 +144,13 @@ pub struct Launched {
     pub blocked: SigSet,
 }
 
-/// Launches PROG, installs the probes at its entry point and lets it run without ptrace.
-pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<Launched> {
+/// What a caller checks of the probes installed before the program runs on (a script's points
+/// that cannot run are refused).
+pub type Check<'a> = &'a dyn Fn(&Installation) -> Result<()>;
+
+/// Launches PROG, installs the probes at its entry point and lets it run without ptrace, once
+/// `check` accepts them (else the program is killed before it ran any of its own code).
+pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, check: Check<'_>) -> Result<Launched> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else { bail!("lopi needs a program to run: -- PROG ARGS") };
     let mut cmd = std::process::Command::new(program);
@@ -172,6 +177,12 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
             return Err(e).context(format!("installing probes in {}", program.to_string_lossy()));
         }
     };
+    if let Err(e) = check(&installation) {
+        drop(target);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
     let install_ms = lopi_live::millis(installed);
     target.release();
     // Records for the multiprocessor breakdown get its parallelism profile.
@@ -210,7 +221,7 @@ impl Launched {
 
 /// `lopi run -- PROG ARGS`: launches PROG with the probes in and exits with its status.
 pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
-    let mut launched = launch(probes, command, arg0, quiet)?;
+    let mut launched = launch(probes, command, arg0, quiet, &|_| Ok(()))?;
     let status = launched.child.wait().context("waiting for the program")?;
     launched.finish();
     if !quiet {
@@ -254,8 +265,9 @@ pub enum Ended {
     Detach,
 }
 
-/// Installs the probes in process `pid` and lets it run on.
-pub fn attach_start(probes: &Probes, pid: i32, quiet: bool) -> Result<Attached> {
+/// Installs the probes in process `pid` and lets it run on, once `check` accepts them (else
+/// they are taken out again before it does).
+pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) -> Result<Attached> {
     // Ctrl-C, SIGTERM and SIGHUP mean "detach", read from a signalfd; blocked first, so
     // that one arriving mid-install waits until the probes are in.
     let mut mask = SigSet::empty();
@@ -278,6 +290,12 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool) -> Result<Attached> 
     let stopped_ms = lopi_live::millis(started);
     let threads = target.thread_count();
     let installation = target.install(&mut plan).with_context(|| format!("installing probes in process {pid}"))?;
+    if let Err(e) = check(&installation) {
+        let removed = target.remove(&installation);
+        target.release();
+        removed.context("taking the probes out again")?;
+        return Err(e);
+    }
     target.release();
     let pause_ms = lopi_live::millis(started);
     if !quiet {
@@ -358,7 +376,7 @@ impl Attached {
 /// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
 /// or its exit, then takes every probe out again.
 pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
-    let attached = attach_start(probes, pid, false)?;
+    let attached = attach_start(probes, pid, false, &|_| Ok(()))?;
     match duration {
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
         None => eprintln!("lopi: detaching on Ctrl-C"),

@@ -2,9 +2,11 @@
 //! by the program's own threads. lopi prints what the probes print while the program runs
 //! (from each thread's output ring in the data file), runs `begin`, `interval:` and `end`
 //! itself, and prints the maps when the program ends, or when a probe calls `exit()`.
+mod probed;
 mod resolve;
 mod session;
 
+pub use probed::check_probes;
 pub use resolve::{instruction_points, needed_libraries, Functions};
 
 use crate::live::{self, Probes};
@@ -122,28 +124,9 @@ pub fn all_names<'m>(module: &'m lopi_elf::ElfModule<'_>) -> Vec<&'m str> {
     module.functions.iter().flat_map(|f| std::iter::once(f.name.as_str()).chain(f.aliases.iter().map(String::as_str))).collect()
 }
 
-/// Whether `glob` matches one of `f`'s names.
-fn named(f: &lopi_elf::Function, glob: &str) -> bool {
-    std::iter::once(&f.name).chain(&f.aliases).any(|n| lopi_script::glob_match(glob, n))
-}
-
-/// Whether a `func:` point of the script names `f` in the module the points call `library`
-/// (`None`: the program): its probes run from the timed entry and exits.
-fn timed_by_points(spec: &ScriptSpec, library: Option<&str>, f: &lopi_elf::Function) -> bool {
-    spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
-        Point::FuncEntry { lib, glob } | Point::FuncReturn { lib, glob } => lib.as_deref() == library && named(f, glob),
-        _ => false,
-    })
-}
-
-/// Whether a probe that only counts calls (taken out of the program) covers `f` of the program.
-fn counted_by_probes(spec: &ScriptSpec, f: &lopi_elf::Function) -> bool {
-    spec.counted.iter().flat_map(|c| c.probes.iter().flatten()).any(|g| named(f, g))
-}
-
 /// The functions (by name) of `module` the script only counts calls of: counted, not timed.
 pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<String> {
-    module.functions.iter().filter(|f| counted_by_probes(spec, f) && !timed_by_points(spec, None, f)).map(|f| f.name.clone()).collect()
+    module.functions.iter().filter(|f| probed::counted_by_probes(spec, f) && !probed::named_by_points(spec, None, f)).map(|f| f.name.clone()).collect()
 }
 
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
@@ -187,22 +170,27 @@ pub fn run(request: Request) -> Result<()> {
         Point::FuncEntry { lib: Some(lib), .. } | Point::FuncReturn { lib: Some(lib), .. } => Some(lib.as_str()),
         _ => None,
     }).collect();
-    let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
-        let exe = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    let exe = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    // Before the program runs its own code (or, attached, goes on): a point that cannot run
+    // anywhere it names is refused.
+    let check = |installation: &lopi_live::Installation| -> Result<()> {
         for m in &installation.modules {
             if Path::new(&m.path) == exe {
-                report_probes(&spec, None, &module.functions, &m.outcomes, &m.timing, &m.path);
+                check_probes(&spec, None, &module.functions, &m.outcomes, &m.timing, &m.path)?;
             } else if let Some(lib) = libraries.iter().find(|l| lopi_live::library_named(&m.path, l)) {
-                report_probes(&spec, Some(lib), &resolve::functions(Path::new(&m.path)).unwrap_or_default(), &m.outcomes, &m.timing, &m.path);
+                check_probes(&spec, Some(lib), &resolve::functions(Path::new(&m.path)).unwrap_or_default(), &m.outcomes, &m.timing, &m.path)?;
             }
         }
+        Ok(())
+    };
+    let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
         let installed = installation.modules.iter().find(|m| Path::new(&m.path) == exe);
         // Made empty if no module got a probe (a script of begin/end/interval only).
         let data = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(output).with_context(|| format!("opening {output}"))?;
         Ok((Symbols::new(&module, installed.map_or(0, |m| m.bias)), data))
     };
     if let Some(pid) = request.pid {
-        let attached = live::attach_start(&probes, pid, true)?;
+        let attached = live::attach_start(&probes, pid, true, &check)?;
         let (symbols, data) = start(&attached.installation, &attached.output)?;
         let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
         session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
@@ -221,7 +209,7 @@ pub fn run(request: Request) -> Result<()> {
         finish(&mut session)?;
         return tidy(&attached.output, keep);
     }
-    let mut launched = live::launch(&probes, &request.command, None, true)?;
+    let mut launched = live::launch(&probes, &request.command, None, true, &check)?;
     let (symbols, data) = start(&launched.installation, &launched.output)?;
     let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
@@ -323,39 +311,6 @@ fn interval_points(program: &Program) -> Vec<u64> {
     periods.sort_unstable();
     periods.dedup();
     periods
-}
-
-/// Says on stderr how many functions of a module the probes are in (`what`: its path), and
-/// which of those the script names could not be timed (its probes run from the timed entry
-/// and exits). `library`: how the script's points name the module (`None`: the program).
-pub fn report_probes(
-    spec: &ScriptSpec,
-    library: Option<&str>,
-    functions: &[lopi_elf::Function],
-    outcomes: &[lopi_patch::Outcome],
-    timing: &[lopi_patch::TimingOutcome],
-    what: &str,
-) {
-    let mut probed = 0;
-    let mut refused = Vec::new();
-    for ((f, timing), outcome) in functions.iter().zip(timing).zip(outcomes) {
-        let (needs_timing, needs_count) = (timed_by_points(spec, library, f), library.is_none() && counted_by_probes(spec, f));
-        match (timing, outcome) {
-            _ if !needs_timing && !needs_count => {}
-            (lopi_patch::TimingOutcome::Timed, _) => probed += 1,
-            // Counted calls are all a counting probe needs.
-            (_, lopi_patch::Outcome::Probed(_)) if !needs_timing => probed += 1,
-            (lopi_patch::TimingOutcome::Untimed(why), _) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
-            (_, lopi_patch::Outcome::Skipped(why)) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
-            _ => refused.push(format!("{} (not probed)", f.name)),
-        }
-    }
-    let points = spec.instruction_points().len();
-    let at = if points == 0 { String::new() } else { format!(" and at {points} instruction{}", if points == 1 { "" } else { "s" }) };
-    eprintln!("lopi: script probes in {probed} function{}{at} of {what}", if probed == 1 { "" } else { "s" });
-    if !refused.is_empty() {
-        eprintln!("lopi: {} function{} the script names cannot be probed, their probes never run: {}", refused.len(), if refused.len() == 1 { "" } else { "s" }, refused.join(", "));
-    }
 }
 
 /// Names run-time code addresses of the main executable, and knows its functions' aliases.
