@@ -75,7 +75,8 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
         ProfileArg::Mutex => LockProfile::Mutex,
         ProfileArg::Block => LockProfile::Block,
     };
-    let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut |pid, ret| namer.function(pid, ret)) else {
+    let mut site = |pid, ret| lopi_trace::SiteFrame { name: namer.site(pid, ret), place: namer.place(pid, ret).map(|p| (p.path, p.vaddr)) };
+    let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut site) else {
         bail!("{} has no lock waits for this profile: run the program with --probe locks", data.display());
     };
     let locks = timing.functions.iter().filter(|f| f.lock.is_some()).count();

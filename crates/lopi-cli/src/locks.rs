@@ -30,7 +30,7 @@ pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
                 .iter()
                 .map(|s| {
                     let mut site = counts_json(&s.counts, l.kind);
-                    site["function"] = json!(namer.function(s.pid, s.ret).unwrap_or_default());
+                    site["function"] = json!(namer.site(s.pid, s.ret));
                     site["ret"] = json!(format!("{:#x}", s.ret));
                     site["pid"] = json!(s.pid);
                     if let Some(mode) = s.mode {
@@ -73,14 +73,18 @@ fn first_pid(l: &LockStats) -> u32 {
     l.pids.first().copied().unwrap_or(0)
 }
 
-/// A lock's name: its symbol, else `heap@` the function that initialised it, else its address
-/// `@` the first function that locked it.
+/// A lock's name: its symbol, else its place in a file (`libX.so+0x4040`: static data of a
+/// stripped library), else `heap@` the site that initialised it, else its address `@` the
+/// first site that locked it (sites as [`Namer::site`] names them).
 pub fn lock_name(namer: &mut Namer, l: &LockStats) -> String {
     let (pid, addr) = (first_pid(l), l.addr);
     if let Some(named) = namer.name(pid, addr).filter(|n| !n.function) {
         return named.name;
     }
-    match (l.init_site.and_then(|r| namer.function(pid, r)), l.sites.first().and_then(|s| namer.function(pid, s.ret))) {
+    if let Some(place) = namer.place(pid, addr) {
+        return place.text();
+    }
+    match (l.init_site.map(|r| namer.site(pid, r)), l.sites.first().map(|s| namer.site(pid, s.ret))) {
         (Some(f), _) => format!("heap@{f}"),
         (None, Some(f)) => format!("{addr:#x}@{f}"),
         _ => format!("{addr:#x}"),
@@ -175,7 +179,7 @@ pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
             c.acquisitions + c.waits + c.trylock_failed + c.timeouts + c.errors + c.open_waits + c.open_holds > 0
         };
         for s in l.sites.iter().filter(busy).take(3) {
-            let function = namer.function(s.pid, s.ret).unwrap_or_else(|| format!("{:#x}", s.ret));
+            let function = namer.site(s.pid, s.ret);
             let mode = s.mode.map(|m| format!(" [{m}]")).unwrap_or_default();
             let _ = writeln!(
                 out,

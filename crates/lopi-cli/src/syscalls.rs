@@ -146,8 +146,10 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
         let _ = writeln!(out, "\nbusiest call sites:\n{:>11} {:>9} {:>9}  {:<16} SITE", "seconds", "calls", "errors", "syscall");
         for s in &report.sites[..shown] {
             let module = std::path::Path::new(&s.module).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-            let function = if s.function.is_empty() { "?" } else { &s.function };
-            let _ = write!(out, "{:>11} {:>9} {:>9}  {:<16} {function} ({module} {}){}", seconds(s.total_ns), s.calls, s.errors, s.name, s.addr, open(s.open));
+            // Named as everywhere: the function, and the module and address in its file.
+            let place = format!("{module}+{}", s.addr);
+            let site = if s.function.is_empty() { place } else { format!("{} ({place})", s.function) };
+            let _ = write!(out, "{:>11} {:>9} {:>9}  {:<16} {site}{}", seconds(s.total_ns), s.calls, s.errors, s.name, open(s.open));
             // The innermost callers; JSON has the whole path.
             const SHOWN: usize = 4;
             if !s.context.is_empty() {

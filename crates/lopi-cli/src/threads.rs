@@ -56,7 +56,7 @@ pub fn report_json(data: &DataFile, threads: &Threads) -> Value {
                 "comm": t.name,
                 "start_routine": routine(&mut namer, t),
                 "created_by": t.created_by,
-                "create_site": t.create_site.map(|r| namer.function(t.pid, r).unwrap_or_else(|| format!("{r:#x}"))),
+                "create_site": t.create_site.map(|r| namer.site(t.pid, r)),
                 "start_ns": ns(t.start_ns),
                 "end_ns": ns(t.end_ns),
                 "end_seen": end_seen(t.end_seen),

@@ -135,6 +135,10 @@ fn elapsed_stacks_and_printf() {
     assert_eq!(stacks.len(), 1, "{got}");
     let frames: Vec<&str> = stacks.keys().next().unwrap().split(';').collect();
     assert!(frames.len() == 3 && frames[0] == "leaf" && frames[1].starts_with("middle+") && frames[2].starts_with("top+"), "{frames:?} in {got}");
+    // main's caller is libc's: named by its symbol or as libc.so.6+0x..., not by a run-time address.
+    let (got, _, _) = trace(&dir, &prog, "func:main { @m[ustack(2)] = count(); }", &[]);
+    let stack = got["maps"]["@m"].as_object().and_then(|m| m.keys().next().cloned()).unwrap_or_default();
+    assert!(stack.starts_with("main;") && !stack.contains(";0x"), "{got}");
 
     let (_, printed, _) = trace(&dir, &prog, "func:step /arg0 == 7/ { printf(\"%s %d %5d|%-3x|\\n\", str(arg1), arg0, tid == pid, 255); }", &[]);
     let mut lines: Vec<&str> = printed.lines().collect();

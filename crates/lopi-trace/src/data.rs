@@ -4,7 +4,7 @@
 use crate::ModuleMeta;
 use lopi_rt_abi::{
     ContextNode, Event, Frame, HeldLock, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
-    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, END_HEADER_LEN, END_MAGIC, FRAME_LEN, HELD_LOCK_LEN, HELD_SLOTS, HELD_TABLE, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
+    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, END_HEADER_LEN, END_MAGIC, NAMES_ENTRY_LEN, NAMES_HEADER_LEN, NAMES_MAGIC, FRAME_LEN, HELD_LOCK_LEN, HELD_SLOTS, HELD_TABLE, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
     ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE,
 };
 
@@ -88,6 +88,16 @@ pub struct ProcessEnd {
     pub tsc: u64,
 }
 
+/// A thread's name as its process's recording ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadName {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    /// As the chunk header keeps it (`comm`, NUL-padded).
+    pub comm: [u8; 16],
+}
+
 /// A whole data file.
 #[derive(Clone, Debug, Default)]
 pub struct DataFile {
@@ -97,6 +107,9 @@ pub struct DataFile {
     pub ended_cpus: Vec<EndedCpu>,
     /// Ends of processes' recordings that `lopi run` or `lopi attach` saw (no probe did).
     pub ends: Vec<ProcessEnd>,
+    /// Threads' names at their process's `exit_group` or at lopi's detach, in file order (a
+    /// later one is newer); already in their chunks' headers.
+    pub names: Vec<ThreadName>,
     /// Samples of how many threads were ready to run (`lopi run`'s parallelism profile).
     pub parallelism: Option<Parallelism>,
     /// True when a record was cut short (its process died while registering).
@@ -132,6 +145,12 @@ impl DataFile {
             if rest.starts_with(&CPUS_MAGIC) {
                 let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
                 out.ended_cpus.extend(ended_cpus(&rest[..len as usize]));
+                offset += len;
+                continue;
+            }
+            if rest.starts_with(&NAMES_MAGIC) {
+                let len = chunk_len(rest).map_err(|what| DataError::Corrupt { offset, what: what.to_string() })?;
+                out.names.extend(thread_names(&rest[..len as usize]));
                 offset += len;
                 continue;
             }
@@ -206,6 +225,12 @@ impl DataFile {
                 block_counts,
             });
             offset += header.record_len;
+        }
+        // The names threads had at the end, where a chunk read an older one.
+        for n in &out.names {
+            for chunk in out.threads.iter_mut().filter(|c| (c.header.pid, c.header.tid) == (n.pid, n.tid)) {
+                chunk.header.comm = n.comm;
+            }
         }
         crate::open::close(&mut out);
         Ok(out)
@@ -291,6 +316,24 @@ fn ended_cpus(record: &[u8]) -> Vec<EndedCpu> {
                 runq_wait_ns: u64_at(e + 24),
                 ..ThreadEnd::default()
             },
+        })
+        .collect()
+}
+
+/// A record of threads' names (none while its writer was filling it in).
+fn thread_names(record: &[u8]) -> Vec<ThreadName> {
+    let u32_at = |at: usize| record.get(at..at + 4).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])));
+    let (pid, count) = (u32_at(16), u32_at(20) as usize);
+    if pid == 0 {
+        return Vec::new();
+    }
+    (0..count)
+        .map(|i| NAMES_HEADER_LEN as usize + i * NAMES_ENTRY_LEN as usize)
+        .map_while(|e| Some((u32_at(e), record.get(e + 8..e + 24)?)))
+        .map(|(tid, bytes)| {
+            let comm: [u8; 16] = bytes.try_into().unwrap_or([0; 16]);
+            let len = comm.iter().position(|&b| b == 0).unwrap_or(16);
+            ThreadName { pid, tid, name: String::from_utf8_lossy(&comm[..len]).into_owned(), comm }
         })
         .collect()
 }

@@ -20,11 +20,11 @@ mod timing;
 
 pub use blocks::{BlockCount, ModuleBlocks};
 pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
-pub use data::{DataError, DataFile, EndedCpu, Parallelism, ProcessEnd, ProcessMaps, Record, ThreadChunk};
+pub use data::{DataError, DataFile, EndedCpu, Parallelism, ProcessEnd, ProcessMaps, Record, ThreadChunk, ThreadName};
 pub use open::{EndSeen, Ended, OpenCall};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
-pub use pprof::{lock_pprof, pprof, LockProfile};
+pub use pprof::{lock_pprof, pprof, LockProfile, SiteFrame};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use timing::BudgetUse;
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};

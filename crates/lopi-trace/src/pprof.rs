@@ -56,8 +56,9 @@ pub(crate) struct PprofBuilder<'t> {
     pub(crate) mappings: Vec<proto::Mapping>,
     pub(crate) functions: Vec<proto::Function>,
     pub(crate) locations: Vec<proto::Location>,
-    /// Locations of frames that are not in [`Timing::functions`], by frame name.
-    other_frames: HashMap<String, u64>,
+    /// Locations of frames that are not in [`Timing::functions`], by frame name (and, for a
+    /// call site, its module and address).
+    other_frames: HashMap<(String, String, u64), u64>,
 }
 
 impl<'t> PprofBuilder<'t> {
@@ -120,14 +121,26 @@ impl<'t> PprofBuilder<'t> {
 
     /// The location of a frame known only by its name.
     fn named_frame(&mut self, name: &str) -> u64 {
-        match self.other_frames.get(name) {
-            Some(&id) => id,
-            None => {
-                let id = self.add_frame(name, 0, 0, 0);
-                self.other_frames.insert(name.to_string(), id);
-                id
-            }
+        self.other_frame(name, None)
+    }
+
+    /// The location of a frame not in [`Timing::functions`]: by its name, at `place` (a
+    /// module's path and an address in its file) when it is known.
+    fn other_frame(&mut self, name: &str, place: Option<(&str, u64)>) -> u64 {
+        let key = (name.to_string(), place.map_or(String::new(), |p| p.0.to_string()), place.map_or(0, |p| p.1));
+        if let Some(&id) = self.other_frames.get(&key) {
+            return id;
         }
+        let id = match place {
+            Some((module, address)) => {
+                let filename = self.strings.intern(module);
+                let mapping = self.mapping(filename, address);
+                self.add_frame(name, filename, address, mapping)
+            }
+            None => self.add_frame(name, 0, 0, 0),
+        };
+        self.other_frames.insert(key, id);
+        id
     }
 }
 
@@ -251,6 +264,14 @@ pub(crate) mod proto {
     }
 }
 
+/// A call site's frame in a lock profile, for a call made where no timed path is: its name (its
+/// function, or `file+0xADDRESS`) and, when its module is known, the module's path and the
+/// site's address in that file.
+pub struct SiteFrame {
+    pub name: String,
+    pub place: Option<(String, u64)>,
+}
+
 /// Which lock profile to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockProfile {
@@ -268,11 +289,12 @@ pub enum LockProfile {
 /// itself as the leaf frame (`pthread_mutex_lock(hold_lock)`), and a hold to the path that
 /// acquired it. One sample per thread, call path and lock operation, labelled with pid and
 /// tid, and with `open`, the waits or holds of it still going on when the thread's recording
-/// ended (counted with their time up to then), when there are any. A condition wait's relock of its mutex counts as an acquisition (and hold) of that
-/// mutex by `pthread_mutex_lock`. A call made from a function with no timed path (no entry
-/// and exit probes there) is under the function `site_function` names for its process and
-/// return address. `None` when nothing was recorded.
-pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_function: &mut dyn FnMut(u32, u64) -> Option<String>) -> Option<Vec<u8>> {
+/// ended (counted with their time up to then), when there are any. A condition wait's relock
+/// of its mutex counts as an acquisition (and hold) of that mutex by `pthread_mutex_lock`. A
+/// call made from a function with no timed path (no entry and exit probes there) is under the
+/// frame `site` gives for its process and return address (its function, or its module and
+/// address there). `None` when nothing was recorded.
+pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site: &mut dyn FnMut(u32, u64) -> SiteFrame) -> Option<Vec<u8>> {
     use lopi_rt_abi::lock_name::{self, Op, Outcome, Role};
     let mut builder = PprofBuilder::new(t);
     let types = [
@@ -324,12 +346,12 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
                 continue;
             }
             // Under the site node (the call's return address), under the caller's path.
-            let site = chunk.nodes.get(n.parent as usize);
-            let caller = site.map_or(0, |site| site.parent as usize);
+            let site_node = chunk.nodes.get(n.parent as usize);
+            let caller = site_node.map_or(0, |s| s.parent as usize);
             let mut location_id = vec![leaf];
-            let ret = site.and_then(|s| lock_name::decode_site(s.func));
-            if let Some(name) = ret.filter(|_| caller == 0).and_then(|ret| site_function(h.pid, ret)) {
-                location_id.push(builder.named_frame(&name));
+            let ret = site_node.and_then(|s| lock_name::decode_site(s.func));
+            if let Some(frame) = ret.filter(|_| caller == 0).map(|ret| site(h.pid, ret)) {
+                location_id.push(builder.other_frame(&frame.name, frame.place.as_ref().map(|(m, a)| (m.as_str(), *a))));
             }
             location_id.extend(path(thread, caller).iter().map(|&i| builder.location(&thread.nodes[i])));
             let mut labels = vec![label(pid_key, thread.pid.into()), label(tid_key, thread.tid.into())];

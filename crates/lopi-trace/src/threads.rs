@@ -218,9 +218,12 @@ impl Threads {
                 }
             }
         }
+        // A thread with no chunk of its own is known by the name its process's end recorded.
+        let names: HashMap<(u32, u32), &str> = data.names.iter().map(|n| ((n.pid, n.tid), n.name.as_str())).collect();
         for ((pid, tid), c) in created {
             let start = (c.tsc.saturating_sub(origin_tsc)) as f64 * 1e9 / c.tsc_hz as f64;
-            let life = lives.entry((pid, tid)).or_insert_with(|| ThreadLife::new(pid, tid, String::new(), start, false));
+            let name = names.get(&(pid, tid)).map_or_else(String::new, |n| n.to_string());
+            let life = lives.entry((pid, tid)).or_insert_with(|| ThreadLife::new(pid, tid, name, start, false));
             life.start_routine = c.routine;
             life.created_by = Some(c.by);
             life.create_site = c.site;

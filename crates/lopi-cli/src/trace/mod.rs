@@ -15,6 +15,8 @@ use lopi_image::script::ScriptSpec;
 use lopi_patch::Probes as ProbeSet;
 use lopi_script::ir::{Point, Program};
 use session::{Phase, Session};
+use crate::names::Namer;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
@@ -183,15 +185,20 @@ pub fn run(request: Request) -> Result<()> {
         }
         Ok(())
     };
-    let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
+    let start = |installation: &lopi_live::Installation, output: &str, pid: i32| -> Result<(Symbols, std::fs::File)> {
         let installed = installation.modules.iter().find(|m| Path::new(&m.path) == exe);
         // Made empty if no module got a probe (a script of begin/end/interval only).
         let data = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(output).with_context(|| format!("opening {output}"))?;
-        Ok((Symbols::new(&module, installed.map_or(0, |m| m.bias)), data))
+        let mut symbols = Symbols::new(&module, installed.map_or(0, |m| m.bias));
+        // Addresses elsewhere (libraries the program loaded) by their files.
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            symbols.others = Some((pid as u32, RefCell::new(Namer::new(&[lopi_trace::ProcessMaps { pid: pid as u32, text }]))));
+        }
+        Ok((symbols, data))
     };
     if let Some(pid) = request.pid {
         let attached = live::attach_start(&probes, pid, true, &check)?;
-        let (symbols, data) = start(&attached.installation, &attached.output)?;
+        let (symbols, data) = start(&attached.installation, &attached.output, pid)?;
         let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
         session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
         let mut intervals = Intervals::new(&spec.program);
@@ -210,7 +217,7 @@ pub fn run(request: Request) -> Result<()> {
         return tidy(&attached.output, keep);
     }
     let mut launched = live::launch(&probes, &request.command, None, true, &check)?;
-    let (symbols, data) = start(&launched.installation, &launched.output)?;
+    let (symbols, data) = start(&launched.installation, &launched.output, launched.child.id() as i32)?;
     let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
     let mut intervals = Intervals::new(&spec.program);
@@ -238,7 +245,10 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
     // Its probed functions, and those its instruction points are in.
     let names = record.meta.functions.iter().map(|f| f.name.as_str()).chain(record.meta.blocks.iter().filter(|b| b.point).map(|b| b.function.as_str())).collect();
     let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, resolve::Functions::checked(names))?;
-    let symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
+    let mut symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
+    if !file.maps.is_empty() {
+        symbols.others = Some((record.pid, RefCell::new(Namer::new(&file.maps))));
+    }
     let data = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut session = Session::new(&spec, data, false, &symbols, Box::new(std::io::stdout()), json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
@@ -313,12 +323,14 @@ fn interval_points(program: &Program) -> Vec<u64> {
     periods
 }
 
-/// Names run-time code addresses of the main executable, and knows its functions' aliases.
+/// Names run-time code addresses of the main executable, and knows its functions' aliases;
+/// other addresses as [`Namer`] names them, in the process whose map it has.
 pub struct Symbols {
     /// (start, end, name), sorted.
     functions: Vec<(u64, u64, String)>,
     /// Other names of a function, by its name.
     pub aliases: HashMap<String, Vec<String>>,
+    others: Option<(u32, RefCell<Namer>)>,
 }
 
 impl Symbols {
@@ -332,7 +344,7 @@ impl Symbols {
     fn of(functions: impl Iterator<Item = (u64, u64, String)>, bias: u64) -> Symbols {
         let mut functions: Vec<(u64, u64, String)> = functions.map(|(addr, size, name)| (addr.wrapping_add(bias), addr.wrapping_add(bias) + size.max(1), name)).collect();
         functions.sort();
-        Symbols { functions, aliases: HashMap::new() }
+        Symbols { functions, aliases: HashMap::new(), others: None }
     }
 
     pub fn name(&self, addr: u64) -> String {
@@ -340,7 +352,7 @@ impl Symbols {
         match i.checked_sub(1).map(|i| &self.functions[i]) {
             Some((start, end, name)) if addr < *end && addr == *start => name.clone(),
             Some((start, end, name)) if addr < *end => format!("{name}+{}", addr - start),
-            _ => format!("{addr:#x}"),
+            _ => self.others.as_ref().map_or_else(|| format!("{addr:#x}"), |(pid, namer)| namer.borrow_mut().describe(*pid, addr)),
         }
     }
 }
