@@ -82,7 +82,8 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
     };
     // Lock waits are lock frames in the threads' trees: without trees, there are none.
     let timing = timing_of(data, &file, &mut namer).map_err(|_| no_locks())?;
-    let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut |pid, ret| namer.function(pid, ret)) else {
+    let mut site = |pid, ret| lopi_trace::SiteFrame { name: namer.site(pid, ret), place: namer.place(pid, ret).map(|p| (p.path, p.vaddr)) };
+    let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut site) else {
         return Err(no_locks());
     };
     let locks = timing.functions.iter().filter(|f| f.lock.is_some()).count();
@@ -167,6 +168,7 @@ mod tests {
             max_ns: ns,
             merged: false,
             syscall: None,
+            open: 0,
         };
         let event = |ns, kind| TraceEvent { ns, node: 1, kind };
         Timing {

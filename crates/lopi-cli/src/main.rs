@@ -5,6 +5,7 @@ mod blocks;
 mod breakdown;
 mod coverage;
 mod demo;
+mod ends;
 mod exports;
 mod handler;
 mod live;

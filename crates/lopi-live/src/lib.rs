@@ -384,7 +384,7 @@ impl Target {
             image: start..start + len,
             code: image.rx.start.wrapping_add(bias)..image.rx.end.wrapping_add(bias),
             vars: image.vars.wrapping_add(bias),
-            timed: image.plan.probed.iter().any(|p| p.action.timed()),
+            timed: image.plan.keeps_thread_state(),
             patches,
             retargets: image
                 .plan

@@ -610,6 +610,13 @@ impl UnmatchedExit {
     }
 }
 
+impl HeldLock {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..HELD_LOCK_LEN)?);
+        Some(Self { addr: f.u64(0), start: f.u64(8), node: f.u32(16), flags: f.u32(20) })
+    }
+}
+
 impl ThreadEnd {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..THREAD_END_LEN)?);

@@ -3,8 +3,8 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
-    ContextNode, Event, Frame, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
-    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, FRAME_LEN, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
+    ContextNode, Event, Frame, HeldLock, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
+    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, END_HEADER_LEN, END_MAGIC, NAMES_ENTRY_LEN, NAMES_HEADER_LEN, NAMES_MAGIC, FRAME_LEN, HELD_LOCK_LEN, HELD_SLOTS, HELD_TABLE, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
     ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE,
 };
 
@@ -61,6 +61,12 @@ pub struct ThreadChunk {
     pub nodes: Vec<ContextNode>,
     /// Frames still open when the process stopped (main's, at least, after `exit`).
     pub open_frames: Vec<Frame>,
+    /// The locks it held then (and the mutexes of its condition waits in progress).
+    pub held: Vec<HeldLock>,
+    /// When its recording ended; its open frames and holds are closed there, in `nodes`.
+    pub ended: crate::open::Ended,
+    /// Calls (frames and holds) that were still open then, closed at `ended`.
+    pub open: Vec<crate::open::OpenCall>,
     pub events: Vec<Event>,
     /// Exits that matched no frame, by function.
     pub unmatched: Vec<UnmatchedExit>,
@@ -91,6 +97,25 @@ pub struct EndedCpu {
     pub end: ThreadEnd,
 }
 
+/// How a process's recording ended where no probe saw it, as lopi saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessEnd {
+    pub pid: u32,
+    /// `END_EXITED` or `END_DETACHED`.
+    pub how: u32,
+    pub tsc: u64,
+}
+
+/// A thread's name as its process's recording ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadName {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    /// As the chunk header keeps it (`comm`, NUL-padded).
+    pub comm: [u8; 16],
+}
+
 /// A whole data file.
 #[derive(Clone, Debug, Default)]
 pub struct DataFile {
@@ -98,6 +123,11 @@ pub struct DataFile {
     pub threads: Vec<ThreadChunk>,
     pub maps: Vec<ProcessMaps>,
     pub ended_cpus: Vec<EndedCpu>,
+    /// Ends of processes' recordings that `lopi run` or `lopi attach` saw (no probe did).
+    pub ends: Vec<ProcessEnd>,
+    /// Threads' names at their process's `exit_group` or at lopi's detach, in file order (a
+    /// later one is newer); already in their chunks' headers.
+    pub names: Vec<ThreadName>,
     /// Samples of how many threads were ready to run (`lopi run`'s parallelism profile).
     pub parallelism: Option<Parallelism>,
     /// True when a record was left unfinished (its process died while registering: its
@@ -120,8 +150,17 @@ fn damaged(kind: &'static str, what: impl Into<String>) -> Skip {
 }
 
 /// The magics of the items a data file holds after its header page.
-const ITEM_MAGICS: [[u8; 8]; 7] =
-    [RECORD_MAGIC, THREAD_MAGIC, MAPS_MAGIC, CPUS_MAGIC, PARALLELISM_MAGIC, EXTENSION_MAGIC, lopi_rt_abi::script::SCRIPT_AREA_MAGIC];
+const ITEM_MAGICS: [[u8; 8]; 9] = [
+    RECORD_MAGIC,
+    THREAD_MAGIC,
+    MAPS_MAGIC,
+    CPUS_MAGIC,
+    NAMES_MAGIC,
+    END_MAGIC,
+    PARALLELISM_MAGIC,
+    EXTENSION_MAGIC,
+    lopi_rt_abi::script::SCRIPT_AREA_MAGIC,
+];
 
 /// The first page-aligned offset after `offset` where an item starts (items are appended
 /// whole pages at a time), to read on past one that cannot be read.
@@ -170,6 +209,13 @@ impl DataFile {
             let Some(next) = next_item(bytes, offset) else { break };
             offset = next;
         }
+        // The names threads had at the end, where a chunk read an older one.
+        for n in &out.names {
+            for chunk in out.threads.iter_mut().filter(|c| (c.header.pid, c.header.tid) == (n.pid, n.tid)) {
+                chunk.header.comm = n.comm;
+            }
+        }
+        crate::open::close(&mut out);
         Ok(out)
     }
 
@@ -190,6 +236,16 @@ impl DataFile {
         if rest.starts_with(&CPUS_MAGIC) {
             let len = chunk("CPU-time record")?;
             self.ended_cpus.extend(ended_cpus(&rest[..len as usize]));
+            return Ok(len);
+        }
+        if rest.starts_with(&NAMES_MAGIC) {
+            let len = chunk("thread-name record")?;
+            self.names.extend(thread_names(&rest[..len as usize]));
+            return Ok(len);
+        }
+        if rest.starts_with(&END_MAGIC) {
+            let len = chunk("process-end record")?;
+            self.ends.extend(process_end(&rest[..len as usize]));
             return Ok(len);
         }
         if rest.starts_with(&PARALLELISM_MAGIC) {
@@ -356,6 +412,33 @@ fn ended_cpus(record: &[u8]) -> Vec<EndedCpu> {
         .collect()
 }
 
+/// A record of threads' names (none while its writer was filling it in).
+fn thread_names(record: &[u8]) -> Vec<ThreadName> {
+    let u32_at = |at: usize| record.get(at..at + 4).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])));
+    let (pid, count) = (u32_at(16), u32_at(20) as usize);
+    if pid == 0 {
+        return Vec::new();
+    }
+    (0..count)
+        .map(|i| NAMES_HEADER_LEN as usize + i * NAMES_ENTRY_LEN as usize)
+        .map_while(|e| Some((u32_at(e), record.get(e + 8..e + 24)?)))
+        .map(|(tid, bytes)| {
+            let comm: [u8; 16] = bytes.try_into().unwrap_or([0; 16]);
+            let len = comm.iter().position(|&b| b == 0).unwrap_or(16);
+            ThreadName { pid, tid, name: String::from_utf8_lossy(&comm[..len]).into_owned(), comm }
+        })
+        .collect()
+}
+
+/// A process's end as lopi saw it (`None` while its writer was filling it in).
+fn process_end(record: &[u8]) -> Option<ProcessEnd> {
+    let header = record.get(..END_HEADER_LEN as usize)?;
+    let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or([0; 4]));
+    let pid = u32_at(16);
+    let tsc = u64::from_le_bytes(header[24..32].try_into().unwrap_or([0; 8]));
+    (pid != 0 && tsc != 0).then_some(ProcessEnd { pid, how: u32_at(20), tsc })
+}
+
 /// The length of the chunk or extension at the start of `rest` (magic, then length).
 fn chunk_len(rest: &[u8]) -> Result<u64, String> {
     let len_field = rest.get(8..16).ok_or_else(|| truncated(16, rest.len()))?;
@@ -433,5 +516,10 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
     let kernel_lock = KernelLockState::from_bytes(&kernel_lock).unwrap_or_default();
     let proxy = region(chunk, PROXY_STATE, 1, PROXY_STATE_LEN)?;
     let proxy = ProxyState::from_bytes(&proxy).unwrap_or_default();
-    Ok((Some(ThreadChunk { header, nodes, open_frames, events, unmatched, switches, budget, end, kernel_lock, proxy }), len))
+    let held: Vec<HeldLock> = region(chunk, HELD_TABLE, u64::from(header.held_len.min(HELD_SLOTS)), HELD_LOCK_LEN)?
+        .chunks_exact(HELD_LOCK_LEN)
+        .filter_map(HeldLock::from_bytes)
+        .collect();
+    let (ended, open) = Default::default();
+    Ok((Some(ThreadChunk { header, nodes, open_frames, held, ended, open, events, unmatched, switches, budget, end, kernel_lock, proxy }), len))
 }

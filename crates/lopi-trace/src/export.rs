@@ -260,7 +260,7 @@ mod tests {
     use prost::Message;
 
     fn node(parent: u32, function: Option<u32>, calls: u64, total_ns: f64, self_ns: f64) -> ContextNode {
-        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false, syscall: None }
+        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false, syscall: None, open: 0 }
     }
 
     fn thread(tid: u32, nodes: Vec<ContextNode>, events: &[(f64, u32, EventKind)]) -> ThreadProfile {

@@ -11,6 +11,7 @@ mod breakdown;
 mod data;
 mod export;
 mod locks;
+mod open;
 mod pprof;
 mod report;
 pub mod script_areas;
@@ -20,14 +21,15 @@ mod timing;
 
 pub use blocks::{BlockCount, ModuleBlocks};
 pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
-pub use data::{Damage, DataError, DataFile, EndedCpu, Parallelism, ProcessMaps, Record, ThreadChunk};
+pub use data::{Damage, DataError, DataFile, EndedCpu, Parallelism, ProcessEnd, ProcessMaps, Record, ThreadChunk, ThreadName};
+pub use open::{EndSeen, Ended, OpenCall};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
-pub use pprof::{lock_pprof, pprof, LockProfile};
+pub use pprof::{lock_pprof, pprof, LockProfile, SiteFrame};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use timing::BudgetUse;
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
-pub use threads::{EndSeen, ThreadCalls, ThreadCpu, ThreadLife, Threads};
+pub use threads::{ThreadCalls, ThreadCpu, ThreadLife, Threads};
 pub use timing::{lock_function_name, ContextNode, EventKind, LockCall, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};

@@ -449,6 +449,18 @@ pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead:
     encode_with_section(&insns, ip)
 }
 
+/// A counted function entry that runs a script's entry probes (the function is not timed:
+/// its exits cannot all be probed): the runtime's point stub, called below the red zone with
+/// the function's counter, then the counting code and the moved instructions.
+pub fn probing_counting_trampoline(stub: u64, counter: u32, c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
+    insns.extend(counting_code(c, body_ip(body)?)?);
+    insns.extend(body_with_exits(body, None)?);
+    insns.extend(abort_code()?);
+    encode_with_section(&insns, ip)
+}
+
 /// A probe at any instruction: the runtime's point stub, called below the red zone with the
 /// site's counter, saves every register and the flags and runs the probes hooked there; then
 /// the moved instructions.

@@ -24,6 +24,7 @@ mod cpus;
 mod lock_stubs;
 mod locks;
 mod maps;
+mod names;
 mod points;
 mod probes;
 mod script;
