@@ -68,11 +68,14 @@ logged() {
 }
 
 export DEBIAN_FRONTEND=noninteractive
+# The lock the Rust tests' installer (crates/lopi-cli/tests/common/tools.rs) takes: one
+# apt-get at a time, whichever test started it.
+APT_LOCK=${TMPDIR:-/tmp}/lopi-tests-apt.lock
 APT_UPDATED=0
 apt_update_once() {
     if [[ $APT_UPDATED == 0 ]]; then
         log "apt-get update"
-        logged apt-update.log apt-get update -q || die "apt-get update failed (no network to Debian's mirrors?)"
+        logged apt-update.log flock "$APT_LOCK" apt-get update -q || die "apt-get update failed (no network to Debian's mirrors?)"
         APT_UPDATED=1
     fi
 }
@@ -99,7 +102,7 @@ done
 if (( ${#missing[@]} )); then
     apt_update_once
     log "apt-get install ${missing[*]}"
-    logged apt-install.log $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+    logged apt-install.log $SUDO flock "$APT_LOCK" apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
     log "build tools already installed"
 fi

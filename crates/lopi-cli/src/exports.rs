@@ -26,7 +26,7 @@ impl From<WeightArg> for Weight {
 pub(crate) enum ExportFormat {
     /// pprof's profile.proto (go tool pprof, Speedscope, Grafana Pyroscope).
     Pprof,
-    /// Chrome's trace-event JSON (Perfetto, chrome://tracing); needs a module rewritten with --trace.
+    /// Chrome's trace-event JSON (Perfetto, chrome://tracing); needs a record made with --trace.
     Chrome,
     /// Folded stacks, one call path a line (flamegraph.pl, inferno, Speedscope).
     Folded,
@@ -66,17 +66,25 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
     check_output(data, output)?;
     let file = crate::read_data(data)?;
     let mut namer = Namer::new(&file.maps);
-    let timing = timing_of(data, &file, &mut namer)?;
+    let no_locks = || anyhow::anyhow!("{} has no lock waits for this profile: record the program with --probe locks (lopi run or attach)", data.display());
     let which = match profile {
         ProfileArg::Cpu => {
-            let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time))?;
+            let timing = timing_of(data, &file, &mut namer)?;
+            let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time))
+                .map_err(|e| match e.downcast_ref::<lopi_trace::ExportError>() {
+                    Some(lopi_trace::ExportError::NoTraceEvents) => anyhow::anyhow!("{} has no trace events: record the program with --trace (lopi run, rewrite or attach)", data.display()),
+                    _ => e,
+                })?;
             return write(output, &bytes, &summary);
         }
         ProfileArg::Mutex => LockProfile::Mutex,
         ProfileArg::Block => LockProfile::Block,
     };
-    let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut |pid, ret| namer.function(pid, ret)) else {
-        bail!("{} has no lock waits for this profile: run the program with --probe locks", data.display());
+    // Lock waits are lock frames in the threads' trees: without trees, there are none.
+    let timing = timing_of(data, &file, &mut namer).map_err(|_| no_locks())?;
+    let mut site = |pid, ret| lopi_trace::SiteFrame { name: namer.site(pid, ret), place: namer.place(pid, ret).map(|p| (p.path, p.vaddr)) };
+    let Some(bytes) = lopi_trace::lock_pprof(&file, &timing, which, &mut site) else {
+        return Err(no_locks());
     };
     let locks = timing.functions.iter().filter(|f| f.lock.is_some()).count();
     write(output, &bytes, &format!("{locks} lock operations, {} threads", timing.threads.len()))
@@ -120,7 +128,7 @@ fn check_output(data: &Path, output: &Path) -> Result<()> {
 /// `pthread_create(worker_main)`).
 fn timing_of(data: &Path, file: &DataFile, namer: &mut Namer) -> Result<Timing> {
     let Some(mut timing) = Timing::from_data(file) else {
-        bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display());
+        bail!("{} has no timing data: record the program with --probe entry,exit (lopi run, rewrite or attach)", data.display());
     };
     if timing.functions.iter().any(|f| f.lock.is_some()) {
         let names = crate::locks::lock_names(file, namer);
@@ -160,6 +168,7 @@ mod tests {
             max_ns: ns,
             merged: false,
             syscall: None,
+            open: 0,
         };
         let event = |ns, kind| TraceEvent { ns, node: 1, kind };
         Timing {
@@ -195,7 +204,7 @@ mod tests {
     #[test]
     fn data_without_timing_is_an_error() {
         let err = timing_of(Path::new("run.lopi"), &DataFile::default(), &mut Namer::new(&[])).expect_err("no timing");
-        assert_eq!(err.to_string(), "run.lopi has no timing data: rewrite the program with --probe entry,exit");
+        assert_eq!(err.to_string(), "run.lopi has no timing data: record the program with --probe entry,exit (lopi run, rewrite or attach)");
     }
 
     #[test]

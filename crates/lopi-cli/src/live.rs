@@ -144,8 +144,13 @@ pub struct Launched {
     pub blocked: SigSet,
 }
 
-/// Launches PROG, installs the probes at its entry point and lets it run without ptrace.
-pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<Launched> {
+/// What a caller checks of the probes installed before the program runs on (a script's points
+/// that cannot run are refused).
+pub type Check<'a> = &'a dyn Fn(&Installation) -> Result<()>;
+
+/// Launches PROG, installs the probes at its entry point and lets it run without ptrace, once
+/// `check` accepts them (else the program is killed before it ran any of its own code).
+pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, check: Check<'_>) -> Result<Launched> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else { bail!("lopi needs a program to run: -- PROG ARGS") };
     let mut cmd = std::process::Command::new(program);
@@ -154,7 +159,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
         cmd.arg0(name);
     }
     let started = Instant::now();
-    let (mut target, mut child) = lopi_live::launch(cmd).with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    let (mut target, mut child) = lopi_live::launch(cmd)?;
     let pid = target.pid();
     let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
     let spec = probes.spec(&output)?;
@@ -172,6 +177,12 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
             return Err(e).context(format!("installing probes in {}", program.to_string_lossy()));
         }
     };
+    if let Err(e) = check(&installation) {
+        drop(target);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
     let install_ms = lopi_live::millis(installed);
     target.release();
     // Records for the multiprocessor breakdown get its parallelism profile.
@@ -195,19 +206,24 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
 }
 
 impl Launched {
-    /// Adds the parallelism profile, if one was sampled, once the program has ended.
-    pub fn finish_sampling(&mut self) {
+    /// Once the program has ended: records its end (its threads' calls still open end there)
+    /// and adds the parallelism profile, if one was sampled.
+    pub fn finish(&mut self) {
+        let ended = crate::ends::record(&self.output, self.child.id() as i32, lopi_rt_abi::END_EXITED);
+        if let Err(e) = ended {
+            eprintln!("lopi: recording the program's end: {e:#}");
+        }
         if let Some(Err(e)) = self.sampler.take().map(|s| s.finish(&self.output)) {
-            eprintln!("lopi: {e:#}");
+            eprintln!("lopi: {}", crate::one_line(&e));
         }
     }
 }
 
 /// `lopi run -- PROG ARGS`: launches PROG with the probes in and exits with its status.
 pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
-    let mut launched = launch(probes, command, arg0, quiet)?;
+    let mut launched = launch(probes, command, arg0, quiet, &|_| Ok(()))?;
     let status = launched.child.wait().context("waiting for the program")?;
-    launched.finish_sampling();
+    launched.finish();
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {}`", launched.output);
     }
@@ -249,8 +265,9 @@ pub enum Ended {
     Detach,
 }
 
-/// Installs the probes in process `pid` and lets it run on.
-pub fn attach_start(probes: &Probes, pid: i32, quiet: bool) -> Result<Attached> {
+/// Installs the probes in process `pid` and lets it run on, once `check` accepts them (else
+/// they are taken out again before it does).
+pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) -> Result<Attached> {
     // Ctrl-C, SIGTERM and SIGHUP mean "detach", read from a signalfd; blocked first, so
     // that one arriving mid-install waits until the probes are in.
     let mut mask = SigSet::empty();
@@ -273,6 +290,12 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool) -> Result<Attached> 
     let stopped_ms = lopi_live::millis(started);
     let threads = target.thread_count();
     let installation = target.install(&mut plan).with_context(|| format!("installing probes in process {pid}"))?;
+    if let Err(e) = check(&installation) {
+        let removed = target.remove(&installation);
+        target.release();
+        removed.context("taking the probes out again")?;
+        return Err(e);
+    }
     target.release();
     let pause_ms = lopi_live::millis(started);
     if !quiet {
@@ -294,12 +317,20 @@ impl Attached {
         let running = Instant::now();
         loop {
             if !alive(self.pid) {
+                self.record_end(lopi_rt_abi::END_EXITED);
                 return Ok(Ended::Exited);
             }
             if duration.is_some_and(|d| running.elapsed() >= d) || matches!(self.signals.read_signal(), Ok(Some(_))) || stop()? {
                 return Ok(Ended::Detach);
             }
             std::thread::sleep(poll);
+        }
+    }
+
+    /// Records that the process's recording ended now, `how` (`END_*`).
+    fn record_end(&self, how: u32) {
+        if let Err(e) = crate::ends::record(&self.output, self.pid, how) {
+            eprintln!("lopi: recording the end of process {}: {e:#}", self.pid);
         }
     }
 
@@ -310,6 +341,7 @@ impl Attached {
         let mut target = match Target::attach(pid) {
             Ok(t) => t,
             Err(lopi_live::LiveError::NoSuchProcess(_) | lopi_live::LiveError::TargetExited(_)) => {
+                self.record_end(lopi_rt_abi::END_EXITED);
                 if !quiet {
                     eprintln!("lopi: process {pid} exited; see `lopi report {}`", self.output);
                 }
@@ -318,6 +350,8 @@ impl Attached {
             Err(e) => return Err(e).context("re-attaching to take the probes out (they stay in; the record stays valid)"),
         };
         let removal = target.remove(&self.installation).context("taking the probes out")?;
+        // With every thread held and no probe left: calls still open end here.
+        self.record_end(lopi_rt_abi::END_DETACHED);
         target.release();
         let detach_ms = lopi_live::millis(detaching);
         if !quiet {
@@ -342,7 +376,7 @@ impl Attached {
 /// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
 /// or its exit, then takes every probe out again.
 pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
-    let attached = attach_start(probes, pid, false)?;
+    let attached = attach_start(probes, pid, false, &|_| Ok(()))?;
     match duration {
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
         None => eprintln!("lopi: detaching on Ctrl-C"),

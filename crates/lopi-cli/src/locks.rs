@@ -30,7 +30,7 @@ pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
                 .iter()
                 .map(|s| {
                     let mut site = counts_json(&s.counts, l.kind);
-                    site["function"] = json!(namer.function(s.pid, s.ret).unwrap_or_default());
+                    site["function"] = json!(namer.site(s.pid, s.ret));
                     site["ret"] = json!(format!("{:#x}", s.ret));
                     site["pid"] = json!(s.pid);
                     if let Some(mode) = s.mode {
@@ -73,14 +73,18 @@ fn first_pid(l: &LockStats) -> u32 {
     l.pids.first().copied().unwrap_or(0)
 }
 
-/// A lock's name: its symbol, else `heap@` the function that initialised it, else its address
-/// `@` the first function that locked it.
+/// A lock's name: its symbol, else its place in a file (`libX.so+0x4040`: static data of a
+/// stripped library), else `heap@` the site that initialised it, else its address `@` the
+/// first site that locked it (sites as [`Namer::site`] names them).
 pub fn lock_name(namer: &mut Namer, l: &LockStats) -> String {
     let (pid, addr) = (first_pid(l), l.addr);
     if let Some(named) = namer.name(pid, addr).filter(|n| !n.function) {
         return named.name;
     }
-    match (l.init_site.and_then(|r| namer.function(pid, r)), l.sites.first().and_then(|s| namer.function(pid, s.ret))) {
+    if let Some(place) = namer.place(pid, addr) {
+        return place.text();
+    }
+    match (l.init_site.map(|r| namer.site(pid, r)), l.sites.first().map(|s| namer.site(pid, s.ret))) {
         (Some(f), _) => format!("heap@{f}"),
         (None, Some(f)) => format!("{addr:#x}@{f}"),
         _ => format!("{addr:#x}"),
@@ -100,11 +104,13 @@ fn counts_json(c: &LockCounts, kind: &str) -> Value {
         "trylock_failed": c.trylock_failed,
         "timeouts": c.timeouts,
         "errors": c.errors,
+        "open_waits": c.open_waits,
     });
     if matches!(kind, "mutex" | "rwlock" | "spinlock") {
         v["hold_ns"] = json!(ns(c.hold_ns));
         v["max_hold_ns"] = json!(ns(c.max_hold_ns));
         v["releases"] = json!(c.releases);
+        v["open_holds"] = json!(c.open_holds);
     }
     match kind {
         "mutex" => v["nested"] = json!(c.nested),
@@ -130,6 +136,16 @@ fn ms(ns: f64) -> String {
     format!("{:.3}", ns / 1e6)
 }
 
+/// The mark of waits and holds still going on at the end.
+fn open(c: &LockCounts) -> String {
+    let parts: Vec<String> = [(c.open_waits, "waiting"), (c.open_holds, "held")].iter().filter(|(n, _)| *n > 0).map(|(n, what)| format!("{n} {what}")).collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" [{} at the end]", parts.join(", "))
+    }
+}
+
 /// The text report: one line per lock, most waited for first, then its busiest sites.
 pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
     let mut namer = Namer::new(&data.maps);
@@ -146,7 +162,7 @@ pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
         let failed = c.trylock_failed + c.timeouts + c.errors;
         let _ = writeln!(
             out,
-            "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}  {name} ({:#x})",
+            "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}  {name} ({:#x}){}",
             l.kind,
             c.acquisitions,
             c.contended,
@@ -155,15 +171,19 @@ pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
             ms(c.max_wait_ns),
             ms(c.hold_ns),
             failed,
-            l.addr
+            l.addr,
+            open(c)
         );
-        let busy = |s: &&lopi_trace::LockSite| s.counts.acquisitions + s.counts.waits + s.counts.trylock_failed + s.counts.timeouts + s.counts.errors > 0;
+        let busy = |s: &&lopi_trace::LockSite| {
+            let c = &s.counts;
+            c.acquisitions + c.waits + c.trylock_failed + c.timeouts + c.errors + c.open_waits + c.open_holds > 0
+        };
         for s in l.sites.iter().filter(busy).take(3) {
-            let function = namer.function(s.pid, s.ret).unwrap_or_else(|| format!("{:#x}", s.ret));
+            let function = namer.site(s.pid, s.ret);
             let mode = s.mode.map(|m| format!(" [{m}]")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}    from {function}{mode}",
+                "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}    from {function}{mode}{}",
                 "",
                 s.counts.acquisitions,
                 s.counts.contended,
@@ -171,7 +191,8 @@ pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
                 ms(s.counts.blocked_ns),
                 ms(s.counts.max_wait_ns),
                 ms(s.counts.hold_ns),
-                s.counts.trylock_failed + s.counts.timeouts + s.counts.errors
+                s.counts.trylock_failed + s.counts.timeouts + s.counts.errors,
+                open(&s.counts)
             );
         }
     }
@@ -185,5 +206,8 @@ pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
         let _ = writeln!(out, "note: {} releases had no acquisition in their thread (taken before lopi started, or by another thread)", locks.orphan_releases);
     }
     let _ = writeln!(out, "note: WAIT is call to return of the acquiring calls; BLOCKED the part of it in futex; FAILED counts failed trylocks, timeouts and errors");
+    if locks.locks.iter().any(|l| l.counts.open_waits + l.counts.open_holds > 0) {
+        let _ = writeln!(out, "note: `at the end`: waits and holds still going on when their thread's recording ended (its process's end, or lopi's detach); WAIT and HOLD count their time up to then");
+    }
     out
 }

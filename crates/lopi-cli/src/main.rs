@@ -5,6 +5,7 @@ mod blocks;
 mod breakdown;
 mod coverage;
 mod demo;
+mod ends;
 mod exports;
 mod handler;
 mod live;
@@ -215,7 +216,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
         /// Write lopi's output (printf lines and maps) to FILE; the program's own output stays
-        /// where it is.
+        /// where it is. Without it: stdout when that is a terminal (or with -p), else stderr, so
+        /// that a program's redirected stdout holds only its own output.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
         /// Most keys a map holds per thread (updates beyond are dropped and counted).
@@ -441,10 +443,28 @@ fn main() {
         match err.downcast_ref::<trace::Refused>() {
             // Diagnostics say `error:` themselves, rustc's way.
             Some(refused) => eprintln!("{refused}"),
-            None => eprintln!("lopi: error: {err:#}"),
+            None => eprintln!("lopi: error: {}", one_line(&err)),
         }
         std::process::exit(1);
     }
+}
+
+/// An error and its causes on one line, each said once: a cause whose text its context
+/// already holds is left out (a `thiserror` message that shows its source, then the source),
+/// and a context that a cause repeats with more is replaced by it.
+pub(crate) fn one_line(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        match parts.last_mut() {
+            Some(last) if text.starts_with(last.as_str()) => *last = text,
+            _ => parts.push(text),
+        }
+    }
+    parts.join(": ")
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -550,7 +570,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             if syscalls {
                 let Some(report) = lopi_trace::Syscalls::from_data(&file) else {
-                    bail!("{} has no system-call data: run or rewrite the program with --probe syscall", data.display());
+                    bail!("{} has no system-call data: record the program with --probe syscall (lopi run, rewrite or attach)", data.display());
                 };
                 return match format {
                     Format::Json => print_json(&report),
@@ -560,7 +580,7 @@ fn run(cli: Cli) -> Result<()> {
             let profile = lopi_trace::Profile::from_data(&file);
             if budget {
                 let Some(text) = show::budget_text(&profile) else {
-                    bail!("{} has no budget data: run or rewrite the program with --probe entry,exit --budget 5%", data.display());
+                    bail!("{} has no budget data: record the program with --probe entry,exit --budget 5% (lopi run, rewrite or attach)", data.display());
                 };
                 return match format {
                     Format::Json => print_json(&show::budget_json(&profile)),
@@ -569,7 +589,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             if let Some((name, is_callers)) = callers.map(|c| (c, true)).or(callees.map(|c| (c, false))) {
                 if profile.timing.is_none() {
-                    bail!("{} has no timing data: rewrite the program with --probe entry,exit", data.display());
+                    bail!("{} has no timing data: record the program with --probe entry,exit (lopi run, rewrite or attach)", data.display());
                 }
                 if !profile.functions.iter().any(|f| f.name == name) {
                     bail!("no function named {name:?} in {}", data.display());
@@ -636,18 +656,42 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
 }
 
 /// Reads a data file through a mapping: thread chunks reserve room for their trees and
-/// traces that mostly stays sparse, and only the used parts are ever touched.
+/// traces that mostly stays sparse, and only the used parts are ever touched. What is damaged
+/// is said on stderr, one line each, and the rest is read; a file without one whole module
+/// record is an error.
 #[allow(unsafe_code)]
 pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
-    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let name = path.display();
+    let file = std::fs::File::open(path).with_context(|| format!("reading {name}"))?;
     if file.metadata()?.len() == 0 {
-        bail!("{} is empty, not a lopi data file", path.display());
+        bail!("{name} is empty, not a lopi data file");
     }
     // SAFETY: the mapping is read-only and private to this process. A program still running
     // may write counters into the file meanwhile; the parser treats every byte as untrusted
     // and copies what it keeps, so changing bytes can only change the numbers read.
-    let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", path.display()))?;
-    lopi_trace::DataFile::parse(&map).with_context(|| format!("reading {}", path.display()))
+    let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {name}"))?;
+    let data = lopi_trace::DataFile::parse(&map).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    if data.records.is_empty() {
+        if let Some(first) = data.damage.first() {
+            let more = match data.damage.len() {
+                1 => String::new(),
+                n => format!(" (and {} more damaged parts)", n - 1),
+            };
+            bail!("{name} is damaged and holds no whole module record: {first}{more}; record the run again");
+        }
+        if data.truncated {
+            bail!("{name} holds no whole module record: its process died while registering it; record the run again");
+        }
+        bail!("{name} holds no module record: its process ended before lopi's runtime started; record the run again");
+    }
+    const SHOWN: usize = 5;
+    for damage in data.damage.iter().take(SHOWN) {
+        eprintln!("lopi: warning: {name}: {damage}; skipped, the rest is read");
+    }
+    if data.damage.len() > SHOWN {
+        eprintln!("lopi: warning: {name}: {} more damaged parts skipped", data.damage.len() - SHOWN);
+    }
+    Ok(data)
 }
 
 pub(crate) fn read(path: &Path) -> Result<ModuleFile> {
@@ -724,4 +768,35 @@ pub(crate) fn parse<'d>(path: &Path, data: &'d [u8], debug: Option<&lopi_elf::De
 /// Rewrites `prog` into `output`; returns the summary line and where the plan came from.
 pub(crate) fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// An error whose message shows its source, as `thiserror`'s `{source}` does.
+    #[derive(Debug)]
+    struct Start(std::io::Error);
+
+    impl std::fmt::Display for Start {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "starting prog: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Start {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn causes_are_said_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let inner = anyhow::Error::new(Start(io()));
+        assert_eq!(one_line(&inner), "starting prog: entity not found", "a message that shows its source");
+        assert_eq!(one_line(&inner.context("starting prog")), "starting prog: entity not found", "a context the message repeats");
+        let plain = anyhow::Error::new(io()).context("reading f").context("installing probes");
+        assert_eq!(one_line(&plain), "installing probes: reading f: entity not found", "distinct causes stay");
+    }
 }

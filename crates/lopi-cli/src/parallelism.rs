@@ -66,10 +66,10 @@ fn is_ready(stat: &std::path::Path) -> bool {
 
 /// Appends `record` to the data file at `path`, under the lock its writers take (another
 /// process of the program may still be appending).
-fn append(path: &str, record: &[u8]) -> Result<()> {
+pub(crate) fn append(path: &str, record: &[u8]) -> Result<()> {
     let file = std::fs::OpenOptions::new().write(true).open(path).with_context(|| format!("opening {path}"))?;
     let mut file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).context("locking the data file")?;
     let end = file.seek(SeekFrom::End(0))?;
     file.seek(SeekFrom::Start(end.next_multiple_of(lopi_rt_abi::PAGE_SIZE)))?;
-    file.write_all(record).with_context(|| format!("appending the parallelism profile to {path}"))
+    file.write_all(record).with_context(|| format!("appending to {path}"))
 }

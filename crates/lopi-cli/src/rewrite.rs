@@ -89,7 +89,7 @@ pub(crate) fn rewrite(
     };
     let rewritten = lopi_rewrite::rewrite_with_script(&module, selection, &names, recording, script.as_ref()).with_context(|| format!("{}", prog.display()))?;
     if let Some(spec) = script.as_ref().filter(|_| !handler) {
-        trace::report_probes(spec, None, &module.functions, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string());
+        trace::check_probes(spec, None, &module.functions, &rewritten.plan.outcomes, &rewritten.plan.timing, &output.display().to_string())?;
     }
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;

@@ -158,7 +158,10 @@ pub(crate) fn recorded_run(command: &[OsString], cpus: u32, allowed: &[usize], k
     let data = crate::read_data(&path);
     let _ = std::fs::remove_file(&path);
     if !out.status.success() {
-        bail!("{} under lopi run failed ({}): {}", prog.to_string_lossy(), describe(out.status), String::from_utf8_lossy(&out.stderr).trim());
+        // lopi run's own error line, without its prefix: this one says it.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let why = stderr.trim().trim_start_matches("lopi: error: ");
+        bail!("{} under lopi run failed ({}): {why}", prog.to_string_lossy(), describe(out.status));
     }
     Ok(RecordedRun { stdout: out.stdout, data: data? })
 }
@@ -175,7 +178,7 @@ fn run_once(command: &[OsString], cpus: u32, allowed: &[usize], which: &str) -> 
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .with_context(|| format!("cannot run {}", prog.to_string_lossy()))?;
+        .map_err(|e| anyhow::anyhow!("cannot start {}: {}", prog.to_string_lossy(), lopi_live::start_failure(&prog.to_string_lossy(), &e)))?;
     let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);

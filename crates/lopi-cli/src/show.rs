@@ -136,6 +136,7 @@ pub fn info_json(path: &Path, module: &ElfModule<'_>, selection: &Selection, sum
         "kind": module.kind,
         "symbols": module.has_symtab,
         "debug_file": module.debug_file.as_ref().map(|p| p.display().to_string()),
+        "mini_debuginfo": module.mini_debuginfo,
         "functions": functions,
         "summary": {
             "found": summary.found,
@@ -154,6 +155,7 @@ pub fn info_text(module: &ElfModule<'_>, selection: &Selection, summary: &Summar
     let mut out = String::new();
     let _ = match (&module.debug_file, module.has_symtab) {
         (Some(path), _) => writeln!(out, "symbols: {}", path.display()),
+        (None, true) if module.mini_debuginfo => writeln!(out, "symbols: .gnu_debugdata (MiniDebugInfo)"),
         (None, true) => writeln!(out, "symbols: .symtab"),
         (None, false) => writeln!(out, "symbols: none (stripped, no debug file found): functions from .dynsym and .eh_frame"),
     };
@@ -204,6 +206,7 @@ pub fn report_text(profile: &Profile, top: usize) -> String {
     let _ = writeln!(out, "functions called: {} of {} probed, {} calls in total", called.len(), profile.functions.len(), profile.total_calls);
     if let Some(timing) = &profile.timing {
         timing_notes(&mut out, timing);
+        open_note(&mut out, profile);
     }
     out.push('\n');
     let rows = if top == 0 { called.len() } else { top.min(called.len()) };
@@ -235,6 +238,23 @@ pub fn report_text(profile: &Profile, top: usize) -> String {
         let _ = writeln!(out, "... {} more (use --top 0 for all)", called.len() - rows);
     }
     out
+}
+
+/// The calls still open when their threads' recordings ended, by function.
+fn open_note(out: &mut String, profile: &Profile) {
+    let mut open: Vec<&lopi_trace::FunctionCount> = profile.functions.iter().filter(|f| f.open > 0).collect();
+    if open.is_empty() {
+        return;
+    }
+    open.sort_by(|a, b| b.open.cmp(&a.open).then_with(|| a.name.cmp(&b.name)));
+    let total: u64 = open.iter().map(|f| f.open).sum();
+    let named: Vec<String> = open.iter().take(8).map(|f| format!("{} ({})", f.name, f.open)).collect();
+    let more = if open.len() > 8 { format!(", {} more functions", open.len() - 8) } else { String::new() };
+    let _ = writeln!(
+        out,
+        "note: {total} calls had not returned when their thread's recording ended (its process's end, or lopi's detach) and are counted with their time up to then: {}{more}",
+        named.join(", ")
+    );
 }
 
 fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {

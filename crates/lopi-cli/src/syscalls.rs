@@ -116,12 +116,21 @@ fn table(out: &mut String, calls: &[lopi_trace::SyscallStats]) {
         let timed = c.calls - c.untimed;
         let avg = if timed > 0 { c.total_ns / timed as f64 / 1e3 } else { 0.0 };
         let errors = if c.errors > 0 { c.errors.to_string() } else { String::new() };
-        let _ = writeln!(out, "{share:>6.2} {:>11} {avg:>11.3} {:>11.3} {:>9} {errors:>9} {}", seconds(c.total_ns), c.max_ns / 1e3, c.calls, c.name);
+        let _ = writeln!(out, "{share:>6.2} {:>11} {avg:>11.3} {:>11.3} {:>9} {errors:>9} {}{}", seconds(c.total_ns), c.max_ns / 1e3, c.calls, c.name, open(c.open));
     }
     let calls_sum: u64 = calls.iter().map(|c| c.calls).sum();
     let errors_sum: u64 = calls.iter().map(|c| c.errors).sum();
     let _ = writeln!(out, "{:->6} {:->11} {:->11} {:->11} {:->9} {:->9} {:->16}", "", "", "", "", "", "", "");
     let _ = writeln!(out, "{:>6.2} {:>11} {:>11} {:>11} {calls_sum:>9} {errors_sum:>9} total", 100.0, seconds(total_ns), "", "");
+}
+
+/// The mark of calls still in progress at the end.
+fn open(n: u64) -> String {
+    if n > 0 {
+        format!(" ({n} open at the end)")
+    } else {
+        String::new()
+    }
 }
 
 /// `lopi report --syscalls`: the whole record, then each thread, then the busiest sites.
@@ -137,8 +146,10 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
         let _ = writeln!(out, "\nbusiest call sites:\n{:>11} {:>9} {:>9}  {:<16} SITE", "seconds", "calls", "errors", "syscall");
         for s in &report.sites[..shown] {
             let module = std::path::Path::new(&s.module).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-            let function = if s.function.is_empty() { "?" } else { &s.function };
-            let _ = write!(out, "{:>11} {:>9} {:>9}  {:<16} {function} ({module} {})", seconds(s.total_ns), s.calls, s.errors, s.name, s.addr);
+            // Named as everywhere: the function, and the module and address in its file.
+            let place = format!("{module}+{}", s.addr);
+            let site = if s.function.is_empty() { place } else { format!("{} ({place})", s.function) };
+            let _ = write!(out, "{:>11} {:>9} {:>9}  {:<16} {site}{}", seconds(s.total_ns), s.calls, s.errors, s.name, open(s.open));
             // The innermost callers; JSON has the whole path.
             const SHOWN: usize = 4;
             if !s.context.is_empty() {
@@ -153,6 +164,9 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
         if shown < report.sites.len() {
             let _ = writeln!(out, "... {} more (use --top 0 for all)", report.sites.len() - shown);
         }
+    }
+    if report.syscalls.iter().any(|c| c.open > 0) {
+        let _ = writeln!(out, "\nnote: `open at the end`: calls still in progress when their thread's recording ended (its process's end, or lopi's detach), counted with their time up to then");
     }
     let untimed: u64 = report.syscalls.iter().map(|c| c.untimed).sum();
     if untimed > 0 {

@@ -33,6 +33,9 @@ fn end_seen(e: EndSeen) -> &'static str {
     match e {
         EndSeen::Exit => "exit",
         EndSeen::ExitGroup => "exit_group",
+        EndSeen::Exec => "exec",
+        EndSeen::ProcessEnd => "process_end",
+        EndSeen::Detach => "detach",
         EndSeen::LastProbe => "last_probe",
     }
 }
@@ -53,10 +56,11 @@ pub fn report_json(data: &DataFile, threads: &Threads) -> Value {
                 "comm": t.name,
                 "start_routine": routine(&mut namer, t),
                 "created_by": t.created_by,
-                "create_site": t.create_site.map(|r| namer.function(t.pid, r).unwrap_or_else(|| format!("{r:#x}"))),
+                "create_site": t.create_site.map(|r| namer.site(t.pid, r)),
                 "start_ns": ns(t.start_ns),
                 "end_ns": ns(t.end_ns),
                 "end_seen": end_seen(t.end_seen),
+                "open_calls": t.open_calls,
                 "lock_wait_ns": ns(t.lock_wait_ns),
                 "lock_blocked_ns": ns(t.lock_blocked_ns),
                 "join_wait_ns": ns(t.join_wait_ns),
@@ -95,6 +99,7 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
             .iter()
             .filter(|(_, n)| *n > 0)
             .map(|(k, n)| format!("{k} {n}"))
+            .chain((t.open_calls > 0).then(|| format!("{} open at its end", t.open_calls)))
             .collect();
         let end = if t.end_seen == EndSeen::LastProbe { "+" } else { "" };
         let _ = writeln!(
@@ -124,6 +129,9 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
         c.exit,
         c.setname
     );
-    let _ = writeln!(out, "note: LIFE ends at the thread's exit (or its process's); `+`: its end was not seen, LIFE ends at its last probe");
+    let _ = writeln!(out, "note: LIFE ends at the thread's exit (or its process's, or lopi's detach); `+`: its end was not seen, LIFE ends at its last probe");
+    if threads.threads.iter().any(|t| t.open_calls > 0) {
+        let _ = writeln!(out, "note: `open at its end`: waits, holds and calls that had not returned when the thread's recording ended; LOCK, JOIN and SYSCALL count their time up to then");
+    }
     out
 }

@@ -663,6 +663,7 @@ fixture_tests! {
     fixture_threads_signals => "threads_signals.c",
     fixture_libfix_main => "libfix_main.c",
     fixture_dlopen_main => "dlopen_main.c",
+    fixture_own_address => "own_address.c",
 }
 
 /// Every program fixture in fixtures/ must have a test above.

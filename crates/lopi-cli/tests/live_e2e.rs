@@ -195,6 +195,25 @@ fn attach_detach_cycles_leave_no_trace() {
     cleanup(&dir);
 }
 
+/// System-call probes alone also keep per-thread state, found through `fs:0x38`: detaching
+/// must clear those words, or the next attach's probes follow them into the unmapped chunks
+/// (the program died of SIGSEGV at the second attach).
+#[test]
+fn system_call_probes_attach_again_after_a_detach() {
+    let dir = fresh_dir("live-syscall-cycles");
+    let prog = build("busy.c", &dir, &[]);
+    let busy = Running::start(&prog, &["600", "3"]);
+    for cycle in 0..3 {
+        let data = dir.join(format!("cycle{cycle}.lopi"));
+        attach(busy.pid(), &["--duration", "200ms", "--probe", "syscall"], &data);
+        code_matches_file(busy.pid(), &prog).unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+    }
+    busy.signal("TERM");
+    let (stdout, ok) = busy.finish(Duration::from_secs(20));
+    assert!(ok && stdout == "ok\n", "program output after 3 attaches: {stdout:?}");
+    cleanup(&dir);
+}
+
 #[test]
 fn thread_waiting_inside_entry_bytes_keeps_that_function_unpatched() {
     let dir = fresh_dir("live-blocker");

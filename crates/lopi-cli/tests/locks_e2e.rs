@@ -358,20 +358,16 @@ fn mutex_profile_and_thread_tracks() {
     let pb = dir.join("mutex.pb");
     let out = run(Command::new(lopi_bin()).args(["export", "--format", "pprof", "--profile", "mutex", "-o"]).arg(&pb).arg(&data), default_timeout()).expect("lopi export");
     assert!(out.status.success(), "lopi export --profile mutex: {}", out.stderr_str());
-    if Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
-        let raw = run(Command::new("go").args(["tool", "pprof", "-raw"]).arg(&pb), default_timeout()).expect("go tool pprof");
-        assert!(raw.status.success(), "go tool pprof -raw: {}", raw.stderr_str());
-        let (types, sums, samples) = pprof_sums(&raw.stdout_str(), LEAF, "holder_main");
-        assert_eq!(types, ["contentions/count", "delay/nanoseconds[dflt]", "hold/nanoseconds", "acquisitions/count"]);
-        assert_eq!(sums[0], lock["contended"].as_u64().unwrap(), "contentions");
-        assert_eq!(sums[3], lock["acquisitions"].as_u64().unwrap(), "acquisitions");
-        // Each sample's ns are rounded on their own.
-        for (i, key) in [(1, "wait_ns"), (2, "hold_ns")] {
-            let want = lock[key].as_u64().unwrap();
-            assert!(sums[i].abs_diff(want) <= samples, "{key}: pprof {} ns, report {want} ns", sums[i]);
-        }
-    } else {
-        eprintln!("skipped reading the profile back: no `go` on PATH");
+    let raw = run(Command::new(require("go", "golang-go")).args(["tool", "pprof", "-raw"]).arg(&pb), default_timeout()).expect("go tool pprof");
+    assert!(raw.status.success(), "go tool pprof -raw: {}", raw.stderr_str());
+    let (types, sums, samples) = pprof_sums(&raw.stdout_str(), LEAF, "holder_main");
+    assert_eq!(types, ["contentions/count", "delay/nanoseconds[dflt]", "hold/nanoseconds", "acquisitions/count"]);
+    assert_eq!(sums[0], lock["contended"].as_u64().unwrap(), "contentions");
+    assert_eq!(sums[3], lock["acquisitions"].as_u64().unwrap(), "acquisitions");
+    // Each sample's ns are rounded on their own.
+    for (i, key) in [(1, "wait_ns"), (2, "hold_ns")] {
+        let want = lock[key].as_u64().unwrap();
+        assert!(sums[i].abs_diff(want) <= samples, "{key}: pprof {} ns, report {want} ns", sums[i]);
     }
 
     let trace_file = dir.join("trace.json");

@@ -260,7 +260,7 @@ fn cold_parts_of_stripped_functions_are_not_functions() {
 }
 
 /// Debian's libc6-dbg installs libc's debug file under /usr/lib/debug/.build-id: its local
-/// functions get their names (skipped, with a note, where the package is not installed).
+/// functions get their names (the package is installed when it is not).
 #[test]
 fn libc_is_named_from_its_debug_package() {
     let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
@@ -269,9 +269,8 @@ fn libc_is_named_from_its_debug_package() {
         None => return eprintln!("note: skipped: no {}", libc.display()),
     };
     let debug = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
-    if !debug.exists() {
-        return eprintln!("note: skipped: {} not installed (apt-get install libc6-dbg)", debug.display());
-    }
+    require_package("libc6-dbg");
+    assert!(debug.exists(), "libc6-dbg is installed but {} is not there: it does not match this libc (apt-get install libc6 libc6-dbg: the same version)", debug.display());
     let got = info(libc, Path::new("/usr/lib/debug"), false);
     assert_eq!(got["debug_file"].as_str(), Some(debug.to_str().unwrap()));
     let names = names(&got);
@@ -351,5 +350,127 @@ fn locks_in_dlopened_libraries_are_named() {
     let lock = report["locks"].as_array().unwrap().iter().find(|l| l["acquisitions"] == 100).unwrap_or_else(|| panic!("no lock taken 100 times: {report}"));
     assert_eq!(lock["name"], "plugin_lock", "{lock}");
     assert_eq!(lock["sites"][0]["function"], "plugin_work", "{lock}");
+    cleanup(&dir);
+}
+
+/// A stripped library whose internal function `locked_add` (no symbol) takes the library's own
+/// static lock, from two threads: the lock and its call site are named by file and address
+/// (`libsx.so+0x...`, the site within `locked_add`) in the lock report and the mutex profile
+/// (a frame with that name and the library's mapping), never by a run-time address; with the
+/// library's debug file, by `sx_lock` and `locked_add`.
+#[test]
+fn stripped_library_lock_sites_are_named_by_file_and_address() {
+    let dir = fresh_dir("names_stripped_lib");
+    let lib_src = dir.join("sx.c");
+    std::fs::write(
+        &lib_src,
+        "#include <pthread.h>\nstatic pthread_mutex_t sx_lock = PTHREAD_MUTEX_INITIALIZER;\nstatic long total;\n\
+         __attribute__((noinline)) static void locked_add(long x) { pthread_mutex_lock(&sx_lock); total += x; pthread_mutex_unlock(&sx_lock); }\n\
+         long sx_work(long n) { for (long i = 0; i < n; i++) locked_add(i); return total; }\n",
+    )
+    .unwrap();
+    let main_src = dir.join("main.c");
+    std::fs::write(
+        &main_src,
+        "#include <pthread.h>\n#include <stdio.h>\nlong sx_work(long n);\nstatic void *worker(void *a) { sx_work(1000); return a; }\n\
+         int main(void) { pthread_t t[2]; for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, worker, 0); for (int i = 0; i < 2; i++) pthread_join(t[i], 0); printf(\"%ld\\n\", sx_work(0)); return 0; }\n",
+    )
+    .unwrap();
+    let full = build(&dir, "libsx.full", &lib_src, &["-O2", "-g", "-shared", "-fPIC"]);
+    let (debug, stripped) = split(&full);
+    std::fs::rename(&stripped, dir.join("libsx.so")).unwrap();
+    let prog = dir.join("sxmain");
+    compile(Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&prog).arg(&main_src).arg("-L").arg(&dir).args(["-lsx", &format!("-Wl,-rpath,{}", dir.display())])).unwrap();
+    // Where locked_add is in the file: the site must be inside it.
+    let symbols = must(Command::new("readelf").arg("-sW").arg(&full)).stdout_str();
+    let (start, size) = symbols
+        .lines()
+        .find(|l| l.ends_with(" locked_add"))
+        .and_then(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            Some((u64::from_str_radix(w[1], 16).ok()?, w[2].parse::<u64>().ok()?))
+        })
+        .expect("locked_add in the unstripped library");
+    let nowhere = dir.join("no-debug-dir");
+    let data = dir.join("d.lopi");
+    let out = must(lopi(&nowhere).args(["run", "-q", "--probe", "locks", "--"]).arg(&prog).env("LOPI_OUTPUT", &data));
+    assert_eq!(out.stdout_str(), "999000\n");
+    let report = |debug_dir: &Path| -> Json { serde_json::from_str(&must(lopi(debug_dir).args(["report", "--locks", "--format", "json"]).arg(&data)).stdout_str()).unwrap() };
+    let named = report(&nowhere);
+    let lock = named["locks"].as_array().unwrap().iter().find(|l| l["acquisitions"] == 2000).unwrap_or_else(|| panic!("no lock taken 2000 times: {named}"));
+    assert!(lock["name"].as_str().unwrap().starts_with("libsx.so+0x"), "{lock}");
+    let site = lock["sites"][0]["function"].as_str().unwrap().to_string();
+    let offset = site.strip_prefix("libsx.so+0x").and_then(|o| u64::from_str_radix(o, 16).ok()).unwrap_or_else(|| panic!("site {site:?}"));
+    assert!((start..start + size).contains(&(offset - 1)), "site {site} outside locked_add ({start:#x}, {size} bytes)");
+    let text = must(lopi(&nowhere).args(["report", "--locks"]).arg(&data)).stdout_str();
+    assert!(text.contains(&format!("from {site}")) && !text.contains("from 0x"), "{text}");
+    if Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
+        let pb = dir.join("mutex.pb");
+        must(lopi(&nowhere).args(["export", "--format", "pprof", "--profile", "mutex", "-o"]).arg(&pb).arg(&data));
+        let raw = must(Command::new("go").args(["tool", "pprof", "-raw"]).arg(&pb)).stdout_str();
+        // `    55: 0x1138 M=4 libsx.so+0x1138 /tmp/.../libsx.so:0:0 s=0`, and mapping 4 is the library.
+        let location = raw.lines().find(|l| l.contains(&format!(" {site} "))).unwrap_or_else(|| panic!("no frame {site}:\n{raw}"));
+        let mapping = location.split_whitespace().nth(2).and_then(|m| m.strip_prefix("M=")).unwrap_or_default();
+        assert!(location.contains(&format!("{:#x}", offset)) && raw.lines().any(|l| l.starts_with(&format!("{mapping}: ")) && l.contains("/libsx.so")), "{raw}");
+    }
+    let id = build_id(&full);
+    let debug_dir = dir.join("debug");
+    std::fs::create_dir_all(debug_dir.join(".build-id").join(&id[..2])).unwrap();
+    std::fs::copy(&debug, debug_dir.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]))).unwrap();
+    let named = report(&debug_dir);
+    let lock = named["locks"].as_array().unwrap().iter().find(|l| l["acquisitions"] == 2000).unwrap();
+    assert!(lock["name"] == "sx_lock" && lock["sites"][0]["function"] == "locked_add", "{lock}");
+    cleanup(&dir);
+}
+
+/// Threads that rename themselves after they started, by `pthread_setname_np` and by
+/// `prctl(PR_SET_NAME)` (which `--probe locks` does not see), and wait until the process ends:
+/// `--threads` shows the names they were given, under `lopi run` and at a detach.
+#[test]
+fn threads_renamed_after_their_start_show_their_new_names() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = fresh_dir("names_setname");
+    let src = dir.join("setname.c");
+    std::fs::write(
+        &src,
+        "#define _GNU_SOURCE\n#include <pthread.h>\n#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n#include <sys/prctl.h>\n#include <unistd.h>\n\
+         static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;\n\
+         static void *a_main(void *x) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); pthread_setname_np(pthread_self(), \"worker-a\"); pause(); return x; }\n\
+         static void *b_main(void *x) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); prctl(PR_SET_NAME, \"worker-b\"); pause(); return x; }\n\
+         int main(int argc, char **argv) { sigset_t s; int sig; sigemptyset(&s); sigaddset(&s, SIGUSR1); sigprocmask(SIG_BLOCK, &s, 0);\n\
+         if (argc > 1) { printf(\"ready\\n\"); fflush(stdout); sigwait(&s, &sig); }\n\
+         pthread_t t; pthread_create(&t, 0, a_main, 0); pthread_create(&t, 0, b_main, 0); usleep(300000); printf(\"done\\n\"); return 0; }\n",
+    )
+    .unwrap();
+    let prog = build(&dir, "setname", &src, &["-O2", "-pthread"]);
+    let check = |data: &Path| {
+        let threads: Json = serde_json::from_str(&must(lopi(&dir).args(["report", "--threads", "--format", "json"]).arg(data)).stdout_str()).unwrap();
+        for (name, routine) in [("worker-a", "a_main"), ("worker-b", "b_main")] {
+            let found = threads["threads"].as_array().unwrap().iter().any(|t| t["name"] == name && t["start_routine"] == routine);
+            assert!(found, "no thread {name} started by {routine}: {threads}");
+        }
+    };
+    let data = dir.join("run.lopi");
+    let out = must(lopi(&dir).args(["run", "-q", "--probe", "locks", "--"]).arg(&prog).env("LOPI_OUTPUT", &data));
+    assert_eq!(out.stdout_str(), "done\n");
+    check(&data);
+    // Attached before the threads start, detached while they wait.
+    let mut child = Command::new(&prog).arg("wait").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let data = dir.join("attach.lopi");
+    let pid = child.id().to_string();
+    let attach = std::thread::spawn({
+        let (data, dir) = (data.clone(), dir.clone());
+        move || must(lopi(&dir).args(["attach", &pid, "--probe", "locks", "--duration", "200ms"]).env("LOPI_OUTPUT", &data))
+    });
+    while !data.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    must(Command::new("kill").args(["-USR1", &child.id().to_string()]));
+    attach.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    check(&data);
     cleanup(&dir);
 }

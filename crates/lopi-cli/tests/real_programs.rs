@@ -1280,9 +1280,10 @@ fn real_large_programs_profile_right() {
     assert!(pre.success(), "preprocessing {} failed", shell_c.display());
     let python = "import json, re\nd = {str(i): [i, i * 2] for i in range(50000)}\ns = json.dumps(d)\nprint(len(s), len(re.findall(r'\\d+', s)))";
     let perl = "my %h; for my $i (1..100000) { $h{$i} = sqrt($i) } my @k = sort { $a <=> $b } keys %h; print scalar(@k), \" $k[-1]\\n\"";
+    let (python3_11, perl_bin) = (common::require_file("/usr/bin/python3.11", "python3.11"), common::require_file("/usr/bin/perl", "perl"));
     let programs: Vec<(&str, Vec<String>)> = vec![
-        ("python3.11", vec!["/usr/bin/python3.11".into(), "-c".into(), python.into()]),
-        ("perl", vec!["/usr/bin/perl".into(), "-e".into(), perl.into()]),
+        ("python3.11", vec![python3_11.display().to_string(), "-c".into(), python.into()]),
+        ("perl", vec![perl_bin.display().to_string(), "-e".into(), perl.into()]),
         ("cc1", vec![cc1.display().to_string(), "-quiet".into(), "-O1".into(), shell_i.display().to_string(), "-o".into(), "-".into()]),
     ];
     for (tag, argv) in programs {

@@ -83,7 +83,8 @@ impl Case {
         reset();
         let log = self.dir.join("strace.log");
         let _ = std::fs::remove_file(&log);
-        let traced = run(&mut self.command(prog, &["strace", "-f", "-qq", "-A", "-o", log.to_str().unwrap()]), default_timeout()).expect("strace");
+        let strace = require("strace", "strace");
+        let traced = run(&mut self.command(prog, &[strace.to_str().unwrap(), "-f", "-qq", "-A", "-o", log.to_str().unwrap()]), default_timeout()).expect("strace");
         problems.extend(differs("under strace", &traced));
         let strace = strace_counts(&std::fs::read_to_string(&log).unwrap_or_default());
         // lopi run: every module.
@@ -174,8 +175,7 @@ fn real_syscalls_sqlite3_source_built() {
 /// pigz compresses with two threads: system calls from several threads at once.
 #[test]
 fn real_syscalls_pigz_two_threads() {
-    let pigz = PathBuf::from("/usr/bin/pigz");
-    assert!(pigz.is_file(), "pigz is not installed (.ci/run installs it)");
+    let pigz = require_file("/usr/bin/pigz", "pigz");
     let dir = fresh_dir("real-syscalls-pigz");
     let text: String = (0..400_000).map(|i| format!("{i} {}\n", i * 7919 % 10007)).collect();
     std::fs::write(dir.join("input"), text).unwrap();

@@ -85,3 +85,14 @@ fn real_sqlite3_traced_answers_the_same_and_reads_its_statements() {
     assert!(maps["@steps"]["101"].as_u64().unwrap_or(0) >= 4 && maps["@exec"].as_u64().unwrap_or(0) >= 7, "{got}");
     cleanup(&dir);
 }
+
+/// The dynamic loader is a library a script may name (ldd lists it without `=>`): its
+/// `_dl_fini` runs once, at exit.
+#[test]
+fn the_dynamic_loader_is_named_in_scripts() {
+    let dir = fresh_dir("real_trace_ldso");
+    let command = ["/bin/true".as_ref()];
+    let (got, _) = trace(&dir, "func:ld-linux-x86-64.so.2:_dl_fini { @fini = count(); }", &command);
+    assert_eq!(got["maps"]["@fini"].as_u64(), Some(1), "{got}");
+    cleanup(&dir);
+}

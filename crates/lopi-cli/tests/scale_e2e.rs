@@ -70,7 +70,7 @@ fn errors_a_user_can_act_on() {
 
     let out = scale(&["--cpus", "1", "--", "/nonexistent/prog"]);
     assert!(!out.status.success());
-    assert!(out.stderr_str().contains("cannot run /nonexistent/prog"), "{}", out.stderr_str());
+    assert!(out.stderr_str().contains("lopi: error: cannot start /nonexistent/prog: no such file\n"), "{}", out.stderr_str());
 }
 
 #[test]

@@ -1557,16 +1557,12 @@ fn gdb_backtraces(b: &mut Built, prog: &Path, breakpoint: &str) -> Vec<Vec<Strin
     traces
 }
 
-/// gdb (if installed) stops in the rewritten program where it stops in the original and
+/// gdb stops in the rewritten program where it stops in the original and
 /// shows the same frames: `break *marker` (inside c, under b, a, main) and `break c` (gdb's
 /// own choice of address after the prologue, which lopi's entry jump replaced).
 #[test]
 fn gdb_backtrace_matches_original() {
-    let have_gdb = Command::new("gdb").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !have_gdb {
-        eprintln!("skipping: gdb is not installed");
-        return;
-    }
+    require("gdb", "gdb");
     for cfg in configs() {
         let mut b = build("backtrace.c", cfg, &[]);
         for bp in ["*marker", "c"] {

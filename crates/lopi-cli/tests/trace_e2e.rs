@@ -135,6 +135,10 @@ fn elapsed_stacks_and_printf() {
     assert_eq!(stacks.len(), 1, "{got}");
     let frames: Vec<&str> = stacks.keys().next().unwrap().split(';').collect();
     assert!(frames.len() == 3 && frames[0] == "leaf" && frames[1].starts_with("middle+") && frames[2].starts_with("top+"), "{frames:?} in {got}");
+    // main's caller is libc's: named by its symbol or as libc.so.6+0x..., not by a run-time address.
+    let (got, _, _) = trace(&dir, &prog, "func:main { @m[ustack(2)] = count(); }", &[]);
+    let stack = got["maps"]["@m"].as_object().and_then(|m| m.keys().next().cloned()).unwrap_or_default();
+    assert!(stack.starts_with("main;") && !stack.contains(";0x"), "{got}");
 
     let (_, printed, _) = trace(&dir, &prog, "func:step /arg0 == 7/ { printf(\"%s %d %5d|%-3x|\\n\", str(arg1), arg0, tid == pid, 255); }", &[]);
     let mut lines: Vec<&str> = printed.lines().collect();
@@ -520,5 +524,56 @@ fn instruction_points_fire_where_they_are() {
     let out = run(Command::new(lopi_bin()).args(["report", "--script", "--format", "json"]).arg(&data), common::default_timeout()).unwrap();
     assert!(out.status.success(), "{}", out.stderr_str());
     assert!(out.stdout_str().contains("\"@args\":5500"), "{}", out.stdout_str());
+    cleanup(&dir);
+}
+
+/// `F` has a 5-byte entry and a `ret` that a branch reaches, packed between two 150-byte
+/// functions (no padding within 127 bytes): its exits cannot be probed. main calls F(0..31).
+const PACKED: &str = r#"
+#include <stdio.h>
+__asm__(".text\n.p2align 4\n"
+        ".globl pad_before\n.type pad_before,@function\npad_before:\n mov %edi, %eax\n .rept 50\n add $1, %eax\n .endr\n ret\n.size pad_before, .-pad_before\n"
+        ".globl F\n.type F,@function\nF:\n mov %edi, %eax\n lea (%rax,%rax,2), %eax\n test %edi, %edi\n js 1f\n add $1, %eax\n1: ret\n.size F, .-F\n"
+        ".globl pad_after\n.type pad_after,@function\npad_after:\n mov %edi, %eax\n .rept 50\n add $1, %eax\n .endr\n ret\n.size pad_after, .-pad_after\n");
+int F(int), pad_before(int), pad_after(int);
+int main(void) { long sum = 0; for (int i = 0; i < 31; i++) sum += F(i); printf("sum %ld %d\n", sum, pad_before(0) + pad_after(0)); return 0; }
+"#;
+
+/// An entry point runs on a function whose exits cannot be probed (it is counted, its entry
+/// runs the script first), live and rewritten; a `:return` point on it is refused before the
+/// program runs, naming the function and why.
+#[test]
+fn entry_points_run_where_exits_cannot_be_probed() {
+    let dir = fresh_dir("trace_packed");
+    let prog = build_c(&dir, "packed", PACKED, &["-O2"]);
+    let info = run(Command::new(lopi_bin()).args(["info", "--probe", "entry,exit"]).arg(&prog), common::default_timeout()).unwrap();
+    let line = info.stdout_str().lines().find(|l| l.contains(" F ")).map(str::to_string).unwrap_or_default();
+    assert!(line.contains("counted only, exit-too-short") || line.contains("counted only, exit-no-bounce-space"), "F's exits should have no room: {}", info.stdout_str());
+    let script = "func:F { @[arg0 % 3] = count(); }";
+    let (out, got) = trace_maps(&prog, script, &dir.join("out.json"));
+    assert_eq!(out.stdout_str(), "sum 1426 100\n");
+    let want = json!({"0": 11, "1": 10, "2": 10});
+    assert_eq!(got["maps"]["@"], want, "{got}\n{}", out.stderr_str());
+    let rewritten = dir.join("packed.rw");
+    let out = run(Command::new(lopi_bin()).arg("rewrite").arg(&prog).arg("-o").arg(&rewritten).args(["--script-expr", script]), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let data = dir.join("rw.lopi");
+    let ran = run(Command::new(&rewritten).env("LOPI_OUTPUT", &data), common::default_timeout()).unwrap();
+    assert_eq!(ran.stdout_str(), "sum 1426 100\n", "{}", ran.stderr_str());
+    let out = run(Command::new(lopi_bin()).args(["report", "--script", "--format", "json"]).arg(&data), common::default_timeout()).unwrap();
+    let maps: Json = serde_json::from_str(out.stdout_str().trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout_str()));
+    assert_eq!(maps["maps"]["@"], want, "{maps}");
+    for command in ["trace", "rewrite"] {
+        let mut cmd = Command::new(lopi_bin());
+        match command {
+            "trace" => cmd.args(["trace", "-e", "func:F:return { @n = count(); }", "--"]).arg(&prog),
+            _ => cmd.arg("rewrite").arg(&prog).arg("-o").arg(dir.join("refused.rw")).args(["--script-expr", "func:F:return { @n = count(); }"]),
+        };
+        let out = run(&mut cmd, common::default_timeout()).unwrap();
+        let err = out.stderr_str();
+        assert!(!out.status.success() && out.stdout.is_empty(), "lopi {command}: a :return point on F was accepted: {err}");
+        assert!(err.contains("`func:F:return` cannot run in ") && err.contains(": F (its returns cannot all be probed, exit-") && err.lines().count() == 1, "lopi {command}: {err}");
+    }
+    assert!(!dir.join("refused.rw").exists(), "lopi rewrite wrote a refused program");
     cleanup(&dir);
 }

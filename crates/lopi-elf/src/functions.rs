@@ -1,5 +1,6 @@
-//! Function discovery: symbols first (the file's, or its separate debug file's), then
-//! `.eh_frame` FDEs for what symbols miss; the FDEs' LSDAs give the exception landing pads.
+//! Function discovery: symbols first (the file's, its separate debug file's, or its
+//! MiniDebugInfo's), then `.eh_frame` FDEs for what symbols miss; the FDEs' LSDAs give the
+//! exception landing pads.
 //!
 //! An FDE start is a function entry only if the canonical frame address there is `rsp+8`
 //! (the return address was just pushed). That rejects `.cold`/`.part` fragments, which
@@ -20,6 +21,8 @@ pub enum FunctionSource {
     Symtab,
     /// The `.symtab` of a separate debug file.
     DebugFile,
+    /// The `.symtab` of the file's `.gnu_debugdata` (MiniDebugInfo).
+    MiniDebugInfo,
     Dynsym,
     EhFrame,
 }
@@ -117,12 +120,12 @@ impl Found<'_> {
         !table.is_empty()
     }
 
-    /// Adds a separate debug file's `.symtab`; returns whether it had symbols. A debug file
-    /// whose headers do not parse adds nothing.
-    fn add_debug_symbols<'d, R: ReadRef<'d>>(&mut self, data: R) -> bool {
+    /// Adds the `.symtab` of another file (a separate debug file, a MiniDebugInfo); returns
+    /// whether it had symbols. A file whose headers do not parse adds nothing.
+    fn add_debug_symbols<'d, R: ReadRef<'d>>(&mut self, data: R, source: FunctionSource) -> bool {
         let Ok(header) = elf::FileHeader64::<LE>::parse(data) else { return false };
         let Ok(sections) = header.sections(LE, data) else { return false };
-        self.add_symbols(&sections, data, elf::SHT_SYMTAB, FunctionSource::DebugFile)
+        self.add_symbols(&sections, data, elf::SHT_SYMTAB, source)
     }
 }
 
@@ -138,17 +141,22 @@ pub(crate) fn discover(
     .unwrap_or_default();
     let fdes: BTreeMap<u64, Fde> = frames.fdes.iter().map(|f| (f.start, *f)).collect();
     let mut found = Found { code: &module.code_sections, fdes: &fdes, by_addr: BTreeMap::new(), fragments: BTreeMap::new(), exported: HashSet::new() };
-    // The file's own symbols, then a debug file's (a stripped file has none of its own),
-    // then the dynamic ones (exported names; aliases of what the others found).
+    // The file's own symbols, then a debug file's (a stripped file has none of its own), else
+    // its MiniDebugInfo's (a subset of a debug file's), then the dynamic ones (exported names;
+    // aliases of what the others found).
     let has_symtab = found.add_symbols(sections, data, elf::SHT_SYMTAB, FunctionSource::Symtab);
     let debug_symbols = debug.is_some_and(|d| match d.data() {
-        DebugData::File(cache) => found.add_debug_symbols(cache),
-        DebugData::Bytes(bytes) => found.add_debug_symbols(bytes),
+        DebugData::File(cache) => found.add_debug_symbols(cache, FunctionSource::DebugFile),
+        DebugData::Bytes(bytes) => found.add_debug_symbols(bytes, FunctionSource::DebugFile),
     });
+    let mini_symbols = !has_symtab
+        && !debug_symbols
+        && crate::mini_debuginfo::embedded_elf(data).is_some_and(|elf| found.add_debug_symbols(elf.as_slice(), FunctionSource::MiniDebugInfo));
     found.add_symbols(sections, data, elf::SHT_DYNSYM, FunctionSource::Dynsym);
     let Found { mut by_addr, mut fragments, .. } = found;
     let in_code = |code: &[CodeSection], addr: u64| code.iter().any(|s| addr >= s.addr.0 && addr < s.addr.0 + s.size);
-    module.has_symtab = has_symtab || debug_symbols;
+    module.has_symtab = has_symtab || debug_symbols || mini_symbols;
+    module.mini_debuginfo = mini_symbols;
     module.debug_file = debug.filter(|_| debug_symbols).map(|d| d.path.clone());
 
     // FDEs cover what symbols miss (stripped files keep .eh_frame).

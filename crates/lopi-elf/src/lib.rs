@@ -1,5 +1,5 @@
 //! The parts of an x86-64 ELF file lopi needs: loadable segments, code sections, functions
-//! (from `.symtab`, `.dynsym` and `.eh_frame`), exception landing pads, and the dynamic section.
+//! (from `.symtab`, a debug file's or `.gnu_debugdata`'s, `.dynsym` and `.eh_frame`), exception landing pads, and the dynamic section.
 //!
 //! Parsing never panics on malformed input: every failure is an [`ElfError`].
 #![forbid(unsafe_code)]
@@ -9,6 +9,7 @@ mod debug_file;
 mod functions;
 pub mod lines;
 mod lsda;
+mod mini_debuginfo;
 mod references;
 mod symbols;
 mod unwind;
@@ -118,10 +119,13 @@ pub struct ElfModule<'data> {
     pub fragments: Vec<(Svma, u64)>,
     /// C++ exception landing pads (from `.eh_frame` LSDAs), sorted: the unwinder jumps there.
     pub landing_pads: Vec<Svma>,
-    /// Symbols beyond the dynamic ones: a `.symtab`, in the file or its debug file.
+    /// Symbols beyond the dynamic ones: a `.symtab`, in the file, its debug file or its
+    /// MiniDebugInfo.
     pub has_symtab: bool,
     /// The separate debug file whose `.symtab` named the functions.
     pub debug_file: Option<std::path::PathBuf>,
+    /// The functions were named by the `.symtab` in the file's `.gnu_debugdata`.
+    pub mini_debuginfo: bool,
     frames: unwind::FrameTable,
 }
 
@@ -258,6 +262,7 @@ impl<'data> ElfModule<'data> {
             landing_pads: Vec::new(),
             has_symtab: false,
             debug_file: None,
+            mini_debuginfo: false,
             frames: unwind::FrameTable::default(),
         };
         functions::discover(&mut module, &sections, debug)?;

@@ -7,8 +7,13 @@
 //! without it marks an instruction that also serves another statement (a store merged by
 //! the optimiser, an if-converted `cmov`), and crediting its line from there says a line ran
 //! that gcov, on the same run, says did not.
-use gimli::{EndianSlice, LittleEndian};
+//!
+//! Sections compressed with zlib or zstd (`SHF_COMPRESSED`: `gcc -gz`, `objcopy
+//! --compress-debug-sections`, Debian's -dbgsym packages; or GNU's older `.zdebug_*`) are
+//! decompressed, only those the line tables need.
+use gimli::{EndianSlice, LittleEndian, SectionId};
 use object::{Object, ObjectSection};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
@@ -26,11 +31,24 @@ pub struct Line {
 pub fn lines_of(data: &[u8], ranges: &[(u64, u64)]) -> Option<Vec<Vec<Line>>> {
     let file = object::File::parse(data).ok()?;
     file.section_by_name(".debug_line")?;
-    let section = |id: gimli::SectionId| -> Result<Reader<'_>, gimli::Error> {
-        let bytes = file.section_by_name(id.name()).and_then(|s| s.data().ok()).unwrap_or(&[]);
-        Ok(EndianSlice::new(bytes, LittleEndian))
-    };
-    let dwarf = gimli::Dwarf::load(section).ok()?;
+    // Units, their names and directories, and their line programs: not locations or ranges,
+    // the biggest sections, which would only be decompressed for nothing.
+    const NEEDED: [SectionId; 7] = [
+        SectionId::DebugAbbrev,
+        SectionId::DebugInfo,
+        SectionId::DebugLine,
+        SectionId::DebugLineStr,
+        SectionId::DebugStr,
+        SectionId::DebugStrOffsets,
+        SectionId::DebugAddr,
+    ];
+    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<'_, [u8]>, gimli::Error> {
+        let section = NEEDED.contains(&id).then(|| file.section_by_name(id.name())).flatten();
+        // A section that does not decompress reads as absent: the others' lines stay.
+        Ok(section.and_then(|s| s.uncompressed_data().ok()).unwrap_or(Cow::Borrowed(&[])))
+    })
+    .ok()?;
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, LittleEndian));
     let (mut rows, files) = statement_rows(&dwarf);
     rows.sort_unstable();
     let mut out = Vec::with_capacity(ranges.len());

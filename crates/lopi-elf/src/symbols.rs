@@ -1,5 +1,5 @@
-//! Every named address of a file (functions and data, from `.symtab`, `.dynsym` and its
-//! separate debug file), for naming run-time addresses through a process's memory map: a
+//! Every named address of a file (functions and data, from `.symtab`, `.dynsym`, its
+//! separate debug file, or else its MiniDebugInfo), for naming run-time addresses through a process's memory map: a
 //! lock in static storage (`cache_lock`, `_rtld_global+2568`), a call's return address.
 use crate::debug_file::{DebugData, DebugFile};
 use object::read::elf::{ElfFile64, ProgramHeader as _};
@@ -42,6 +42,8 @@ impl SymbolTable {
                 DebugData::File(cache) => table.add_from(cache),
                 DebugData::Bytes(bytes) => table.add_from(bytes),
             }
+        } else if let Some(mini) = crate::mini_debuginfo::embedded_elf(data) {
+            table.add_from(mini.as_slice());
         }
         table.symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         table.symbols.dedup_by(|a, b| a.0 == b.0 && a.2 == b.2);

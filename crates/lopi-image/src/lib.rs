@@ -141,7 +141,11 @@ impl ProbeImage {
 }
 
 /// Lays out `selection` (from [`lopi_patch::select`] on `module`) at `request.at`.
-pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>) -> Result<ProbeImage, ImageError> {
+pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request<'_>) -> Result<ProbeImage, ImageError> {
+    // A script's entry probes run on functions that could not be timed too.
+    if let Some(s) = request.script.filter(|s| s.spec.handler.is_none()) {
+        selection.probe_entries((0..module.functions.len()).filter(|&f| s.spec.names_entry(s.library, &module.functions[f])));
+    }
     // User-space addresses are below 2^47; refusing larger counts keeps every sum below far
     // from overflow (addresses themselves may wrap, see the crate docs).
     let counters = selection.counter_count().max(1);
@@ -283,7 +287,7 @@ pub fn build(module: &ElfModule<'_>, selection: Selection, request: &Request<'_>
         script_offset: if script_bytes.is_empty() { 0 } else { script_vaddr.wrapping_sub(desc_vaddr) as i64 },
         switches_offset: if switches.is_empty() { 0 } else { switches_vaddr.wrapping_sub(desc_vaddr) as i64 },
         // Instruction probes run scripts on threads' chunks, which timing sets up.
-        probes: if plan.probed.iter().any(|p| p.action.timed()) || !plan.syscall_probes.is_empty() || plan.block_probes.iter().any(|b| b.probe) {
+        probes: if plan.keeps_thread_state() {
             let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
             let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {
                 lopi_rt_abi::MODULE_EXECUTABLE
@@ -380,14 +384,15 @@ fn switch_table(patches: &[lopi_patch::SwitchPatches], counters: u64, at: u64) -
 fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Counted<'m>> {
     let functions = plan.probed.iter().map(|p| {
         let f = &module.functions[p.function];
-        script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed: p.action == lopi_patch::Action::Time, site: None }
+        let timed = p.action == lopi_patch::Action::Time;
+        script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed, entry: timed || p.action == lopi_patch::Action::Probe, site: None }
     });
     // A system-call site's address is a C handler's `addr` there.
-    let sites = plan.syscall_probes.iter().map(|p| script::Counted { name: "", aliases: &[], addr: p.at.0, timed: false, site: None });
+    let sites = plan.syscall_probes.iter().map(|p| script::Counted { name: "", aliases: &[], addr: p.at.0, timed: false, entry: false, site: None });
     // An instruction's probe is named by its function, at its own address.
     let blocks = plan.block_probes.iter().map(|b| match b.probe {
-        true => script::Counted { name: &module.functions[b.function].name, aliases: &[], addr: b.patch_at.0, timed: false, site: Some(b.patch_at.0) },
-        false => script::Counted { name: "", aliases: &[], addr: 0, timed: false, site: None },
+        true => script::Counted { name: &module.functions[b.function].name, aliases: &[], addr: b.patch_at.0, timed: false, entry: false, site: Some(b.patch_at.0) },
+        false => script::Counted { name: "", aliases: &[], addr: 0, timed: false, entry: false, site: None },
     });
     functions.chain(sites).chain(blocks).collect()
 }

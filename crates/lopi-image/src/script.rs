@@ -32,6 +32,13 @@ impl ScriptSpec {
         self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::FuncEntry { .. } | Point::FuncReturn { .. }))
     }
 
+    /// Whether a `func:` entry point names `f` of the module the points call `library`
+    /// (`None`: the main executable).
+    pub fn names_entry(&self, library: Option<&str>, f: &lopi_elf::Function) -> bool {
+        let named = |glob: &str| std::iter::once(&f.name).chain(&f.aliases).any(|n| lopi_script::glob_match(glob, n));
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::FuncEntry { lib, glob } if lib.as_deref() == library && named(glob)))
+    }
+
     /// Whether some point is made by libc's code: a system call, a lock event or a thread's
     /// start or end (which a rewritten file, probing itself only, never sees).
     pub fn probes_libc(&self) -> bool {
@@ -137,6 +144,9 @@ pub struct Counted<'a> {
     pub addr: u64,
     /// Its calls reach the stubs (entry and exit probes).
     pub timed: bool,
+    /// Its entry runs its counter's probes: it is timed, or counted with its entry probed
+    /// ([`lopi_patch::Selection::probe_entries`]).
+    pub entry: bool,
     /// An instruction's probe at this address (`addr:`, `func:NAME+OFF`), not a function's.
     pub site: Option<u64>,
 }
@@ -166,7 +176,7 @@ pub fn hooks(spec: &ScriptSpec, library: Option<&str>, counted: &[Counted<'_>]) 
             let (mut entry, mut exit) = (Vec::new(), Vec::new());
             for (n, (probe, point)) in points(program).enumerate() {
                 match point {
-                    Point::FuncEntry { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => entry.push((probe as u32, n as u32)),
+                    Point::FuncEntry { lib, glob } if (any_module || lib.as_deref() == library) && c.entry && c.named(glob) => entry.push((probe as u32, n as u32)),
                     Point::FuncReturn { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => exit.push((probe as u32, n as u32)),
                     Point::Addr(_) | Point::FuncOffset { .. } if library.is_none() && c.site.is_some() && spec.point_addrs.get(&n) == c.site.as_ref() => entry.push((probe as u32, n as u32)),
                     _ => {}

@@ -53,6 +53,8 @@ pub enum LiveError {
     InjectedTimeout(i32),
     #[error("{0}")]
     Module(String),
+    #[error("cannot start {program}: {why}")]
+    Start { program: String, why: String },
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
 }
@@ -223,7 +225,7 @@ pub fn launch(mut command: std::process::Command) -> Result<(Target, std::proces
     unsafe {
         command.pre_exec(|| nix::sys::ptrace::traceme().map_err(std::io::Error::from));
     }
-    let mut child = command.spawn().map_err(LiveError::io(format!("starting {program}")))?;
+    let mut child = command.spawn().map_err(|e| LiveError::Start { why: start_failure(&program, &e), program })?;
     match Target::adopt_launched(child.id() as i32) {
         Ok(target) => Ok((target, child)),
         Err(e) => {
@@ -231,6 +233,18 @@ pub fn launch(mut command: std::process::Command) -> Result<(Target, std::proces
             let _ = child.wait();
             Err(e)
         }
+    }
+}
+
+/// Why `program` could not be started (`spawn`'s error `e`), and what to do.
+pub fn start_failure(program: &str, e: &std::io::Error) -> String {
+    let given = std::path::Path::new(program);
+    match e.kind() {
+        std::io::ErrorKind::NotFound if !program.contains('/') => "no such program in PATH (give its path)".into(),
+        std::io::ErrorKind::NotFound if given.exists() => "its interpreter (the ELF loader, or a script's #! line) does not exist".into(),
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied (a directory, or a file without execute permission: chmod +x)".into(),
+        _ => e.to_string(),
     }
 }
 
@@ -400,7 +414,7 @@ impl Target {
             image: start..start + len,
             code: image.rx.start.wrapping_add(bias)..image.rx.end.wrapping_add(bias),
             vars: image.vars.wrapping_add(bias),
-            timed: image.plan.probed.iter().any(|p| p.action.timed()),
+            timed: image.plan.keeps_thread_state(),
             patches,
             retargets: image
                 .plan
@@ -776,7 +790,7 @@ pub(crate) fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) ->
     paths.dedup();
     match paths.as_slice() {
         [one] => Ok(one.to_string()),
-        [] => Err(LiveError::Module(format!("no library named {name:?} is loaded in the process"))),
+        [] => Err(LiveError::Module(format!("no library named {name:?} is loaded in the process (`ldd PROG` lists those it loads at start; one it opens later with dlopen cannot be probed)"))),
         many => Err(LiveError::Module(format!("{name:?} names several loaded libraries: {}", many.join(", ")))),
     }
 }

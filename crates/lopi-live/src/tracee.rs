@@ -148,9 +148,13 @@ impl Threads {
     }
 
     /// Runs `tid` from `regs` until it executes the `int3` at `trap`; returns its registers
-    /// there. Other threads stay stopped. The thread's own registers are restored after.
+    /// there. Other threads stay stopped. The thread's own registers are restored after, its
+    /// x87 and SSE registers too (the runtime uses none, but the vDSO code it calls is the
+    /// kernel's).
     pub fn run_injected(&mut self, tid: i32, mut regs: Regs, trap: u64) -> Result<Regs, LiveError> {
         let saved = self.regs(tid)?;
+        let pid = Pid::from_raw(tid);
+        let fp = ptrace::getregset::<ptrace::regset::NT_PRFPREG>(pid).map_err(|e| LiveError::ptrace("reading the vector registers of", tid, e))?;
         // Not in a system call: the kernel must not restart an interrupted one into our code.
         regs.orig_rax = u64::MAX;
         self.set_regs(tid, regs)?;
@@ -159,6 +163,7 @@ impl Threads {
             return result;
         }
         self.set_regs(tid, saved)?;
+        ptrace::setregset::<ptrace::regset::NT_PRFPREG>(pid, fp).map_err(|e| LiveError::ptrace("writing the vector registers of", tid, e))?;
         result
     }
 

@@ -227,6 +227,9 @@ impl Selection {
                             let copy = site.copy.as_deref().filter(|_| layout.budget);
                             lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
                         }
+                        (Some(stubs), Action::Count) if self.probes_entry(site.function) => {
+                            lopi_x86::probing_counting_trampoline(stubs.point.0, counter, &access, &body, trampoline.0)
+                        }
                         _ => lopi_x86::counting_trampoline(&access, &body, trampoline.0),
                     }
                     .map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
@@ -280,7 +283,11 @@ impl Selection {
                         function: site.function,
                         counter: probed.len() as u32,
                         tactic,
-                        action: if layout.stubs.is_some() { site.action } else { Action::Count },
+                        action: match (layout.stubs, site.action) {
+                            (None, _) => Action::Count,
+                            (Some(_), Action::Count) if self.probes_entry(site.function) => Action::Probe,
+                            (Some(_), action) => action,
+                        },
                         patch_at: site.patch_at,
                         trampoline,
                     });

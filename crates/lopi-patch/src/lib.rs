@@ -35,7 +35,7 @@ use exits::{CodeMap, Region};
 use gaps::Gaps;
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use targets::Targets;
 
 /// How a probed function's entry is patched.
@@ -321,6 +321,9 @@ pub struct Selection {
     pub syscalls: Vec<SyscallSite>,
     /// Every selected function's basic blocks and their probes, when blocks are probed.
     pub blocks: Vec<blocks::FunctionBlocks>,
+    /// Functions whose entry, if it is counted and not timed, runs the probes hooked to its
+    /// counter first ([`Selection::probe_entries`]); not stored with the selection.
+    entry_probes: BTreeSet<usize>,
 }
 
 /// A probed function, in counter order.
@@ -424,6 +427,14 @@ pub struct PatchPlan {
     pub exit_sites: usize,
     /// With a budget, each timed function's swaps, in counter order.
     pub switch_patches: Vec<SwitchPatches>,
+}
+
+impl PatchPlan {
+    /// Whether some probe keeps per-thread state (a chunk of the data file, found through the
+    /// thread's `fs:0x38`): a timed call, a system call, or a script's probe.
+    pub fn keeps_thread_state(&self) -> bool {
+        self.probed.iter().any(|p| p.action.timed() || p.action == Action::Probe) || !self.syscall_probes.is_empty() || self.block_probes.iter().any(|b| b.probe)
+    }
 }
 
 /// What the planner learns from a module's code before it chooses sites.
@@ -538,7 +549,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
         Vec::new()
     };
     sites.sort_by_key(|s| s.patch_at);
-    Selection { sites, outcomes, timing: timing_outcomes, syscalls, blocks }
+    Selection { sites, outcomes, timing: timing_outcomes, syscalls, blocks, entry_probes: BTreeSet::new() }
 }
 
 /// Where each function ends: at its size, or at the next known start of code.

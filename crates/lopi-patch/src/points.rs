@@ -4,6 +4,8 @@
 //! stopping at any branch target, without covering another probe's bytes. Its site runs
 //! `Action::Probe`: a trampoline that calls the runtime's point stub below the red zone,
 //! which runs the probes hooked to the site's counter (a block counter, after the blocks').
+//! A function's entry that is counted, not timed, runs its own counter's probes the same way
+//! before it counts ([`Selection::probe_entries`]).
 use crate::exits::{CodeMap, UntimedReason};
 use crate::{patch_instructions, Action, Analysis, Point, Selection, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
@@ -69,10 +71,22 @@ impl Selection {
         Ok(())
     }
 
-    /// True when some instruction has a probe of its own: the layout must then provide the
-    /// point stub.
+    /// Makes the entries of `functions` run the probes hooked to their counters (a script's
+    /// entry probes) where they are counted, not timed (their exits cannot all be probed): the
+    /// point stub first, then the counting code. A timed entry runs them already.
+    pub fn probe_entries(&mut self, functions: impl IntoIterator<Item = usize>) {
+        self.entry_probes.extend(functions);
+    }
+
+    /// Whether the counted entry of `function` runs its counter's probes.
+    pub(crate) fn probes_entry(&self, function: usize) -> bool {
+        self.entry_probes.contains(&function)
+    }
+
+    /// True when some instruction or counted entry has a probe of its own: the layout must
+    /// then provide the point stub.
     pub fn has_points(&self) -> bool {
-        self.sites.iter().any(|s| s.action == Action::Probe)
+        self.sites.iter().any(|s| s.action == Action::Probe || (s.is_entry() && self.probes_entry(s.function)))
     }
 }
 

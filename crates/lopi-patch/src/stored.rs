@@ -58,7 +58,7 @@ impl Selection {
         if !rest.is_empty() {
             return Err(StoredError::Trailing(rest.len()));
         }
-        let mut selection = Selection { sites: stored.sites, outcomes: stored.outcomes, timing: stored.timing, syscalls: stored.syscalls, blocks: stored.blocks };
+        let mut selection = Selection { sites: stored.sites, outcomes: stored.outcomes, timing: stored.timing, syscalls: stored.syscalls, blocks: stored.blocks, entry_probes: Default::default() };
         selection.check(module.functions.len())?;
         for site in &mut selection.sites {
             site.relocated = moved(module, site.moved_from, site.moved_len)

@@ -263,10 +263,15 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// Writes `bytes` to `path` so that an existing file is replaced only by a complete one:
-/// a temporary file in the same directory, then `rename`.
+/// a temporary file in the same directory, then `rename`. A path that is not a regular file
+/// (`/dev/null`, `/dev/stdout`, a FIFO) is written into as it is: renaming over it would put a
+/// regular file in a device's place.
 pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return std::fs::OpenOptions::new().write(true).open(path)?.write_all(bytes);
+    }
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.lopi-tmp.{}", std::process::id()));

@@ -109,7 +109,19 @@ fn mutated_data_files_never_panic() {
     for case in 0..3000 {
         let mut bytes = file.clone();
         if case % 4 == 3 {
-            bytes.truncate(rng.below(file.len()));
+            // A cut says what it cut: the header page, or the record (never read as whole).
+            let cut = rng.below(file.len());
+            bytes.truncate(cut);
+            let parsed = lopi_trace::DataFile::parse(&bytes);
+            let damage: Vec<String> = parsed.as_ref().map(|d| d.damage.iter().map(|d| d.to_string()).collect()).unwrap_or_default();
+            match cut {
+                0..8 => assert!(parsed.is_err(), "case {case}: {cut} bytes are no data file"),
+                8 => assert!(damage.is_empty(), "case {case}: the magic alone is a file its process left at once"),
+                _ if cut == rec => assert!(damage.is_empty(), "case {case}: the header page alone"),
+                _ if cut < rec => assert!(damage.len() == 1 && damage[0].starts_with("header page: truncated: "), "case {case}: {damage:?}"),
+                _ => assert!(damage.len() == 1 && damage[0].starts_with("module record 1 at offset 0x1000: truncated"), "case {case}: {damage:?}"),
+            }
+            assert!(parsed.is_err() || parsed.is_ok_and(|d| d.records.is_empty()), "case {case}: a cut record is not read");
         } else {
             for _ in 0..1 + rng.below(6) {
                 let at = rec + rng.below(RECORD_HEADER_LEN + 200);

@@ -102,6 +102,17 @@ pub const CPUS_MAGIC: [u8; 8] = *b"LOPICPUS";
 pub const CPUS_HEADER_LEN: u64 = 32;
 pub const CPUS_ENTRY_LEN: u64 = 32;
 
+/// First bytes of a record of threads' names at the end of a process's recording (the kernel
+/// forgets a thread's name when it ends, and a thread renamed where no probe saw it, `prctl`
+/// under `--probe locks`, would keep the name its chunk read): an `exit_group` probe writes
+/// one for the threads the call ends, `lopi attach` one for every thread when it detaches.
+/// The magic, the record's length (a multiple of `PAGE_SIZE`), the pid (`u32`), the number of
+/// entries (`u32`), 8 bytes of padding, then [`NAMES_ENTRY_LEN`]-byte entries: tid (`u32`), 4
+/// bytes of padding, the name (`comm`, NUL-padded, 16 bytes).
+pub const NAMES_MAGIC: [u8; 8] = *b"LOPINAME";
+pub const NAMES_HEADER_LEN: u64 = 32;
+pub const NAMES_ENTRY_LEN: u64 = 24;
+
 /// First bytes of a parallelism profile, which `lopi run` appends when its program ends (it
 /// samples the threads' states from outside): the magic, the record's length (a multiple of
 /// `PAGE_SIZE`), the pid (`u32`), the number of counts (`u32`), the sampling interval in ns
@@ -109,6 +120,18 @@ pub const CPUS_ENTRY_LEN: u64 = 32;
 /// (running or runnable).
 pub const PARALLELISM_MAGIC: [u8; 8] = *b"LOPIPAR1";
 pub const PARALLELISM_HEADER_LEN: u64 = 32;
+
+/// First bytes of a record `lopi run` or `lopi attach` appends when a process's recording
+/// ended where no probe saw it (the process ended, or lopi detached): the magic, the record's
+/// length (a multiple of `PAGE_SIZE`), the pid (`u32`), how it ended (`u32`: [`END_EXITED`] or
+/// [`END_DETACHED`]), the TSC then (`u64`). Calls still open in the process's threads are
+/// closed there.
+pub const END_MAGIC: [u8; 8] = *b"LOPIEND1";
+pub const END_HEADER_LEN: u64 = 32;
+/// The process had ended (exited or was killed) when lopi saw it.
+pub const END_EXITED: u32 = 1;
+/// lopi took its probes out.
+pub const END_DETACHED: u32 = 2;
 
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
@@ -302,6 +325,10 @@ pub struct RuntimeVars {
     /// Address of the module's table of code the budget's switches change ([`switches`]); 0:
     /// none.
     pub switches: u64,
+    /// Ticks an entry probe adds when its caller's one-entry child cache misses and the stub
+    /// finds the call's node in the hash table, measured at init: the stub stops the thread's
+    /// clock for them (they are not in `probe_pair_ticks`).
+    pub probe_lookup_ticks: u64,
 }
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
@@ -413,7 +440,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 224);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 232);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

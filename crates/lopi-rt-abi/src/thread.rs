@@ -410,6 +410,16 @@ pub struct ContextNode {
 
 pub const CONTEXT_NODE_LEN: usize = 64;
 const _: () = assert!(core::mem::size_of::<ContextNode>() == CONTEXT_NODE_LEN);
+/// `log2(CONTEXT_NODE_LEN)`: the entry stub turns a node's offset back into its index.
+pub const CONTEXT_NODE_SHIFT: u32 = CONTEXT_NODE_LEN.trailing_zeros();
+const _: () = assert!(1 << CONTEXT_NODE_SHIFT == CONTEXT_NODE_LEN);
+
+/// The slot of a (parent, function) pair in a thread's node hash table (`2 * node_cap` u32
+/// slots, linear probing): the runtime's lookups and the entry stub's both start there.
+pub const NODE_HASH_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+pub fn node_slot(parent: u32, func: u64, mask: usize) -> usize {
+    ((func ^ (u64::from(parent) << 32)).wrapping_mul(NODE_HASH_MUL) >> 32) as usize & mask
+}
 
 /// Parent of every merged node: call paths that did not fit under the tree's limit are
 /// timed per function under it.
@@ -597,6 +607,13 @@ impl UnmatchedExit {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..UNMATCHED_EXIT_LEN)?);
         Some(Self { func: f.u64(0), count: f.u64(8) })
+    }
+}
+
+impl HeldLock {
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..HELD_LOCK_LEN)?);
+        Some(Self { addr: f.u64(0), start: f.u64(8), node: f.u32(16), flags: f.u32(20) })
     }
 }
 

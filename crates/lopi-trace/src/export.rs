@@ -21,12 +21,12 @@ pub enum Weight {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("no trace events: rewrite with --trace")]
+    #[error("no trace events: record the program with --trace")]
     NoTraceEvents,
     #[error("nothing to draw: every call path weighs zero")]
     NoStacks,
     #[error("drawing the flame graph: {0}")]
-    Flamegraph(#[from] std::io::Error),
+    Flamegraph(std::io::Error),
 }
 
 /// Folded stacks (Brendan Gregg's format, as read by inferno, flamegraph.pl and speedscope):
@@ -80,7 +80,7 @@ pub fn flamegraph_svg(t: &Timing, weight: Weight, title: &str) -> Result<Vec<u8>
     // Colours from a hash of the name instead of at random: the same profile gives the same SVG.
     options.hash = true;
     let mut svg = Vec::new();
-    inferno::flamegraph::from_lines(&mut options, stacks.lines(), &mut svg)?;
+    inferno::flamegraph::from_lines(&mut options, stacks.lines(), &mut svg).map_err(ExportError::Flamegraph)?;
     Ok(svg)
 }
 
@@ -248,6 +248,10 @@ pub(crate) fn whole_ns(ns: f64) -> i64 {
 }
 
 #[cfg(test)]
+#[path = "../../lopi-cli/tests/common/tools.rs"]
+mod tools;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::pprof::{pprof, proto};
@@ -256,7 +260,7 @@ mod tests {
     use prost::Message;
 
     fn node(parent: u32, function: Option<u32>, calls: u64, total_ns: f64, self_ns: f64) -> ContextNode {
-        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false, syscall: None }
+        ContextNode { parent, function, calls, total_ns, self_ns, max_ns: total_ns, merged: false, syscall: None, open: 0 }
     }
 
     fn thread(tid: u32, nodes: Vec<ContextNode>, events: &[(f64, u32, EventKind)]) -> ThreadProfile {
@@ -458,14 +462,11 @@ mod tests {
     #[test]
     fn pprof_is_read_by_go_tool_pprof() {
         use std::process::Command;
-        if Command::new("go").arg("version").output().map_or(true, |o| !o.status.success()) {
-            eprintln!("skipped: no `go` on PATH");
-            return;
-        }
+        let go = crate::export::tools::require("go", "golang-go");
         let file = std::env::temp_dir().join(format!("lopi-export-test-{}.pb", std::process::id()));
         std::fs::write(&file, pprof(&sample())).expect("write profile");
         let top = |options: &[&str]| {
-            let out = Command::new("go")
+            let out = Command::new(&go)
                 .args(["tool", "pprof", "-top"])
                 .args(options)
                 .arg(&file)
@@ -585,6 +586,6 @@ mod tests {
             thread.events.clear();
         }
         let err = chrome_trace(&t).expect_err("no events");
-        assert_eq!(err.to_string(), "no trace events: rewrite with --trace");
+        assert_eq!(err.to_string(), "no trace events: record the program with --trace");
     }
 }

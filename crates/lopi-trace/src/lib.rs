@@ -1,8 +1,9 @@
 //! Recorded data: what a rewritten module says about itself ([`ModuleMeta`]), how processes
 //! store counts ([`DataFile`]), and the per-function view reports are made of ([`Profile`]).
 //!
-//! Readers never panic on malformed files: anything that does not fit is an error, or, for
-//! a record cut short by a dying process, the end of the data.
+//! Readers never panic on malformed files: a record or chunk that does not fit is skipped
+//! and said so ([`Damage`]), the rest is read; a record a dying process left unfinished is
+//! noted ([`DataFile::truncated`]).
 #![forbid(unsafe_code)]
 
 mod blocks;
@@ -10,6 +11,7 @@ mod breakdown;
 mod data;
 mod export;
 mod locks;
+mod open;
 mod pprof;
 mod report;
 pub mod script_areas;
@@ -19,14 +21,15 @@ mod timing;
 
 pub use blocks::{BlockCount, ModuleBlocks};
 pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
-pub use data::{DataError, DataFile, EndedCpu, Parallelism, ProcessMaps, Record, ThreadChunk};
+pub use data::{Damage, DataError, DataFile, EndedCpu, Parallelism, ProcessEnd, ProcessMaps, Record, ThreadChunk, ThreadName};
+pub use open::{EndSeen, Ended, OpenCall};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
-pub use pprof::{lock_pprof, pprof, LockProfile};
+pub use pprof::{lock_pprof, pprof, LockProfile, SiteFrame};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use timing::BudgetUse;
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
-pub use threads::{EndSeen, ThreadCalls, ThreadCpu, ThreadLife, Threads};
+pub use threads::{ThreadCalls, ThreadCpu, ThreadLife, Threads};
 pub use timing::{lock_function_name, ContextNode, EventKind, LockCall, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
 
 use serde::{Deserialize, Serialize};

@@ -47,6 +47,11 @@ pub struct LockCounts {
     pub broadcasts: u64,
     /// Barriers: `PTHREAD_BARRIER_SERIAL_THREAD` returns.
     pub serial: u64,
+    /// Calls (acquisitions, waits) still waiting, and locks still held, when their thread's
+    /// recording ended: their time up to then is in `wait_ns` and `hold_ns`; they count in
+    /// `waits` but not in `acquisitions`.
+    pub open_waits: u64,
+    pub open_holds: u64,
 }
 
 /// One lock: its address in the process that used it, and what it went through.
@@ -96,10 +101,14 @@ pub struct Locks {
 }
 
 impl LockCounts {
-    /// Adds a node of `op` that ended with `outcome`: `calls`, `ticks` in all, `max` the
-    /// longest; `blocked` of them in `futex`; `ns` converts ticks.
-    fn add(&mut self, op: Op, outcome: Outcome, calls: u64, ticks: f64, max: f64, blocked: f64) {
+    /// Adds a node of `op` that ended with `outcome`: `calls` (`open` of them still open at
+    /// the end), `ticks` in all, `max` the longest; `blocked` of them in `futex`.
+    #[allow(clippy::too_many_arguments)]
+    fn add(&mut self, op: Op, outcome: Outcome, all: u64, open: u64, ticks: f64, max: f64, blocked: f64) {
+        // What happened is known of the calls that ended.
+        let calls = all.saturating_sub(open);
         if outcome == Outcome::Hold {
+            self.open_holds += open;
             self.hold_ns += ticks;
             self.max_hold_ns = self.max_hold_ns.max(max);
             if op.kind() == Kind::RwLock {
@@ -124,6 +133,7 @@ impl LockCounts {
             s.wait_ns += ticks;
             s.max_wait_ns = s.max_wait_ns.max(max);
             s.blocked_ns += blocked;
+            s.open_waits += open;
         };
         match (op.kind(), op.role()) {
             (_, Role::Acquire { read, .. }) => {
@@ -139,7 +149,7 @@ impl LockCounts {
             }
             (Kind::Cond, Role::Wait { .. }) => {
                 waited(self);
-                self.waits += calls;
+                self.waits += all;
                 if outcome.acquired() {
                     self.acquisitions += calls;
                 }
@@ -171,6 +181,7 @@ impl Locks {
             out.holds_dropped += h.holds_dropped;
             let ns = |ticks: u64| if h.tsc_hz == 0 { 0.0 } else { ticks as f64 * 1e9 / h.tsc_hz as f64 };
             let blocked = futex_ticks_under(&t.nodes);
+            let open = t.open_by_node();
             let name = crate::timing::thread_name(h);
             for (i, n) in t.nodes.iter().enumerate() {
                 let Some(lock) = lock_name::decode(n.func).filter(|l| l.op.kind() != Kind::Thread) else { continue };
@@ -191,8 +202,9 @@ impl Locks {
                 if lock.op.role() == Role::Init {
                     stats.init_site.get_or_insert(ret);
                 }
-                let args = (lock.op, lock.outcome, n.calls, ns(n.ticks), ns(n.max_ticks), ns(blocked.get(&i).copied().unwrap_or(0)));
-                let add = |c: &mut LockCounts| c.add(args.0, args.1, args.2, args.3, args.4, args.5);
+                let open = open.get(&(i as u32)).copied().unwrap_or(0);
+                let args = (lock.op, lock.outcome, n.calls, open, ns(n.ticks), ns(n.max_ticks), ns(blocked.get(&i).copied().unwrap_or(0)));
+                let add = |c: &mut LockCounts| c.add(args.0, args.1, args.2, args.3, args.4, args.5, args.6);
                 add(&mut stats.counts);
                 let site = find_or_add(&mut stats.sites, |s| s.pid == h.pid && s.ret == ret, || LockSite { pid: h.pid, ret, mode: None, counts: LockCounts::default() });
                 add(&mut site.counts);

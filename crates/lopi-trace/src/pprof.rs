@@ -8,14 +8,15 @@ use std::collections::HashMap;
 
 /// A pprof profile (`profile.proto`, not gzipped: pprof reads raw protobuf too): one sample
 /// per call path per thread, valued `[calls, self time in ns]` and labelled with its pid and
-/// tid, and one location per function at its file address. The profile has no duration:
-/// [`Timing`] does not know how long the program ran.
+/// tid (and `open`, the calls of it still open at the end, when there are any), and one
+/// location per function at its file address. The profile has no duration: [`Timing`] does
+/// not know how long the program ran.
 pub fn pprof(t: &Timing) -> Vec<u8> {
     let mut builder = PprofBuilder::new(t);
     let calls = builder.value_type("calls", "count");
     let time = builder.value_type("time", "nanoseconds");
-    let (pid_key, tid_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"));
-    let label = |key, num| proto::Label { key, num: i64::from(num) };
+    let (pid_key, tid_key, open_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"), builder.strings.intern("open"));
+    let label = |key, num: u64| proto::Label { key, num: i64::try_from(num).unwrap_or(i64::MAX) };
     let mut samples = Vec::new();
     for thread in &t.threads {
         for (index, node) in thread.nodes.iter().enumerate().skip(1) {
@@ -25,11 +26,11 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
             }
             // pprof wants the leaf first.
             let location_id = path(thread, index).iter().map(|&i| builder.location(&thread.nodes[i])).collect();
-            samples.push(proto::Sample {
-                location_id,
-                value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns],
-                label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)],
-            });
+            let mut labels = vec![label(pid_key, thread.pid.into()), label(tid_key, thread.tid.into())];
+            if node.open > 0 {
+                labels.push(label(open_key, node.open));
+            }
+            samples.push(proto::Sample { location_id, value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns], label: labels });
         }
     }
     proto::Profile {
@@ -55,8 +56,9 @@ pub(crate) struct PprofBuilder<'t> {
     pub(crate) mappings: Vec<proto::Mapping>,
     pub(crate) functions: Vec<proto::Function>,
     pub(crate) locations: Vec<proto::Location>,
-    /// Locations of frames that are not in [`Timing::functions`], by frame name.
-    other_frames: HashMap<String, u64>,
+    /// Locations of frames that are not in [`Timing::functions`], by frame name (and, for a
+    /// call site, its module and address).
+    other_frames: HashMap<(String, String, u64), u64>,
 }
 
 impl<'t> PprofBuilder<'t> {
@@ -119,14 +121,26 @@ impl<'t> PprofBuilder<'t> {
 
     /// The location of a frame known only by its name.
     fn named_frame(&mut self, name: &str) -> u64 {
-        match self.other_frames.get(name) {
-            Some(&id) => id,
-            None => {
-                let id = self.add_frame(name, 0, 0, 0);
-                self.other_frames.insert(name.to_string(), id);
-                id
-            }
+        self.other_frame(name, None)
+    }
+
+    /// The location of a frame not in [`Timing::functions`]: by its name, at `place` (a
+    /// module's path and an address in its file) when it is known.
+    fn other_frame(&mut self, name: &str, place: Option<(&str, u64)>) -> u64 {
+        let key = (name.to_string(), place.map_or(String::new(), |p| p.0.to_string()), place.map_or(0, |p| p.1));
+        if let Some(&id) = self.other_frames.get(&key) {
+            return id;
         }
+        let id = match place {
+            Some((module, address)) => {
+                let filename = self.strings.intern(module);
+                let mapping = self.mapping(filename, address);
+                self.add_frame(name, filename, address, mapping)
+            }
+            None => self.add_frame(name, 0, 0, 0),
+        };
+        self.other_frames.insert(key, id);
+        id
     }
 }
 
@@ -250,6 +264,14 @@ pub(crate) mod proto {
     }
 }
 
+/// A call site's frame in a lock profile, for a call made where no timed path is: its name (its
+/// function, or `file+0xADDRESS`) and, when its module is known, the module's path and the
+/// site's address in that file.
+pub struct SiteFrame {
+    pub name: String,
+    pub place: Option<(String, u64)>,
+}
+
 /// Which lock profile to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockProfile {
@@ -266,11 +288,13 @@ pub enum LockProfile {
 /// holder that made others wait); lopi charges it to the *waiting* call path, with the lock
 /// itself as the leaf frame (`pthread_mutex_lock(hold_lock)`), and a hold to the path that
 /// acquired it. One sample per thread, call path and lock operation, labelled with pid and
-/// tid. A condition wait's relock of its mutex counts as an acquisition (and hold) of that
-/// mutex by `pthread_mutex_lock`. A call made from a function with no timed path (no entry
-/// and exit probes there) is under the function `site_function` names for its process and
-/// return address. `None` when nothing was recorded.
-pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_function: &mut dyn FnMut(u32, u64) -> Option<String>) -> Option<Vec<u8>> {
+/// tid, and with `open`, the waits or holds of it still going on when the thread's recording
+/// ended (counted with their time up to then), when there are any. A condition wait's relock
+/// of its mutex counts as an acquisition (and hold) of that mutex by `pthread_mutex_lock`. A
+/// call made from a function with no timed path (no entry and exit probes there) is under the
+/// frame `site` gives for its process and return address (its function, or its module and
+/// address there). `None` when nothing was recorded.
+pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site: &mut dyn FnMut(u32, u64) -> SiteFrame) -> Option<Vec<u8>> {
     use lopi_rt_abi::lock_name::{self, Op, Outcome, Role};
     let mut builder = PprofBuilder::new(t);
     let types = [
@@ -279,8 +303,8 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
         builder.value_type("hold", "nanoseconds"),
         builder.value_type("acquisitions", "count"),
     ];
-    let (pid_key, tid_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"));
-    let label = |key, num| proto::Label { key, num: i64::from(num) };
+    let (pid_key, tid_key, open_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"), builder.strings.intern("open"));
+    let label = |key, num: u64| proto::Label { key, num: i64::try_from(num).unwrap_or(i64::MAX) };
     let lock_function: HashMap<(u32, Op, u64), u64> =
         t.functions.iter().enumerate().filter_map(|(i, f)| f.lock.map(|l| ((l.pid, l.op, l.addr), i as u64 + 1))).collect();
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -293,8 +317,10 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
             continue;
         }
         let ns = |ticks: u64| whole_ns(ticks as f64 * 1e9 / h.tsc_hz as f64);
-        for n in &chunk.nodes {
+        let open_by_node = chunk.open_by_node();
+        for (i, n) in chunk.nodes.iter().enumerate() {
             let Some(l) = lock_name::decode(n.func) else { continue };
+            let open = open_by_node.get(&(i as u32)).copied().unwrap_or(0);
             let wanted = match l.op.role() {
                 Role::Acquire { .. } => true,
                 Role::Wait { .. } => which == LockProfile::Block,
@@ -310,7 +336,8 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
                     if outcome == Outcome::Contended { count(n.calls) } else { 0 },
                     ns(n.ticks),
                     0,
-                    if outcome.acquired() || outcome == Outcome::Serial { count(n.calls) } else { 0 },
+                    // A wait still open at the end has acquired nothing.
+                    if outcome.acquired() || outcome == Outcome::Serial { count(n.calls - open) } else { 0 },
                 ],
             };
             let op = if l.op == Op::CondRelock { Op::MutexLock } else { l.op };
@@ -319,15 +346,19 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site_f
                 continue;
             }
             // Under the site node (the call's return address), under the caller's path.
-            let site = chunk.nodes.get(n.parent as usize);
-            let caller = site.map_or(0, |site| site.parent as usize);
+            let site_node = chunk.nodes.get(n.parent as usize);
+            let caller = site_node.map_or(0, |s| s.parent as usize);
             let mut location_id = vec![leaf];
-            let ret = site.and_then(|s| lock_name::decode_site(s.func));
-            if let Some(name) = ret.filter(|_| caller == 0).and_then(|ret| site_function(h.pid, ret)) {
-                location_id.push(builder.named_frame(&name));
+            let ret = site_node.and_then(|s| lock_name::decode_site(s.func));
+            if let Some(frame) = ret.filter(|_| caller == 0).map(|ret| site(h.pid, ret)) {
+                location_id.push(builder.other_frame(&frame.name, frame.place.as_ref().map(|(m, a)| (m.as_str(), *a))));
             }
             location_id.extend(path(thread, caller).iter().map(|&i| builder.location(&thread.nodes[i])));
-            samples.push(proto::Sample { location_id, value: value.to_vec(), label: vec![label(pid_key, thread.pid), label(tid_key, thread.tid)] });
+            let mut labels = vec![label(pid_key, thread.pid.into()), label(tid_key, thread.tid.into())];
+            if open > 0 {
+                labels.push(label(open_key, open));
+            }
+            samples.push(proto::Sample { location_id, value: value.to_vec(), label: labels });
         }
     }
     if samples.is_empty() {

@@ -25,6 +25,14 @@ pub struct FunctionCount {
     pub max_ns: Option<f64>,
     /// `total_ns` over the timed calls.
     pub avg_ns: Option<f64>,
+    /// Of `calls`, those still open when their thread's recording ended (its process ended,
+    /// or lopi detached): their time is up to then.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub open: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -105,6 +113,7 @@ pub struct Profile {
 #[derive(Default)]
 struct Times {
     calls: u64,
+    open: u64,
     total: f64,
     self_ns: f64,
     max: f64,
@@ -133,6 +142,7 @@ impl Profile {
                     self_ns: None,
                     max_ns: None,
                     avg_ns: None,
+                    open: 0,
                 });
                 entry.calls = entry.calls.saturating_add(calls);
             }
@@ -148,6 +158,7 @@ impl Profile {
                     // A timed call is counted in its context's node; its counter only has
                     // the calls that could not be timed.
                     entry.calls = entry.calls.saturating_add(t.calls);
+                    entry.open += t.open;
                     if entry.timed && t.calls > 0 {
                         entry.total_ns = Some(t.total);
                         entry.self_ns = Some(t.self_ns);
@@ -214,6 +225,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             }
             let t = &mut times[f];
             t.calls += node.calls;
+            t.open += node.open;
             t.self_ns += node.self_ns;
             t.max = t.max.max(node.max_ns);
             if active[f] == 0 {

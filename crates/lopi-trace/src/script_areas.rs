@@ -1,6 +1,7 @@
 //! Probe-script areas in a data file (`lopi trace`): each traced thread's tables and output
-//! ring, found by walking the file's records by their lengths, which a reader can do while
-//! the program still appends to it. Nothing read here is trusted: an area that is not what
+//! ring, found by walking the file's records by their lengths (past one that is unfinished
+//! or damaged, at the next page where one starts), which a reader can do while the program
+//! still appends to it. Nothing read here is trusted: an area that is not what
 //! its header says yields nothing, never a panic.
 use lopi_rt_abi::script::{ScriptArea, TableShape, RECORD_HEAD_LEN, SCRIPT_AREA_MAGIC};
 use lopi_rt_abi::{DATA_MAGIC, PAGE_SIZE};
@@ -41,7 +42,14 @@ pub fn areas(data: &[u8], id: u64) -> Vec<AreaView<'_>> {
     while let Some(rest) = data.get(offset as usize..) {
         let len = u64_at(rest, 8);
         if rest.len() < 16 || len == 0 || !len.is_multiple_of(PAGE_SIZE) {
-            break;
+            // A record still being written, or damage: read on at the next one.
+            match crate::data::next_item(data, offset) {
+                Some(next) => {
+                    offset = next;
+                    continue;
+                }
+                None => break,
+            }
         }
         if rest.starts_with(&SCRIPT_AREA_MAGIC) {
             if let Some(bytes) = rest.get(..len as usize) {

@@ -21,6 +21,10 @@ pub struct SyscallStats {
     /// Calls counted without a time (included in `calls`).
     #[serde(skip_serializing_if = "is_zero")]
     pub untimed: u64,
+    /// Calls still in progress when their thread's recording ended (included in `calls`, with
+    /// their time up to then).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub open: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -48,6 +52,9 @@ pub struct SiteStats {
     pub calls: u64,
     pub errors: u64,
     pub total_ns: f64,
+    /// Calls still in progress at the end (as in [`SyscallStats::open`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub open: u64,
     /// The timed functions it was called from, outermost first (empty without entry,exit).
     pub context: Vec<String>,
 }
@@ -65,9 +72,11 @@ pub struct Syscalls {
 struct ByNumber(HashMap<u64, SyscallStats>);
 
 impl ByNumber {
-    fn add(&mut self, nr: u64, calls: u64, errors: u64, total_ns: f64, max_ns: f64, untimed: u64) {
+    #[allow(clippy::too_many_arguments)]
+    fn add(&mut self, nr: u64, calls: u64, errors: u64, total_ns: f64, max_ns: f64, untimed: u64, open: u64) {
         let s = self.0.entry(nr).or_insert_with(|| SyscallStats { name: crate::syscall_name(nr), nr, ..SyscallStats::default() });
         s.calls += calls;
+        s.open += open;
         s.errors += errors;
         s.total_ns += total_ns;
         s.max_ns = s.max_ns.max(max_ns);
@@ -101,8 +110,8 @@ impl Syscalls {
                     }
                     let Some(nr) = timing.functions[f as usize].syscall else { continue };
                     let errors = if call.error { node.calls } else { 0 };
-                    mine.add(nr, node.calls, errors, node.total_ns, node.max_ns, 0);
-                    total.add(nr, node.calls, errors, node.total_ns, node.max_ns, 0);
+                    mine.add(nr, node.calls, errors, node.total_ns, node.max_ns, 0, node.open);
+                    total.add(nr, node.calls, errors, node.total_ns, node.max_ns, 0, node.open);
                     let context = context_of(&timing, &thread.nodes, node.parent);
                     let site = sites.entry((call.site, nr, call.error, context.clone())).or_insert_with(|| {
                         let info = call.site.map(|s| &timing.syscall_sites[s as usize]);
@@ -114,10 +123,12 @@ impl Syscalls {
                             calls: 0,
                             errors: 0,
                             total_ns: 0.0,
+                            open: 0,
                             context,
                         }
                     });
                     site.calls += node.calls;
+                    site.open += node.open;
                     site.errors += errors;
                     site.total_ns += node.total_ns;
                 }
@@ -127,7 +138,7 @@ impl Syscalls {
         for record in &data.records {
             for (site, &n) in record.meta.syscalls.iter().zip(&record.syscall_counts).filter(|(_, &n)| n > 0) {
                 let nr = site.nr.map_or(lopi_rt_abi::syscall_name::NR_OTHER, u64::from);
-                total.add(nr, n, 0, 0.0, 0.0, n);
+                total.add(nr, n, 0, 0.0, 0.0, n, 0);
             }
         }
         let mut sites: Vec<SiteStats> = sites.into_values().collect();

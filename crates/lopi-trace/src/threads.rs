@@ -2,13 +2,11 @@
 //! it with which start routine, when it began and ended), what it waited for (locks, joins,
 //! system calls) and the thread calls it made, from its chunk and from the create calls'
 //! records in its creator's tree (`lopi_rt_abi::lock_name`, [`Outcome::Started`]).
-use crate::DataFile;
+use crate::{DataFile, EndSeen};
 use lopi_rt_abi::lock_name::{self, Kind, Op, Outcome, Role};
 use lopi_rt_abi::syscall_name;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-
-const EXIT_GROUP: u32 = 231;
 
 /// Calls of the thread functions a thread made.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -18,18 +16,6 @@ pub struct ThreadCalls {
     pub detach: u64,
     pub exit: u64,
     pub setname: u64,
-}
-
-/// How a thread's end is known.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum EndSeen {
-    /// Its own `exit` system call.
-    Exit,
-    /// An `exit_group` (by itself or another thread) ended its process.
-    ExitGroup,
-    /// Not seen: its last probe.
-    LastProbe,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -48,6 +34,9 @@ pub struct ThreadLife {
     pub start_ns: f64,
     pub end_ns: f64,
     pub end_seen: EndSeen,
+    /// Its waits, holds, system calls and timed calls still open at its end (their time up
+    /// to it is in the figures below).
+    pub open_calls: u64,
     /// Waiting in lock calls (acquisitions, semaphore, condition and barrier waits), of which
     /// blocked in `futex`.
     pub lock_wait_ns: f64,
@@ -92,6 +81,7 @@ impl ThreadLife {
             start_ns,
             end_ns: if recorded { 0.0 } else { start_ns },
             end_seen: EndSeen::LastProbe,
+            open_calls: 0,
             lock_wait_ns: 0.0,
             lock_blocked_ns: 0.0,
             acquire_wait_ns: 0.0,
@@ -162,33 +152,24 @@ impl Threads {
         let origin_tsc = data.threads.iter().map(|t| t.header.start_tsc).filter(|&t| t != 0).min().unwrap_or(0);
         let mut lives: BTreeMap<(u32, u32), ThreadLife> = BTreeMap::new();
         let mut created: HashMap<(u32, u32), Creation> = HashMap::new();
-        let mut exit_groups: HashMap<u32, u64> = HashMap::new();
         let mut starts: HashMap<(u32, u32), lopi_rt_abi::ThreadEnd> = HashMap::new();
-        let mut hz = 0;
         for t in &data.threads {
             let h = &t.header;
             if h.tsc_hz == 0 {
                 continue;
             }
-            hz = h.tsc_hz;
             let ns = |ticks: u64| ticks as f64 * 1e9 / h.tsc_hz as f64;
             let life = lives.entry((h.pid, h.tid)).or_insert_with(|| ThreadLife::new(h.pid, h.tid, crate::timing::thread_name(h), f64::MAX, true));
             life.start_ns = life.start_ns.min(ns(h.start_tsc.saturating_sub(origin_tsc)));
-            let (end, seen) = if t.end.tsc != 0 {
-                (t.end.tsc, EndSeen::Exit)
-            } else {
-                (h.last_tsc.wrapping_add(h.paused_ticks), EndSeen::LastProbe)
-            };
-            if ns(end.saturating_sub(origin_tsc)) >= life.end_ns {
-                life.end_ns = ns(end.saturating_sub(origin_tsc));
-                life.end_seen = seen;
+            let end = ns(t.ended.tsc.saturating_sub(origin_tsc));
+            if end >= life.end_ns {
+                life.end_ns = end;
+                life.end_seen = t.ended.seen;
             }
+            life.open_calls += t.open.len() as u64;
             starts.insert((h.pid, h.tid), t.end);
             if let Some(cpu) = ThreadCpu::of(&t.end, &t.end) {
                 life.cpu = Some(cpu);
-            }
-            if t.end.tsc != 0 && t.end.nr == EXIT_GROUP {
-                exit_groups.insert(h.pid, t.end.tsc);
             }
             life.kernel_lock_spin_ns += ns(t.kernel_lock.spin_ticks);
             life.kernel_lock_waits += u64::from(t.kernel_lock.waits & !lopi_rt_abi::KERNEL_LOCK_GAVE_UP);
@@ -237,9 +218,12 @@ impl Threads {
                 }
             }
         }
+        // A thread with no chunk of its own is known by the name its process's end recorded.
+        let names: HashMap<(u32, u32), &str> = data.names.iter().map(|n| ((n.pid, n.tid), n.name.as_str())).collect();
         for ((pid, tid), c) in created {
             let start = (c.tsc.saturating_sub(origin_tsc)) as f64 * 1e9 / c.tsc_hz as f64;
-            let life = lives.entry((pid, tid)).or_insert_with(|| ThreadLife::new(pid, tid, String::new(), start, false));
+            let name = names.get(&(pid, tid)).map_or_else(String::new, |n| n.to_string());
+            let life = lives.entry((pid, tid)).or_insert_with(|| ThreadLife::new(pid, tid, name, start, false));
             life.start_routine = c.routine;
             life.created_by = Some(c.by);
             life.create_site = c.site;
@@ -253,15 +237,7 @@ impl Threads {
             }
         }
         let mut out = Threads::default();
-        for mut life in lives.into_values() {
-            if let Some(&tsc) = exit_groups.get(&life.pid) {
-                let at = (tsc.saturating_sub(origin_tsc)) as f64 * 1e9 / hz.max(1) as f64;
-                // Threads still running when their process ended end with it.
-                if life.end_seen == EndSeen::LastProbe && at >= life.end_ns {
-                    life.end_ns = at;
-                    life.end_seen = EndSeen::ExitGroup;
-                }
-            }
+        for life in lives.into_values() {
             let c = &mut out.calls;
             c.create += life.calls.create;
             c.join += life.calls.join;

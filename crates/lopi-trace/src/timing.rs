@@ -93,6 +93,14 @@ pub struct ContextNode {
     /// For a system call: where it was made, and whether these calls failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub syscall: Option<SyscallCall>,
+    /// Of `calls`, those still open when the thread's recording ended (its process ended, or
+    /// lopi detached), with their time up to then.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub open: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -215,7 +223,7 @@ fn longest(calls: u64, max_ticks: u64, below: f64, corrected_total: f64, inner: 
     (max_ticks as f64 - per_call_cost).clamp(0.0, corrected_total)
 }
 
-/// A node's raw figures, once the calls still open at the end are closed.
+/// A node's raw figures (the calls still open at the end closed by the reader: `open.rs`).
 #[derive(Clone, Copy, Default)]
 struct Raw {
     calls: u64,
@@ -227,35 +235,6 @@ struct Raw {
     /// Path nodes: calls that ended without their exit probe (left by `longjmp` or an
     /// exception, or still open at the end).
     unwound: u64,
-}
-
-/// Closes the frames still open when the process stopped at its last probe, as the runtime
-/// would have at their exits (a forked child's copies of its parent's calls add time, not
-/// calls).
-fn close_open_frames(chunk: &crate::ThreadChunk, raw: &mut [Raw]) {
-    let h = &chunk.header;
-    for (i, frame) in chunk.open_frames.iter().enumerate().rev() {
-        if frame.flags & abi::FRAME_UNTIMED != 0 {
-            continue;
-        }
-        let dt = h.last_tsc.saturating_sub(frame.start_tsc);
-        let n = &mut raw[frame.node as usize];
-        let counted = frame.flags & abi::FRAME_INHERITED == 0;
-        n.calls += u64::from(counted);
-        n.unwound += u64::from(counted && frame.flags & abi::FRAME_MERGED == 0);
-        n.ticks = n.ticks.wrapping_add(dt);
-        n.max = n.max.max(dt);
-        if frame.flags & abi::FRAME_MERGED != 0 {
-            if frame.flags & abi::FRAME_NESTED == 0 {
-                n.outer = n.outer.wrapping_add(dt);
-            }
-            if let Some(below) = i.checked_sub(1).map(|b| chunk.open_frames[b]) {
-                if below.flags & abi::FRAME_UNTIMED == 0 {
-                    raw[below.node as usize].merged_ticks += dt.saturating_sub(h.probe_inner_ticks);
-                }
-            }
-        }
-    }
 }
 
 impl Timing {
@@ -351,7 +330,6 @@ impl Timing {
                     unwound: if is_merged(i) { 0 } else { n.aux },
                 })
                 .collect();
-            close_open_frames(chunk, &mut raw);
             let bookkeeping: Vec<bool> = nodes.iter().enumerate().map(|(i, n)| i > MERGED && lock_bookkeeping(n.func)).collect();
             for (r, _) in raw.iter_mut().zip(&bookkeeping).filter(|(_, &b)| b) {
                 *r = Raw::default();
@@ -365,6 +343,7 @@ impl Timing {
                     p
                 }
             };
+            let open = chunk.open_by_node();
             let ids: Vec<Option<u32>> = nodes.iter().enumerate().map(|(i, n)| (i > MERGED).then(|| function(n.func))).collect();
             // Probe cost: each call carries `inner` inside its own interval, and each call
             // below it in the tree (descendants) adds `pair` to it; a call whose exit probe
@@ -437,6 +416,7 @@ impl Timing {
                             site: site_by_counter.get(&(h.space_pid, call.site)).copied(),
                             error: call.error,
                         }),
+                        open: if bookkeeping[i] { 0 } else { open.get(&(i as u32)).copied().unwrap_or(0) },
                     }
                 })
                 .collect();

@@ -285,7 +285,18 @@ fn moved_code_that_takes_its_own_address_gets_the_original() {
         };
         assert_eq!(rax, FROM, "loops_in_copy {loops_in_copy}: {insns:?}");
     }
-    // Reading moved code other than by lea cannot be moved: mov rax,[rip-7]
-    let reads: Vec<_> = decode(&[0x48, 0x8b, 0x05, 0xf9, 0xff, 0xff, 0xff], FROM).collect();
-    assert!(block_counting_trampoline(&ACCESS, &Body { insns: &reads, loops_in_copy: false, exits: &[], resume: Some(FROM + 7), syscalls: None }, false, TO).is_err());
+}
+
+#[test]
+fn a_coverage_probe_passes_its_own_retire_record() {
+    // mov eax,1; a coverage probe that retires itself: rdi names the record after its code.
+    let body: Vec<_> = decode(&[0xb8, 0x01, 0x00, 0x00, 0x00], FROM).collect();
+    let original = [0xb8, 0x01, 0x00, 0x00, 0x00];
+    let retire = Retire { stub: TO + 0x40_0000, site: FROM, jump_len: 5, original: &original };
+    let moved = Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 5), syscalls: None };
+    let t = marking_trampoline(TO + 0x10_0000, Some(&retire), &moved, TO).unwrap();
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
+    let lea = insns.iter().find(|i| i.mnemonic() == iced_x86::Mnemonic::Lea && i.op0_register() == iced_x86::Register::RDI).unwrap();
+    let at = (rip_relative_address(lea).unwrap() - TO) as usize;
+    assert_eq!(t.bytes.get(at..at + 7), Some(&[5, 5, 0xb8, 0x01, 0x00, 0x00, 0x00][..]), "{insns:?}");
 }

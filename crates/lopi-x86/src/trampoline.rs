@@ -210,37 +210,11 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
             out.push(at(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?, skip));
         }
     }
-    let mut out = pin_code_addresses(&out, body.insns)?;
     if !body.loops_in_copy {
         let first = body_ip(body)?;
         if let Some(insn) = out.iter_mut().find(|i| i.ip() == first) {
             insn.set_ip(BODY);
         }
-    }
-    Ok(out)
-}
-
-/// `insns` with each `lea` of the address of a moved instruction (of `moved`) made in two
-/// steps (`lea r, [rip + before the moved code]; lea r, [r + distance]`): the encoder takes an
-/// operand naming an instruction of the block for that instruction's copy, but the program
-/// wants its own code's address (`lea f(%rip)` in `f`), valid once the probes are gone. Any
-/// other operand reading moved code cannot be moved.
-fn pin_code_addresses(insns: &[Instruction], moved: &[Instruction]) -> Result<Vec<Instruction>, RelocError> {
-    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
-    // Moved code is decoded in address order.
-    let Some(first) = moved.first().map(Instruction::ip) else { return Ok(insns.to_vec()) };
-    let mut out = Vec::with_capacity(insns.len());
-    for insn in insns {
-        let Some(addr) = crate::rip_relative_address(insn).filter(|a| moved.binary_search_by_key(a, Instruction::ip).is_ok()) else {
-            out.push(*insn);
-            continue;
-        };
-        if insn.code() != Code::Lea_r64_m {
-            return Err(RelocError::Encode(format!("the instruction at {:#x} reads the code it moves with ({addr:#x})", insn.ip())));
-        }
-        let reg = insn.op0_register();
-        out.push(at(Instruction::with2(Code::Lea_r64_m, reg, rip(first - 1)).map_err(err)?, insn.ip()));
-        out.push(Instruction::with2(Code::Lea_r64_m, reg, MemoryOperand::with_base_displ(reg, (addr - first + 1) as i64)).map_err(err)?);
     }
     Ok(out)
 }
@@ -286,18 +260,54 @@ impl ExitProbe {
 /// Builds an exit-site trampoline at `ip`: the moved instructions with exit probes (and a
 /// moved `syscall` with its probes). Its `section` is empty (it counts nothing).
 pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Trampoline, RelocError> {
-    encode_without_section(&body_with_exits(body, Some(probe))?, ip)
+    encode_without_section(&body_with_exits(body, Some(probe))?, body.insns, ip)
 }
 
 /// Builds a system-call site's trampoline at `ip`: the moved instructions, the `syscall`
 /// among them wrapped in the system-call probes. Its `section` is empty (it counts nothing).
 pub fn syscall_trampoline(body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
-    encode_without_section(&body_with_exits(body, None)?, ip)
+    encode_without_section(&body_with_exits(body, None)?, body.insns, ip)
 }
 
-fn encode_without_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
-    let block = InstructionBlock::new(insns, ip);
-    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(|e| RelocError::Encode(e.to_string()))?;
+/// Encodes `insns` at `ip` with iced's `BlockEncoder`, each RIP-relative memory operand that
+/// names one of the `moved` instructions keeping the address it names. `BlockEncoder` moves a
+/// reference to an instruction of the block along with that instruction, which is right for
+/// branches and for lopi's own data in the block (a coverage probe's retire record) but not
+/// for the program's data: a function that takes its own address among its moved
+/// instructions (CPython's `subtype_traverse` starts `push r15; lea rax, [rip - 9]` and
+/// compares types' `tp_traverse` with it) must get its own address, not its trampoline's, or
+/// it loops. Such an operand is encoded against a stand-in address no instruction has, then
+/// its displacement is put back.
+fn encode_block(insns: &[Instruction], moved: &[Instruction], ip: u64) -> Result<iced_x86::BlockEncoderResult, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let labels: std::collections::HashSet<u64> = insns.iter().map(|i| i.ip()).collect();
+    let moved: std::collections::HashSet<u64> = moved.iter().map(|i| i.ip()).collect();
+    let mut block = insns.to_vec();
+    let mut kept = Vec::new();
+    for (k, insn) in block.iter_mut().enumerate() {
+        if insn.is_ip_rel_memory_operand() && moved.contains(&insn.ip_rel_memory_address()) && labels.contains(&insn.ip_rel_memory_address()) {
+            let target = insn.ip_rel_memory_address();
+            let shift = (1..).find(|d| !labels.contains(&target.wrapping_add(*d))).expect("a finite block leaves an address free");
+            insn.set_memory_displacement64(target.wrapping_add(shift));
+            kept.push((k, shift));
+        }
+    }
+    let options = BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS;
+    let mut result = BlockEncoder::encode(64, InstructionBlock::new(&block, ip), options).map_err(err)?;
+    for (k, shift) in kept {
+        let offsets = &result.constant_offsets[k];
+        if offsets.displacement_size() != 4 {
+            return Err(RelocError::Encode("a RIP-relative operand without a 32-bit displacement".into()));
+        }
+        let at = result.new_instruction_offsets[k] as usize + offsets.displacement_offset();
+        let bytes: &mut [u8; 4] = (&mut result.code_buffer[at..at + 4]).try_into().expect("four bytes");
+        *bytes = (i32::from_le_bytes(*bytes).wrapping_sub(shift as i32)).to_le_bytes();
+    }
+    Ok(result)
+}
+
+fn encode_without_section(insns: &[Instruction], moved: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
+    let result = encode_block(insns, moved, ip)?;
     Ok(Trampoline {
         section: RseqSection { start: 0, post_commit_offset: 0, abort: 0 },
         counting: None,
@@ -340,9 +350,7 @@ pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruct
         let mut trampoline = timed_code(t, body, Some(copy_at), ip)?;
         let at = (ip + trampoline.bytes.len() as u64).next_multiple_of(16);
         if at == copy_at {
-            let copy = pin_code_addresses(copy, copy)?;
-            let block = InstructionBlock::new(&copy, copy_at);
-            let encoded = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE).map_err(|e| RelocError::Encode(e.to_string()))?;
+            let encoded = encode_block(copy, copy, copy_at)?;
             trampoline.bytes.resize((copy_at - ip) as usize, 0xcc);
             trampoline.bytes.extend(encoded.code_buffer);
             return Ok(trampoline);
@@ -372,7 +380,7 @@ fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) ->
     insns.extend(counting_code(&t.counter, counted)?);
     insns.push(Instruction::with_branch(Code::Jmp_rel32_64, counted).map_err(err)?);
     insns.extend(abort_code()?);
-    encode_with_section(&insns, ip)
+    encode_with_section(&insns, body.insns, ip)
 }
 
 /// Builds the trampoline at `ip`: the counting code, then the body.
@@ -380,7 +388,7 @@ pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Resul
     let mut insns = counting_code(c, body_label(body)?)?;
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
-    encode_with_section(&insns, ip)
+    encode_with_section(&insns, body.insns, ip)
 }
 
 /// What a coverage probe needs to take itself out once it has marked its block (see the
@@ -430,7 +438,7 @@ pub fn marking_trampoline(mark: u64, retire: Option<&Retire<'_>>, body: &Body<'_
             insns.push(if i == 0 { at(bytes, RECORD) } else { bytes });
         }
     }
-    encode_without_section(&insns, ip)
+    encode_without_section(&insns, body.insns, ip)
 }
 
 /// The same for a probe inside a function (a basic block's start), where the red zone may hold
@@ -453,7 +461,19 @@ pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead:
     insns.extend(epilogue);
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
-    encode_with_section(&insns, ip)
+    encode_with_section(&insns, body.insns, ip)
+}
+
+/// A counted function entry that runs a script's entry probes (the function is not timed:
+/// its exits cannot all be probed): the runtime's point stub, called below the red zone with
+/// the function's counter, then the counting code and the moved instructions.
+pub fn probing_counting_trampoline(stub: u64, counter: u32, c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+    let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
+    insns.extend(counting_code(c, body_ip(body)?)?);
+    insns.extend(body_with_exits(body, None)?);
+    insns.extend(abort_code()?);
+    encode_with_section(&insns, body.insns, ip)
 }
 
 /// A probe at any instruction: the runtime's point stub, called below the red zone with the
@@ -463,7 +483,7 @@ pub fn point_trampoline(stub: u64, counter: u32, body: &Body<'_>, ip: u64) -> Re
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
     insns.extend(body_with_exits(body, None)?);
-    encode_without_section(&insns, ip)
+    encode_without_section(&insns, body.insns, ip)
 }
 
 /// True when `insns`, run in order from their start, set every status flag before they read
@@ -545,12 +565,10 @@ fn abort_code() -> Result<Vec<Instruction>, RelocError> {
 }
 
 /// Encodes a trampoline holding the counting code at `ip`, with its critical section.
-fn encode_with_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
-    let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
+fn encode_with_section(insns: &[Instruction], moved: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
     let index_of = |label: u64| insns.iter().position(|i| i.ip() == label).expect("label is in the block");
     let (start, end, abort) = (index_of(START), index_of(END), index_of(ABORT));
-    let block = InstructionBlock::new(insns, ip);
-    let result = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(err)?;
+    let result = encode_block(insns, moved, ip)?;
     let offset = |i: usize| u64::from(result.new_instruction_offsets[i]);
     Ok(Trampoline {
         section: RseqSection {

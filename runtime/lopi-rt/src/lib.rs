@@ -607,6 +607,20 @@ pub(crate) fn libc_symbols<const N: usize>(names: [&[u8]; N]) -> Option<[Option<
     }
 }
 
+/// The vDSO's `clock_gettime` (`AT_SYSINFO_EHDR`), which reads `CLOCK_MONOTONIC` without a
+/// system call: the calibration reads the clock thousands of times, once per probed module.
+pub(crate) fn vdso_clock_gettime() -> Option<VdsoClock> {
+    let vdso = auxv_value(33)? as usize; // AT_SYSINFO_EHDR
+    // SAFETY: the kernel maps the vDSO, a whole ELF object, at AT_SYSINFO_EHDR.
+    let [f] = unsafe { dynamic_symbols(vdso, elf_dynamic(vdso)?, [b"__vdso_clock_gettime\0"]) };
+    // SAFETY: the symbol is the vDSO's clock_gettime(clockid_t, struct timespec *), which
+    // uses no vector or x87 register (the kernel builds the vDSO without them).
+    f.map(|addr| unsafe { core::mem::transmute::<usize, VdsoClock>(addr) })
+}
+
+/// `clock_gettime(clockid_t, struct timespec *)`.
+pub(crate) type VdsoClock = unsafe extern "C" fn(u32, *mut [u64; 2]) -> i32;
+
 /// Address of the `PT_DYNAMIC` table of the ELF object mapped at `base`.
 fn elf_dynamic(base: usize) -> Option<usize> {
     // SAFETY: `base` is a mapped ELF object (the caller's claim); reads stay in its headers.

@@ -2,9 +2,11 @@
 //! by the program's own threads. lopi prints what the probes print while the program runs
 //! (from each thread's output ring in the data file), runs `begin`, `interval:` and `end`
 //! itself, and prints the maps when the program ends, or when a probe calls `exit()`.
+mod probed;
 mod resolve;
 mod session;
 
+pub use probed::check_probes;
 pub use resolve::{instruction_points, needed_libraries, Functions};
 
 use crate::live::{self, Probes};
@@ -13,9 +15,11 @@ use lopi_image::script::ScriptSpec;
 use lopi_patch::Probes as ProbeSet;
 use lopi_script::ir::{Point, Program};
 use session::{Phase, Session};
+use crate::names::Namer;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,7 +70,7 @@ fn find_program(program: &OsString) -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(given))
         .find(|candidate| candidate.is_file())
-        .ok_or_else(|| anyhow!("{}: not found in PATH", given.display()))
+        .ok_or_else(|| anyhow!("cannot start {}: no such program in PATH (give its path)", given.display()))
 }
 
 /// A script checked against the functions `names` (its points must name some), with its
@@ -122,34 +126,18 @@ pub fn all_names<'m>(module: &'m lopi_elf::ElfModule<'_>) -> Vec<&'m str> {
     module.functions.iter().flat_map(|f| std::iter::once(f.name.as_str()).chain(f.aliases.iter().map(String::as_str))).collect()
 }
 
-/// Whether `glob` matches one of `f`'s names.
-fn named(f: &lopi_elf::Function, glob: &str) -> bool {
-    std::iter::once(&f.name).chain(&f.aliases).any(|n| lopi_script::glob_match(glob, n))
-}
-
-/// Whether a `func:` point of the script names `f` in the module the points call `library`
-/// (`None`: the program): its probes run from the timed entry and exits.
-fn timed_by_points(spec: &ScriptSpec, library: Option<&str>, f: &lopi_elf::Function) -> bool {
-    spec.program.probes.iter().flat_map(|p| &p.points).any(|point| match point {
-        Point::FuncEntry { lib, glob } | Point::FuncReturn { lib, glob } => lib.as_deref() == library && named(f, glob),
-        _ => false,
-    })
-}
-
-/// Whether a probe that only counts calls (taken out of the program) covers `f` of the program.
-fn counted_by_probes(spec: &ScriptSpec, f: &lopi_elf::Function) -> bool {
-    spec.counted.iter().flat_map(|c| c.probes.iter().flatten()).any(|g| named(f, g))
-}
-
 /// The functions (by name) of `module` the script only counts calls of: counted, not timed.
 pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<String> {
-    module.functions.iter().filter(|f| counted_by_probes(spec, f) && !timed_by_points(spec, None, f)).map(|f| f.name.clone()).collect()
+    module.functions.iter().filter(|f| probed::counted_by_probes(spec, f) && !probed::named_by_points(spec, None, f)).map(|f| f.name.clone()).collect()
 }
 
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
 pub fn run(request: Request) -> Result<()> {
     let path = match (request.pid, request.command.first()) {
-        (Some(pid), _) => std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid}"))?,
+        (Some(pid), _) => {
+            lopi_live::preflight(pid)?;
+            std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid} (/proc/{pid}/exe)"))?
+        }
         (None, Some(program)) => find_program(program)?,
         (None, None) => bail!("lopi trace needs a program to run or a process: lopi trace SCRIPT -- PROG ARGS, or lopi trace SCRIPT -p PID"),
     };
@@ -181,29 +169,42 @@ pub fn run(request: Request) -> Result<()> {
     let keep = request.record.is_some();
     let out: Box<dyn Write> = match &request.output {
         Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?),
+        // A program lopi starts writes to lopi's stdout: when that is a file or a pipe, lopi's
+        // lines would go into the program's output, so they go to stderr.
+        None if request.pid.is_none() && !std::io::stdout().is_terminal() => Box::new(std::io::stderr()),
         None => Box::new(std::io::stdout()),
     };
     let libraries: Vec<&str> = spec.program.probes.iter().flat_map(|p| &p.points).filter_map(|p| match p {
         Point::FuncEntry { lib: Some(lib), .. } | Point::FuncReturn { lib: Some(lib), .. } => Some(lib.as_str()),
         _ => None,
     }).collect();
-    let start = |installation: &lopi_live::Installation, output: &str| -> Result<(Symbols, std::fs::File)> {
-        let exe = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    let exe = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    // Before the program runs its own code (or, attached, goes on): a point that cannot run
+    // anywhere it names is refused.
+    let check = |installation: &lopi_live::Installation| -> Result<()> {
         for m in &installation.modules {
             if Path::new(&m.path) == exe {
-                report_probes(&spec, None, &module.functions, &m.outcomes, &m.timing, &m.path);
+                check_probes(&spec, None, &module.functions, &m.outcomes, &m.timing, &m.path)?;
             } else if let Some(lib) = libraries.iter().find(|l| lopi_live::library_named(&m.path, l)) {
-                report_probes(&spec, Some(lib), &resolve::functions(Path::new(&m.path)).unwrap_or_default(), &m.outcomes, &m.timing, &m.path);
+                check_probes(&spec, Some(lib), &resolve::functions(Path::new(&m.path)).unwrap_or_default(), &m.outcomes, &m.timing, &m.path)?;
             }
         }
+        Ok(())
+    };
+    let start = |installation: &lopi_live::Installation, output: &str, pid: i32| -> Result<(Symbols, std::fs::File)> {
         let installed = installation.modules.iter().find(|m| Path::new(&m.path) == exe);
         // Made empty if no module got a probe (a script of begin/end/interval only).
         let data = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(output).with_context(|| format!("opening {output}"))?;
-        Ok((Symbols::new(&module, installed.map_or(0, |m| m.bias)), data))
+        let mut symbols = Symbols::new(&module, installed.map_or(0, |m| m.bias));
+        // Addresses elsewhere (libraries the program loaded) by their files.
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            symbols.others = Some((pid as u32, RefCell::new(Namer::new(&[lopi_trace::ProcessMaps { pid: pid as u32, text }]))));
+        }
+        Ok((symbols, data))
     };
     if let Some(pid) = request.pid {
-        let attached = live::attach_start(&probes, pid, true)?;
-        let (symbols, data) = start(&attached.installation, &attached.output)?;
+        let attached = live::attach_start(&probes, pid, true, &check)?;
+        let (symbols, data) = start(&attached.installation, &attached.output, pid)?;
         let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
         session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
         let mut intervals = Intervals::new(&spec.program);
@@ -221,8 +222,8 @@ pub fn run(request: Request) -> Result<()> {
         finish(&mut session)?;
         return tidy(&attached.output, keep);
     }
-    let mut launched = live::launch(&probes, &request.command, None, true)?;
-    let (symbols, data) = start(&launched.installation, &launched.output)?;
+    let mut launched = live::launch(&probes, &request.command, None, true, &check)?;
+    let (symbols, data) = start(&launched.installation, &launched.output, launched.child.id() as i32)?;
     let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
     let mut intervals = Intervals::new(&spec.program);
@@ -233,7 +234,7 @@ pub fn run(request: Request) -> Result<()> {
         intervals.tick(&mut session)?;
         std::thread::sleep(intervals.next_wait());
     };
-    launched.finish_sampling();
+    launched.finish();
     finish(&mut session)?;
     tidy(&launched.output, keep)?;
     live::exit_like(status, &launched.blocked)
@@ -250,7 +251,10 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
     // Its probed functions, and those its instruction points are in.
     let names = record.meta.functions.iter().map(|f| f.name.as_str()).chain(record.meta.blocks.iter().filter(|b| b.point).map(|b| b.function.as_str())).collect();
     let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, resolve::Functions::checked(names))?;
-    let symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
+    let mut symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
+    if !file.maps.is_empty() {
+        symbols.others = Some((record.pid, RefCell::new(Namer::new(&file.maps))));
+    }
     let data = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut session = Session::new(&spec, data, false, &symbols, Box::new(std::io::stdout()), json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
@@ -325,45 +329,14 @@ fn interval_points(program: &Program) -> Vec<u64> {
     periods
 }
 
-/// Says on stderr how many functions of a module the probes are in (`what`: its path), and
-/// which of those the script names could not be timed (its probes run from the timed entry
-/// and exits). `library`: how the script's points name the module (`None`: the program).
-pub fn report_probes(
-    spec: &ScriptSpec,
-    library: Option<&str>,
-    functions: &[lopi_elf::Function],
-    outcomes: &[lopi_patch::Outcome],
-    timing: &[lopi_patch::TimingOutcome],
-    what: &str,
-) {
-    let mut probed = 0;
-    let mut refused = Vec::new();
-    for ((f, timing), outcome) in functions.iter().zip(timing).zip(outcomes) {
-        let (needs_timing, needs_count) = (timed_by_points(spec, library, f), library.is_none() && counted_by_probes(spec, f));
-        match (timing, outcome) {
-            _ if !needs_timing && !needs_count => {}
-            (lopi_patch::TimingOutcome::Timed, _) => probed += 1,
-            // Counted calls are all a counting probe needs.
-            (_, lopi_patch::Outcome::Probed(_)) if !needs_timing => probed += 1,
-            (lopi_patch::TimingOutcome::Untimed(why), _) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
-            (_, lopi_patch::Outcome::Skipped(why)) => refused.push(format!("{} ({}: {why})", f.name, why.key())),
-            _ => refused.push(format!("{} (not probed)", f.name)),
-        }
-    }
-    let points = spec.instruction_points().len();
-    let at = if points == 0 { String::new() } else { format!(" and at {points} instruction{}", if points == 1 { "" } else { "s" }) };
-    eprintln!("lopi: script probes in {probed} function{}{at} of {what}", if probed == 1 { "" } else { "s" });
-    if !refused.is_empty() {
-        eprintln!("lopi: {} function{} the script names cannot be probed, their probes never run: {}", refused.len(), if refused.len() == 1 { "" } else { "s" }, refused.join(", "));
-    }
-}
-
-/// Names run-time code addresses of the main executable, and knows its functions' aliases.
+/// Names run-time code addresses of the main executable, and knows its functions' aliases;
+/// other addresses as [`Namer`] names them, in the process whose map it has.
 pub struct Symbols {
     /// (start, end, name), sorted.
     functions: Vec<(u64, u64, String)>,
     /// Other names of a function, by its name.
     pub aliases: HashMap<String, Vec<String>>,
+    others: Option<(u32, RefCell<Namer>)>,
 }
 
 impl Symbols {
@@ -377,7 +350,7 @@ impl Symbols {
     fn of(functions: impl Iterator<Item = (u64, u64, String)>, bias: u64) -> Symbols {
         let mut functions: Vec<(u64, u64, String)> = functions.map(|(addr, size, name)| (addr.wrapping_add(bias), addr.wrapping_add(bias) + size.max(1), name)).collect();
         functions.sort();
-        Symbols { functions, aliases: HashMap::new() }
+        Symbols { functions, aliases: HashMap::new(), others: None }
     }
 
     pub fn name(&self, addr: u64) -> String {
@@ -385,7 +358,7 @@ impl Symbols {
         match i.checked_sub(1).map(|i| &self.functions[i]) {
             Some((start, end, name)) if addr < *end && addr == *start => name.clone(),
             Some((start, end, name)) if addr < *end => format!("{name}+{}", addr - start),
-            _ => format!("{addr:#x}"),
+            _ => self.others.as_ref().map_or_else(|| format!("{addr:#x}"), |(pid, namer)| namer.borrow_mut().describe(*pid, addr)),
         }
     }
 }

@@ -91,13 +91,14 @@ pub fn mapped_libraries(pid: i32) -> Vec<PathBuf> {
     paths
 }
 
-/// The libraries `ldd` says `program` loads (none if it cannot tell), as the process will map
-/// them (symbolic links resolved: `/lib` is `/usr/lib` on Debian).
+/// The libraries `ldd` says `program` loads (none if it cannot tell), the dynamic loader too
+/// (the line without `=>`), as the process will map them (symbolic links resolved: `/lib` is
+/// `/usr/lib` on Debian).
 pub fn needed_libraries(program: &Path) -> Vec<PathBuf> {
     let Ok(out) = std::process::Command::new("ldd").arg(program).output() else { return Vec::new() };
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|line| line.split("=>").nth(1)?.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from))
+        .filter_map(|line| line.split("=>").last()?.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from))
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
         .collect()
 }

@@ -4,6 +4,11 @@
 //! dev-dependencies) and a small line diff for failure messages.
 #![allow(dead_code)]
 
+pub mod tools;
+
+// Each test binary uses what it needs of the helpers.
+#[allow(unused_imports)]
+pub use tools::{require, require_file, require_package};
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
@@ -630,7 +635,7 @@ pub fn assert_parts_add_up(thread: &Json) {
 /// (`--dump-instr=yes`: an instruction's Ir is its executions).
 pub fn callgrind_counts(prog: &Path, args: &[&str], dir: &Path) -> HashMap<u64, u64> {
     let out = dir.join("callgrind.out");
-    let status = Command::new("valgrind")
+    let status = Command::new(require("valgrind", "valgrind"))
         .args(["-q", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no", "--compress-strings=no"])
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(prog)

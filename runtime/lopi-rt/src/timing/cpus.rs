@@ -11,7 +11,7 @@ use core::ptr::{read_volatile, write_volatile};
 const MAX_THREADS: usize = 4096;
 /// Buffers the syscalls fill: uninitialised, since zeroing them would take vector stores,
 /// which the probe stubs do not save.
-const TEXT: usize = 1024;
+pub(super) const TEXT: usize = 1024;
 
 /// The calling thread's user and kernel CPU time in ns: its exact CPU time (its CPU clock),
 /// split as `getrusage(RUSAGE_THREAD)` splits it. (getrusage alone trails the clock by up to
@@ -81,7 +81,7 @@ pub(super) fn allowed(tid: u32) -> u32 {
 }
 
 /// Reads the file at the NUL-terminated `path` into `buf`; the bytes read.
-unsafe fn read_file<'a>(path: &[u8], buf: &'a mut MaybeUninit<[u8; TEXT]>) -> Option<&'a [u8]> {
+pub(super) unsafe fn read_file<'a>(path: &[u8], buf: &'a mut MaybeUninit<[u8; TEXT]>) -> Option<&'a [u8]> {
     // SAFETY: a descriptor of our own; only the bytes the kernel wrote are read back.
     unsafe {
         let fd = sys::call3(sys::OPEN, path.as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0);
@@ -95,7 +95,7 @@ unsafe fn read_file<'a>(path: &[u8], buf: &'a mut MaybeUninit<[u8; TEXT]>) -> Op
 }
 
 /// `/proc/thread-self/NAME` (tid 0) or `/proc/self/task/TID/NAME`, NUL-terminated, in `out`.
-fn proc_path<'a>(tid: u32, name: &[u8], out: &'a mut MaybeUninit<[u8; 64]>) -> &'a [u8] {
+pub(super) fn proc_path<'a>(tid: u32, name: &[u8], out: &'a mut MaybeUninit<[u8; 64]>) -> &'a [u8] {
     let out = out.as_mut_ptr() as *mut u8;
     let mut len = 0;
     let mut push = |b: u8| {
@@ -167,7 +167,8 @@ fn times_of(tid: u32) -> Option<(u64, u64)> {
 }
 
 /// At `exit_group` by thread `caller` of process `pid`: a `CPUS_MAGIC` record of the CPU
-/// times of the process's other threads, which the call ends without a probe of their own.
+/// times of the process's other threads, which the call ends without a probe of their own,
+/// and a `NAMES_MAGIC` record of their names.
 pub(super) unsafe fn record_others(v: *const RuntimeVars, pid: u32, caller: u32) {
     // SAFETY: raw syscalls on private buffers and descriptors of our own; the record is a
     // fresh mapping of the data file of the length asked for.
@@ -198,6 +199,7 @@ pub(super) unsafe fn record_others(v: *const RuntimeVars, pid: u32, caller: u32)
                 write_volatile((at + 16) as *mut u32, pid);
                 sys::call3(sys::MUNMAP, at, len as usize, 0);
             }
+            super::names::record(v, pid, tids, count);
         }
         sys::call3(sys::MUNMAP, tids as usize, MAX_THREADS * 4, 0);
     }

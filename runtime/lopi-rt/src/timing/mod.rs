@@ -24,6 +24,7 @@ mod cpus;
 mod lock_stubs;
 mod locks;
 mod maps;
+mod names;
 mod points;
 mod probes;
 mod script;
@@ -36,7 +37,7 @@ use crate::abi::{self, RuntimeVars, ThreadHeader, PAGE_SIZE};
 use crate::sys;
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
-use stubs::{lopi_calibration_empty, lopi_calibration_probed};
+use stubs::{lopi_calibration_empty, lopi_calibration_fanout, lopi_calibration_probed};
 use thread::Thread;
 
 /// Where the rewriter stores the distances from this word to the module's runtime variables
@@ -144,7 +145,8 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
         }
         (*v).trace_cap =
             if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
-        (*v).tsc_hz = tsc_hz();
+        let clock = crate::vdso_clock_gettime();
+        (*v).tsc_hz = tsc_hz(clock);
         (*v).tid_offset = crate::glibc_tid_offset().unwrap_or(0);
         let page = sys::call6(sys::MMAP, 0, PAGE_SIZE as usize, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
         if page <= 0 || (*v).tsc_hz == 0 {
@@ -160,7 +162,7 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
             register_fork_handlers(v);
         }
         calibrate(v, page as u64);
-        script::enable(v, d, clock_pair());
+        script::enable(v, d, clock_pair(clock));
         whatif::enable(v, envp);
         if probes & abi::PROBE_LOCKS != 0 {
             maps::record(v, pid);
@@ -282,20 +284,25 @@ fn env_number(envp: *const *const u8, name: &[u8], default: u64, max: u64) -> u6
     n.min(max)
 }
 
-fn monotonic_ns() -> u64 {
+/// `CLOCK_MONOTONIC`: through the vDSO when there is one (`clock`), else a system call.
+fn monotonic_ns(clock: Option<crate::VdsoClock>) -> u64 {
     let mut ts = [0u64; 2];
-    // SAFETY: clock_gettime(CLOCK_MONOTONIC) into a timespec.
-    unsafe { sys::call3(sys::CLOCK_GETTIME, 1, ts.as_mut_ptr() as usize, 0) };
+    match clock {
+        // SAFETY: the vDSO's clock_gettime(CLOCK_MONOTONIC) into a timespec.
+        Some(f) => unsafe { f(1, &mut ts) },
+        // SAFETY: clock_gettime(CLOCK_MONOTONIC) into a timespec.
+        None => unsafe { sys::call3(sys::CLOCK_GETTIME, 1, ts.as_mut_ptr() as usize, 0) as i32 },
+    };
     ts[0].wrapping_mul(1_000_000_000).wrapping_add(ts[1])
 }
 
 /// A (TSC, CLOCK_MONOTONIC) pair: the clock read between two TSC reads, from the tightest
 /// of several tries, so that a preemption inside one try cannot skew it.
-fn clock_pair() -> (u64, u64) {
+fn clock_pair(clock: Option<crate::VdsoClock>) -> (u64, u64) {
     let mut best = (0, 0, u64::MAX);
     for _ in 0..9 {
         let before = rdtsc();
-        let ns = monotonic_ns();
+        let ns = monotonic_ns(clock);
         let after = rdtsc();
         let width = after.wrapping_sub(before);
         if width < best.2 {
@@ -307,12 +314,12 @@ fn clock_pair() -> (u64, u64) {
 
 /// TSC rate against CLOCK_MONOTONIC over 1 ms windows (bracketed pairs make that precise to
 /// ~0.01%); the median of three, so that one window spoiled by preemption does not count.
-fn tsc_hz() -> u64 {
+fn tsc_hz(clock: Option<crate::VdsoClock>) -> u64 {
     let mut rates = [0u64; 3];
     for rate in rates.iter_mut() {
-        let (t0, m0) = clock_pair();
-        while monotonic_ns().wrapping_sub(m0) < 1_000_000 {}
-        let (t1, m1) = clock_pair();
+        let (t0, m0) = clock_pair(clock);
+        while monotonic_ns(clock).wrapping_sub(m0) < 1_000_000 {}
+        let (t1, m1) = clock_pair(clock);
         let dm = m1.wrapping_sub(m0);
         // Ticks over a few ms times 1e9 stays far below 2^64 (u128 would need a libgcc helper).
         *rate = if dm == 0 || t1 <= t0 { 0 } else { (t1 - t0).checked_mul(1_000_000_000).map_or(0, |n| n / dm) };
@@ -328,7 +335,10 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
     const ROUNDS: usize = 15;
     const CHAINS: u64 = 25;
     const DEPTH: u32 = 7; // calls per chain: DEPTH + 1
-    const CAP: u32 = 16;
+    // The fanout trees: 2^(FANOUT_DEPTH + 1) - 1 calls, as many nodes in all.
+    const FANOUT_DEPTH: u32 = 5;
+    const FANOUT_CALLS: u64 = (1 << (FANOUT_DEPTH + 1)) - 1;
+    const CAP: u32 = 128;
     let calls = CHAINS * u64::from(DEPTH + 1);
     let Some([nodes, hash, stack, trace, len]) = abi::thread_chunk_layout(CAP, CAP, 0) else { return };
     // SAFETY: a private scratch mapping laid out like a chunk; the thread slot and
@@ -376,6 +386,20 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
             inner[r] = innermost_ticks().wrapping_sub(before) / CHAINS;
             pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
         }
+        // Entries that miss their parent's cache and find their node in the hash table:
+        // trees of calls whose parents alternate between two functions, against trees of the
+        // same shape where they do not (run once first: their nodes are new).
+        let mut lookup = [0u64; ROUNDS];
+        lopi_calibration_fanout(FANOUT_DEPTH, 0, 0);
+        lopi_calibration_fanout(FANOUT_DEPTH, 0, 1);
+        for slot in lookup.iter_mut() {
+            let t0 = rdtsc();
+            lopi_calibration_fanout(FANOUT_DEPTH, 0, 0);
+            let t1 = rdtsc();
+            lopi_calibration_fanout(FANOUT_DEPTH, 0, 1);
+            let t2 = rdtsc();
+            *slot = (t2 - t1).saturating_sub(t1 - t0) / FANOUT_CALLS;
+        }
         // System-call probes, at the root: the call's node is the root's cached child.
         let mut syscall_inner = [0u64; ROUNDS];
         let mut syscall_pair = [0u64; ROUNDS];
@@ -402,6 +426,7 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
         sys::call3(sys::MUNMAP, m as usize, len as usize, 0);
         (*v).probe_inner_ticks = median(&mut inner);
         (*v).probe_pair_ticks = median(&mut pair);
+        (*v).probe_lookup_ticks = median(&mut lookup);
         (*v).syscall_inner_ticks = median(&mut syscall_inner);
         (*v).syscall_pair_ticks = median(&mut syscall_pair);
     }

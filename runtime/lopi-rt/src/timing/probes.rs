@@ -107,16 +107,20 @@ pub(super) unsafe fn begin_exit(v: *const RuntimeVars, key: u64, tsc: u64) -> Op
 /// which the report removes per call) is taken out of the open calls. An ordinary slow path
 /// takes microseconds: beyond 20 us the thread was descheduled (or took a page fault), which
 /// a wall-clock profile charges as it would anywhere else; only growing the tree or stack,
-/// adding a node and checking the budget (`heavy`) are taken out whole.
-pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) {
+/// adding a node and checking the budget (`heavy`) are taken out whole. Returns the TSC it
+/// read, which an entry takes as its call's start (one clock read less: what is left of the
+/// probe is a few stores).
+pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) -> u64 {
     // SAFETY: the header is this thread's.
     unsafe {
         let h = t.h;
-        let mut excess = rdtsc().wrapping_sub(began).saturating_sub((*h).probe_pair_ticks / 2);
+        let now = rdtsc();
+        let mut excess = now.wrapping_sub(began).saturating_sub((*h).probe_pair_ticks / 2);
         if !heavy {
             excess = excess.min((*h).tsc_hz / 50_000);
         }
         t.pause(excess);
+        now
     }
 }
 
@@ -166,27 +170,24 @@ pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32,
         // (which may wait for writeback) is lopi's cost, taken out whole. (An unclocked
         // call's is left in its caller's time: no clock was read to measure it.)
         let heavy = ((*h).node_cap, (*h).stack_cap, (*h).node_count) != before;
-        match start {
-            Start::Last => pause_excess(t, began, heavy),
-            Start::At(_) if heavy => pause_excess(t, began, true),
-            _ => {}
-        }
-        let depth = (*h).depth;
-        let f = t.frame(depth);
         let start_tsc = match start {
-            Start::At(now) => now,
+            // Read last, so that the probe's own work falls outside the call's time.
+            Start::Last => pause_excess(t, began, heavy).wrapping_sub((*h).paused_ticks),
+            Start::At(now) => {
+                if heavy {
+                    pause_excess(t, began, true);
+                }
+                now
+            }
             Start::Unclocked => {
                 flags |= abi::FRAME_UNCLOCKED;
                 (*h).last_tsc
             }
-            Start::Last => 0,
         };
+        let depth = (*h).depth;
+        let f = t.frame(depth);
         *f = Frame { rsp, node, flags, start_tsc };
         (*h).depth = depth + 1;
-        if let Start::Last = start {
-            // Read last, so that the probe's own work falls outside the call's time.
-            (*f).start_tsc = t.clock();
-        }
         if flags & abi::FRAME_UNTIMED == 0 {
             t.record((*f).start_tsc, node, abi::EVENT_ENTER);
         }

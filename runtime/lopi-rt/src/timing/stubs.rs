@@ -2,8 +2,9 @@
 //! few dozen instructions with six registers saved; everything else goes to the Rust slow
 //! paths in `probes.rs` with every call-clobbered register saved.
 //!
-//! Fast path of an entry: a call whose calling-context node is the one its parent's last call
-//! of the same function used (the node's one-entry cache), on a shadow stack with room.
+//! Fast path of an entry: a call whose calling-context node exists (the one its parent's last
+//! call of the same function used, the node's one-entry cache; else found in the hash table),
+//! on a shadow stack with room.
 //! Fast path of an exit: the exit of the top frame. (A function the budget switched to
 //! counting no longer calls the stubs: its trampoline checks its mode word.)
 //! A frame with any flag (inherited, merged, untimed), a clock that went backwards, a trace,
@@ -62,12 +63,14 @@ global_asm!(
     "jnz 8f",
     "mov edx, dword ptr [rdx + 8]",
     "2:",
+    "mov r8d, edx",
     "imul rdx, rdx, {n_len}",
     "add rdx, [rdi + {t_nodes}]",
     "add rdx, rdi",
     "cmp [rdx + {n_cache_func}], rax",
-    "jne 8f",
+    "jne 15f",
     "mov r8d, dword ptr [rdx + {n_cache_child}]",
+    "6:",
     // The function's entry script probes, if it has any: before its frame opens and its
     // clock starts, so that their time is not the call's. Registers saved as the slow path
     // saves them (a script reads the arguments), then the fast path's own.
@@ -126,6 +129,63 @@ global_asm!(
     "3:",
     "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
     "ret 8",
+    // The parent's cache held another function: the call's node from the hash table, probed
+    // as `Thread::lookup` does (r8 = parent, rax = function, rdx = the parent's node). A
+    // parent on merged paths, whose children are merged nodes: the slow path. Found: cached
+    // in the parent. Found or not (a new path, for the slow path), the thread's clock stops
+    // for what the lookup cost beyond a cached call (calibrated at init).
+    "15:",
+    "cmp r8d, {merged}",
+    "je 8b",
+    "cmp dword ptr [rdx + {n_parent}], {merged}",
+    "je 8b",
+    "push r9", "push r10", "push r11",
+    "mov r9, r8",
+    "shl r9, 32",
+    "xor r9, rax",
+    "mov r10, {hash_mul}",
+    "imul r9, r10",
+    "shr r9, 32",
+    "mov r10d, dword ptr [rdi + {t_node_cap}]",
+    "lea r10, [r10 + r10 - 1]",
+    "and r9, r10",
+    "mov rsi, rdi",
+    "add rsi, [rdi + {t_hash}]",
+    "16:",
+    "mov r11d, dword ptr [rsi + r9*4]",
+    "test r11d, r11d",
+    "jz 18f",
+    "dec r11d",
+    "shl r11, {n_shift}",
+    "add r11, [rdi + {t_nodes}]",
+    "cmp [rdi + r11 + {n_func}], rax",
+    "jne 17f",
+    "cmp [rdi + r11 + {n_parent}], r8d",
+    "je 19f",
+    "17:",
+    "inc r9",
+    "and r9, r10",
+    "jmp 16b",
+    "18:",
+    "xor r11d, r11d",
+    "jmp 20f",
+    "19:",
+    "sub r11, [rdi + {t_nodes}]",
+    "shr r11, {n_shift}",
+    "mov [rdx + {n_cache_func}], rax",
+    "mov dword ptr [rdx + {n_cache_child}], r11d",
+    "mov r8d, r11d",
+    "20:",
+    "lea r9, [rip + LOPI_DELTAS]",
+    "add r9, [r9]",
+    "mov r9, [r9 + {v_lookup}]",
+    "add [rdi + {t_paused}], r9",
+    "test r11, r11",
+    "pop r11", "pop r10", "pop r9",
+    "jz 8b",
+    "mov rsi, rdi",
+    "add rsi, [rdi + {t_stack}]",
+    "jmp 6b",
     // Called right before a `ret` or tail jump as `push <counter index, or -1 for a site
     // several functions share>; call`. After the six pushes: [rsp+56] = counter index,
     // rsp+64 = the stack pointer at the exit.
@@ -271,6 +331,36 @@ global_asm!(
     "inc edi",
     "7:",
     "ret",
+    // A timed function that calls itself twice while `edi` > 0, as the function of counter 0
+    // and then of counter `edx`: with `edx` = 1 each call's parent last called the other
+    // function, so that every entry misses the parent's cache and finds its node in the
+    // hash table; with `edx` = 0 every entry hits the cache.
+    ".globl lopi_calibration_fanout",
+    "lopi_calibration_fanout:",
+    "jmp 4f",
+    "4:",
+    "cmp dword ptr [rip + LOPI_DELTAS + 4], 0x7fffffff",
+    "je 5f",
+    "push rsi",
+    "call lopi_enter_stub",
+    "test edi, edi",
+    "jz 5f",
+    "dec edi",
+    "push rsi",
+    "xor esi, esi",
+    "call lopi_calibration_fanout",
+    "mov esi, edx",
+    "call lopi_calibration_fanout",
+    "pop rsi",
+    "inc edi",
+    "jmp 5f",
+    "5:",
+    "cmp dword ptr [rip + LOPI_DELTAS + 4], 0x7fffffff",
+    "je 6f",
+    "push rsi",
+    "call lopi_exit_stub",
+    "6:",
+    "ret",
     enter = sym super::probes::probe_enter,
     exit = sym super::probes::probe_exit,
     script_enter = sym super::script::script_enter,
@@ -290,7 +380,15 @@ global_asm!(
     t_next_check = const offset_of!(ThreadHeader, next_check_tsc),
     t_timed_calls = const offset_of!(ThreadHeader, timed_calls),
     t_paused = const offset_of!(ThreadHeader, paused_ticks),
+    t_node_cap = const offset_of!(ThreadHeader, node_cap),
+    t_hash = const offset_of!(ThreadHeader, hash_offset),
+    v_lookup = const offset_of!(RuntimeVars, probe_lookup_ticks),
+    merged = const abi::MERGED_NODE,
+    hash_mul = const abi::NODE_HASH_MUL,
     n_len = const abi::CONTEXT_NODE_LEN,
+    n_shift = const abi::CONTEXT_NODE_SHIFT,
+    n_func = const offset_of!(ContextNode, func),
+    n_parent = const offset_of!(ContextNode, parent),
     n_cache_func = const offset_of!(ContextNode, cache_func),
     n_cache_child = const offset_of!(ContextNode, cache_child),
     n_calls = const offset_of!(ContextNode, calls),
@@ -301,4 +399,5 @@ global_asm!(
 extern "C" {
     pub(super) fn lopi_calibration_probed(depth: u32, counter: u64);
     pub(super) fn lopi_calibration_empty(depth: u32);
+    pub(super) fn lopi_calibration_fanout(depth: u32, counter: u64, second: u64);
 }

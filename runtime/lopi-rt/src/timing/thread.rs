@@ -149,17 +149,13 @@ impl Thread {
         }
     }
 
-    fn slot_of(parent: u32, func: u64, mask: usize) -> usize {
-        ((func ^ (u64::from(parent) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask
-    }
-
     unsafe fn lookup(&self, parent: u32, func: u64) -> Option<u32> {
         // SAFETY: the hash table has 2 * node_cap u32 slots (node index + 1, 0 = free) and at
         // most node_cap are used, so probing ends.
         unsafe {
             let mask = (*self.h).node_cap as usize * 2 - 1;
             let table = self.hash();
-            let mut i = Self::slot_of(parent, func, mask);
+            let mut i = abi::node_slot(parent, func, mask);
             loop {
                 let e = *table.add(i);
                 if e == 0 {
@@ -195,7 +191,7 @@ impl Thread {
         unsafe {
             let mask = (*self.h).node_cap as usize * 2 - 1;
             let table = self.hash();
-            let mut i = Self::slot_of(parent, func, mask);
+            let mut i = abi::node_slot(parent, func, mask);
             while *table.add(i) != 0 {
                 i = (i + 1) & mask;
             }
@@ -283,12 +279,6 @@ impl Thread {
     pub unsafe fn pause(&self, ticks: u64) {
         // SAFETY: the header is this thread's.
         unsafe { (*self.h).paused_ticks = (*self.h).paused_ticks.wrapping_add(ticks) };
-    }
-
-    /// The thread's clock now.
-    pub unsafe fn clock(&self) -> u64 {
-        // SAFETY: the header is this thread's.
-        unsafe { rdtsc().wrapping_sub((*self.h).paused_ticks) }
     }
 
     /// True when a call of `func` is open on the shadow stack.
