@@ -300,3 +300,22 @@ fn a_coverage_probe_passes_its_own_retire_record() {
     let at = (rip_relative_address(lea).unwrap() - TO) as usize;
     assert_eq!(t.bytes.get(at..at + 7), Some(&[5, 5, 0xb8, 0x01, 0x00, 0x00, 0x00][..]), "{insns:?}");
 }
+
+#[test]
+fn counting_code_goes_on_into_the_moved_copy() {
+    // push rbp; mov rbp,rsp: no jump may lead back to the original (the site's own jump).
+    let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
+    let moved = Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 4), syscalls: None };
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100, entry_tag: 0 };
+    let trampolines = [
+        ("counting", counting_trampoline(&ACCESS, &moved, TO).unwrap()),
+        ("probing counting", probing_counting_trampoline(TO + 0x40_0080, 7, &ACCESS, &moved, TO).unwrap()),
+        ("block counting", block_counting_trampoline(&ACCESS, &moved, false, TO).unwrap()),
+        ("timed", timed_trampoline(&timed, &moved, None, TO).unwrap()),
+    ];
+    for (kind, t) in trampolines {
+        let insns: Vec<_> = decode(&t.bytes, TO).collect();
+        assert!(insns.iter().all(|i| branch_target(i) != Some(FROM)), "{kind}: a jump back to the site: {insns:?}");
+        assert!(insns.iter().any(|i| i.mnemonic() == iced_x86::Mnemonic::Push && i.op0_register() == iced_x86::Register::RBP), "{kind}: the moved push");
+    }
+}

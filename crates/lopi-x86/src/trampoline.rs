@@ -470,7 +470,7 @@ pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead:
 pub fn probing_counting_trampoline(stub: u64, counter: u32, c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
-    insns.extend(counting_code(c, body_ip(body)?)?);
+    insns.extend(counting_code(c, body_label(body)?)?);
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
     encode_with_section(&insns, body.insns, ip)
