@@ -177,13 +177,7 @@ def main() -> int:
     prev = against[0] if against else None
     if against:
         LABEL[PREV] = f"lopi at {against[1]} (--against), entry count (all functions)"
-        for wl in ("w1", "w2"):
-            prog = bins[wl][BASE]
-            out, why, notes = h.rewrite_or_skip(prev, prog, BUILD / (prog.name + ".lopi-prev"))
-            if out:
-                bins[wl][PREV], notes_extra[wl][PREV] = out, notes
-            else:
-                log(f"the previous build could not rewrite {prog.name}: {why}")
+        h.rewrite_previous(prev, bins, BUILD, ".lopi-prev", notes_extra)
 
     w2_title = f"W2 speedtest1 --memdb --size {size}"
     groups = [(key, title, "w1", argv, HOT_NS, w1_check, fn)

@@ -501,6 +501,19 @@ def against_rows(title: str, res: dict, base: str, lopi: str, rev: str) -> list[
             f"{change:+.1%} | {verdict} |"]
 
 
+def rewrite_previous(prev: Path, bins: dict, outdir: Path, suffix: str, notes: dict,
+                     args: Optional[list[str]] = None) -> None:
+    """The W1 and W2 programs rewritten by the previous build (`bins[wl][PREV]`), as today's
+    are; a program it cannot rewrite has no PREV configuration (said on stderr)."""
+    for wl in ("w1", "w2"):
+        prog = bins[wl]["baseline"]
+        out, why, rnotes = rewrite_or_skip(prev, prog, outdir / (prog.name + suffix), args)
+        if out:
+            bins[wl][PREV], notes[wl][PREV] = out, rnotes
+        else:
+            log(f"the previous build could not rewrite {prog.name}: {why}")
+
+
 AGAINST_HEAD = ["| workload | today x uninstr. | previous build x uninstr. | change | verdict |",
                 "|---|---|---|---|---|"]
 

@@ -325,13 +325,7 @@ def main() -> int:
     prev = against[0] if against else None
     if against:
         LABEL[PREV] = f"lopi at {against[1]} (--against) rewrite {' '.join(lopi_args)} (all functions)"
-        for wl in ("w1", "w2"):
-            prog = bins[wl][BASE]
-            out, why, notes = h.rewrite_or_skip(prev, prog, BUILD / (prog.name + ".lopi-timing-prev"), lopi_args)
-            if out:
-                bins[wl][PREV], notes_extra[wl][PREV] = out, notes
-            else:
-                log(f"the previous build could not rewrite {prog.name}: {why}")
+        h.rewrite_previous(prev, bins, BUILD, ".lopi-timing-prev", notes_extra, lopi_args)
 
     # The floor runs as one more member of every round, so it sees the load the tools see.
     floor_v = h.Variant(FLOOR, [str(bins["floor"]), str(FLOOR_CALLS)],
