@@ -197,7 +197,7 @@ PROGRAMS = [
     Program("openssl-sha", "crypto (assembly)", ["openssl", "dgst", "-sha512"], lambda: BIN, stdin="data.bin",
             packages={"openssl": "openssl"}),
     Program("sha256sum", "crypto", ["sha256sum"], lambda: BIN, stdin="data.bin"),
-    Program("python3.11", "interpreter", ["python3.11", "-"], lambda: {"p.py": PY, **TEXT}, stdin="p.py", ci=True,
+    Program("python3.11", "interpreter", ["/usr/bin/python3.11", "-"], lambda: {"p.py": PY, **TEXT}, stdin="p.py", ci=True,
             packages={"python3.11": "python3.11"}),
     Program("perl", "interpreter", ["perl", "-"], lambda: {"p.pl": PERL, **TEXT}, stdin="p.pl"),
     Program("tclsh", "interpreter", ["tclsh"], lambda: {"p.tcl": TCL, **TEXT}, stdin="p.tcl",

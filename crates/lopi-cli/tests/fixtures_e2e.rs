@@ -664,6 +664,7 @@ fixture_tests! {
     fixture_libfix_main => "libfix_main.c",
     fixture_dlopen_main => "dlopen_main.c",
     fixture_own_address => "own_address.c",
+    fixture_legacy_init => "legacy_init.c",
 }
 
 /// Every program fixture in fixtures/ must have a test above.

@@ -5,8 +5,11 @@
 //! (`lopi-image`) is appended as three segments; the init stub goes in its entry room and
 //! the moved program headers in its header room.
 //!
-//! The init stub is reached through `DT_INIT`: it registers the module with the runtime and
-//! then chains to the original `DT_INIT` function, if there was one.
+//! The init stub registers the module with the runtime, then goes on where the module would
+//! have. A library's is reached through `DT_INIT` and chains to the original `DT_INIT`
+//! function, if there was one. An executable's is its entry point (`e_entry`), and jumps to
+//! the original one: programs linked against glibc < 2.34 (Debian's gzip) call their `_init`
+//! from their own `__libc_csu_init`, by address, and nothing reads their `DT_INIT`.
 #![forbid(unsafe_code)]
 
 use lopi_elf::ElfModule;
@@ -26,6 +29,7 @@ mod elf {
     pub const DT_NULL: u64 = 0;
     pub const DT_INIT: u64 = 12;
     pub const PHENT_SIZE: usize = 56;
+    pub const E_ENTRY: usize = 0x18;
     pub const E_PHOFF: usize = 0x20;
     pub const E_PHNUM: usize = 0x38;
     pub const E_SHOFF: usize = 0x28;
@@ -67,7 +71,10 @@ pub struct Rewritten {
 
 /// `endbr64; push rdi; push rsi; push rdx; mov rcx,rdx; mov rdx,rsi; mov rsi,rdi;
 /// lea rdi,[rip+desc]; call init; pop rdx; pop rsi; pop rdi; jmp chain|ret`.
-const STUB_LEN: usize = 4 + 3 + 9 + 7 + 5 + 3 + 5;
+const INIT_STUB_LEN: usize = 4 + 3 + 9 + 7 + 5 + 3 + 5;
+
+/// The entry room the stubs need: the longer of the two.
+const STUB_LEN: usize = if ENTRY_STUB_LEN > INIT_STUB_LEN { ENTRY_STUB_LEN } else { INIT_STUB_LEN };
 
 /// Builds the new image. `selection` comes from [`lopi_patch::select`] on the same module.
 pub fn rewrite(module: &ElfModule<'_>, selection: Selection, names: &ModuleNames, recording: Recording) -> Result<Rewritten, RewriteError> {
@@ -87,7 +94,8 @@ pub fn rewrite_with_script(
     if contains(input, &DESCRIPTOR_MAGIC_PREFIX) {
         return Err(RewriteError::AlreadyRewritten);
     }
-    let init_slot = find_init_slot(module)?;
+    let executable = !matches!(module.kind, lopi_elf::ModuleKind::SharedLibrary);
+    let init_slot = if executable { None } else { Some(find_init_slot(module)?) };
     // User-space addresses are below 2^47: a module ending beyond 2^46 is malformed.
     if module.end_of_image().0 > 1 << 46 || input.len() as u64 > 1 << 40 {
         return Err(RewriteError::TooLarge);
@@ -110,7 +118,10 @@ pub fn rewrite_with_script(
         let at = module.offset_of(patch.at).expect("the planner only patches file-backed code").0 as usize;
         image[at..at + patch.bytes.len()].copy_from_slice(&patch.bytes);
     }
-    let stub = init_stub(built.entry_code, built.descriptor, built.init, init_slot.chain);
+    let stub = match &init_slot {
+        Some(slot) => init_stub(built.entry_code, built.descriptor, built.init, slot.chain),
+        None => entry_stub(built.entry_code, built.descriptor, built.init, module.entry.0),
+    };
     let s = file_offset(built.entry_code) as usize;
     image[s..s + stub.len()].copy_from_slice(&stub);
 
@@ -126,9 +137,14 @@ pub fn rewrite_with_script(
 
     image[elf::E_PHOFF..elf::E_PHOFF + 8].copy_from_slice(&r_offset.to_le_bytes());
     image[elf::E_PHNUM..elf::E_PHNUM + 2].copy_from_slice(&(phnum as u16).to_le_bytes());
-    let slot = init_slot.offset as usize;
-    image[slot..slot + 8].copy_from_slice(&elf::DT_INIT.to_le_bytes());
-    image[slot + 8..slot + 16].copy_from_slice(&built.entry_code.to_le_bytes());
+    match init_slot {
+        Some(slot) => {
+            let slot = slot.offset as usize;
+            image[slot..slot + 8].copy_from_slice(&elf::DT_INIT.to_le_bytes());
+            image[slot + 8..slot + 16].copy_from_slice(&built.entry_code.to_le_bytes());
+        }
+        None => image[elf::E_ENTRY..elf::E_ENTRY + 8].copy_from_slice(&built.entry_code.to_le_bytes()),
+    }
     let sections = [
         (".lopi.data", elf::SHF_ALLOC | elf::SHF_WRITE, rw.start, file_offset(rw.start), rw.end - rw.start, PAGE_SIZE),
         (".lopi.text", elf::SHF_ALLOC | elf::SHF_EXECINSTR, rx.start, file_offset(rx.start), rx.end - rx.start, 16),
@@ -208,6 +224,27 @@ fn rel32(from_end: u64, to: u64) -> [u8; 4] {
     (to.wrapping_sub(from_end) as i64 as i32).to_le_bytes()
 }
 
+/// `endbr64; push rdx; sub rsp,8; mov rsi,[rsp+16]; lea rdx,[rsp+24]; lea rcx,[rdx+rsi*8+8];
+/// lea rdi,[rip+desc]; call init; add rsp,8; pop rdx; jmp entry`.
+const ENTRY_STUB_LEN: usize = 4 + 1 + 4 + 5 + 5 + 5 + 7 + 5 + 4 + 1 + 5;
+
+/// An executable's entry point: the process's first instruction after the loader's, with
+/// `[rsp]` = argc, then argv and envp, and `rdx` the loader's finaliser for `_start` to
+/// register. Registers the module with (argc, argv, envp), then jumps to the original entry
+/// with the stack and `rdx` as they were. The pushes keep the call's stack 16-byte aligned.
+fn entry_stub(at: u64, descriptor: u64, init: u64, entry: u64) -> Vec<u8> {
+    let mut code = vec![0xf3, 0x0f, 0x1e, 0xfa, 0x52, 0x48, 0x83, 0xec, 0x08];
+    code.extend_from_slice(&[0x48, 0x8b, 0x74, 0x24, 0x10, 0x48, 0x8d, 0x54, 0x24, 0x18, 0x48, 0x8d, 0x4c, 0xf2, 0x08]);
+    code.extend_from_slice(&[0x48, 0x8d, 0x3d]);
+    code.extend_from_slice(&rel32(at + code.len() as u64 + 4, descriptor));
+    code.push(0xe8);
+    code.extend_from_slice(&rel32(at + code.len() as u64 + 4, init));
+    code.extend_from_slice(&[0x48, 0x83, 0xc4, 0x08, 0x5a, 0xe9]);
+    code.extend_from_slice(&rel32(at + code.len() as u64 + 4, entry));
+    debug_assert_eq!(code.len(), ENTRY_STUB_LEN);
+    code
+}
+
 /// Called as a `DT_INIT` function with (argc, argv, envp): registers the module, then
 /// chains. Three pushes realign the stack to 16 bytes for the call.
 fn init_stub(at: u64, descriptor: u64, init: u64, chain: Option<u64>) -> Vec<u8> {
@@ -224,7 +261,7 @@ fn init_stub(at: u64, descriptor: u64, init: u64, chain: Option<u64>) -> Vec<u8>
         }
         None => code.push(0xc3),
     }
-    debug_assert!(code.len() <= STUB_LEN);
+    debug_assert!(code.len() <= INIT_STUB_LEN);
     code
 }
 

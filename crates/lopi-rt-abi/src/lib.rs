@@ -10,7 +10,7 @@
 pub const PAGE_SIZE: u64 = 4096;
 
 /// First bytes of a data file; the rest of the first page is reserved.
-pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT5";
+pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT6";
 
 /// What every data file magic starts with, of any version.
 pub const DATA_MAGIC_PREFIX: [u8; 7] = *b"LOPIDAT";
