@@ -70,17 +70,22 @@ def wait_for_port(port, seconds, proc):
     return False
 
 
+# System calls a program waits for its input in: poll, select, ppoll, pselect6 (xz -T2 polls).
+WAITS = {"7", "23", "270", "271"}
+
+
 def wait_for_stdin_read(pid, seconds):
-    """Waits until process `pid` is blocked reading its standard input (`read(0, ...)`, from
-    /proc/PID/syscall): its start-up, libraries included, is over."""
+    """Waits until process `pid` is blocked waiting for its standard input (`read(0, ...)`, or
+    polling, from /proc/PID/syscall): its start-up, libraries included, is over."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
             with open(f"/proc/{pid}/syscall") as f:
-                if f.read().startswith("0 0x0 "):
-                    return True
+                call = f.read().split()
         except OSError:
             return False
+        if call[:2] == ["0", "0x0"] or call[:1] and call[0] in WAITS:
+            return True
         time.sleep(0.01)
     return False
 
