@@ -269,3 +269,24 @@ fn the_syscalls_view_keeps_the_runtimes_calls_apart() {
     }
     cleanup(&dir);
 }
+
+/// Under an emulated application kernel (`LOPI_WHATIF=app-kernel`) each thread's calls are
+/// made by a proxy thread the runtime starts: the proxy's own calls (its `clone`, affinity,
+/// name, waits) are lopi's, the calls it makes for the program (its getpid) are the program's.
+#[test]
+fn an_application_kernels_forwarded_calls_stay_the_programs() {
+    let dir = fresh_dir("runtime-cost-appkernel");
+    let prog = build(&dir);
+    let rewritten = rewrite(&prog, "entry,exit,syscall", &dir);
+    let (native, plain) = under_strace(Command::new(&prog).arg("full"), &dir.join("native.strace"));
+    let data = dir.join("appkernel.lopi");
+    let (probed, counted) =
+        under_strace(Command::new(&rewritten).arg("full").env("LOPI_OUTPUT", &data).env("LOPI_WHATIF", "app-kernel"), &dir.join("probed.strace"));
+    assert_eq!(probed.stdout_str(), native.stdout_str(), "the program's output under the application kernel");
+    let report = syscall_report(&data);
+    assert_eq!(by_syscall(&report["syscalls"], "calls"), BTreeMap::from([("getpid".to_string(), 10)]), "the program's own calls, made by its proxies");
+    let own = runtime_calls(&report["runtime_syscalls"], "name");
+    assert!(own.get("clone").is_some_and(|&n| n >= 2), "a proxy for each process's thread that calls: {own:?}");
+    assert_eq!(as_signed(&own, "futex"), added(&counted, &plain, "futex"), "the runtime's calls by name (report) against strace's beyond the native run");
+    cleanup(&dir);
+}

@@ -324,7 +324,7 @@ fn module_record(rest: &[u8]) -> Result<(u64, Record), String> {
         .counters_len
         .checked_sub(own_calls::LEN)
         .filter(|&at| at >= count_bytes)
-        .and_then(|at| slice(header.counters_offset + at, own_calls::LEN))
+        .and_then(|at| slice(header.counters_offset.checked_add(at)?, own_calls::LEN))
         .ok_or("the runtime's own calls lie outside its counters")?;
     let own_calls = read_counts(own_table)
         .chunks_exact(2)
