@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # All of lopi's benchmarks, one command:
 #
-#   bench/run.sh [--quick]
+#   bench/run.sh [--quick] [--against REV]
+#
+# --against REV builds lopi at git revision REV beside today's tree (bench/lib/build_against.sh)
+# and runs the same probes with it in the same rounds in the entry-count and timing benchmarks:
+# their tables get its column and an "Against REV" section, where a regression shows as a ratio
+# measured in one run (today's fastest run slower than REV's slowest: **REGRESSION**).
 #
 # 1. installs the anchors it can: uftrace, valgrind, bpftrace (apt-get), frida and matplotlib (pip);
 #    what cannot be installed is shown as skipped, with the reason, in the tables;
@@ -21,13 +26,21 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 quick=()
-for arg in "$@"; do
-    case $arg in
+against=""
+while (($#)); do
+    case $1 in
         --quick) quick=(--quick) ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-        *) echo "usage: bench/run.sh [--quick]" >&2; exit 2 ;;
+        --against) against=${2:?--against needs a revision}; shift ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        *) echo "usage: bench/run.sh [--quick] [--against REV]" >&2; exit 2 ;;
     esac
+    shift
 done
+if [[ -n $against ]]; then
+    LOPI_AGAINST=$("$here/lib/build_against.sh" "$against")
+    LOPI_AGAINST_REV=$(git -C "$repo" rev-parse --short "$against")
+    export LOPI_AGAINST LOPI_AGAINST_REV
+fi
 
 . "$repo/bench/lib/install.sh"
 bench_require gcc make python3 flock

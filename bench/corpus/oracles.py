@@ -28,7 +28,10 @@ import gdb, json, re
 gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 gdb.execute("set print thread-events off")
-gdb.execute("starti" + STDIN, to_string=True)
+# The program's environment as lopi run gives it: without gdb's LINES and COLUMNS.
+gdb.execute("unset environment LINES")
+gdb.execute("unset environment COLUMNS")
+gdb.execute("starti" + ARGS, to_string=True)
 auxv = gdb.execute("info auxv", to_string=True)
 entry = re.search(r"AT_ENTRY\s.*?(0x[0-9a-f]+)", auxv).group(1)
 gdb.execute("tbreak *" + entry, to_string=True)
@@ -67,6 +70,21 @@ def wait_for_port(port, seconds, proc):
     return False
 
 
+def wait_for_stdin_read(pid, seconds):
+    """Waits until process `pid` is blocked reading its standard input (`read(0, ...)`, from
+    /proc/PID/syscall): its start-up, libraries included, is over."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                if f.read().startswith("0 0x0 "):
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.01)
+    return False
+
+
 def wait_for_line(stream, needles, seconds):
     """Reads `stream` (unbuffered, by its descriptor) until it holds one of `needles`: (found,
     what was read)."""
@@ -98,13 +116,13 @@ def report(h, d, *args):
 def syscalls(h, program, exe, d):
     script = d / "oracle_gdb.py"
     out = d / "oracle_syscalls.json"
-    # `starti ARGS` sets the program's arguments (through the shell, which redirects stdin).
+    # `starti ARGS` sets the program's arguments and its input (through the shell: gdb's own
+    # stdin is not the program's in batch mode).
     args = " " + " ".join(shlex.quote(a) for a in program.argv[1:])
-    if program.stdin:
-        args += " < " + shlex.quote(str(d / program.stdin))
-    script.write_text(f"STDIN = {args!r}\nOUT = {str(out)!r}\n" + GDB_SCRIPT)
+    args += " < " + shlex.quote(str(d / program.stdin) if program.stdin else os.devnull)
+    script.write_text(f"ARGS = {args!r}\nOUT = {str(out)!r}\n" + GDB_SCRIPT)
     p = subprocess.run(["gdb", "-q", "-batch", "-nx", "-x", str(script), exe], cwd=d, capture_output=True,
-                       timeout=600)
+                       env=h.env({**program.env, "PWD": str(d)}), timeout=600)
     if not out.exists():
         return {"equal": False, "summary": "gdb failed", "detail": p.stderr.decode(errors="replace")[-200:]}
     want = {int(nr): n for nr, n in json.loads(out.read_text()).items()}
@@ -171,11 +189,14 @@ def uprobe_counts(program, exe, d, points):
         stdin = open(d / program.stdin, "rb") if program.stdin else subprocess.DEVNULL
         # Only the program loads the rewritten libraries (perf itself would record too): env
         # sets them up for it alone.
-        settings = [f"LD_LIBRARY_PATH={d / 'rw'}", f"LOPI_OUTPUT={d / 'oracle.lopi'}", "LC_ALL=C.UTF-8",
+        settings = [f"LD_LIBRARY_PATH={d / 'rw'}", f"LOPI_OUTPUT={d / 'oracle.lopi'}", "LC_ALL=C.UTF-8", f"PWD={d}",
                     *(f"{k}={v}" for k, v in program.env.items())]
         rewritten = str(d / "rw" / os.path.basename(exe))
         argv = ["env", *settings, rewritten, *program.argv[1:]]
-        p = subprocess.run(["perf", "stat", "-x", ",", "-e", "lopicorpus:*", "--", *argv], cwd=d, stdin=stdin,
+        # System-wide (-a): counts inherited by a process tree are lost when a child outlives its
+        # parent (bash's pipelines in command substitutions: 928 hits of 938); only this run
+        # executes the rewritten files.
+        p = subprocess.run(["perf", "stat", "-a", "-x", ",", "-e", "lopicorpus:*", "--", *argv], cwd=d, stdin=stdin,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
         counts = {}
         for line in p.stderr.splitlines():

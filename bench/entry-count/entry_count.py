@@ -33,13 +33,14 @@ W1_FLAGS, W2_FLAGS = h.W1_FLAGS, h.W2_FLAGS
 FINSTR = ["-finstrument-functions"]
 log = h.log
 
-BASE, LOPI, GCC = "baseline", "lopi", "gcc-finstr"
+BASE, LOPI, GCC, PREV = "baseline", "lopi", "gcc-finstr", h.PREV
 LABEL = {
     BASE: "baseline (uninstrumented)",
     LOPI: "lopi rewrite, entry count (all functions)",
     GCC: "gcc -finstrument-functions + count hook",
+    PREV: "the previous build's lopi rewrite, entry count (--against)",
 }
-TOOLS = {BASE: h.TOOL["base"], LOPI: h.TOOL["lopi-entry"], GCC: h.TOOL["gcc-count"]}
+TOOLS = {BASE: h.TOOL["base"], LOPI: h.TOOL["lopi-entry"], GCC: h.TOOL["gcc-count"], PREV: h.TOOL["lopi-entry"]}
 
 
 # ---------------------------------------------------------------- building
@@ -69,11 +70,15 @@ def build_all(sqlite_dir: Path) -> dict:
 
 HOT_NS, TOTAL, w1_check = h.HOT_NS, h.TOTAL, h.w1_check
 def make_variants(workload: str, argv_tail: list[str], bins: dict, lopi: Optional[Path],
-                  lopi_skip: str, metric, check) -> list[h.Variant]:
+                  lopi_skip: str, metric, check, prev: Optional[Path] = None) -> list[h.Variant]:
     lopi_before, lopi_after = h.lopi_data_hooks(lopi, BUILD / "lopi-data" / workload)
     vs = [h.Variant(BASE, [str(bins[BASE]), *argv_tail], metric, check=check)]
     vs.append(h.Variant(LOPI, [str(bins.get(LOPI, "lopi-missing")), *argv_tail], metric,
                         before=lopi_before, after=lopi_after, check=check, skip_reason=lopi_skip))
+    if prev and PREV in bins:
+        # The previous build reads its own records.
+        pb, pa = h.lopi_data_hooks(prev, BUILD / "lopi-data" / (workload + "-prev"))
+        vs.append(h.Variant(PREV, [str(bins[PREV]), *argv_tail], metric, before=pb, after=pa, check=check))
     vs.append(h.Variant(GCC, [str(bins[GCC]), *argv_tail], metric, after=h.count_hook_after, check=check))
     return vs
 
@@ -108,7 +113,7 @@ def summarise(title: str, variants: list[h.Variant], res: dict, notes_extra: dic
             notes.append(f"wall-clock x{st.wall_median / base.wall_median:.2f}")
             if calls:
                 pcall = f"{(st.median - base.median) / calls * 1e9:.2f}"
-        if v.name == LOPI:
+        if v.name in (LOPI, PREV):
             notes += h.lopi_report_notes(runs, expected)
         if v.name == GCC and expected and calls:
             notes.append(f"hook calls − expected {expected['fn']} calls = {calls - expected['calls']:,} (other functions)")
@@ -168,6 +173,11 @@ def main() -> int:
                 bins[wl][LOPI], notes_extra[wl][LOPI] = out, notes
     else:
         log(f"lopi binary not found ({a.lopi}): lopi rows are skipped")
+    against = h.previous_build()
+    prev = against[0] if against else None
+    if against:
+        LABEL[PREV] = f"lopi at {against[1]} (--against), entry count (all functions)"
+        h.rewrite_previous(prev, bins, BUILD, ".lopi-prev", notes_extra)
 
     w2_title = f"W2 speedtest1 --memdb --size {size}"
     groups = [(key, title, "w1", argv, HOT_NS, w1_check, fn)
@@ -176,11 +186,14 @@ def main() -> int:
     all_res: dict[str, dict] = {}
     rows: list[list[str]] = []
     entries: list[dict] = []
+    against_rows: list[str] = []
     for key, title, wl, argv, metric, check, fn in groups:
         log(f"{title}: n={n} (+1 warm-up), interleaved")
-        vs = make_variants(key, argv, bins[wl], lopi, lopi_skip[wl], metric, check)
+        vs = make_variants(key, argv, bins[wl], lopi, lopi_skip[wl], metric, check, prev)
         res = h.run_interleaved(vs, n, warmup=1, log=log)
         all_res[title] = res
+        if against:
+            against_rows += h.against_rows(title, res, BASE, LOPI, against[1])
         expected = h.w1_expected(res[BASE], fn) if fn else {}
         rows += summarise(title, vs, res, notes_extra[wl], expected)
         entries += h.summary_entries("entry-count", key, title, vs, res, LABEL, TOOLS, expected)
@@ -216,6 +229,8 @@ def main() -> int:
         "",
         table,
         "",
+        *([f"## Against {against[1]} (`bench/run.sh --against {against[1]}`: the same probes by that build, "
+           "in the same rounds)", "", *h.AGAINST_HEAD, *against_rows, ""] if against else []),
         f"## Floor on this machine (`bench/entry-count/floor.c`, {loop_n:,} direct calls, n={n})",
         "",
         "| case | ns/call median [min–max] | ns/call over plain call |",

@@ -472,6 +472,52 @@ def find_lopi(path: Path, snapshot_dir: Optional[Path] = None) -> tuple[Optional
     return copy, info
 
 
+PREV = "lopi-prev"
+
+
+def previous_build() -> Optional[tuple[Path, str]]:
+    """The lopi `bench/run.sh --against REV` built (LOPI_AGAINST, LOPI_AGAINST_REV): (binary, REV).
+    Benchmarks then run the same probes with it as one more configuration (PREV) in the same
+    rounds, so that a regression shows as a ratio measured side by side, not across runs."""
+    path, rev = os.environ.get("LOPI_AGAINST"), os.environ.get("LOPI_AGAINST_REV", "previous")
+    if not path:
+        return None
+    if not (Path(path).is_file() and os.access(path, os.X_OK)):
+        raise SystemExit(f"LOPI_AGAINST={path}: not an executable (bench/lib/build_against.sh REV builds one)")
+    return Path(path), rev
+
+
+def against_rows(title: str, res: dict, base: str, lopi: str, rev: str) -> list[str]:
+    """A Markdown row comparing lopi's configuration with the previous build's (PREV) in the same
+    rounds: both ratios to the uninstrumented program and the verdict. A regression is today's
+    fastest run slower than the previous build's slowest."""
+    b, now, prev = stats(res.get(base, [])), stats(res.get(lopi, [])), stats(res.get(PREV, []))
+    if not (b and now and prev):
+        return [f"| {title} | - | - | - | not measured |"]
+    change = now.median / prev.median - 1
+    verdict = ("**REGRESSION**" if now.lo > prev.hi else "faster" if now.hi < prev.lo
+               else "within the runs' spread")
+    return [f"| {title} | x{now.median / b.median:.2f} | x{prev.median / b.median:.2f} ({rev}) | "
+            f"{change:+.1%} | {verdict} |"]
+
+
+def rewrite_previous(prev: Path, bins: dict, outdir: Path, suffix: str, notes: dict,
+                     args: Optional[list[str]] = None) -> None:
+    """The W1 and W2 programs rewritten by the previous build (`bins[wl][PREV]`), as today's
+    are; a program it cannot rewrite has no PREV configuration (said on stderr)."""
+    for wl in ("w1", "w2"):
+        prog = bins[wl]["baseline"]
+        out, why, rnotes = rewrite_or_skip(prev, prog, outdir / (prog.name + suffix), args)
+        if out:
+            bins[wl][PREV], notes[wl][PREV] = out, rnotes
+        else:
+            log(f"the previous build could not rewrite {prog.name}: {why}")
+
+
+AGAINST_HEAD = ["| workload | today x uninstr. | previous build x uninstr. | change | verdict |",
+                "|---|---|---|---|---|"]
+
+
 def lopi_rewrite(lopi: Path, prog: Path, out: Path, extra: Optional[list[str]] = None
                  ) -> tuple[Optional[str], float, str]:
     """`lopi rewrite PROG -o OUT [extra]`: (error or None, seconds, lopi's stderr+stdout); the

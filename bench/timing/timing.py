@@ -42,8 +42,8 @@ PFE = ["-fpatchable-function-entry=5"]
 LOPI_PROBE = ["--probe", "entry,exit"]
 log = h.log
 
-BASE, LOPI, UFT_PG, UFT_PFE, UFT_DYN, GCC = (
-    "baseline", "lopi", "uftrace-pg", "uftrace-pfe", "uftrace-dyn", "gcc-finstr-timing")
+BASE, LOPI, UFT_PG, UFT_PFE, UFT_DYN, GCC, PREV = (
+    "baseline", "lopi", "uftrace-pg", "uftrace-pfe", "uftrace-dyn", "gcc-finstr-timing", h.PREV)
 FLOOR = "floor"
 FLOOR_CALLS = 5_000_000
 LABEL = {
@@ -53,9 +53,11 @@ LABEL = {
     UFT_PFE: "uftrace record -P ., -fpatchable-function-entry=5 build",
     UFT_DYN: "uftrace record -P ., unmodified binary",
     GCC: "gcc -finstrument-functions + timing_hooks.c",
+    PREV: "the previous build's lopi rewrite --probe entry,exit (--against)",
 }
 TOOLS = {BASE: h.TOOL["base"], LOPI: h.TOOL["lopi-timing"], UFT_PG: h.TOOL["uftrace-pg"],
-         UFT_PFE: h.TOOL["uftrace-pfe"], UFT_DYN: h.TOOL["uftrace-dyn"], GCC: h.TOOL["gcc-timing"]}
+         UFT_PFE: h.TOOL["uftrace-pfe"], UFT_DYN: h.TOOL["uftrace-dyn"], GCC: h.TOOL["gcc-timing"],
+         PREV: h.TOOL["lopi-timing"]}
 UFTRACE = (UFT_PG, UFT_PFE, UFT_DYN)
 # build flags per configuration that needs its own binary
 BUILD_FLAGS = {UFT_PG: PG, UFT_PFE: PFE, GCC: FINSTR}
@@ -118,14 +120,19 @@ def lopi_keep(rep: dict) -> dict:
 
 
 def make_variants(key: str, argv_tail: list[str], bins: dict, skip: dict, lopi: Optional[Path], metric, check,
-                  counted: dict, count: bool = True) -> list[h.Variant]:
+                  counted: dict, count: bool = True, prev: Optional[Path] = None) -> list[h.Variant]:
     """One Variant per configuration; count=False leaves out reading the tools' reports
-    (the correctness runs)."""
+    (the correctness runs). With `prev` (--against), the previous build's lopi too."""
     data = BUILD / "data" / key
     vs = [h.Variant(BASE, [str(bins[BASE]), *argv_tail], metric, check=check)]
     lb, la = h.lopi_data_hooks(lopi, data / "lopi", lopi_keep)
     vs.append(h.Variant(LOPI, [str(bins.get(LOPI, "lopi-missing")), *argv_tail], metric, before=lb,
                         after=la if count else None, check=check, skip_reason=skip.get(LOPI, "")))
+    if prev and PREV in bins:
+        # The previous build reads its own records.
+        pb, pa = h.lopi_data_hooks(prev, data / "prev", lopi_keep)
+        vs.append(h.Variant(PREV, [str(bins[PREV]), *argv_tail], metric, before=pb, after=pa if count else None,
+                            check=check))
     for mode in UFTRACE:
         prog = bins.get(BASE if mode == UFT_DYN else mode, f"{mode}-missing")
         vs.append(h.uftrace_variant(mode, prog, argv_tail, data / mode, counted.setdefault(mode, {}), metric,
@@ -180,7 +187,7 @@ def summarise(title: str, variants: list[h.Variant], res: dict, notes_extra: dic
         sizes = [r.extra["data_bytes"] for r in runs if r.extra.get("data_bytes")]
         if sizes:
             notes.append(f"data {h.fmt_bytes(int(statistics.median(sizes)))}")
-        if v.name == LOPI:
+        if v.name in (LOPI, PREV):
             notes += h.lopi_report_notes(runs, expected)
             if not any(r.extra.get("has_times") for r in runs):
                 notes.append("report has NO times (total_ns)")
@@ -314,6 +321,11 @@ def main() -> int:
             skip[wl][LOPI] = why
     if lopi_why:
         log(lopi_why)
+    against = h.previous_build()
+    prev = against[0] if against else None
+    if against:
+        LABEL[PREV] = f"lopi at {against[1]} (--against) rewrite {' '.join(lopi_args)} (all functions)"
+        h.rewrite_previous(prev, bins, BUILD, ".lopi-timing-prev", notes_extra, lopi_args)
 
     # The floor runs as one more member of every round, so it sees the load the tools see.
     floor_v = h.Variant(FLOOR, [str(bins["floor"]), str(FLOOR_CALLS)],
@@ -330,11 +342,14 @@ def main() -> int:
     checked: list[tuple] = []
     counted: dict[str, dict] = {}
     measured = []
+    against_rows: list[str] = []
     for key, title, wl, argv, metric, check, fn in groups:
         log(f"{title}: n={n} (+1 warm-up), interleaved, with the floor")
-        vs = make_variants(key, argv, bins[wl], skip[wl], lopi, metric, check, counted.setdefault(key, {}))
+        vs = make_variants(key, argv, bins[wl], skip[wl], lopi, metric, check, counted.setdefault(key, {}), prev=prev)
         res = h.run_interleaved([*vs, floor_v], n, warmup=1, log=log)
         all_res[title] = res
+        if against:
+            against_rows += h.against_rows(title, res, BASE, LOPI, against[1])
         measured.append((key, title, wl, vs, res, h.w1_expected(res[BASE], fn) if fn else {}))
         checked.append((title, vs, res, "`calls_expected=` and `result=` of every run" if fn
                         else "test names and TOTAL line of every timed run (times removed)"))
@@ -403,6 +418,8 @@ def main() -> int:
         "",
         table,
         "",
+        *([f"## Against {against[1]} (`bench/run.sh --against {against[1]}`: the same probes by that build, "
+           "in the same rounds)", "", *h.AGAINST_HEAD, *against_rows, ""] if against else []),
         f"## Floor on this machine (`bench/timing/floor.c`, {FLOOR_CALLS:,} calls of one function per case, "
         f"run once in every recorded round of every workload: {len(floor_runs)} runs)",
         "",

@@ -205,7 +205,7 @@ pub fn report_text(profile: &Profile, top: usize) -> String {
     let called: Vec<_> = profile.functions.iter().filter(|f| f.calls > 0).collect();
     let _ = writeln!(out, "functions called: {} of {} probed, {} calls in total", called.len(), profile.functions.len(), profile.total_calls);
     if let Some(timing) = &profile.timing {
-        timing_notes(&mut out, timing);
+        timing_notes(&mut out, profile, timing);
         open_note(&mut out, profile);
     }
     if let Some(line) = runtime_note(&profile.runtime_syscalls) {
@@ -276,7 +276,7 @@ fn open_note(out: &mut String, profile: &Profile) {
     );
 }
 
-fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
+fn timing_notes(out: &mut String, profile: &Profile, timing: &lopi_trace::TimingSummary) {
     let threads = &timing.threads;
     let pc = &timing.probe_cost;
     let _ = writeln!(
@@ -336,7 +336,7 @@ fn timing_notes(out: &mut String, timing: &lopi_trace::TimingSummary) {
             .take(12)
             .map(|(pid, s)| {
                 let within = if processes.len() > 1 { format!(" in pid {pid}") } else { String::new() };
-                format!("{} at {}{within} ({:.3} M calls/s)", s.function, duration(s.at_ms * 1e6), s.calls_per_s / 1e6)
+                format!("{}{} at {}{within} ({} calls/s)", s.function, module_suffix(profile, &s.module), duration(s.at_ms * 1e6), rate(s.calls_per_s))
             })
             .collect();
         let more = switches.len() - list.len();
@@ -385,14 +385,35 @@ pub fn budget_text(profile: &Profile) -> Option<String> {
                 "  over budget: functions whose calls are long enough that their probes cost under the budget's share of each stay timed, and a phase of the program with new short functions is timed until a check switches them"
             );
         }
+        if !b.modules_without_table.is_empty() {
+            let _ = writeln!(
+                out,
+                "  the data file could not grow for the budget's table of {}: their functions stayed timed",
+                b.modules_without_table.join(", ")
+            );
+        }
+        if b.unkept_checks > 0 {
+            let _ = writeln!(
+                out,
+                "  {} checks ran in modules beyond the {} whose functions a thread's budget switches ({}): the others' functions stayed timed",
+                b.unkept_checks,
+                b.modules.len(),
+                b.modules.join(", ")
+            );
+        }
         if !t.switches.is_empty() {
             let _ = writeln!(out, "{:>12}  {:>12}  FUNCTION", "AT", "CALLS/S");
         }
         for s in &t.switches {
-            let _ = writeln!(out, "{:>12}  {:>10.3} M  {}", duration(s.at_ms * 1e6), s.calls_per_s / 1e6, s.function);
+            let _ = writeln!(out, "{:>12}  {:>12}  {}{}", duration(s.at_ms * 1e6), rate(s.calls_per_s), s.function, module_suffix(profile, &s.module));
         }
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// A switch's call rate, in millions a second.
+fn rate(calls_per_s: Option<f64>) -> String {
+    calls_per_s.map_or_else(|| "?".into(), |r| format!("{:.3} M", r / 1e6))
 }
 
 /// `--budget --format json`: per thread, its budget use and its switches.

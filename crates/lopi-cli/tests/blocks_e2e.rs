@@ -6,7 +6,7 @@
 //! live, equal callgrind's count of its first instruction, threads included.
 mod common;
 
-use common::{build_c, cleanup, compile, fresh_dir, lopi_bin, run};
+use common::{block_counts, build_c, callgrind_counts, cleanup, compile, fresh_dir, lopi_bin, run};
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
@@ -135,45 +135,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#;
-
-/// Executions of each instruction address of the program's own code, from callgrind
-/// (`--dump-instr=yes`: an instruction's Ir is its executions).
-fn callgrind_counts(prog: &std::path::Path, args: &[&str], dir: &std::path::Path) -> HashMap<u64, u64> {
-    let out = dir.join("callgrind.out");
-    let status = Command::new(common::require("valgrind", "valgrind"))
-        .args(["-q", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no", "--compress-strings=no"])
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(prog)
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("valgrind (Debian's valgrind package) is the oracle of block counts");
-    assert!(status.success());
-    let mut counts = HashMap::new();
-    let mut after_call = false;
-    for line in std::fs::read_to_string(&out).unwrap().lines() {
-        if line.starts_with("calls=") {
-            after_call = true;
-            continue;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if let (Some(addr), Some(ir)) = (fields.first().and_then(|a| a.strip_prefix("0x")), fields.last()) {
-            // The line after `calls=` is the call's inclusive cost, not the instruction's.
-            if !after_call && fields.len() >= 2 {
-                *counts.entry(u64::from_str_radix(addr, 16).unwrap()).or_default() += ir.parse::<u64>().unwrap_or(0);
-            }
-        }
-        after_call = false;
-    }
-    counts
-}
-
-fn block_counts(data: &std::path::Path, func: &str) -> Vec<Json> {
-    let out = run(Command::new(lopi_bin()).args(["report", "--format", "json", "--blocks", func]).arg(data), common::default_timeout()).unwrap();
-    assert!(out.status.success(), "{}", out.stderr_str());
-    let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
-    json[0]["blocks"].as_array().unwrap().clone()
-}
 
 #[test]
 fn block_counts_equal_callgrinds_static_and_live() {

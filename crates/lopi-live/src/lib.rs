@@ -336,15 +336,24 @@ impl Target {
         let maps = procfs::maps(pid).map_err(LiveError::io(format!("reading /proc/{pid}/maps")))?;
         let gadget = self.place_gadget(&maps, &plan.exe)?;
         let mut installation = Installation { modules: Vec::new(), data_file: None };
-        let mut result = Ok(());
+        let mut mapped = 0;
+        let mut result = self.map_images(plan, &maps, gadget, &mut mapped);
         let env = EnvBlock::new(&plan.env);
-        for module in &mut plan.modules {
-            match self.install_module(module, &env, gadget, &mut installation) {
-                Ok(installed) => installation.modules.push(installed),
-                Err(e) => {
-                    result = Err(e);
-                    break;
+        if result.is_ok() {
+            for module in &mut plan.modules {
+                match self.install_module(module, &env, gadget, &mut installation) {
+                    Ok(installed) => installation.modules.push(installed),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
                 }
+            }
+        }
+        if result.is_err() {
+            // Images mapped for modules that were not installed (those that were go below).
+            for module in plan.modules.get(installation.modules.len()..mapped).unwrap_or_default() {
+                let _ = self.syscall(gadget, sys::MUNMAP, [module.start, module.len, 0, 0, 0, 0]);
             }
         }
         self.restore_gadget(gadget)?;
@@ -353,6 +362,39 @@ impl Target {
             return Err(e);
         }
         Ok(installation)
+    }
+
+    /// Maps every module's image (read-write: `load` fills it) before any runtime starts,
+    /// where it was planned if that is still free, else laid out again in the hole nearest
+    /// its module's code: `lopi attach` plans while the process runs, and a runtime's init
+    /// maps its data file where the kernel finds room, which would often be where the next
+    /// image was planned (right below the lowest library). `mapped`: how many were mapped.
+    fn map_images(&mut self, plan: &mut Plan, maps: &[Mapping], gadget: Gadget, mapped: &mut usize) -> Result<(), LiveError> {
+        let pid = self.pid();
+        let mut busy = placement::occupied(maps, procfs::start_brk(pid));
+        for module in &mut plan.modules {
+            if !module.fits(&busy) {
+                module.place_again(&busy)?;
+            }
+            let (start, len) = (module.start, module.len);
+            let flags = sys::MAP_PRIVATE_ANONYMOUS | sys::MAP_FIXED_NOREPLACE;
+            let at = self.syscall(gadget, sys::MMAP, [start, len, sys::PROT_READ | sys::PROT_WRITE, flags, u64::MAX, 0])?;
+            if at != start {
+                let why = match at as i64 {
+                    e if e < 0 => std::io::Error::from_raw_os_error(-e as i32).to_string(),
+                    _ => {
+                        // A kernel older than MAP_FIXED_NOREPLACE (4.17) maps elsewhere.
+                        self.syscall(gadget, sys::MUNMAP, [at, len, 0, 0, 0, 0])?;
+                        format!("the kernel put them at {at:#x}")
+                    }
+                };
+                return Err(LiveError::Module(format!("{}: the process could not map {len} bytes at {start:#x}, free in its /proc/{pid}/maps: {why}", module.path)));
+            }
+            *mapped += 1;
+            busy.push((start, start + len + PAGE_SIZE));
+            busy.sort_unstable();
+        }
+        Ok(())
     }
 
     fn install_module(
@@ -369,18 +411,6 @@ impl Target {
         }
         let image = &planned.image;
         self.check_originals(&path, &image.plan.code_patches, bias)?;
-
-        let mapped_at = self.syscall(
-            gadget,
-            sys::MMAP,
-            [start, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_PRIVATE_ANONYMOUS | sys::MAP_FIXED_NOREPLACE, u64::MAX, 0],
-        )?;
-        if mapped_at != start {
-            return Err(LiveError::Module(format!(
-                "{path}: the process could not map {len} bytes at {start:#x} (mmap returned {}; it may have mapped memory there since lopi looked: try again)",
-                mapped_at as i64
-            )));
-        }
         let patches: Vec<CodePatch> = image
             .plan
             .code_patches

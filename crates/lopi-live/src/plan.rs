@@ -38,6 +38,8 @@ pub struct ModulePlan {
     /// Run-time address and length of the image's mapping.
     pub(crate) start: u64,
     pub(crate) len: u64,
+    /// The run-time range of the module's code, which the image must be within reach of.
+    pub(crate) code: (u64, u64),
     pub(crate) functions: usize,
     /// Whether the plan came from the plan cache.
     pub lookup: Lookup,
@@ -207,7 +209,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         busy.push((start, start + len + PAGE_SIZE));
         busy.sort_unstable();
         let functions = image.plan.outcomes.len();
-        modules.push(ModulePlan { path, bias, start, len, functions, lookup, image, data, debug, selection, analysed, source, shape });
+        modules.push(ModulePlan { path, bias, start, len, code, functions, lookup, image, data, debug, selection, analysed, source, shape });
     }
     Ok(Plan { pid, exe, env: spec.env.clone(), modules, took: started.elapsed() })
 }
@@ -287,36 +289,71 @@ fn lay_out(
     // Laying out at another address (or again, without a site) can only change jump
     // encodings a little.
     let len = page_align(first.bytes.len() as u64) + PAGE_SIZE;
-    let start = match below.filter(|&at| placement::fits(busy, code, at, len)) {
-        Some(at) => at,
-        None => placement::find_hole(busy, code, len)
-            .ok_or_else(|| LiveError::Module(format!("{}: no free address space within ±2 GiB of its code", shape.names.module)))?,
-    };
-    let image = if start == first_at { first } else { shape.build(module, selection, start)? };
+    match below.filter(|&at| placement::fits(busy, code, at, len)) {
+        Some(at) => Ok((at, len, first)),
+        None => place(module, selection, shape, busy, code, len),
+    }
+}
+
+/// Lays `selection` out in the hole of `busy` nearest the module's code that holds `len`
+/// bytes: its start, the length to map, the image.
+fn place(module: &ElfModule<'_>, selection: &Selection, shape: &Shape, busy: &[(u64, u64)], code: (u64, u64), len: u64) -> Result<(u64, u64, ProbeImage), LiveError> {
+    let start = placement::find_hole(busy, code, len)
+        .ok_or_else(|| LiveError::Module(format!("{}: no free {len} bytes of address space within ±2 GiB of its code", shape.names.module)))?;
+    let image = shape.build(module, selection, start)?;
     if image.bytes.len() as u64 > len {
         return Err(LiveError::Module(format!("{}: the probe image grew when placed", shape.names.module)));
     }
     Ok((start, len, image))
 }
 
+/// The module parsed for a planned image's selection and that selection: the one it was
+/// planned with (on the function list it indexes), or, for an image from the cache, its
+/// analysis again.
+fn planned_selection<'d>(
+    data: &'d [u8],
+    path: &str,
+    debug: Option<&lopi_elf::DebugFile>,
+    selection: Option<Selection>,
+    analysed: &Option<Analysed>,
+    source: &Source,
+) -> Result<(ElfModule<'d>, Selection), LiveError> {
+    let mut module = parse(data, path, debug)?;
+    let selection = match (selection, analysed) {
+        (Some(selection), Some((functions, fragments))) => {
+            module.functions = functions.clone();
+            module.fragments = fragments.clone();
+            selection
+        }
+        _ => source.selection(&mut module, &()).0,
+    };
+    Ok((module, selection))
+}
+
 impl ModulePlan {
     /// Gives up the site at `site` (a thread is stopped inside it) and lays out again.
     pub(crate) fn withdraw(&mut self, site: Svma) -> Result<(), LiveError> {
-        let mut module = parse(&self.data, &self.path, self.debug.as_ref())?;
-        // Parsed anew, the module gets the function list the selection indexes: the one it
-        // was planned with, or (an image from the cache) its analysis again.
-        let mut selection = match (self.selection.take(), &self.analysed) {
-            (Some(selection), Some((functions, fragments))) => {
-                module.functions = functions.clone();
-                module.fragments = fragments.clone();
-                selection
-            }
-            _ => self.source.selection(&mut module, &()).0,
-        };
+        let (module, mut selection) = planned_selection(&self.data, &self.path, self.debug.as_ref(), self.selection.take(), &self.analysed, &self.source)?;
         if !selection.withdraw(site) {
             return Err(LiveError::Module(format!("{}: a thread is inside the site at {:#x}", self.path, site.0)));
         }
         self.image = self.shape.build(&module, &selection, self.start)?;
+        self.selection = Some(selection);
+        Ok(())
+    }
+
+    /// Whether the image's place is still free in the process whose mappings are `busy`.
+    pub(crate) fn fits(&self, busy: &[(u64, u64)]) -> bool {
+        placement::fits(busy, self.code, self.start, self.len)
+    }
+
+    /// Places the image again, in the hole of `busy` nearest the module's code, and lays it
+    /// out there: the process mapped memory where it was to go since it was planned (the
+    /// runtime of a module installed before maps its data file where the kernel finds room,
+    /// which may be there).
+    pub(crate) fn place_again(&mut self, busy: &[(u64, u64)]) -> Result<(), LiveError> {
+        let (module, selection) = planned_selection(&self.data, &self.path, self.debug.as_ref(), self.selection.take(), &self.analysed, &self.source)?;
+        (self.start, self.len, self.image) = place(&module, &selection, &self.shape, busy, self.code, self.len)?;
         self.selection = Some(selection);
         Ok(())
     }

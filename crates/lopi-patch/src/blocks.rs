@@ -76,14 +76,20 @@ pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, in
             while j < insns.len() && !leaders.contains(&insns[j].ip()) {
                 j += 1;
             }
-            let body = &insns[i..j];
+            let mut body = &insns[i..j];
             let after_terminal = i > 0 && lopi_x86::flow(&insns[i - 1]).is_terminal();
             i = j;
-            if !leaders.contains(&start) || (after_terminal && body.iter().all(lopi_x86::is_filler) && !targets.contains(&start)) {
-                // Padding after a jump or return that nothing reaches (padding a branch can fall
-                // into is a block: it runs).
+            if !leaders.contains(&start) {
                 continue;
             }
+            if after_terminal && !targets.contains(&start) {
+                // Padding after a jump or return that nothing reaches is no code (padding a
+                // branch can fall into is a block: it runs); `gaps.rs` takes it for bounces.
+                let dead = body.iter().take_while(|i| lopi_x86::is_filler(i)).count();
+                body = &body[dead..];
+            }
+            let Some(first) = body.first() else { continue };
+            let start = first.ip();
             let last = body.last().expect("a block has an instruction");
             let next = last.next_ip();
             let edges = match lopi_x86::flow(last) {

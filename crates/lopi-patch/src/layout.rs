@@ -4,7 +4,7 @@
 //! half-way.
 use crate::syscalls::{SyscallOutcome, SyscallSkip};
 use crate::blocks::BlockOutcome;
-use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, Tactic, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashMap;
@@ -137,8 +137,26 @@ impl Selection {
         }
     }
 
+    /// A site whose patch or bounce overlaps another's (see [`overlapping`]).
+    fn overlapping(&self) -> Option<usize> {
+        let spans = self.sites.iter().enumerate().flat_map(|(i, s)| {
+            let patch = (s.patch_at.0, s.patch_at.0 + s.covered as u64, i);
+            let bounce = s.bounce.map(|b| (b.0, b.0 + JMP32_LEN as u64, i));
+            std::iter::once(patch).chain(bounce)
+        });
+        overlapping(spans.collect())
+    }
+
     /// Lays out every site, or says which site failed.
     fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, Failed> {
+        if let Some(index) = self.overlapping() {
+            return Err(match self.sites[index].point {
+                Point::Exit => Failed::Exit(index),
+                Point::Entry(_) => Failed::Entry(index, SkipReason::OverlappingCode),
+                Point::Syscall(_) => Failed::Syscall(index, SyscallSkip::Covered),
+                Point::Block(_) => Failed::Block(index, SkipReason::OverlappingCode),
+            });
+        }
         // Counter indices follow the entry sites' order; exit sites name their function's.
         let counters: HashMap<usize, u32> =
             self.sites.iter().filter(|s| s.is_entry()).enumerate().map(|(i, s)| (s.function, i as u32)).collect();
@@ -171,7 +189,8 @@ impl Selection {
                 exit_stub: stubs.syscall_exit.0,
                 sites: &syscall_counters,
             });
-            let body = lopi_x86::Body { insns: &site.relocated, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
+            let loops_in_copy = site.point == Point::Entry(Tactic::WholeFunction);
+            let body = lopi_x86::Body { insns: &site.relocated, loops_in_copy, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
             let encoded = match (site.point, layout.stubs) {
                 (Point::Block(_), _) if site.action == Action::Mark => {
                     // Into the counter's shared slot, without a critical section: a one-byte store
@@ -331,6 +350,23 @@ enum Failed {
     Block(usize, SkipReason),
 }
 
+/// Of `spans` (start, end, site), a site whose span overlaps another's without lying inside
+/// it (a bounce in the room a site lent, see `lend.rs`): the two would write over each
+/// other. The planner's choices exclude it; should one slip through, the later site pays,
+/// never the code.
+fn overlapping(mut spans: Vec<(u64, u64, usize)>) -> Option<usize> {
+    spans.sort_unstable();
+    let mut host: Option<(u64, usize)> = None;
+    for (start, end, i) in spans {
+        match host {
+            Some((host_end, _)) if start < host_end && end <= host_end => {}
+            Some((host_end, other)) if start < host_end => return Some(i.max(other)),
+            _ => host = Some((end, i)),
+        }
+    }
+    None
+}
+
 /// How a counting trampoline reaches counter `counter`.
 fn counter_access(layout: &Layout, counter: u32) -> lopi_x86::CounterAccess {
     lopi_x86::CounterAccess {
@@ -419,4 +455,18 @@ fn site_patches(module: &ElfModule<'_>, site: &Site, trampoline: Svma) -> Option
         out.push(CodePatch { at, bytes: vec![0x90], original: original(at, 1)? });
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overlapping;
+
+    #[test]
+    fn overlapping_patches_are_found_nested_ones_are_not() {
+        // A bounce inside a lent room, then a site right after: nothing overlaps.
+        assert_eq!(overlapping(vec![(0x100, 0x10c, 0), (0x106, 0x10b, 1), (0x10c, 0x111, 2)]), None);
+        // A block probe over dead padding and a bounce reaching past it (glibc's strcmp).
+        assert_eq!(overlapping(vec![(0x452, 0x45d, 3), (0x45b, 0x460, 1)]), Some(3));
+        assert_eq!(overlapping(vec![(0x45b, 0x460, 5), (0x452, 0x45d, 2), (0x500, 0x505, 0)]), Some(5));
+    }
 }

@@ -54,10 +54,11 @@ pub struct Jump {
     pub conditional: bool,
 }
 
-/// A jump table read from the code between `lo` and `hi`, whose reading stopped at an entry
-/// for `stop`.
+/// A jump table at `table` read from the code between `lo` and `hi`, whose reading stopped at
+/// an entry for `stop`. A relative table's entries are offsets from `base`.
 #[derive(Clone, Copy)]
 struct Table {
+    table: u64,
     base: u64,
     relative: bool,
     lo: u64,
@@ -123,9 +124,10 @@ impl Targets {
                 continue;
             }
             if t.relative {
-                relative_jump_table(module, t.base, t.lo, t.hi, &mut found);
+                let starts = (t.base != t.table).then(|| instruction_starts(module, t.lo, t.hi));
+                relative_jump_table(module, t.table, t.base, t.lo, t.hi, starts.as_deref(), &mut found);
             } else {
-                absolute_jump_table(module, t.base, t.lo, t.hi, &mut found);
+                absolute_jump_table(module, t.table, t.lo, t.hi, &mut found);
             }
         }
         self.all.extend(found.all.into_set());
@@ -199,6 +201,11 @@ impl Addresses {
 
 fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut Found) {
     let non_pic = module.kind == ModuleKind::Executable;
+    // Read-only data the code names (possible tables) and labels of this code it takes with
+    // `lea` (possible bases of their entries).
+    let mut data = Vec::new();
+    let mut labels = Vec::new();
+    let mut starts = Vec::new();
     let mut ip = from;
     while ip < to {
         let offset = (ip - from) as usize;
@@ -206,6 +213,7 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
             ip += 1;
             continue;
         };
+        starts.push(ip);
         if lopi_x86::is_syscall(&insn) {
             targets.syscalls.push(ip);
         }
@@ -234,8 +242,11 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
             }
             if lopi_x86::is_lea(&insn) && in_code {
                 targets.indirect(addr);
+                if (from..to).contains(&addr) || in_fragment(module, addr) {
+                    labels.push(addr);
+                }
             } else if module.is_readonly_data(Svma(addr)) {
-                relative_jump_table(module, addr, from, to, targets);
+                data.push(addr);
             }
         }
         if let Some(table) = lopi_x86::absolute_table_base(&insn) {
@@ -243,19 +254,36 @@ fn sweep(module: &ElfModule<'_>, code: &[u8], from: u64, to: u64, targets: &mut 
         }
         ip += insn.len() as u64;
     }
+    data.sort_unstable();
+    data.dedup();
+    labels.sort_unstable();
+    labels.dedup();
+    for &table in &data {
+        relative_jump_table(module, table, table, from, to, None, targets);
+        for &base in &labels {
+            relative_jump_table(module, table, base, from, to, Some(&starts), targets);
+        }
+    }
 }
 
-/// GCC's PIC jump table: 32-bit offsets from the table's own address. Entries are read
-/// while they land inside the current function or a fragment (a `.cold` part may hold some
-/// cases); over-reading only adds targets, which only makes the planner more careful.
-fn relative_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, targets: &mut Found) {
+/// A PIC jump table: 32-bit offsets from `base`, which is the table's own address in GCC's
+/// switch tables, and a label of the code in a computed goto through label differences
+/// (`&&do_x - &&do_base`: glibc's vfprintf), whose base the code takes with a `lea`; every
+/// such label is tried. Entries are read while they land inside the current function or a
+/// fragment (a `.cold` part may hold some cases); over-reading only adds targets, which only
+/// makes the planner more careful. With `starts` (the code's instruction starts, in order),
+/// an entry in the code must also start an instruction: most data read from a label that is
+/// not its base (or past a table's end) lands inside one, and a false target inside an
+/// instruction costs the probe of its block.
+fn relative_jump_table(module: &ElfModule<'_>, table: u64, base: u64, lo: u64, hi: u64, starts: Option<&[u64]>, targets: &mut Found) {
     let Some(bytes) = module.bytes_from(Svma(table)) else { return };
     for entry in bytes.chunks_exact(4).take(4096) {
         let rel = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
-        let target = table.wrapping_add(rel as i64 as u64);
-        if !(lo..hi).contains(&target) && !in_fragment(module, target) {
+        let target = base.wrapping_add(rel as i64 as u64);
+        let inside = (lo..hi).contains(&target) && starts.is_none_or(|s| s.binary_search(&target).is_ok());
+        if !inside && !in_fragment(module, target) {
             if module.code_section_of(Svma(target)).is_some() {
-                targets.tables.push(Table { base: table, relative: true, lo, hi, stop: target });
+                targets.tables.push(Table { table, base, relative: true, lo, hi, stop: target });
             }
             break;
         }
@@ -291,7 +319,7 @@ fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
             labels_from.get_or_insert(slot(i));
         } else {
             if module.code_section_of(Svma(target)).is_some() {
-                targets.tables.push(Table { base: table, relative: false, lo, hi, stop: target });
+                targets.tables.push(Table { table, base: table, relative: false, lo, hi, stop: target });
             }
             break;
         }
@@ -299,6 +327,24 @@ fn absolute_jump_table(module: &ElfModule<'_>, table: u64, lo: u64, hi: u64, tar
         i += 1;
     }
     targets.add_labels(labels_from, slot(i));
+}
+
+/// The instruction starts of the code between `lo` and `hi`, decoded as the sweep does.
+fn instruction_starts(module: &ElfModule<'_>, lo: u64, hi: u64) -> Vec<u64> {
+    let Some(bytes) = module.bytes_from(Svma(lo)) else { return Vec::new() };
+    let code = &bytes[..bytes.len().min((hi - lo) as usize)];
+    let mut starts = Vec::new();
+    let mut offset = 0;
+    while offset < code.len() {
+        match lopi_x86::decode_one(&code[offset..], lo + offset as u64) {
+            Some(insn) => {
+                starts.push(lo + offset as u64);
+                offset += insn.len();
+            }
+            None => offset += 1,
+        }
+    }
+    starts
 }
 
 fn in_fragment(module: &ElfModule<'_>, addr: u64) -> bool {

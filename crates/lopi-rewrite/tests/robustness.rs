@@ -202,6 +202,7 @@ fn mutated_timed_data_files_never_panic() {
         chunk_at,
         chunk_at + lopi_rt_abi::UNMATCHED_TABLE as usize,
         chunk_at + lopi_rt_abi::BUDGET_STATE as usize,
+        chunk_at + lopi_rt_abi::BUDGET_MODULES as usize,
         header.nodes_file as usize,
         header.stack_file as usize,
         chunk_at + header.trace_offset as usize,

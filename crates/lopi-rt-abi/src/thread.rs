@@ -219,66 +219,117 @@ pub struct UnmatchedExit {
 
 pub const UNMATCHED_EXIT_LEN: usize = 16;
 
-/// Offset in the header page of the perturbation budget's state ([`BudgetState`]).
+/// Offset in the header page of the perturbation budget's state ([`BudgetState`]): the
+/// thread's, then ([`BUDGET_MODULES`]) one [`BudgetModule`] per module whose probes checked.
+/// Each module has its own runtime, which switches only that module's functions (another
+/// module's variables may be gone: it may have been unloaded), so what a module's checks
+/// decide from is kept apart from the other modules'.
 pub const BUDGET_STATE: u64 = 2048;
 
-/// Where a thread's budget table is and what its checks remember between them.
+/// What a thread's budget checks remember between them, whichever module's probe made them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BudgetState {
-    /// The table ([`BudgetEntry`] per counter of the module, then two `u32` per counter of
-    /// scratch), an extension: its address less the chunk's, its file offset, its entries (0:
-    /// the thread has no table yet).
-    pub table_offset: u64,
-    pub table_file: u64,
-    pub entries: u64,
-    /// Checks made; TSC of the latest (the thread's start before the first) and of the latest
-    /// that scanned the tree; the header's `timed_calls` at the latest.
+    /// Checks made; TSC of the latest (the thread's start before the first); the header's
+    /// `timed_calls` at the latest.
     pub checks: u64,
     pub last_check_tsc: u64,
-    pub last_scan_tsc: u64,
     pub calls_seen: u64,
-    /// Timed calls of functions other than the module's (a lock's hold, another module's
-    /// function) at the latest scan: timing's cost, which the budget cannot switch off.
-    pub other_seen: u64,
     /// Scans made, and the ticks they took.
     pub scans: u64,
     pub scan_ticks: u64,
     /// The budget, in parts per million of the thread's run time.
     pub budget_ppm: u64,
-    /// Until `floor_until` (TSC), checks allow this much more timing cost (ppm of their
-    /// window): what functions that must stay timed cost beyond the budget at the latest scan.
-    pub floor_ppm: u64,
-    pub floor_until: u64,
+    /// Module states in use (written after the state it counts).
+    pub modules: u32,
+    /// Checks made in modules that found every module state taken: those modules' functions
+    /// stay timed.
+    pub unkept_checks: u32,
 }
 
-pub const BUDGET_STATE_LEN: usize = 104;
+pub const BUDGET_STATE_LEN: usize = 56;
 const _: () = assert!(core::mem::size_of::<BudgetState>() == BUDGET_STATE_LEN);
-const _: () = assert!(BUDGET_STATE + BUDGET_STATE_LEN as u64 <= PROXY_STATE);
+
+/// Offset in the header page of the thread's [`BudgetModule`]s.
+pub const BUDGET_MODULES: u64 = BUDGET_STATE + 64;
+/// Modules whose functions a thread's budget can switch; a further module's stay timed.
+pub const BUDGET_MODULE_SLOTS: u32 = 16;
+const _: () = assert!(BUDGET_STATE + BUDGET_STATE_LEN as u64 <= BUDGET_MODULES);
+const _: () = assert!(BUDGET_MODULES + BUDGET_MODULE_SLOTS as u64 * BUDGET_MODULE_LEN as u64 <= PROXY_STATE);
 
 impl BudgetState {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..BUDGET_STATE_LEN)?);
         Some(Self {
-            table_offset: f.u64(0),
-            table_file: f.u64(8),
-            entries: f.u64(16),
-            checks: f.u64(24),
-            last_check_tsc: f.u64(32),
-            last_scan_tsc: f.u64(40),
-            calls_seen: f.u64(48),
-            other_seen: f.u64(56),
-            scans: f.u64(64),
-            scan_ticks: f.u64(72),
-            budget_ppm: f.u64(80),
-            floor_ppm: f.u64(88),
-            floor_until: f.u64(96),
+            checks: f.u64(0),
+            last_check_tsc: f.u64(8),
+            calls_seen: f.u64(16),
+            scans: f.u64(24),
+            scan_ticks: f.u64(32),
+            budget_ppm: f.u64(40),
+            modules: f.u32(48),
+            unkept_checks: f.u32(52),
         })
     }
 }
 
-/// One function of the module in a thread's budget table: what the thread's checks saw of
-/// it, and whether this thread switched it from timing to counting.
+/// One module's part of a thread's budget: its functions' table, and what its checks saw.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BudgetModule {
+    /// The address of the module's counter 0 (a function's name in the tree is its counter's
+    /// address) and its counter count: which module this is.
+    pub counters: u64,
+    pub entries: u64,
+    /// The table ([`BudgetEntry`] per counter of the module, then two `u32` per counter of
+    /// scratch), an extension: its address less the chunk's, its file offset (0: none, the
+    /// data file could not grow; the module's functions stay timed).
+    pub table_offset: u64,
+    pub table_file: u64,
+    /// TSC of the module's latest scan (0: none yet).
+    pub last_scan_tsc: u64,
+    /// At that scan: timed calls of the functions of the thread's other modules with a table,
+    /// and of functions no module can switch (lock holds, modules without a table).
+    pub others_seen: u64,
+    pub fixed_seen: u64,
+    /// The thread's module states in use then (the split above changes with them).
+    pub modules_seen: u64,
+    /// Until `floor_until` (TSC), checks allow this much more timing cost (ppm of their
+    /// window): what the module's functions that must stay timed cost beyond its share of
+    /// the budget at its latest scan.
+    pub floor_ppm: u64,
+    pub floor_until: u64,
+}
+
+pub const BUDGET_MODULE_LEN: usize = 80;
+const _: () = assert!(core::mem::size_of::<BudgetModule>() == BUDGET_MODULE_LEN);
+
+impl BudgetModule {
+    /// The index of the module's function named `func` (its counter's address), if it is one.
+    pub fn index(&self, func: u64) -> Option<u64> {
+        let i = func.wrapping_sub(self.counters) / 8;
+        (func >= self.counters && func % 8 == self.counters % 8 && i < self.entries).then_some(i)
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let f = Fields(bytes.get(..BUDGET_MODULE_LEN)?);
+        Some(Self {
+            counters: f.u64(0),
+            entries: f.u64(8),
+            table_offset: f.u64(16),
+            table_file: f.u64(24),
+            last_scan_tsc: f.u64(32),
+            others_seen: f.u64(40),
+            fixed_seen: f.u64(48),
+            modules_seen: f.u64(56),
+            floor_ppm: f.u64(64),
+            floor_until: f.u64(72),
+        })
+    }
+}
+
+/// One function of a module in a thread's budget table: what the thread's checks saw of it,
+/// and whether this thread switched it from timing to counting.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BudgetEntry {
@@ -297,12 +348,16 @@ pub struct BudgetEntry {
     pub switched_tsc: u64,
     /// Its counter's address (its name in the tree), set at the switch.
     pub func: u64,
-    /// Its timed calls in the check window that switched it, and the window's ticks.
+    /// Its timed calls in the scan window that switched it (at least one), and the window's
+    /// ticks (at least [`BUDGET_MIN_WINDOW_NS`]).
     pub window_calls: u64,
     pub window_ticks: u64,
 }
 
 pub const BUDGET_ENTRY_LEN: usize = 88;
+/// The shortest window a scan decides on: one shorter (a TSC step between CPUs, checks
+/// brought forward by new call paths) would make a few calls look like a high call rate.
+pub const BUDGET_MIN_WINDOW_NS: u64 = 10_000;
 const _: () = assert!(core::mem::size_of::<BudgetEntry>() == BUDGET_ENTRY_LEN);
 
 /// Bytes of a budget table of `entries` entries (and their scratch).

@@ -5,7 +5,7 @@ use crate::ModuleMeta;
 use lopi_rt_abi::{
     own_calls,
     ContextNode, Event, Frame, HeldLock, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
-    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, END_HEADER_LEN, END_MAGIC, NAMES_ENTRY_LEN, NAMES_HEADER_LEN, NAMES_MAGIC, FRAME_LEN, HELD_LOCK_LEN, HELD_SLOTS, HELD_TABLE, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetState, BUDGET_ENTRY_LEN, BUDGET_STATE, BUDGET_STATE_LEN,
+    DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, END_HEADER_LEN, END_MAGIC, NAMES_ENTRY_LEN, NAMES_HEADER_LEN, NAMES_MAGIC, FRAME_LEN, HELD_LOCK_LEN, HELD_SLOTS, HELD_TABLE, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetModule, BudgetState, BUDGET_ENTRY_LEN, BUDGET_MODULES, BUDGET_MODULE_LEN, BUDGET_MODULE_SLOTS, BUDGET_STATE, BUDGET_STATE_LEN,
     ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE,
 };
 
@@ -76,9 +76,12 @@ pub struct ThreadChunk {
     pub events: Vec<Event>,
     /// Exits that matched no frame, by function.
     pub unmatched: Vec<UnmatchedExit>,
-    /// Entries of the budget table of functions this thread switched to counting, in order.
+    /// Entries of the budget tables of functions this thread switched to counting (every
+    /// module's), in order.
     pub switches: Vec<BudgetEntry>,
     pub budget: BudgetState,
+    /// The budget's state of each module whose probes checked it.
+    pub budget_modules: Vec<BudgetModule>,
     /// How the thread ended, if a probe saw it (`tsc` 0: not seen).
     pub end: ThreadEnd,
     /// Its waits for an emulated kernel's lock (`lopi whatif`).
@@ -528,11 +531,15 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
         .collect();
     let budget = region(chunk, BUDGET_STATE, 1, BUDGET_STATE_LEN)?;
     let budget = BudgetState::from_bytes(&budget).unwrap_or_default();
-    let mut switches: Vec<BudgetEntry> = region(file, budget.table_file, budget.entries, BUDGET_ENTRY_LEN)?
-        .chunks_exact(BUDGET_ENTRY_LEN)
-        .filter_map(BudgetEntry::from_bytes)
-        .filter(|e| e.switched_tsc != 0)
+    let budget_modules: Vec<BudgetModule> = region(chunk, BUDGET_MODULES, u64::from(budget.modules.min(BUDGET_MODULE_SLOTS)), BUDGET_MODULE_LEN)?
+        .chunks_exact(BUDGET_MODULE_LEN)
+        .filter_map(BudgetModule::from_bytes)
         .collect();
+    let mut switches: Vec<BudgetEntry> = Vec::new();
+    for m in budget_modules.iter().filter(|m| m.table_file != 0) {
+        let table = region(file, m.table_file, m.entries, BUDGET_ENTRY_LEN)?;
+        switches.extend(table.chunks_exact(BUDGET_ENTRY_LEN).filter_map(BudgetEntry::from_bytes).filter(|e| e.switched_tsc != 0));
+    }
     switches.sort_by_key(|e| e.switched_tsc);
     let end = region(chunk, THREAD_END, 1, THREAD_END_LEN)?;
     let end = ThreadEnd::from_bytes(&end).unwrap_or_default();
@@ -545,5 +552,5 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
         .filter_map(HeldLock::from_bytes)
         .collect();
     let (ended, open) = Default::default();
-    Ok((Some(ThreadChunk { header, nodes, open_frames, held, ended, open, events, unmatched, switches, budget, end, kernel_lock, proxy }), len))
+    Ok((Some(ThreadChunk { header, nodes, open_frames, held, ended, open, events, unmatched, switches, budget, budget_modules, end, kernel_lock, proxy }), len))
 }

@@ -81,9 +81,11 @@ pub struct ThreadSummary {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SwitchSummary {
     pub function: String,
+    pub module: String,
     /// Milliseconds after the first thread started timing.
     pub at_ms: f64,
-    pub calls_per_s: f64,
+    /// `None`: the record gives no window (a damaged file).
+    pub calls_per_s: Option<f64>,
 }
 
 /// What the timing part of a report says about itself.
@@ -264,7 +266,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             switches: thread
                 .switches
                 .iter()
-                .map(|s| SwitchSummary { function: name(s.function), at_ms: s.at_ns / 1e6, calls_per_s: s.calls_per_s })
+                .map(|s| SwitchSummary { function: name(s.function), module: timing.functions[s.function as usize].module.clone(), at_ms: s.at_ns / 1e6, calls_per_s: s.calls_per_s })
                 .collect(),
             budget: thread.budget.clone(),
             trace_events: thread.events.len(),

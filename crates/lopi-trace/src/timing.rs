@@ -179,6 +179,14 @@ pub struct BudgetUse {
     /// Scans of its calling-context tree, and the time they took.
     pub scans: u64,
     pub scan_ns: f64,
+    /// The modules whose probes' checks switch their functions (each module switches its
+    /// own), and of those the ones the data file had no room for a table for (their
+    /// functions stayed timed).
+    pub modules: Vec<String>,
+    pub modules_without_table: Vec<String>,
+    /// Checks made in modules beyond the ones a thread keeps a state for
+    /// (`BUDGET_MODULE_SLOTS`): those modules' functions stayed timed.
+    pub unkept_checks: u32,
 }
 
 /// A function the perturbation budget switched to counting.
@@ -187,8 +195,9 @@ pub struct Switched {
     pub function: u32,
     /// When, in the same clock as `TraceEvent::ns`.
     pub at_ns: f64,
-    /// Its timed calls in the thread in the check window before, per second.
-    pub calls_per_s: f64,
+    /// Its timed calls in the thread in the scan window before, per second (`None`: the
+    /// table gives no window, a damaged file).
+    pub calls_per_s: Option<f64>,
 }
 
 /// What removing the probes' own cost took off the times.
@@ -449,7 +458,7 @@ impl Timing {
                 .map(|s| Switched {
                     function: function(s.func),
                     at_ns: ns(s.switched_tsc.saturating_sub(origin) as f64),
-                    calls_per_s: s.window_calls as f64 * h.tsc_hz as f64 / s.window_ticks.max(1) as f64,
+                    calls_per_s: (s.window_ticks > 0).then(|| s.window_calls as f64 * h.tsc_hz as f64 / s.window_ticks as f64),
                 })
                 .collect();
             threads.push(ThreadProfile {
@@ -473,6 +482,15 @@ impl Timing {
                 switched_open: u64::from(h.switched_open),
                 switches,
                 budget: (chunk.budget.checks > 0).then(|| {
+                    // A module's state names it by its counter array's address.
+                    let module_of = |m: &abi::BudgetModule| {
+                        data.records
+                            .iter()
+                            .find(|r| r.pid == h.space_pid && r.meta.counters.wrapping_add(r.load_bias) == m.counters)
+                            .map_or_else(|| format!("[unknown module, counters at {:#x}]", m.counters), |r| r.meta.module.clone())
+                    };
+                    let modules = chunk.budget_modules.iter().map(module_of).collect();
+                    let modules_without_table = chunk.budget_modules.iter().filter(|m| m.table_file == 0).map(module_of).collect();
                     let timed: u64 = chunk.nodes.iter().filter(|n| n.func != 0 && abi::syscall_name::decode(n.func).is_none()).map(|n| n.calls).sum();
                     BudgetUse {
                         ppm: chunk.budget.budget_ppm,
@@ -481,6 +499,9 @@ impl Timing {
                         checks: chunk.budget.checks,
                         scans: chunk.budget.scans,
                         scan_ns: ns(chunk.budget.scan_ticks as f64),
+                        modules,
+                        modules_without_table,
+                        unkept_checks: chunk.budget.unkept_checks,
                     }
                 }),
             });

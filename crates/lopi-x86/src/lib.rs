@@ -57,6 +57,10 @@ pub fn flow(insn: &Instruction) -> Flow {
     if matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) {
         return Flow::Interrupt;
     }
+    // iced's `hlt` goes on; in user mode it faults (`_start` ends in one).
+    if insn.mnemonic() == Mnemonic::Hlt {
+        return Flow::Stop;
+    }
     match insn.flow_control() {
         FlowControl::Next => Flow::Next,
         FlowControl::Call => Flow::Call,

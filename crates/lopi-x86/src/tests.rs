@@ -78,6 +78,7 @@ fn classification() {
     assert_eq!(f(&[0xe8, 0, 0, 0, 0]), Flow::Call);
     assert_eq!(f(&[0xff, 0xe0]), Flow::IndirectJump);
     assert_eq!(f(&[0x0f, 0x0b]), Flow::Stop);
+    assert_eq!(f(&[0xf4]), Flow::Stop, "hlt");
     assert_eq!(f(&[0x0f, 0x05]), Flow::Interrupt);
     assert!(is_endbr64(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55]));
 }
@@ -132,7 +133,7 @@ fn counting_trampoline_layout() {
     let access = ACCESS;
     // push rbp; mov rbp,rsp (moved body), resume at FROM+4
     let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
-    let t = counting_trampoline(&access, &Body { insns: &body, exits: &[], resume: Some(FROM + 4), syscalls: None }, TO).unwrap();
+    let t = counting_trampoline(&access, &Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 4), syscalls: None }, TO).unwrap();
     let s = t.section;
     let sig_at = (s.abort - TO - 4) as usize;
     assert_eq!(&t.bytes[sig_at..sig_at + 4], &RSEQ_SIG.to_le_bytes(), "signature right before the abort handler");
@@ -156,7 +157,7 @@ fn exit_probes_run_before_each_exit() {
     // pop rbx; ret
     let ret: Vec<_> = decode(&[0x5b, 0xc3], FROM).collect();
     let probe = ExitProbe { stub: STUB, counter: Some(3), mode: None, mark_tail: true };
-    let bytes = exit_trampoline(&Body { insns: &ret, exits: &[(FROM + 1, ExitKind::Return)], resume: None, syscalls: None }, probe, TO).unwrap().bytes;
+    let bytes = exit_trampoline(&Body { insns: &ret, loops_in_copy: false, exits: &[(FROM + 1, ExitKind::Return)], resume: None, syscalls: None }, probe, TO).unwrap().bytes;
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
     use iced_x86::Mnemonic::*;
@@ -169,7 +170,7 @@ fn exit_probes_run_before_each_exit() {
     let code = [0x85, 0xff, 0x0f, 0x85, 0xf8, 0x0f, 0x00, 0x00];
     let jcc: Vec<_> = decode(&code, FROM).collect();
     assert_eq!(jcc[1].near_branch_target(), target);
-    let body = Body { insns: &jcc, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8), syscalls: None };
+    let body = Body { insns: &jcc, loops_in_copy: false, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8), syscalls: None };
     // A site several functions share names none of them.
     let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None, mode: None, mark_tail: true }, TO).unwrap().bytes;
     let insns: Vec<_> = decode(&bytes, TO).collect();
@@ -188,7 +189,7 @@ fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
     let mode = TO + 0x20_0100;
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode, entry_tag: 0 };
-    let t = timed_trampoline(&timed, &Body { insns: &body, exits: &[(FROM + 2, ExitKind::Return)], resume: None, syscalls: None }, None, TO).unwrap();
+    let t = timed_trampoline(&timed, &Body { insns: &body, loops_in_copy: false, exits: &[(FROM + 2, ExitKind::Return)], resume: None, syscalls: None }, None, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
@@ -230,7 +231,7 @@ fn a_switched_leaf_runs_its_clean_copy() {
     // lea eax,[rdi+1]; ret: a leaf, timed; once switched its count continues in a copy.
     let body: Vec<_> = decode(&[0x8d, 0x47, 0x01, 0xc3], FROM).collect();
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100, entry_tag: 0 };
-    let with_probes = Body { insns: &body, exits: &[(FROM + 3, ExitKind::Return)], resume: None, syscalls: None };
+    let with_probes = Body { insns: &body, loops_in_copy: false, exits: &[(FROM + 3, ExitKind::Return)], resume: None, syscalls: None };
     let t = timed_trampoline(&timed, &with_probes, Some(&body), TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
@@ -245,4 +246,76 @@ fn a_switched_leaf_runs_its_clean_copy() {
     let jumps: Vec<u64> = insns[counting..n - 2].iter().filter(|i| i.mnemonic() == Jmp).map(|i| i.near_branch_target()).collect();
     assert!(jumps.contains(&copy_at), "{jumps:x?}");
     assert!(!jumps.contains(&insns[4].ip()), "the switched path must not run the probed body");
+}
+
+#[test]
+fn a_loop_back_to_a_blocks_start_runs_its_probe_again() {
+    // sub rax,1; jne <itself>: a block that is a whole loop, moved into a block probe.
+    let body: Vec<_> = decode(&[0x48, 0x83, 0xe8, 0x01, 0x75, 0xfa], FROM).collect();
+    assert_eq!(body[1].near_branch_target(), FROM);
+    let moved = Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 6), syscalls: None };
+    let t = block_counting_trampoline(&ACCESS, &moved, false, TO).unwrap();
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
+    let jne = insns.iter().find(|i| i.mnemonic() == iced_x86::Mnemonic::Jne && i.near_branch_target() >= FROM && i.near_branch_target() < TO);
+    assert_eq!(jne.map(|i| i.near_branch_target()), Some(FROM), "the loop goes back through the site: {insns:?}");
+    // A function moved whole (its loop reaches its entry) runs the loop in the copy.
+    let whole = Body { loops_in_copy: true, ..moved };
+    let t = counting_trampoline(&ACCESS, &whole, TO).unwrap();
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
+    let sub = insns.iter().find(|i| i.mnemonic() == iced_x86::Mnemonic::Sub).unwrap().ip();
+    assert!(insns.iter().any(|i| i.mnemonic() == iced_x86::Mnemonic::Jne && i.near_branch_target() == sub), "{insns:?}");
+}
+
+#[test]
+fn moved_code_that_takes_its_own_address_gets_the_original() {
+    // lea rax,[rip-7] (its own address); add rax,26
+    let code = [0x48, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff, 0x48, 0x83, 0xc0, 0x1a];
+    let body: Vec<_> = decode(&code, FROM).collect();
+    assert_eq!(rip_relative_address(&body[0]), Some(FROM));
+    for loops_in_copy in [false, true] {
+        let moved = Body { insns: &body, loops_in_copy, exits: &[], resume: Some(FROM + 11), syscalls: None };
+        let t = block_counting_trampoline(&ACCESS, &moved, false, TO).unwrap();
+        let insns: Vec<_> = decode(&t.bytes, TO).collect();
+        // rax = what the moved code computes before its add.
+        let add = insns.iter().position(|i| i.mnemonic() == iced_x86::Mnemonic::Add && i.op0_register() == iced_x86::Register::RAX && i.immediate32() == 26).unwrap();
+        let rax = match &insns[..add] {
+            [.., base, plus] if plus.memory_base() == iced_x86::Register::RAX => rip_relative_address(base).unwrap().wrapping_add(plus.memory_displacement64()),
+            [.., own] => rip_relative_address(own).unwrap(),
+            [] => unreachable!(),
+        };
+        assert_eq!(rax, FROM, "loops_in_copy {loops_in_copy}: {insns:?}");
+    }
+}
+
+#[test]
+fn a_coverage_probe_passes_its_own_retire_record() {
+    // mov eax,1; a coverage probe that retires itself: rdi names the record after its code.
+    let body: Vec<_> = decode(&[0xb8, 0x01, 0x00, 0x00, 0x00], FROM).collect();
+    let original = [0xb8, 0x01, 0x00, 0x00, 0x00];
+    let retire = Retire { stub: TO + 0x40_0000, site: FROM, jump_len: 5, original: &original };
+    let moved = Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 5), syscalls: None };
+    let t = marking_trampoline(TO + 0x10_0000, Some(&retire), &moved, TO).unwrap();
+    let insns: Vec<_> = decode(&t.bytes, TO).collect();
+    let lea = insns.iter().find(|i| i.mnemonic() == iced_x86::Mnemonic::Lea && i.op0_register() == iced_x86::Register::RDI).unwrap();
+    let at = (rip_relative_address(lea).unwrap() - TO) as usize;
+    assert_eq!(t.bytes.get(at..at + 7), Some(&[5, 5, 0xb8, 0x01, 0x00, 0x00, 0x00][..]), "{insns:?}");
+}
+
+#[test]
+fn counting_code_goes_on_into_the_moved_copy() {
+    // push rbp; mov rbp,rsp: no jump may lead back to the original (the site's own jump).
+    let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
+    let moved = Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 4), syscalls: None };
+    let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100, entry_tag: 0 };
+    let trampolines = [
+        ("counting", counting_trampoline(&ACCESS, &moved, TO).unwrap()),
+        ("probing counting", probing_counting_trampoline(TO + 0x40_0080, 7, &ACCESS, &moved, TO).unwrap()),
+        ("block counting", block_counting_trampoline(&ACCESS, &moved, false, TO).unwrap()),
+        ("timed", timed_trampoline(&timed, &moved, None, TO).unwrap()),
+    ];
+    for (kind, t) in trampolines {
+        let insns: Vec<_> = decode(&t.bytes, TO).collect();
+        assert!(insns.iter().all(|i| branch_target(i) != Some(FROM)), "{kind}: a jump back to the site: {insns:?}");
+        assert!(insns.iter().any(|i| i.mnemonic() == iced_x86::Mnemonic::Push && i.op0_register() == iced_x86::Register::RBP), "{kind}: the moved push");
+    }
 }

@@ -85,6 +85,11 @@ pub enum ExitKind {
 /// among them follow the copy.
 pub struct Body<'a> {
     pub insns: &'a [Instruction],
+    /// Whether branches to the first moved instruction follow the copy too: a function moved
+    /// whole runs its own loops there, past its entry probe. Otherwise they go back to the
+    /// original code, where the site's jump runs the probe again (a loop back to a block's
+    /// start is another run of the block).
+    pub loops_in_copy: bool,
     /// Original IPs of the instructions that leave the function.
     pub exits: &'a [(u64, ExitKind)],
     /// Where execution continues if the last instruction falls through.
@@ -131,6 +136,8 @@ const ABORT: u64 = 6;
 const EPILOGUE: u64 = 7;
 /// A coverage probe's retire record.
 const RECORD: u64 = 8;
+/// The body's first instruction, unless branches to its original address follow the copy.
+const BODY: u64 = 9;
 /// Labels for the exit paths of conditional tail jumps, upwards from here.
 const FIRST_EXIT_PATH: u64 = 16;
 /// Labels for the instructions exit probes skip to, upwards from here: kernel addresses, which
@@ -203,6 +210,12 @@ fn body_with_exits(body: &Body<'_>, exit: Option<ExitProbe>) -> Result<Vec<Instr
             out.push(at(Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(err)?, skip));
         }
     }
+    if !body.loops_in_copy {
+        let first = body_ip(body)?;
+        if let Some(insn) = out.iter_mut().find(|i| i.ip() == first) {
+            insn.set_ip(BODY);
+        }
+    }
     Ok(out)
 }
 
@@ -247,29 +260,32 @@ impl ExitProbe {
 /// Builds an exit-site trampoline at `ip`: the moved instructions with exit probes (and a
 /// moved `syscall` with its probes). Its `section` is empty (it counts nothing).
 pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Trampoline, RelocError> {
-    encode_without_section(&body_with_exits(body, Some(probe))?, ip)
+    encode_without_section(&body_with_exits(body, Some(probe))?, body.insns, ip)
 }
 
 /// Builds a system-call site's trampoline at `ip`: the moved instructions, the `syscall`
 /// among them wrapped in the system-call probes. Its `section` is empty (it counts nothing).
 pub fn syscall_trampoline(body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
-    encode_without_section(&body_with_exits(body, None)?, ip)
+    encode_without_section(&body_with_exits(body, None)?, body.insns, ip)
 }
 
-/// Encodes `insns` at `ip` with iced's `BlockEncoder`, each RIP-relative memory operand
-/// keeping the address it names. `BlockEncoder` moves a reference to an instruction of the
-/// block along with that instruction, which is right for branches but not for data: a
-/// function that takes its own address among its moved instructions (CPython's
-/// `subtype_traverse` starts `push r15; lea rax, [rip - 9]` and compares types' `tp_traverse`
-/// with it) must get its own address, not its trampoline's, or it loops. Such an operand is
-/// encoded against a stand-in address no instruction has, then its displacement is put back.
-fn encode_block(insns: &[Instruction], ip: u64) -> Result<iced_x86::BlockEncoderResult, RelocError> {
+/// Encodes `insns` at `ip` with iced's `BlockEncoder`, each RIP-relative memory operand that
+/// names one of the `moved` instructions keeping the address it names. `BlockEncoder` moves a
+/// reference to an instruction of the block along with that instruction, which is right for
+/// branches and for lopi's own data in the block (a coverage probe's retire record) but not
+/// for the program's data: a function that takes its own address among its moved
+/// instructions (CPython's `subtype_traverse` starts `push r15; lea rax, [rip - 9]` and
+/// compares types' `tp_traverse` with it) must get its own address, not its trampoline's, or
+/// it loops. Such an operand is encoded against a stand-in address no instruction has, then
+/// its displacement is put back.
+fn encode_block(insns: &[Instruction], moved: &[Instruction], ip: u64) -> Result<iced_x86::BlockEncoderResult, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let labels: std::collections::HashSet<u64> = insns.iter().map(|i| i.ip()).collect();
+    let moved: std::collections::HashSet<u64> = moved.iter().map(|i| i.ip()).collect();
     let mut block = insns.to_vec();
     let mut kept = Vec::new();
     for (k, insn) in block.iter_mut().enumerate() {
-        if insn.is_ip_rel_memory_operand() && labels.contains(&insn.ip_rel_memory_address()) {
+        if insn.is_ip_rel_memory_operand() && moved.contains(&insn.ip_rel_memory_address()) && labels.contains(&insn.ip_rel_memory_address()) {
             let target = insn.ip_rel_memory_address();
             let shift = (1..).find(|d| !labels.contains(&target.wrapping_add(*d))).expect("a finite block leaves an address free");
             insn.set_memory_displacement64(target.wrapping_add(shift));
@@ -290,8 +306,8 @@ fn encode_block(insns: &[Instruction], ip: u64) -> Result<iced_x86::BlockEncoder
     Ok(result)
 }
 
-fn encode_without_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
-    let result = encode_block(insns, ip)?;
+fn encode_without_section(insns: &[Instruction], moved: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
+    let result = encode_block(insns, moved, ip)?;
     Ok(Trampoline {
         section: RseqSection { start: 0, post_commit_offset: 0, abort: 0 },
         counting: None,
@@ -334,7 +350,7 @@ pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruct
         let mut trampoline = timed_code(t, body, Some(copy_at), ip)?;
         let at = (ip + trampoline.bytes.len() as u64).next_multiple_of(16);
         if at == copy_at {
-            let encoded = encode_block(copy, copy_at)?;
+            let encoded = encode_block(copy, copy, copy_at)?;
             trampoline.bytes.resize((copy_at - ip) as usize, 0xcc);
             trampoline.bytes.extend(encoded.code_buffer);
             return Ok(trampoline);
@@ -352,8 +368,7 @@ fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) ->
         return Err(RelocError::Encode("a lock function's counter index beyond 2^24".into()));
     }
     let index = i32::try_from(t.counter.index | t.entry_tag).map_err(|_| RelocError::Encode("counter index beyond 2^31".into()))?;
-    let body_ip = body_ip(body)?;
-    let counted = copy_at.unwrap_or(body_ip);
+    let counted = copy_at.unwrap_or(body_label(body)?);
     let mut insns = vec![
         Instruction::with2(Code::Cmp_rm32_imm8, rip(t.mode), 0).map_err(err)?,
         Instruction::with_branch(Code::Jne_rel32_64, TOP).map_err(err)?,
@@ -365,15 +380,15 @@ fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) ->
     insns.extend(counting_code(&t.counter, counted)?);
     insns.push(Instruction::with_branch(Code::Jmp_rel32_64, counted).map_err(err)?);
     insns.extend(abort_code()?);
-    encode_with_section(&insns, ip)
+    encode_with_section(&insns, body.insns, ip)
 }
 
 /// Builds the trampoline at `ip`: the counting code, then the body.
 pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
-    let mut insns = counting_code(c, body_ip(body)?)?;
+    let mut insns = counting_code(c, body_label(body)?)?;
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
-    encode_with_section(&insns, ip)
+    encode_with_section(&insns, body.insns, ip)
 }
 
 /// What a coverage probe needs to take itself out once it has marked its block (see the
@@ -423,7 +438,7 @@ pub fn marking_trampoline(mark: u64, retire: Option<&Retire<'_>>, body: &Body<'_
             insns.push(if i == 0 { at(bytes, RECORD) } else { bytes });
         }
     }
-    encode_without_section(&insns, ip)
+    encode_without_section(&insns, body.insns, ip)
 }
 
 /// The same for a probe inside a function (a basic block's start), where the red zone may hold
@@ -446,7 +461,7 @@ pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead:
     insns.extend(epilogue);
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
-    encode_with_section(&insns, ip)
+    encode_with_section(&insns, body.insns, ip)
 }
 
 /// A counted function entry that runs a script's entry probes (the function is not timed:
@@ -455,10 +470,10 @@ pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead:
 pub fn probing_counting_trampoline(stub: u64, counter: u32, c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
-    insns.extend(counting_code(c, body_ip(body)?)?);
+    insns.extend(counting_code(c, body_label(body)?)?);
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
-    encode_with_section(&insns, ip)
+    encode_with_section(&insns, body.insns, ip)
 }
 
 /// A probe at any instruction: the runtime's point stub, called below the red zone with the
@@ -468,7 +483,7 @@ pub fn point_trampoline(stub: u64, counter: u32, body: &Body<'_>, ip: u64) -> Re
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
     insns.extend(body_with_exits(body, None)?);
-    encode_without_section(&insns, ip)
+    encode_without_section(&insns, body.insns, ip)
 }
 
 /// True when `insns`, run in order from their start, set every status flag before they read
@@ -493,6 +508,15 @@ pub fn flags_dead(insns: &[Instruction]) -> bool {
 
 fn body_ip(body: &Body<'_>) -> Result<u64, RelocError> {
     body.insns.first().map(Instruction::ip).ok_or_else(|| RelocError::Encode("empty body".into()))
+}
+
+/// Where the counting code goes on into the body.
+fn body_label(body: &Body<'_>) -> Result<u64, RelocError> {
+    if body.loops_in_copy {
+        body_ip(body)
+    } else {
+        Ok(BODY)
+    }
 }
 
 /// The counting code from `top` to the locked path, which falls through to what follows.
@@ -541,10 +565,10 @@ fn abort_code() -> Result<Vec<Instruction>, RelocError> {
 }
 
 /// Encodes a trampoline holding the counting code at `ip`, with its critical section.
-fn encode_with_section(insns: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
+fn encode_with_section(insns: &[Instruction], moved: &[Instruction], ip: u64) -> Result<Trampoline, RelocError> {
     let index_of = |label: u64| insns.iter().position(|i| i.ip() == label).expect("label is in the block");
     let (start, end, abort) = (index_of(START), index_of(END), index_of(ABORT));
-    let result = encode_block(insns, ip)?;
+    let result = encode_block(insns, moved, ip)?;
     let offset = |i: usize| u64::from(result.new_instruction_offsets[i]);
     Ok(Trampoline {
         section: RseqSection {

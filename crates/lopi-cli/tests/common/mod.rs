@@ -10,7 +10,7 @@ pub mod tools;
 #[allow(unused_imports)]
 pub use tools::{require, require_file, require_package};
 use serde_json::Value as Json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::io::Read;
@@ -625,6 +625,50 @@ pub fn assert_parts_add_up(thread: &Json) {
     let parts: f64 = ["user_ns", "kernel_ns", "syscall_blocked_ns", "lock_wait_ns", "kernel_lock_spin_ns", "other_ns"].iter().map(|k| ns(k)).sum();
     let wall = ns("wall_ns");
     assert!((parts - wall).abs() <= 0.02 * wall, "parts {parts} vs wall {wall}: {thread}");
+}
+
+// ---------------------------------------------------------------------------
+// Oracles of block counts
+// ---------------------------------------------------------------------------
+
+/// Executions of each instruction address of the program's own code, from callgrind
+/// (`--dump-instr=yes`: an instruction's Ir is its executions).
+pub fn callgrind_counts(prog: &Path, args: &[&str], dir: &Path) -> HashMap<u64, u64> {
+    let out = dir.join("callgrind.out");
+    let status = Command::new(require("valgrind", "valgrind"))
+        .args(["-q", "--tool=callgrind", "--dump-instr=yes", "--compress-pos=no", "--compress-strings=no"])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(prog)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("valgrind (Debian's valgrind package) is the oracle of block counts");
+    assert!(status.success());
+    let mut counts = HashMap::new();
+    let mut after_call = false;
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        if line.starts_with("calls=") {
+            after_call = true;
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let (Some(addr), Some(ir)) = (fields.first().and_then(|a| a.strip_prefix("0x")), fields.last()) {
+            // The line after `calls=` is the call's inclusive cost, not the instruction's.
+            if !after_call && fields.len() >= 2 {
+                *counts.entry(u64::from_str_radix(addr, 16).unwrap()).or_default() += ir.parse::<u64>().unwrap_or(0);
+            }
+        }
+        after_call = false;
+    }
+    counts
+}
+
+/// What `lopi report --blocks FUNC` says of each block of FUNC in the record `data`.
+pub fn block_counts(data: &Path, func: &str) -> Vec<Json> {
+    let out = run(Command::new(lopi_bin()).args(["report", "--format", "json", "--blocks", func]).arg(data), default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
+    json[0]["blocks"].as_array().unwrap().clone()
 }
 
 // ---------------------------------------------------------------------------

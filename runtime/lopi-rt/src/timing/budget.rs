@@ -3,24 +3,31 @@
 //! call's probes) with the window's share of the budget: three quarters of it, half while the
 //! run as a whole is over budget, so that the excess is paid back. When the excess is worth a
 //! scan of the calling-context tree, the check sums each function's timed calls and switches
-//! this module's shortest functions (by average call) called since the previous scan to
-//! counting until the cost of that window without their calls fits. A function whose calls,
-//! lately or on its busiest call path, are so long that its probes cost less than the budget's
-//! share of each stays timed: it is what the profile is for; what such functions cost beyond
-//! the budget is then allowed for a while rather than scanned for again. A switch is for good,
-//! so one whose probes cost under four times that share waits for the thread's first 10 ms.
-//! A switched function counts its calls per CPU as a counting trampoline does: its entry jumps
-//! straight to that code and its exit sites get their original code back
-//! (`retire::switch_code`), so its time becomes its caller's self time.
+//! the shortest functions (by average call) called since the module's previous scan of the
+//! module whose probe made the check to counting, until what that module's calls in the
+//! window cost fits its share of the window's target: in proportion to its calls against
+//! those of every module whose functions can be switched, once the calls no module can switch
+//! (lock holds) are paid for. Each module has its own runtime and switches only its own
+//! functions (another module may have been unloaded: its variables are out of reach); its
+//! checks come in proportion to its calls, as they run at exits. A function whose calls,
+//! lately or on its busiest call path, are so long that its probes cost less than the
+//! budget's share of each stays timed: it is what the profile is for; what such functions
+//! cost beyond their module's share is then allowed for a while rather than scanned for
+//! again. A switch is for good, so one whose probes cost under four times that share waits
+//! for the thread's first 10 ms. A switched function counts its calls per CPU as a counting
+//! trampoline does: its entry jumps straight to that code and its exit sites get their
+//! original code back (`retire::switch_code`), so its time becomes its caller's self time.
 //!
-//! The thread's budget table, an extension of its chunk with an entry per counter of the
-//! module, keeps what the scans saw of each function and records each switch (when, and the
-//! call rate that made it), so readers list every one. The check's own time is taken out of
-//! every open call (as any slow path's).
+//! The thread's budget state (in its header page) has what the checks share and a state per
+//! module (`abi::BudgetModule`, up to 16; a further module's functions stay timed) with the
+//! module's table, an extension of the chunk with an entry per counter of the module, which
+//! keeps what the scans saw of each function and records each switch (when, and the call
+//! rate that made it), so readers list every one. The check's own time is taken out of every
+//! open call (as any slow path's).
 use super::thread::Thread;
 use super::{counter, mode_word, rdtsc};
-use crate::abi::{self, BudgetEntry, BudgetState, RuntimeVars};
-use core::ptr::write_volatile;
+use crate::abi::{self, BudgetEntry, BudgetModule, BudgetState, RuntimeVars};
+use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// When a new thread first checks: soon, so that a short run does not pay for long.
@@ -51,70 +58,138 @@ pub(super) unsafe fn new_path(h: *mut abi::ThreadHeader) {
 }
 
 pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
-    // SAFETY: the caller holds `busy`; the state lies in the header page, the table in an
-    // extension of `entries` entries and twice as many scratch words.
+    // SAFETY: the caller holds `busy`; the state and the module states lie in the header
+    // page, a module's table in an extension of `entries` entries and twice as many scratch
+    // words.
     unsafe {
         let h = t.h;
-        let state = (t.base + abi::BUDGET_STATE as usize) as *mut BudgetState;
-        if (*state).entries == 0 && !make_table(t, v, state) {
-            (*h).next_check_tsc = u64::MAX;
+        // The exit probe takes this check's time out of the open calls with the rest of its
+        // slow path.
+        (*h).next_check_tsc = now.saturating_add(interval(&*v));
+        if (*v).budget_ppm == 0 {
+            // A module rewritten without a budget takes no part: the window goes on.
             return;
         }
+        let state = (t.base + abi::BUDGET_STATE as usize) as *mut BudgetState;
+        if (*state).checks == 0 {
+            (*state).last_check_tsc = (*h).start_tsc;
+            (*state).budget_ppm = u64::from((*v).budget_ppm);
+        }
         (*state).checks += 1;
+        let budget = (*state).budget_ppm;
         let pair = (*h).probe_pair_ticks.max(1);
         let calls = (*h).timed_calls.wrapping_sub((*state).calls_seen);
         let window = now.saturating_sub((*state).last_check_tsc);
-        let floor = if now < (*state).floor_until { parts(window, (*state).floor_ppm) } else { 0 };
-        let excess = calls.saturating_mul(pair).saturating_sub(target(v, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window).saturating_add(floor));
+        let excess = calls.saturating_mul(pair).saturating_sub(target(budget, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window).saturating_add(floors(t, window, now)));
+        (*state).calls_seen = (*h).timed_calls;
+        (*state).last_check_tsc = now;
+        let Some(m) = module(t, v, state) else { return };
         // A scan is worth it when the excess it takes away over the next windows (until the
         // program's phase changes, say eight) is more than a scan costs (a large tree takes long
         // to scan). Scans cost at most 2% of the thread's run, and a quarter of what timing
-        // cost beyond the budget so far.
+        // cost beyond the budget so far. A window too short to tell a call rate waits.
         let scan_cost = (*state).scan_ticks / (*state).scans.max(1);
         let elapsed = now.saturating_sub((*h).start_tsc);
-        let over_budget = (*h).timed_calls.saturating_mul(pair).saturating_sub(parts(elapsed, u64::from((*v).budget_ppm)));
-        if excess.saturating_mul(8) > scan_cost && (*state).scan_ticks <= elapsed / 50 + over_budget / 4 {
+        let over_budget = (*h).timed_calls.saturating_mul(pair).saturating_sub(parts(elapsed, budget));
+        let since = now.saturating_sub((*m).last_scan_tsc);
+        let ready = (*m).last_scan_tsc == 0 || since >= (*v).tsc_hz / (1_000_000_000 / abi::BUDGET_MIN_WINDOW_NS);
+        if (*m).table_file != 0 && ready && excess.saturating_mul(8) > scan_cost && (*state).scan_ticks <= elapsed / 50 + over_budget / 4 {
             let started = rdtsc();
-            // Which functions to switch is decided from their calls since the previous scan:
-            // the first scan only takes their counts.
-            let count = (*state).entries as usize;
-            let at = t.base.wrapping_add((*state).table_offset as usize);
+            let count = (*m).entries as usize;
+            let at = t.base.wrapping_add((*m).table_offset as usize);
             let words = at + count * abi::BUDGET_ENTRY_LEN;
             let table = Table {
                 entries: core::slice::from_raw_parts_mut(at as *mut BudgetEntry, count),
                 scratch: core::slice::from_raw_parts_mut(words as *mut u32, count),
                 touched: core::slice::from_raw_parts_mut((words + 4 * count) as *mut u32, count),
             };
-            let decide = (*state).last_scan_tsc != 0;
             let scratch = table.scratch.as_ptr();
-            let (switched, left) = scan(t, v, state, table, now, decide);
-            // What the functions that must stay timed cost beyond the target: checks allow it
-            // for a while rather than scan again for nothing.
+            let (switched, left) = scan(t, v, state, m, table, now);
+            // What the module's functions that must stay timed cost beyond its share: checks
+            // allow it for a while rather than scan again for nothing.
             if left > 0 {
                 // With a quarter more, for the short windows' noise.
-                (*state).floor_ppm = left.saturating_mul(1_250_000) / now.saturating_sub((*state).last_scan_tsc).max(1);
-                (*state).floor_until = now.saturating_add(50 * interval(&*v));
+                write_volatile(&raw mut (*m).floor_ppm, left.saturating_mul(1_250_000) / since.max(1));
+                write_volatile(&raw mut (*m).floor_until, now.saturating_add(50 * interval(&*v)));
             }
-            (*state).last_scan_tsc = now;
+            write_volatile(&raw mut (*m).last_scan_tsc, now);
             // Changing the switched functions' code is not counted: it is done once for each.
             (*state).scan_ticks += rdtsc().wrapping_sub(started);
             (*state).scans += 1;
             crate::retire::switch_code(v.cast_mut(), core::slice::from_raw_parts(scratch, switched));
         }
-        (*state).calls_seen = (*h).timed_calls;
-        (*state).last_check_tsc = now;
-        // The exit probe takes this check's time out of the open calls with the rest of its
-        // slow path.
-        (*h).next_check_tsc = now.saturating_add(interval(&*v));
+    }
+}
+
+/// The thread's module states in use (a reader's view: they change through [`slot`]).
+unsafe fn modules<'a>(t: &Thread) -> &'a [BudgetModule] {
+    // SAFETY: the states lie in the caller's thread's header page; `modules` counts those
+    // written.
+    unsafe {
+        let used = (*((t.base + abi::BUDGET_STATE as usize) as *const BudgetState)).modules.min(abi::BUDGET_MODULE_SLOTS);
+        core::slice::from_raw_parts(slot(t, 0), used as usize)
+    }
+}
+
+/// The thread's module state `i`.
+fn slot(t: &Thread, i: usize) -> *mut BudgetModule {
+    (t.base + abi::BUDGET_MODULES as usize + i * abi::BUDGET_MODULE_LEN) as *mut BudgetModule
+}
+
+/// This module's state in the thread's budget, made (with its table) at its first check;
+/// `None` when every state is taken (its functions then stay timed) or it has no counters.
+unsafe fn module(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> Option<*mut BudgetModule> {
+    // SAFETY: forwarded; a new state's slot is free and lies in the header page, its table's
+    // extension is fresh, zeroed and this thread's.
+    unsafe {
+        let (counters, entries) = (counter(0), (*v).counter_count);
+        if let Some(i) = modules(t).iter().position(|m| m.counters == counters && m.entries == entries) {
+            return Some(slot(t, i));
+        }
+        let used = (*state).modules;
+        if entries == 0 {
+            return None;
+        }
+        if used >= abi::BUDGET_MODULE_SLOTS {
+            (*state).unkept_checks = (*state).unkept_checks.saturating_add(1);
+            return None;
+        }
+        let m = slot(t, used as usize);
+        write_volatile(&raw mut (*m).counters, counters);
+        write_volatile(&raw mut (*m).entries, entries);
+        // Without a table (the data file cannot grow) the module's functions stay timed.
+        if let Some((at, file)) = super::thread::map_extension(v, abi::budget_table_bytes(entries)) {
+            write_volatile(&raw mut (*m).table_offset, at.wrapping_sub(t.base) as u64);
+            write_volatile(&raw mut (*m).table_file, file);
+        }
+        write_volatile(&raw mut (*state).modules, used + 1);
+        Some(m)
+    }
+}
+
+/// What the modules' functions that must stay timed may cost beyond the target in a window
+/// of `window` ticks (see `check`).
+unsafe fn floors(t: &Thread, window: u64, now: u64) -> u64 {
+    // SAFETY: forwarded.
+    unsafe { modules(t).iter().filter(|m| now < m.floor_until).map(|m| parts(window, m.floor_ppm)).fold(0, u64::saturating_add) }
+}
+
+/// True when this thread's budget switched `func`, a function of another module than the
+/// caller's (whose mode words are its runtime's, out of reach: see `abi::BUDGET_STATE`).
+pub(super) unsafe fn switched_here(t: &Thread, func: u64) -> bool {
+    // SAFETY: forwarded; a table has an entry per counter of its module.
+    unsafe {
+        modules(t).iter().filter(|m| m.table_file != 0).find_map(|m| m.index(func).map(|i| (m, i))).is_some_and(|(m, i)| {
+            let e = t.base.wrapping_add(m.table_offset as usize) + i as usize * abi::BUDGET_ENTRY_LEN;
+            read_volatile(&(*(e as *const BudgetEntry)).switched_tsc) != 0
+        })
     }
 }
 
 /// The timing cost a window of `window` ticks may have: three quarters of its share of the
-/// budget while the thread's run as a whole (`spent` of `elapsed`) is within it, half while
-/// the excess is paid back.
-unsafe fn target(v: *const RuntimeVars, spent: u64, elapsed: u64, window: u64) -> u64 {
-    // SAFETY: the variables are the module's.
-    let ppm = u64::from(unsafe { (*v).budget_ppm });
+/// budget (`ppm`) while the thread's run as a whole (`spent` of `elapsed`) is within it,
+/// half while the excess is paid back.
+fn target(ppm: u64, spent: u64, elapsed: u64, window: u64) -> u64 {
     let share = |ticks: u64| parts(ticks, ppm);
     if spent > share(elapsed) { share(window) / 2 } else { share(window) * 3 / 4 }
 }
@@ -124,21 +199,12 @@ fn parts(ticks: u64, ppm: u64) -> u64 {
     ticks / 1000 * ppm / 1000
 }
 
-/// Maps the thread's table: false when the data file cannot grow (the thread then stays timed).
-unsafe fn make_table(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> bool {
-    // SAFETY: forwarded; the extension is fresh, zeroed and this thread's.
-    unsafe {
-        let entries = (*v).counter_count;
-        if entries == 0 {
-            return false;
-        }
-        let Some((at, file)) = super::thread::map_extension(v, abi::budget_table_bytes(entries)) else { return false };
-        (*state).table_offset = at.wrapping_sub(t.base) as u64;
-        (*state).table_file = file;
-        (*state).last_check_tsc = (*t.h).start_tsc;
-        (*state).budget_ppm = u64::from((*v).budget_ppm);
-        write_volatile(&raw mut (*state).entries, entries);
-        true
+/// `part` of `whole` of `amount` (nothing of an empty whole).
+fn share(amount: u64, part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        0
+    } else {
+        parts(amount, part.min(whole).saturating_mul(1_000_000) / whole)
     }
 }
 
@@ -150,33 +216,33 @@ struct Table<'a> {
     touched: &'a mut [u32],
 }
 
-/// Sums each function's timed calls on all its paths; with `decide`, switches this module's
-/// shortest functions (by average call, so that the probes are the largest share of what they
-/// measure) until the cost of the timed calls since the previous scan, less theirs, is within
-/// the target. Returns how many it switched (their indices start the table's scratch) and
-/// what the window's timed calls still cost beyond the target.
-unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table: Table<'_>, now: u64, decide: bool) -> (usize, u64) {
+/// Sums the timed calls of each function of module `m` on all its paths, and those of the
+/// other modules' functions; from its second scan on (the first only takes the counts),
+/// switches the module's shortest functions (by average call, so that the probes are the
+/// largest share of what they measure) until what their timed calls since the previous scan
+/// cost, less theirs, is within the module's share of the target. Returns how many it
+/// switched (their indices start the table's scratch) and what the module's timed calls in
+/// the window still cost beyond its share.
+unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, m: *mut BudgetModule, table: Table<'_>, now: u64) -> (usize, u64) {
     // SAFETY: nodes below `node_count` are initialised; mode words and hooks exist for every
-    // counter of this module.
+    // counter of this module; the module states are the thread's.
     unsafe {
         let h = t.h;
         let pair = (*h).probe_pair_ticks.max(1);
         let epoch = (*state).checks;
-        let first = counter(0);
         let entries = table.entries;
-        let count = entries.len();
-        let index = |func: u64| {
-            let i = func.wrapping_sub(first) / 8;
-            (func >= first && func % 8 == first % 8 && (i as usize) < count).then_some(i as usize)
-        };
-        let mut other = 0u64;
+        let modules = modules(t);
+        let me = &*m;
+        // Another module's function whose module has a table: its own checks may switch it.
+        let switchable_elsewhere = |func: u64| modules.iter().any(|o| o.table_file != 0 && o.index(func).is_some());
+        let (mut others, mut fixed) = (0u64, 0u64);
         let mut touched = 0;
         for n in abi::FIRST_FREE_NODE..(*h).node_count {
             let n = t.node(n);
             let func = (*n).func;
-            match index(func) {
+            match me.index(func) {
                 Some(i) => {
-                    let e = &mut entries[i];
+                    let e = &mut entries[i as usize];
                     if e.epoch != epoch {
                         // One field at a time: adjacent stores may become vector stores, and
                         // the probes' callers do not save vector registers.
@@ -196,29 +262,41 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, table
                 }
                 // System calls are timed whatever the budget says: their probes are not
                 // timing's cost. The merged-paths node names no function.
-                None if func != 0 && abi::syscall_name::decode(func).is_none() => other += (*n).calls,
-                None => {}
+                None if func == 0 || abi::syscall_name::decode(func).is_some() => {}
+                None if switchable_elsewhere(func) => others += (*n).calls,
+                None => fixed += (*n).calls,
             }
         }
+        // A window that began when the thread had other modules with tables compares counts
+        // of a different split: it only takes the counts.
+        let decide = me.last_scan_tsc != 0 && me.modules_seen == u64::from((*state).modules);
         let switched = if decide {
             let timed = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED;
-            let mut spent = other;
-            let mut window_calls = other.saturating_sub((*state).other_seen);
+            let mut spent = others.saturating_add(fixed);
+            let mut own = 0u64;
             for &i in &table.touched[..touched] {
                 let e = &entries[i as usize];
                 spent = spent.saturating_add(e.calls);
                 if timed(i as usize) {
-                    window_calls = window_calls.saturating_add(e.calls.saturating_sub(e.seen_calls));
+                    own = own.saturating_add(e.calls.saturating_sub(e.seen_calls));
                 }
             }
-            let window = now.saturating_sub((*state).last_scan_tsc).max(1);
-            let target = target(v, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window);
-            let window = Window { cost: window_calls.saturating_mul(pair), target, ticks: window, now };
-            switch(v, h, entries, &table.touched[..touched], table.scratch, window)
+            let ticks = now.saturating_sub(me.last_scan_tsc).max(1);
+            let budget = (*state).budget_ppm;
+            let target = target(budget, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), ticks);
+            // The module's share of the window's target: what the calls no module can switch
+            // leave of it, in proportion to the module's calls against those of every module
+            // that can switch its own.
+            let left = target.saturating_sub(fixed.saturating_sub(me.fixed_seen).saturating_mul(pair));
+            let target = share(left, own, own.saturating_add(others.saturating_sub(me.others_seen)));
+            let window = Window { cost: own.saturating_mul(pair), target, ticks, now };
+            switch(v, h, budget, entries, &table.touched[..touched], table.scratch, window)
         } else {
             (0, 0)
         };
-        (*state).other_seen = other;
+        write_volatile(&raw mut (*m).others_seen, others);
+        write_volatile(&raw mut (*m).fixed_seen, fixed);
+        write_volatile(&raw mut (*m).modules_seen, u64::from((*state).modules));
         for &i in &table.touched[..touched] {
             let e = &mut entries[i as usize];
             // One field at a time (no vector stores, as above).
@@ -241,7 +319,7 @@ struct Window {
 /// Switches timed functions `called` in the window, shortest first, until its cost is within
 /// its target; returns how many (their indices it leaves at the start of `scratch`) and what
 /// is left of the cost beyond the target.
-unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut [BudgetEntry], called: &[u32], scratch: &mut [u32], window: Window) -> (usize, u64) {
+unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, ppm: u64, entries: &mut [BudgetEntry], called: &[u32], scratch: &mut [u32], window: Window) -> (usize, u64) {
     // SAFETY: mode words and hooks exist for every counter of this module.
     unsafe {
         let Window { mut cost, target, ticks, now } = window;
@@ -249,7 +327,6 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
             return (0, 0);
         }
         let pair = (*h).probe_pair_ticks.max(1);
-        let ppm = u64::from((*v).budget_ppm);
         // A function whose calls are so long that its probes cost less than the budget's share
         // of each stays timed whatever the rest costs: it is what the profile is for. Long
         // lately or on its busiest call path on the whole is long, so that a function whose
@@ -274,7 +351,7 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
         let mut len = 0;
         for &i in called {
             let e = &entries[i as usize];
-            if (e.calls - e.seen_calls).saturating_mul(pair) >= worth && short(e) && switchable(i as usize) {
+            if e.calls.saturating_sub(e.seen_calls).saturating_mul(pair) >= worth && short(e) && switchable(i as usize) {
                 scratch[len] = i;
                 len += 1;
             }
@@ -288,7 +365,7 @@ unsafe fn switch(v: *const RuntimeVars, h: *mut abi::ThreadHeader, entries: &mut
             }
             let i = candidates[k];
             let e = &mut entries[i as usize];
-            let calls = e.calls - e.seen_calls;
+            let calls = e.calls.saturating_sub(e.seen_calls);
             cost = cost.saturating_sub(calls.saturating_mul(pair));
             // Another thread's check may have switched it meanwhile: that one records it and
             // changes its code.

@@ -373,6 +373,19 @@ impl Thread {
                 }
                 return;
             }
+            if kind == abi::EVENT_UNWIND && super::budget::switched_here(self, (*n).func) {
+                // The same, for another module's function, which this thread's budget switched:
+                // its counter is that module's (which may be unloaded), so the call is counted
+                // in its node, as a call left without its exit probe, with no time.
+                if f.flags & abi::FRAME_INHERITED == 0 {
+                    (*n).calls += 1;
+                    if f.flags & abi::FRAME_MERGED == 0 {
+                        (*n).aux += 1;
+                    }
+                    (*h).switched_open += 1;
+                }
+                return;
+            }
             let start = if f.flags & abi::FRAME_UNCLOCKED != 0 { now } else { f.start_tsc };
             let dt = match now.checked_sub(start) {
                 Some(dt) => dt,
