@@ -2,8 +2,9 @@
 //! at the end of the module's counters region (`abi::own_calls`). Registration maps that
 //! region onto the data file, so every thread and every forked process adds to one count,
 //! which `lopi report` shows apart from the program's calls. Every call the runtime makes
-//! goes through `sys::call6`, which counts it here; only the program's own calls, which the
-//! application kernel's proxies make for it, do not (`sys::raw6`).
+//! goes through `sys::call6`, which counts it here (the application kernel's proxies count the
+//! `clone`, `munmap` and `exit` they make from assembly themselves); only the program's own
+//! calls, which those proxies make for it, are not counted (`sys::raw6`).
 use crate::abi::own_calls;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU64, Ordering};
