@@ -6,18 +6,12 @@
 use anyhow::Result;
 use lopi_rt_abi::{END_DETACHED, NAMES_ENTRY_LEN, NAMES_HEADER_LEN, NAMES_MAGIC, PAGE_SIZE};
 
-/// The time-stamp counter, the clock the runtime's probes read.
-#[allow(unsafe_code)]
-fn tsc() -> u64 {
-    // SAFETY: `rdtsc` reads the time-stamp counter; it touches no memory.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
 /// Appends to the data file at `data` that process `pid`'s recording ended now, `how`
-/// (`END_EXITED`, `END_DETACHED`: then with its threads' names). Nothing when the process
-/// recorded nothing (no data file).
-pub fn record(data: &str, pid: i32, how: u32) -> Result<()> {
-    let tsc = tsc();
+/// (`END_EXITED`, `END_DETACHED`: then with its threads' names, and the `munmap` calls lopi
+/// made in it to detach, with their TSC ticks: `unmaps`). Nothing when the process recorded
+/// nothing (no data file).
+pub fn record(data: &str, pid: i32, how: u32, unmaps: (u64, u64)) -> Result<()> {
+    let tsc = lopi_live::tsc();
     if !std::path::Path::new(data).exists() {
         return Ok(());
     }
@@ -27,6 +21,8 @@ pub fn record(data: &str, pid: i32, how: u32) -> Result<()> {
     record[16..20].copy_from_slice(&(pid as u32).to_le_bytes());
     record[20..24].copy_from_slice(&how.to_le_bytes());
     record[24..32].copy_from_slice(&tsc.to_le_bytes());
+    record[32..40].copy_from_slice(&unmaps.0.to_le_bytes());
+    record[40..48].copy_from_slice(&unmaps.1.to_le_bytes());
     crate::parallelism::append(data, &record)?;
     if how == END_DETACHED {
         crate::parallelism::append(data, &names(pid))?;

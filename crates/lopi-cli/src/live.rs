@@ -209,7 +209,7 @@ impl Launched {
     /// Once the program has ended: records its end (its threads' calls still open end there)
     /// and adds the parallelism profile, if one was sampled.
     pub fn finish(&mut self) {
-        let ended = crate::ends::record(&self.output, self.child.id() as i32, lopi_rt_abi::END_EXITED);
+        let ended = crate::ends::record(&self.output, self.child.id() as i32, lopi_rt_abi::END_EXITED, (0, 0));
         if let Err(e) = ended {
             eprintln!("lopi: recording the program's end: {e:#}");
         }
@@ -317,7 +317,7 @@ impl Attached {
         let running = Instant::now();
         loop {
             if !alive(self.pid) {
-                self.record_end(lopi_rt_abi::END_EXITED);
+                self.record_end(lopi_rt_abi::END_EXITED, (0, 0));
                 return Ok(Ended::Exited);
             }
             if duration.is_some_and(|d| running.elapsed() >= d) || matches!(self.signals.read_signal(), Ok(Some(_))) || stop()? {
@@ -327,9 +327,10 @@ impl Attached {
         }
     }
 
-    /// Records that the process's recording ended now, `how` (`END_*`).
-    fn record_end(&self, how: u32) {
-        if let Err(e) = crate::ends::record(&self.output, self.pid, how) {
+    /// Records that the process's recording ended now, `how` (`END_*`), with the `munmap`s
+    /// lopi made in it to detach (calls, ticks).
+    fn record_end(&self, how: u32, unmaps: (u64, u64)) {
+        if let Err(e) = crate::ends::record(&self.output, self.pid, how, unmaps) {
             eprintln!("lopi: recording the end of process {}: {e:#}", self.pid);
         }
     }
@@ -341,7 +342,7 @@ impl Attached {
         let mut target = match Target::attach(pid) {
             Ok(t) => t,
             Err(lopi_live::LiveError::NoSuchProcess(_) | lopi_live::LiveError::TargetExited(_)) => {
-                self.record_end(lopi_rt_abi::END_EXITED);
+                self.record_end(lopi_rt_abi::END_EXITED, (0, 0));
                 if !quiet {
                     eprintln!("lopi: process {pid} exited; see `lopi report {}`", self.output);
                 }
@@ -351,7 +352,7 @@ impl Attached {
         };
         let removal = target.remove(&self.installation).context("taking the probes out")?;
         // With every thread held and no probe left: calls still open end here.
-        self.record_end(lopi_rt_abi::END_DETACHED);
+        self.record_end(lopi_rt_abi::END_DETACHED, (removal.unmaps, removal.unmap_ticks));
         target.release();
         let detach_ms = lopi_live::millis(detaching);
         if !quiet {

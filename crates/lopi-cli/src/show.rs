@@ -208,6 +208,9 @@ pub fn report_text(profile: &Profile, top: usize) -> String {
         timing_notes(&mut out, profile, timing);
         open_note(&mut out, profile);
     }
+    if let Some(line) = runtime_note(&profile.runtime_syscalls) {
+        let _ = writeln!(out, "{line}");
+    }
     out.push('\n');
     let rows = if top == 0 { called.len() } else { top.min(called.len()) };
     let width = called.first().map_or(5, |f| f.calls.to_string().len().max(5));
@@ -238,6 +241,22 @@ pub fn report_text(profile: &Profile, top: usize) -> String {
         let _ = writeln!(out, "... {} more (use --top 0 for all)", called.len() - rows);
     }
     out
+}
+
+/// What lopi's runtime did in the program's processes: its own system calls, which are not
+/// the program's (`None` when it made none).
+pub fn runtime_note(own: &lopi_trace::OwnCalls) -> Option<String> {
+    if own.calls == 0 {
+        return None;
+    }
+    let time = own.ns.map_or_else(|| "time unknown: the record has no TSC rate".to_string(), duration);
+    let calls: Vec<String> = own.by_call.iter().take(6).map(|c| format!("{} {}", c.name, c.calls)).collect();
+    let more = if own.by_call.len() > 6 { ", ..." } else { "" };
+    Some(format!(
+        "note: lopi's runtime made {} in the program's processes ({time}), not counted above: {}{more}",
+        plural(own.calls as usize, "system call"),
+        calls.join(", ")
+    ))
 }
 
 /// The calls still open when their threads' recordings ended, by function.

@@ -173,5 +173,25 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
         let _ = writeln!(out, "\nnote: {untimed} calls were counted without a time (made before lopi's runtime was ready, inside a probe, or by a vfork child); they are named by the number their site sets");
     }
     let _ = writeln!(out, "note: clock_gettime, gettimeofday, time and getcpu usually run in the vDSO without entering the kernel: those calls are not system calls and are not counted (when the vDSO does enter the kernel, for CPU-time clocks, lopi run and attach count it)");
+    runtime_table(&mut out, &report.runtime_syscalls);
     out
+}
+
+/// lopi's own calls in the program's processes, apart from the program's.
+fn runtime_table(out: &mut String, own: &lopi_trace::OwnCalls) {
+    if own.calls == 0 {
+        return;
+    }
+    let _ = writeln!(out, "\nlopi's runtime: its own system calls in the program's processes (not the program's, in none of the tables above):");
+    let _ = writeln!(out, "{:>11} {:>11} {:>9} syscall", "seconds", "usecs/call", "calls");
+    let time = |ns: Option<f64>, calls: u64| match ns {
+        Some(ns) => (seconds(ns), format!("{:.3}", ns / calls.max(1) as f64 / 1e3)),
+        None => ("?".to_string(), "?".to_string()),
+    };
+    for c in &own.by_call {
+        let (total, each) = time(c.ns, c.calls);
+        let _ = writeln!(out, "{total:>11} {each:>11} {:>9} {}", c.calls, c.name);
+    }
+    let (total, each) = time(own.ns, own.calls);
+    let _ = writeln!(out, "{total:>11} {each:>11} {:>9} total", own.calls);
 }

@@ -153,7 +153,7 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
         return Err(ImageError::TooLarge);
     }
     let rw_vaddr = request.at;
-    let counters_len = page_align(counters * 8);
+    let counters_len = lopi_rt_abi::counters_len(counters);
     let stride = u32::try_from(counters_len).map_err(|_| ImageError::TooLarge)?;
     let vars_vaddr = rw_vaddr.wrapping_add(counters_len);
     let rseq_table = vars_vaddr.wrapping_add(lopi_rt_abi::vars::SLOTS);

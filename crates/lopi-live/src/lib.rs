@@ -25,7 +25,7 @@ use lopi_elf::Svma;
 use lopi_image::{ProbeImage, Recording};
 pub use plan::{plan, ModulePlan, Plan};
 use lopi_patch::{CodePatch, Filter, Outcome, Probes, TimingOutcome};
-use lopi_rt_abi::{page_align, RuntimeVars, PAGE_SIZE};
+use lopi_rt_abi::{own_calls, page_align, RuntimeVars, PAGE_SIZE};
 use nix::errno::Errno;
 use procfs::{Mapping, Memory};
 use std::collections::BTreeMap;
@@ -172,6 +172,10 @@ pub struct Removal {
     pub kept_mappings: usize,
     /// Why threads' timing state was left mapped, if it was (see `glibc.rs`).
     pub kept_thread_state: Option<String>,
+    /// The `munmap` calls lopi made in the process to take its mappings out, and their TSC
+    /// ticks: its own calls, which the data file's process-end record keeps.
+    pub unmaps: u64,
+    pub unmap_ticks: u64,
 }
 
 /// A process with every thread held.
@@ -180,6 +184,17 @@ pub struct Target {
     mem: Memory,
     /// Set by `lopi run`: the program's entry point, where it was stopped.
     entry: Option<u64>,
+    /// The system calls lopi made in the process since they were last accounted for: calls
+    /// and TSC ticks (the time the thread was held for them) by number. They are lopi's own,
+    /// as its runtime's are (`lopi_rt_abi::own_calls`).
+    injected: BTreeMap<u64, (u64, u64)>,
+}
+
+/// The time-stamp counter, the clock of lopi's runtime.
+#[allow(unsafe_code)]
+pub fn tsc() -> u64 {
+    // SAFETY: `rdtsc` reads the time-stamp counter; it touches no memory.
+    unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 /// `syscall; int3`, written where injected system calls run.
@@ -261,7 +276,7 @@ impl Target {
             e => e,
         })?;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
-        Ok(Target { threads, mem, entry: None })
+        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new() })
     }
 
     /// Takes over a child launched with `PTRACE_TRACEME` and stopped at its `exec`: runs it
@@ -290,7 +305,7 @@ impl Target {
         threads.set_regs(pid, at_entry)?;
         // Library constructors may have started threads.
         threads.stop_new_threads()?;
-        Ok(Target { threads, mem, entry: Some(entry) })
+        Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new() })
     }
 
     pub fn pid(&self) -> i32 {
@@ -470,6 +485,7 @@ impl Target {
                 return Err(LiveError::Module(format!("{path}: mprotect in the process failed ({})", r as i64)));
             }
         }
+        self.account_injected(image.vars.wrapping_add(bias) - own_calls::LEN)?;
         let tid = self.threads.leader();
         let mut regs = self.threads.regs(tid)?;
         let trap = image.entry_code.wrapping_add(bias);
@@ -660,20 +676,38 @@ impl Target {
         if let Some((dev, inode)) = installation.data_file.as_ref().filter(|_| !keep_data_mappings) {
             ranges.extend(maps.iter().filter(|m| &m.dev == dev && m.inode == *inode).map(|m| (m.start, m.end - m.start)));
         }
+        self.injected.clear();
         for (start, len) in ranges {
             self.syscall(gadget, sys::MUNMAP, [start, len, 0, 0, 0, 0])?;
         }
+        (removal.unmaps, removal.unmap_ticks) = self.injected.remove(&sys::MUNMAP).unwrap_or_default();
         Ok(())
     }
 
-    /// Runs one system call in the leader thread through the gadget.
+    /// Runs one system call in the leader thread through the gadget (counted in `injected`).
     fn syscall(&mut self, gadget: Gadget, nr: u64, args: [u64; 6]) -> Result<u64, LiveError> {
         let tid = self.threads.leader();
         let mut regs: Regs = self.threads.regs(tid)?;
         regs.rip = gadget.at;
         regs.rax = nr;
         (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
-        Ok(self.threads.run_injected(tid, regs, gadget.at + 2)?.rax)
+        let start = tsc();
+        let done = self.threads.run_injected(tid, regs, gadget.at + 2);
+        let e = self.injected.entry(nr).or_default();
+        *e = (e.0 + 1, e.1 + tsc().saturating_sub(start));
+        Ok(done?.rax)
+    }
+
+    /// Adds the calls injected so far into a module's table of the runtime's own calls,
+    /// before its init (which carries the table over into the data file; it is zero and
+    /// private until then, and no thread runs).
+    fn account_injected(&mut self, table: u64) -> Result<(), LiveError> {
+        for (nr, (calls, ticks)) in std::mem::take(&mut self.injected) {
+            let mut entry = calls.to_le_bytes().to_vec();
+            entry.extend_from_slice(&ticks.to_le_bytes());
+            self.mem.write(table + own_calls::entry(nr), &entry).map_err(LiveError::io("writing lopi's call counts into the process"))?;
+        }
+        Ok(())
     }
 
     /// Writes `syscall; int3` into the alignment padding after the main executable's code

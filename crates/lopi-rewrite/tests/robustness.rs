@@ -77,33 +77,43 @@ fn mutated_elf_files_never_panic() {
 
 #[test]
 fn mutated_data_files_never_panic() {
-    use lopi_rt_abi::{RecordHeader, DATA_MAGIC, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC};
+    use lopi_rt_abi::{own_calls, RecordHeader, DATA_MAGIC, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC};
     let meta = br#"{"version":1,"module":"m","source":"s","functions":[{"name":"f","addr":4096,"size":3}]}"#;
-    let mut file = vec![0u8; 4 * PAGE_SIZE as usize];
+    // A header page, the counters (one, and the runtime's own calls), one CPU's block.
+    let counters_len = lopi_rt_abi::counters_len(1);
+    let mut file = vec![0u8; (2 * PAGE_SIZE + 2 * counters_len) as usize];
     file[..8].copy_from_slice(&DATA_MAGIC);
     let header = RecordHeader {
         magic: RECORD_MAGIC,
-        record_len: 3 * PAGE_SIZE,
+        record_len: PAGE_SIZE + 2 * counters_len,
         pid: 7,
         exe_len: 3,
         load_bias: 0,
         meta_offset: 128,
         meta_len: meta.len() as u64,
         counters_offset: PAGE_SIZE,
-        counters_len: PAGE_SIZE,
+        counters_len,
         counter_count: 1,
-        percpu_offset: 2 * PAGE_SIZE,
+        percpu_offset: PAGE_SIZE + counters_len,
         cpu_count: 1,
-        stride: PAGE_SIZE as u32,
+        stride: counters_len as u32,
+        tsc_hz: 1_000_000_000,
     };
     let rec = PAGE_SIZE as usize;
     file[rec..rec + RECORD_HEADER_LEN].copy_from_slice(&header.to_bytes());
     file[rec + RECORD_HEADER_LEN..rec + RECORD_HEADER_LEN + 3].copy_from_slice(b"exe");
     file[rec + 128..rec + 128 + meta.len()].copy_from_slice(meta);
-    file[2 * rec..2 * rec + 8].copy_from_slice(&42u64.to_le_bytes());
-    file[3 * rec..3 * rec + 8].copy_from_slice(&8u64.to_le_bytes());
+    let counters = 2 * rec;
+    file[counters..counters + 8].copy_from_slice(&42u64.to_le_bytes());
+    let open = counters + (counters_len - own_calls::LEN + own_calls::entry(2)) as usize;
+    file[open..open + 8].copy_from_slice(&5u64.to_le_bytes());
+    file[open + 8..open + 16].copy_from_slice(&700u64.to_le_bytes());
+    let block = counters + counters_len as usize;
+    file[block..block + 8].copy_from_slice(&8u64.to_le_bytes());
     let parsed = lopi_trace::DataFile::parse(&file).unwrap();
     assert_eq!(parsed.records[0].counts, vec![50], "shared plus per-CPU counts");
+    assert_eq!(parsed.records[0].own_calls, vec![(2, 5, 700)], "the runtime's own calls");
+    assert_eq!(lopi_trace::OwnCalls::from_data(&parsed).ns, Some(700.0), "their time at the record's rate");
 
     let mut rng = Rng(0x1234_5678_9abc_def1);
     for case in 0..3000 {

@@ -124,10 +124,12 @@ pub const PARALLELISM_HEADER_LEN: u64 = 32;
 /// First bytes of a record `lopi run` or `lopi attach` appends when a process's recording
 /// ended where no probe saw it (the process ended, or lopi detached): the magic, the record's
 /// length (a multiple of `PAGE_SIZE`), the pid (`u32`), how it ended (`u32`: [`END_EXITED`] or
-/// [`END_DETACHED`]), the TSC then (`u64`). Calls still open in the process's threads are
+/// [`END_DETACHED`]), the TSC then (`u64`); then the `munmap` calls lopi made in the process
+/// to take its mappings out at a detach (its own calls, as [`own_calls`] counts the others):
+/// how many (`u64`) and their TSC ticks (`u64`). Calls still open in the process's threads are
 /// closed there.
 pub const END_MAGIC: [u8; 8] = *b"LOPIEND1";
-pub const END_HEADER_LEN: u64 = 32;
+pub const END_HEADER_LEN: u64 = 48;
 /// The process had ended (exited or was killed) when lopi saw it.
 pub const END_EXITED: u32 = 1;
 /// lopi took its probes out.
@@ -156,10 +158,14 @@ pub struct RecordHeader {
     pub percpu_offset: u64,
     pub cpu_count: u32,
     pub stride: u32,
+    /// TSC ticks per second, by which the runtime's own system calls ([`own_calls`]) are
+    /// timed: the rate timing calibrates, else one measured across the module's init; 0 when
+    /// unknown.
+    pub tsc_hz: u64,
 }
 
 /// Size of `RecordHeader` in bytes; the executable path starts right after it.
-pub const RECORD_HEADER_LEN: usize = 88;
+pub const RECORD_HEADER_LEN: usize = 96;
 
 /// Longest executable path stored in a record header page.
 pub const MAX_EXE_LEN: usize = PAGE_SIZE as usize - RECORD_HEADER_LEN;
@@ -184,6 +190,7 @@ impl RecordHeader {
         out[72..80].copy_from_slice(&self.percpu_offset.to_le_bytes());
         out[80..84].copy_from_slice(&self.cpu_count.to_le_bytes());
         out[84..88].copy_from_slice(&self.stride.to_le_bytes());
+        out[88..96].copy_from_slice(&self.tsc_hz.to_le_bytes());
         out
     }
 
@@ -216,6 +223,7 @@ impl RecordHeader {
             percpu_offset: u64_at(72),
             cpu_count: u32_at(80),
             stride: u32_at(84),
+            tsc_hz: u64_at(88),
         })
     }
 }
@@ -245,6 +253,32 @@ impl ModuleDescriptor {
 /// Rounds `n` up to a whole number of pages.
 pub const fn page_align(n: u64) -> u64 {
     (n + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// Bytes of a module's counters region (and of each per-CPU block): `counters` counters, then
+/// the runtime's own system calls ([`own_calls`]) at its end, right before the runtime
+/// variables.
+pub const fn counters_len(counters: u64) -> u64 {
+    page_align(counters * 8 + own_calls::LEN)
+}
+
+/// The system calls lopi's runtime makes itself inside the program (registering, thread
+/// chunks, calibration, the application kernel's proxies; never the program's own): a table
+/// at the end of the module's counters region (`counters_len - LEN` from its start, `LEN`
+/// bytes before the runtime variables), which the runtime maps onto the data file with the
+/// counters, so that every thread and forked process adds to it with `lock add`. Entry `nr`
+/// (the system call's number, the last entry for any number from `SLOTS - 1` up): calls
+/// (`u64`), then the TSC ticks they took (`u64`). A live installer adds the calls it injects
+/// before the module's init there too.
+pub mod own_calls {
+    pub const SLOTS: u64 = 512;
+    pub const ENTRY_LEN: u64 = 16;
+    pub const LEN: u64 = SLOTS * ENTRY_LEN;
+
+    /// Offset of system call `nr`'s entry in the table.
+    pub const fn entry(nr: u64) -> u64 {
+        (if nr < SLOTS { nr } else { SLOTS - 1 }) * ENTRY_LEN
+    }
 }
 
 /// The runtime variables of one module: a page in the module's RW segment that the

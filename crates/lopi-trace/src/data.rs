@@ -3,6 +3,7 @@
 //! `lopi-rt-abi` for the layouts and `runtime/lopi-rt` for the writer.
 use crate::ModuleMeta;
 use lopi_rt_abi::{
+    own_calls,
     ContextNode, Event, Frame, HeldLock, RecordHeader, CPUS_ENTRY_LEN, CPUS_HEADER_LEN, CPUS_MAGIC, MAPS_HEADER_LEN, MAPS_MAGIC, PARALLELISM_HEADER_LEN, PARALLELISM_MAGIC, ThreadHeader, UnmatchedExit, CONTEXT_NODE_LEN, DATA_MAGIC,
     DATA_MAGIC_PREFIX, EVENT_LEN, EXTENSION_MAGIC, END_HEADER_LEN, END_MAGIC, NAMES_ENTRY_LEN, NAMES_HEADER_LEN, NAMES_MAGIC, FRAME_LEN, HELD_LOCK_LEN, HELD_SLOTS, HELD_TABLE, PAGE_SIZE, RECORD_HEADER_LEN, RECORD_MAGIC, BudgetEntry, BudgetModule, BudgetState, BUDGET_ENTRY_LEN, BUDGET_MODULES, BUDGET_MODULE_LEN, BUDGET_MODULE_SLOTS, BUDGET_STATE, BUDGET_STATE_LEN,
     ThreadEnd, KernelLockState, KERNEL_LOCK_STATE, KERNEL_LOCK_STATE_LEN, ProxyState, PROXY_STATE, PROXY_STATE_LEN, THREAD_END, THREAD_END_LEN, THREAD_MAGIC, UNMATCHED_EXIT_LEN, UNMATCHED_SLOTS, UNMATCHED_TABLE,
@@ -51,6 +52,11 @@ pub struct Record {
     pub syscall_counts: Vec<u64>,
     /// Per probed basic block: its executions.
     pub block_counts: Vec<u64>,
+    /// The system calls lopi's runtime made itself for this module, in every process sharing
+    /// the record (not the program's): (number, calls, TSC ticks), by number.
+    pub own_calls: Vec<(u64, u64, u64)>,
+    /// The TSC rate the runtime measured (0: unknown).
+    pub tsc_hz: u64,
 }
 
 /// One thread's timing state as its process left it.
@@ -107,6 +113,9 @@ pub struct ProcessEnd {
     /// `END_EXITED` or `END_DETACHED`.
     pub how: u32,
     pub tsc: u64,
+    /// The `munmap` calls lopi made in the process at a detach, and their TSC ticks.
+    pub unmaps: u64,
+    pub unmap_ticks: u64,
 }
 
 /// A thread's name as its process's recording ended.
@@ -314,6 +323,18 @@ fn module_record(rest: &[u8]) -> Result<(u64, Record), String> {
             *total = total.saturating_add(n);
         }
     }
+    let own_table = header
+        .counters_len
+        .checked_sub(own_calls::LEN)
+        .filter(|&at| at >= count_bytes)
+        .and_then(|at| slice(header.counters_offset.checked_add(at)?, own_calls::LEN))
+        .ok_or("the runtime's own calls lie outside its counters")?;
+    let own_calls = read_counts(own_table)
+        .chunks_exact(2)
+        .enumerate()
+        .filter(|(_, e)| e[0] != 0)
+        .map(|(nr, e)| (nr as u64, e[0], e[1]))
+        .collect();
     let mut syscall_counts = counts.split_off(meta.functions.len());
     let block_counts = syscall_counts.split_off(meta.syscalls.len());
     let record = Record {
@@ -324,6 +345,8 @@ fn module_record(rest: &[u8]) -> Result<(u64, Record), String> {
         counts,
         syscall_counts,
         block_counts,
+        own_calls,
+        tsc_hz: header.tsc_hz,
     };
     Ok((header.record_len, record))
 }
@@ -438,8 +461,9 @@ fn process_end(record: &[u8]) -> Option<ProcessEnd> {
     let header = record.get(..END_HEADER_LEN as usize)?;
     let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or([0; 4]));
     let pid = u32_at(16);
-    let tsc = u64::from_le_bytes(header[24..32].try_into().unwrap_or([0; 8]));
-    (pid != 0 && tsc != 0).then_some(ProcessEnd { pid, how: u32_at(20), tsc })
+    let u64_at = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or([0; 8]));
+    let tsc = u64_at(24);
+    (pid != 0 && tsc != 0).then_some(ProcessEnd { pid, how: u32_at(20), tsc, unmaps: u64_at(32), unmap_ticks: u64_at(40) })
 }
 
 /// The length of the chunk or extension at the start of `rest` (magic, then length).

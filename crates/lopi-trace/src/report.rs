@@ -110,6 +110,8 @@ pub struct Profile {
     pub timing: Option<TimingSummary>,
     /// Caller -> callee edges of timed functions, most calls first.
     pub edges: Vec<Edge>,
+    /// The system calls lopi's runtime made in the program's processes (not the program's).
+    pub runtime_syscalls: crate::OwnCalls,
 }
 
 #[derive(Default)]
@@ -191,6 +193,7 @@ impl Profile {
             incomplete: data.truncated,
             timing: summary,
             edges,
+            runtime_syscalls: crate::OwnCalls::from_data(data),
         }
     }
 }

@@ -65,6 +65,9 @@ pub struct Syscalls {
     pub threads: Vec<ThreadSyscalls>,
     /// Busiest first.
     pub sites: Vec<SiteStats>,
+    /// The system calls lopi's runtime made in the program's processes: not the program's,
+    /// and in none of the lists above.
+    pub runtime_syscalls: crate::OwnCalls,
 }
 
 /// Sums by system call number, sorted by time then calls.
@@ -143,7 +146,7 @@ impl Syscalls {
         }
         let mut sites: Vec<SiteStats> = sites.into_values().collect();
         sites.sort_by(|a, b| b.total_ns.total_cmp(&a.total_ns).then(b.calls.cmp(&a.calls)).then(a.addr.cmp(&b.addr)));
-        Some(Syscalls { syscalls: total.sorted(), threads, sites })
+        Some(Syscalls { syscalls: total.sorted(), threads, sites, runtime_syscalls: crate::OwnCalls::from_data(data) })
     }
 }
 

@@ -14,6 +14,7 @@
 
 #[path = "../../../crates/lopi-rt-abi/src/lib.rs"]
 mod abi;
+mod own_calls;
 mod retire;
 mod timing;
 
@@ -72,9 +73,21 @@ mod sys {
     pub const MADV_WIPEONFORK: usize = 18;
     pub const FALLOC_PUNCH_HOLE_KEEP_SIZE: usize = 0x02 | 0x01;
 
-    /// Returns the raw result: negative values are `-errno`.
+    /// Makes one of the runtime's own calls, counted with its time (`own_calls`). Returns the
+    /// raw result: negative values are `-errno`.
     #[inline(always)]
     pub unsafe fn call6(nr: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
+        let start = crate::timing::rdtsc();
+        // SAFETY: forwarded from the caller.
+        let ret = unsafe { raw6(nr, a, b, c, d, e, f) };
+        crate::own_calls::count(nr, crate::timing::rdtsc().saturating_sub(start));
+        ret
+    }
+
+    /// A call that is not the runtime's but the program's (the application kernel's proxies
+    /// make them for it): not counted as lopi's.
+    #[inline(always)]
+    pub unsafe fn raw6(nr: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
         let ret: isize;
         // SAFETY: the kernel's syscall ABI: rcx and r11 are clobbered, no stack use; the
         // caller guarantees the arguments are valid for `nr`.
@@ -275,6 +288,17 @@ pub unsafe extern "C" fn lopi_rt_init(
     let base = desc as usize;
     let counters = base.wrapping_add(d.counters_offset as usize) as *const u8;
     let meta = base.wrapping_add(d.meta_offset as usize) as *const u8;
+    let vars = base.wrapping_add(d.vars_offset as usize) as *mut abi::RuntimeVars;
+    let auxv = Auxv::read();
+    let clock = vdso_clock_gettime(&auxv);
+    // The record's TSC rate: timing's calibration (before the data file is locked), else the
+    // ticks and nanoseconds that pass until the record is written.
+    let began = timing::clock_pair(clock);
+    let tsc_hz = if d.probes & abi::PROBE_TIMING != 0 { timing::tsc_hz(clock) } else { 0 };
+    let rate = || if tsc_hz != 0 { tsc_hz } else { timing::rate_since(began, clock) };
+    // SAFETY: the variables page belongs to this module's RW segment. The thread id's place
+    // lets the runtime read a thread's id without a system call (also coverage's retirements).
+    unsafe { (*vars).tid_offset = glibc_tid_offset(&auxv).unwrap_or(0) };
     // SAFETY: getpid cannot fail.
     let pid = unsafe { sys::call3(sys::GETPID, 0, 0, 0) } as u64;
 
@@ -326,7 +350,7 @@ pub unsafe extern "C" fn lopi_rt_init(
     let fd = fd as usize;
     // SAFETY: fd is ours; the lock serialises modules and processes sharing the file.
     unsafe { sys::call3(sys::FLOCK, fd, sys::LOCK_EX, 0) };
-    let err = register(fd, d, base, counters, meta, pid, exe.as_bytes());
+    let err = register(fd, d, Module { base, counters, meta, pid, exe: exe.as_bytes() }, &auxv, rate);
     if err == NOT_A_DATA_FILE {
         let mut msg = Buf::<512>::new();
         msg.push_bytes(b"lopi: '");
@@ -342,7 +366,6 @@ pub unsafe extern "C" fn lopi_rt_init(
         sys::call3(sys::CLOSE, fd, 0, 0);
     }
     if err >= 0 && d.probes & abi::PROBE_TIMING != 0 {
-        let vars = base.wrapping_add(d.vars_offset as usize) as *mut abi::RuntimeVars;
         // SAFETY: the variables page and the path page after it belong to this module's RW
         // segment; threads find chunks through the path later, so it must be absolute.
         unsafe {
@@ -361,7 +384,7 @@ pub unsafe extern "C" fn lopi_rt_init(
             }
             path.as_bytes().iter().for_each(|&c| put(c));
             *dst.add(n) = 0;
-            timing::enable(vars, d, pid as u32, envp);
+            timing::enable(vars, d, pid as u32, envp, &auxv, clock, tsc_hz);
         }
     }
     err.min(0)
@@ -370,16 +393,20 @@ pub unsafe extern "C" fn lopi_rt_init(
 /// `register`'s result when the output exists but is not ours (not an errno value).
 pub const NOT_A_DATA_FILE: isize = abi::INIT_NOT_A_DATA_FILE as isize;
 
-/// Appends this module's record to the locked data file and maps the counters onto it.
-fn register(
-    fd: usize,
-    d: &ModuleDescriptor,
+/// What a module's record is made of.
+struct Module<'a> {
+    /// The descriptor's address.
     base: usize,
     counters: *const u8,
     meta: *const u8,
     pid: u64,
-    exe: &[u8],
-) -> isize {
+    exe: &'a [u8],
+}
+
+/// Appends this module's record to the locked data file and maps the counters onto it; the
+/// record's TSC rate is `rate()` when its header is written.
+fn register(fd: usize, d: &ModuleDescriptor, module: Module<'_>, auxv: &Auxv, rate: impl FnOnce() -> u64) -> isize {
+    let Module { base, counters, meta, pid, exe } = module;
     // SAFETY: lseek on our own fd.
     let size = unsafe { sys::call3(sys::LSEEK, fd, 0, sys::SEEK_END) };
     if size < 0 {
@@ -412,12 +439,13 @@ fn register(
     }
     // Counts made before this point (ifunc resolvers, other modules' constructors) are
     // carried over; no other thread can run this module's code before its init finishes.
-    let r = pwrite_all(fd, counters, d.counters_len as usize, record + counters_offset);
+    // The runtime's own calls at the region's end are added once it is the file's (below).
+    let r = pwrite_all(fd, counters, (d.counters_len - abi::own_calls::LEN) as usize, record + counters_offset);
     if r < 0 {
         return r;
     }
     // Per-CPU blocks follow the shared counters; the file stays sparse where no CPU counts.
-    let percpu = cpu_blocks(d);
+    let percpu = cpu_blocks(d, auxv);
     let percpu_offset = counters_offset + d.counters_len;
     let record_len = percpu_offset + u64::from(percpu.cpus) * d.stride;
     // SAFETY: growing our own file (sparse zeros).
@@ -426,9 +454,9 @@ fn register(
         return r;
     }
     // SAFETY: the counter pages belong to the module's own RW segment, are page aligned and
-    // hold nothing but counters; replacing them in place keeps every probe's RIP-relative
-    // address valid.
-    let m = unsafe {
+    // hold nothing but counters and the runtime's own calls, which are carried over;
+    // replacing them in place keeps every probe's RIP-relative address valid.
+    let m = own_calls::carried_over(|| unsafe {
         sys::call6(
             sys::MMAP,
             counters as usize,
@@ -438,7 +466,7 @@ fn register(
             fd,
             (record + counters_offset) as usize,
         )
-    };
+    });
     if m < 0 {
         return m;
     }
@@ -475,6 +503,7 @@ fn register(
         percpu_offset,
         cpu_count: percpu.cpus,
         stride: d.stride as u32,
+        tsc_hz: rate(),
     };
     let r = pwrite_all(fd, exe.as_ptr(), exe_len, record + abi::RECORD_HEADER_LEN as u64);
     if r < 0 {
@@ -491,9 +520,9 @@ struct PerCpu {
     rseq_offset: i64,
 }
 
-fn cpu_blocks(d: &ModuleDescriptor) -> PerCpu {
+fn cpu_blocks(d: &ModuleDescriptor, auxv: &Auxv) -> PerCpu {
     let none = PerCpu { cpus: 0, rseq_offset: 0 };
-    let Some(rseq_offset) = glibc_rseq_offset() else { return none };
+    let Some(rseq_offset) = glibc_rseq_offset(auxv) else { return none };
     let cpus = possible_cpus();
     // The trampoline computes cpu * stride in 32 bits.
     if cpus == 0 || u64::from(cpus) * d.stride > i32::MAX as u64 {
@@ -561,8 +590,8 @@ fn possible_cpus() -> u32 {
 /// glibc's `__rseq_offset`, if glibc registered an rseq area for every thread
 /// (`__rseq_size` non-zero). Both are exported by ld.so (GLIBC_2.35), which we find through
 /// `AT_BASE` and read through its dynamic symbol table, already mapped.
-fn glibc_rseq_offset() -> Option<i64> {
-    let ldso = auxv_value(7)? as usize; // AT_BASE
+fn glibc_rseq_offset(auxv: &Auxv) -> Option<i64> {
+    let ldso = auxv.base?;
     // SAFETY: AT_BASE is the load address of the mapped dynamic loader.
     let [offset, size] = unsafe { dynamic_symbols(ldso, elf_dynamic(ldso)?, [b"__rseq_offset\0", b"__rseq_size\0"]) };
     // SAFETY: the symbols are ld.so's variables, mapped and initialised before any init runs.
@@ -574,8 +603,8 @@ fn glibc_rseq_offset() -> Option<i64> {
 
 /// Offset of the kernel thread id in glibc's thread descriptor, from the thread pointer:
 /// libc exports it for libthread_db as `_thread_db_pthread_tid` = {bits, count, offset}.
-pub(crate) fn glibc_tid_offset() -> Option<u32> {
-    let [desc] = libc_symbols([b"_thread_db_pthread_tid\0"])?;
+fn glibc_tid_offset(auxv: &Auxv) -> Option<u32> {
+    let [desc] = libc_symbols(auxv, [b"_thread_db_pthread_tid\0"])?;
     let desc = desc? as *const u32;
     // SAFETY: the symbol is libc's read-only descriptor of three u32.
     let (bits, count, offset) = unsafe { (*desc, *desc.add(1), *desc.add(2)) };
@@ -584,8 +613,8 @@ pub(crate) fn glibc_tid_offset() -> Option<u32> {
 
 /// Addresses of libc's dynamic symbols `names`; libc is found through ld.so's `_r_debug`
 /// link map. `None` when libc is not loaded.
-pub(crate) fn libc_symbols<const N: usize>(names: [&[u8]; N]) -> Option<[Option<usize>; N]> {
-    let ldso = auxv_value(7)? as usize; // AT_BASE
+pub(crate) fn libc_symbols<const N: usize>(auxv: &Auxv, names: [&[u8]; N]) -> Option<[Option<usize>; N]> {
+    let ldso = auxv.base?;
     // SAFETY: ld.so is mapped at AT_BASE; `_r_debug` is its `struct r_debug`
     // {int version; struct link_map *r_map; ...}, whose link maps
     // {l_addr, l_name, l_ld, l_next, ...} describe every loaded object.
@@ -609,8 +638,8 @@ pub(crate) fn libc_symbols<const N: usize>(names: [&[u8]; N]) -> Option<[Option<
 
 /// The vDSO's `clock_gettime` (`AT_SYSINFO_EHDR`), which reads `CLOCK_MONOTONIC` without a
 /// system call: the calibration reads the clock thousands of times, once per probed module.
-pub(crate) fn vdso_clock_gettime() -> Option<VdsoClock> {
-    let vdso = auxv_value(33)? as usize; // AT_SYSINFO_EHDR
+fn vdso_clock_gettime(auxv: &Auxv) -> Option<VdsoClock> {
+    let vdso = auxv.vdso?;
     // SAFETY: the kernel maps the vDSO, a whole ELF object, at AT_SYSINFO_EHDR.
     let [f] = unsafe { dynamic_symbols(vdso, elf_dynamic(vdso)?, [b"__vdso_clock_gettime\0"]) };
     // SAFETY: the symbol is the vDSO's clock_gettime(clockid_t, struct timespec *), which
@@ -716,22 +745,30 @@ unsafe fn cstr_eq(s: *const u8, want: &[u8]) -> bool {
     true
 }
 
-/// A value from `/proc/self/auxv`.
-fn auxv_value(key: u64) -> Option<u64> {
-    let mut raw = Buf::<4096>::new();
-    let path = b"/proc/self/auxv\0";
-    // SAFETY: NUL-terminated path.
-    let fd = unsafe { sys::call3(sys::OPEN, path.as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: read at most `cap` bytes into our buffer.
-    raw.fill_with(|buf, cap| unsafe { sys::call3(sys::READ, fd as usize, buf as usize, cap) });
-    // SAFETY: our descriptor.
-    unsafe { sys::call3(sys::CLOSE, fd as usize, 0, 0) };
-    let bytes = raw.as_bytes();
-    let mut i = 0;
-    while i + 16 <= bytes.len() {
+/// The entries of the process's auxiliary vector the runtime uses, read once per init.
+pub(crate) struct Auxv {
+    /// `AT_BASE`: where the dynamic loader is loaded.
+    base: Option<usize>,
+    /// `AT_SYSINFO_EHDR`: where the vDSO is.
+    vdso: Option<usize>,
+}
+
+impl Auxv {
+    /// From `/proc/self/auxv` (a library's init has no pointer to the vector itself).
+    fn read() -> Auxv {
+        let mut auxv = Auxv { base: None, vdso: None };
+        let mut raw = Buf::<4096>::new();
+        let path = b"/proc/self/auxv\0";
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe { sys::call3(sys::OPEN, path.as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0) };
+        if fd < 0 {
+            return auxv;
+        }
+        // SAFETY: read at most `cap` bytes into our buffer.
+        raw.fill_with(|buf, cap| unsafe { sys::call3(sys::READ, fd as usize, buf as usize, cap) });
+        // SAFETY: our descriptor.
+        unsafe { sys::call3(sys::CLOSE, fd as usize, 0, 0) };
+        let bytes = raw.as_bytes();
         let word = |at: usize| {
             let mut v = 0u64;
             for k in (0..8).rev() {
@@ -739,16 +776,18 @@ fn auxv_value(key: u64) -> Option<u64> {
             }
             v
         };
-        let (k, v) = (word(i), word(i + 8));
-        if k == 0 {
-            break;
+        let mut i = 0;
+        while i + 16 <= bytes.len() {
+            match (word(i), word(i + 8) as usize) {
+                (0, _) => break,
+                (7, v) => auxv.base = Some(v),
+                (33, v) => auxv.vdso = Some(v),
+                _ => {}
+            }
+            i += 16;
         }
-        if k == key {
-            return Some(v);
-        }
-        i += 16;
+        auxv
     }
-    None
 }
 
 // The compiler may emit calls to these; the blob has no libc to provide them. `rep` string

@@ -61,7 +61,7 @@ unsafe extern "C" fn retire_site(record: *const u8, site: *mut u8) {
     // process; `AtomicU32` has the layout of `u32`.
     let (lock, off) = unsafe { (AtomicU32::from_ptr(addr_of_mut!((*v).retire_lock)), addr_of_mut!((*v).retire_off)) };
     // SAFETY: see above.
-    if unsafe { read_volatile(off) } != 0 || !take(lock) {
+    if unsafe { read_volatile(off) } != 0 || !take(lock, v) {
         return;
     }
     // SAFETY: the trampoline passes its own record and site, which the planner built together.
@@ -75,10 +75,12 @@ unsafe extern "C" fn retire_site(record: *const u8, site: *mut u8) {
 /// Takes the lock, its word then holding this thread's id; false when another thread of this
 /// process holds it, or this one (a signal handler's probe inside a retirement). A holder
 /// that is no thread of this process (a forked child inherits the word; a thread that exited
-/// inside its handler) can never give it back: the lock is taken over.
-fn take(lock: &AtomicU32) -> bool {
-    // SAFETY: gettid takes no arguments.
-    let me = unsafe { sys::call3(sys::GETTID, 0, 0, 0) } as u32;
+/// inside its handler) can never give it back: the lock is taken over. The id is glibc's copy
+/// where the runtime knows its place (no system call per retirement); a vfork child has its
+/// parent's there, which only matters if the child dies inside a retirement (retiring then
+/// stops, probes only mark).
+fn take(lock: &AtomicU32, v: *const crate::abi::RuntimeVars) -> bool {
+    let me = crate::timing::own_tid(v);
     let holder = match lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
         Ok(_) => return true,
         Err(holder) => holder,
@@ -194,7 +196,7 @@ pub(crate) unsafe fn switch_code(v: *mut crate::abi::RuntimeVars, indices: &[u32
             return;
         }
         let (lock, off) = (AtomicU32::from_ptr(addr_of_mut!((*v).retire_lock)), addr_of_mut!((*v).retire_off));
-        if read_volatile(off) != 0 || !take(lock) {
+        if read_volatile(off) != 0 || !take(lock, v) {
             return;
         }
         let (mut low, mut high) = (usize::MAX, 0);

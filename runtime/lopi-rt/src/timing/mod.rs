@@ -39,6 +39,7 @@ use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
 use stubs::{lopi_calibration_empty, lopi_calibration_fanout, lopi_calibration_probed};
 use thread::Thread;
+pub(crate) use thread::copy;
 
 /// Where the rewriter stores the distances from this word to the module's runtime variables
 /// and (from the second word) to its counter array: valid from the first instruction, before
@@ -80,7 +81,7 @@ fn counter(index: u64) -> u64 {
 }
 
 #[inline(always)]
-fn rdtsc() -> u64 {
+pub(crate) fn rdtsc() -> u64 {
     let (lo, hi): (u32, u32);
     // SAFETY: rdtsc reads the time-stamp counter; no memory, no stack.
     unsafe { asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags)) };
@@ -124,12 +125,21 @@ fn set_fork_slot(s: usize) {
     unsafe { asm!("mov fs:[0x40], {}", in(reg) s, options(nostack, preserves_flags)) };
 }
 
-/// Prepares timing for a module: clock rate, probe cost, capacities, the wipe-on-fork pid
-/// page. Publishes `pid_page` last; until then the probes do nothing.
+/// Prepares timing for a module: probe cost, capacities, the wipe-on-fork pid page, with the
+/// TSC rate `tsc_hz` measured against `clock`. Publishes `pid_page` last; until then the
+/// probes do nothing.
 ///
 /// # Safety
 /// `v` is the module's variables page (followed by its path page, already written).
-pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, envp: *const *const u8) {
+pub unsafe fn enable(
+    v: *mut RuntimeVars,
+    d: &abi::ModuleDescriptor,
+    pid: u32,
+    envp: *const *const u8,
+    auxv: &crate::Auxv,
+    clock: Option<crate::VdsoClock>,
+    tsc_hz: u64,
+) {
     let probes = d.probes;
     // SAFETY: the caller's contract; mmap/madvise of a fresh anonymous page.
     unsafe {
@@ -145,9 +155,7 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
         }
         (*v).trace_cap =
             if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
-        let clock = crate::vdso_clock_gettime();
-        (*v).tsc_hz = tsc_hz(clock);
-        (*v).tid_offset = crate::glibc_tid_offset().unwrap_or(0);
+        (*v).tsc_hz = tsc_hz;
         let page = sys::call6(sys::MMAP, 0, PAGE_SIZE as usize, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
         if page <= 0 || (*v).tsc_hz == 0 {
             return;
@@ -159,7 +167,7 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
         }
         write_volatile(page as *mut u32, pid);
         if probes & abi::MODULE_EXECUTABLE != 0 {
-            register_fork_handlers(v);
+            register_fork_handlers(v, auxv);
         }
         calibrate(v, page as u64);
         script::enable(v, d, clock_pair(clock));
@@ -175,10 +183,10 @@ pub unsafe fn enable(v: *mut RuntimeVars, d: &abi::ModuleDescriptor, pid: u32, e
 /// Registers `before_fork`/`after_fork_in_parent` with glibc (`__register_atfork`, what
 /// `pthread_atfork` calls), with a private snapshot buffer. Only executables do: they are
 /// never unloaded, so the handlers never outlive their code.
-unsafe fn register_fork_handlers(v: *mut RuntimeVars) {
+unsafe fn register_fork_handlers(v: *mut RuntimeVars, auxv: &crate::Auxv) {
     type Handler = unsafe extern "C" fn();
     type RegisterAtfork = unsafe extern "C" fn(Option<Handler>, Option<Handler>, Option<Handler>, *mut u8) -> i32;
-    let Some([Some(register)]) = crate::libc_symbols([b"__register_atfork\0"]) else { return };
+    let Some([Some(register)]) = crate::libc_symbols(auxv, [b"__register_atfork\0"]) else { return };
     // SAFETY: a fresh private mapping for the snapshot; `register` is glibc's
     // `__register_atfork`, called with handlers that live as long as the process.
     unsafe {
@@ -298,7 +306,7 @@ fn monotonic_ns(clock: Option<crate::VdsoClock>) -> u64 {
 
 /// A (TSC, CLOCK_MONOTONIC) pair: the clock read between two TSC reads, from the tightest
 /// of several tries, so that a preemption inside one try cannot skew it.
-fn clock_pair(clock: Option<crate::VdsoClock>) -> (u64, u64) {
+pub(crate) fn clock_pair(clock: Option<crate::VdsoClock>) -> (u64, u64) {
     let mut best = (0, 0, u64::MAX);
     for _ in 0..9 {
         let before = rdtsc();
@@ -314,17 +322,44 @@ fn clock_pair(clock: Option<crate::VdsoClock>) -> (u64, u64) {
 
 /// TSC rate against CLOCK_MONOTONIC over 1 ms windows (bracketed pairs make that precise to
 /// ~0.01%); the median of three, so that one window spoiled by preemption does not count.
-fn tsc_hz(clock: Option<crate::VdsoClock>) -> u64 {
+pub(crate) fn tsc_hz(clock: Option<crate::VdsoClock>) -> u64 {
     let mut rates = [0u64; 3];
     for rate in rates.iter_mut() {
-        let (t0, m0) = clock_pair(clock);
-        while monotonic_ns(clock).wrapping_sub(m0) < 1_000_000 {}
-        let (t1, m1) = clock_pair(clock);
-        let dm = m1.wrapping_sub(m0);
-        // Ticks over a few ms times 1e9 stays far below 2^64 (u128 would need a libgcc helper).
-        *rate = if dm == 0 || t1 <= t0 { 0 } else { (t1 - t0).checked_mul(1_000_000_000).map_or(0, |n| n / dm) };
+        let start = clock_pair(clock);
+        while monotonic_ns(clock).wrapping_sub(start.1) < 1_000_000 {}
+        *rate = rate_since(start, clock);
     }
     median(&mut rates)
+}
+
+/// The TSC rate from the pair `start` to now (0 when the clocks did not both advance). Over
+/// the tens of microseconds a module's registration takes, the pairs' brackets (a few tens of
+/// ns) make it precise to a fraction of a percent.
+pub(crate) fn rate_since((t0, m0): (u64, u64), clock: Option<crate::VdsoClock>) -> u64 {
+    let (t1, m1) = clock_pair(clock);
+    let dm = m1.wrapping_sub(m0);
+    if dm == 0 || t1 <= t0 {
+        return 0;
+    }
+    // Without u128 (its division would need a libgcc helper): ticks x 1e9 fits below 2^64
+    // for some seconds, ticks x 1e6 over microseconds for longer.
+    let ticks = t1 - t0;
+    match ticks.checked_mul(1_000_000_000) {
+        Some(n) => n / dm,
+        None => ticks.checked_mul(1_000_000).map_or(0, |n| n / (dm / 1000).max(1)),
+    }
+}
+
+/// The calling thread's id: glibc's copy in its thread descriptor when its place is known
+/// (no system call), else `gettid`.
+pub(crate) fn own_tid(v: *const RuntimeVars) -> u32 {
+    // SAFETY: `v` is this module's variables page; the offset, when set, was checked to lie
+    // within glibc's thread descriptor.
+    match unsafe { (*v).tid_offset } {
+        // SAFETY: gettid takes no arguments.
+        0 => unsafe { sys::call3(sys::GETTID, 0, 0, 0) as u32 },
+        offset => thread_word(offset),
+    }
 }
 
 /// Measures the probes on chains of timed calls, on a scratch chunk: the ticks they put inside
@@ -352,7 +387,7 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
         let h = m as *mut ThreadHeader;
         (*h).chunk_len = len;
         (*h).pid = *(pid_page as *const u32);
-        (*h).tid = sys::call3(sys::GETTID, 0, 0, 0) as u32;
+        (*h).tid = own_tid(v);
         (*h).node_limit = CAP;
         (*h).stack_limit = CAP;
         (*h).node_cap = CAP;

@@ -490,7 +490,7 @@ impl Thread {
 
 /// Copies `len` bytes between regions that do not overlap. Not `memcpy`: a call of the
 /// exported symbol may go through a GOT slot, which the flat blob cannot have.
-pub(super) unsafe fn copy(dst: usize, src: usize, len: usize) {
+pub(crate) unsafe fn copy(dst: usize, src: usize, len: usize) {
     // SAFETY: the caller's ranges are mapped and disjoint.
     unsafe { core::arch::asm!("rep movsb", inout("rcx") len => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags)) };
 }
@@ -668,7 +668,7 @@ unsafe fn map_chunk(v: &RuntimeVars, pid: u32) -> Option<*mut ThreadHeader> {
         let (m, file) = append(v, abi::THREAD_MAGIC, len)?;
         let h = &mut *(m as *mut ThreadHeader);
         h.pid = pid;
-        h.tid = sys::call3(sys::GETTID, 0, 0, 0) as u32;
+        h.tid = super::own_tid(v);
         h.space_pid = v.space_pid;
         h.node_limit = v.node_limit;
         h.stack_limit = v.stack_limit;
