@@ -96,6 +96,15 @@ pub fn rewrite_with_script(
     }
     let executable = !matches!(module.kind, lopi_elf::ModuleKind::SharedLibrary);
     let init_slot = if executable { None } else { Some(find_init_slot(module)?) };
+    let mut selection = selection;
+    if executable {
+        // The entry function runs before anything else of the program and never returns: it is
+        // counted, not timed, as under `lopi run` (its frame would be every path's root).
+        let entry = module.entry.0;
+        if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
+            selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
+        }
+    }
     // User-space addresses are below 2^47: a module ending beyond 2^46 is malformed.
     if module.end_of_image().0 > 1 << 46 || input.len() as u64 > 1 << 40 {
         return Err(RewriteError::TooLarge);
