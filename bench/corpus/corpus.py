@@ -52,6 +52,9 @@ MODES = ["run", "rewrite", "attach"]
 CI_MODES = {"run": set(KINDS), "rewrite": {"entry", "time", "block", "coverage", "syscall", "budget"},
             "attach": {"entry", "time", "coverage", "syscall", "locks", "script"}}
 ORACLE_TOOLS = {"gdb": "gdb", "perf": "linux-perf"}
+# What lopi refuses by design, as it says it (README, Limits).
+REFUSALS = ("static executables are not supported", "a rewritten file probes its own functions only",
+            "which a rewritten file does not probe")
 TIMEOUT = 300
 
 
@@ -140,6 +143,12 @@ def script_text(libs, one_module=False):
 
 def compare(native, probed, normalize):
     norm = normalize or (lambda b: b)
+    said = probed.stderr.decode(errors="replace").strip().splitlines()
+    if probed.code != native.code and not probed.stdout and said and said[0].startswith("lopi: error:"):
+        # lopi said why before the program ran: a refusal, with its reason, when it is one of
+        # the things lopi does not do (README, Limits); anything else is an error of lopi's.
+        reason = said[0][len("lopi: error: "):]
+        return ("refused" if any(r in reason for r in REFUSALS) else "error"), reason[:240]
     diffs = []
     if probed.code != native.code:
         if probed.code < 0:
@@ -367,7 +376,7 @@ class Harness:
         # The run's wall time with lopi's set-up (a rewritten program's: its run alone).
         seconds = self.run_seconds if self.run_seconds is not None else time.monotonic() - t0
         if res is None:
-            status = "refused" if problem and "rewrite" in problem else "error"
+            status = "refused" if problem and any(r in problem for r in REFUSALS) else "error"
             return Outcome(program.name, kind, mode, status, problem or "", seconds)
         said = b""
         if kind == "script":

@@ -33,7 +33,7 @@ pub enum ElfError {
     WrongArch(String),
     #[error("malformed ELF: {0}")]
     Malformed(String),
-    #[error("static executables are not supported: lopi hooks the dynamic loader's init calls (relink without -static)")]
+    #[error("static executables are not supported: lopi's runtime runs in glibc's threads, which only a dynamically linked program has (relink without -static; a Go program has no glibc)")]
     Static,
     #[error("unsupported ELF type {0} (only executables and shared libraries)")]
     UnsupportedType(u16),
