@@ -459,6 +459,8 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--no-oracles", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work directories of runs that passed")
+    ap.add_argument("--update", action="store_true",
+                    help="replace the selected programs' rows of the table already in --out, keep the rest")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--work", default=str(REPO / "work-real" / "corpus"))
     args = ap.parse_args()
@@ -491,6 +493,11 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "corpus-ci" if args.ci else "corpus"
+    if args.update and (out / f"{name}.json").exists():
+        ran = {p.name for p in selected}
+        kept = [Outcome(**o) for o in json.loads((out / f"{name}.json").read_text()) if o["program"] not in ran]
+        order = {p.name: i for i, p in enumerate(corpus.PROGRAMS)}
+        outcomes = sorted(kept + outcomes, key=lambda o: order.get(o.program, len(order)))
     (out / f"{name}.md").write_text(table(outcomes, elapsed, args))
     (out / f"{name}.json").write_text(json.dumps([o.__dict__ for o in outcomes], indent=1) + "\n")
     bad = [o for o in outcomes if o.status not in ("same", "skipped", "refused")]

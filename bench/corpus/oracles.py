@@ -75,17 +75,24 @@ WAITS = {"7", "23", "270", "271"}
 
 
 def wait_for_stdin_read(pid, seconds):
-    """Waits until process `pid` is blocked waiting for its standard input (`read(0, ...)`, or
-    polling, from /proc/PID/syscall): its start-up, libraries included, is over."""
+    """Waits until a thread of process `pid` is blocked waiting for its standard input
+    (`read(0, ...)`, or polling, from /proc/PID/task/TID/syscall): its start-up, libraries
+    included, is over."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        # Any thread (zstd -T2 reads its input in a worker while the main thread waits).
         try:
-            with open(f"/proc/{pid}/syscall") as f:
-                call = f.read().split()
+            tasks = os.listdir(f"/proc/{pid}/task")
         except OSError:
             return False
-        if call[:2] == ["0", "0x0"] or call[:1] and call[0] in WAITS:
-            return True
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+                    call = f.read().split()
+            except OSError:
+                continue
+            if call[:2] == ["0", "0x0"] or call[:1] and call[0] in WAITS:
+                return True
         time.sleep(0.01)
     return False
 

@@ -66,6 +66,10 @@ def binary(seed: int, size: int) -> bytes:
 
 
 TEXT = {"text.txt": words(1, 3000), "other.txt": words(2, 3000)}
+
+# Why some programs' reads vary under lopi (gnulib's c-stack asks for the main thread's stack).
+MAPS_READER = ("reads /proc/self/maps (glibc's pthread_getattr_np, for its stack-overflow handler), "
+               "which lopi's mappings make longer")
 BIN = {"data.bin": binary(3, 1 << 20)}
 
 PY = b"""
@@ -179,14 +183,13 @@ PROGRAMS = [
     Program("bash-printf", "shell", ["bash", "-c", 'printf "%s %5.2f\\n" a 2.5; printf "%d %e\\n" 42 1e300']),
     Program("sed", "text", ["sed", "-E", "s/([a-z]+) ([0-9]+)/\\2:\\1/g; /gamma/d"], lambda: TEXT, stdin="text.txt",
             ci=True),
-    Program("grep", "text", ["grep", "-cE", "(lopi|probe)[^ ]* [0-9]+"], lambda: TEXT, stdin="text.txt"),
+    Program("grep", "text", ["grep", "-cE", "(lopi|probe)[^ ]* [0-9]+"], lambda: TEXT, stdin="text.txt",
+            varies=("read", "mmap", "munmap"), varies_why=MAPS_READER),
     Program("mawk", "text", ["mawk", "{ n += NF; s[$1]++ } END { print n; for (k in s) c++; print c }"],
             lambda: TEXT, stdin="text.txt", ci=True),
     Program("sort", "text", ["sort", "-k2,2", "-t", " ", "-s"], lambda: TEXT, stdin="text.txt"),
     Program("diff", "text", ["diff", "text.txt", "other.txt"], lambda: TEXT,
-            varies=("read", "lseek", "mmap", "munmap"),
-            varies_why="reads /proc/self/maps (glibc's pthread_getattr_np, for its stack-overflow handler), "
-                       "which lopi's mappings make longer"),
+            varies=("read", "lseek", "mmap", "munmap"), varies_why=MAPS_READER),
     Program("gzip", "compressor", ["gzip", "-9", "-n", "-c"], lambda: BIN, stdin="data.bin", ci=True),
     Program("bzip2", "compressor", ["bzip2", "-c"], lambda: BIN, stdin="data.bin"),
     Program("xz", "compressor (threads)", ["xz", "-T2", "-6", "-c"], lambda: BIN, stdin="data.bin", ci=True),

@@ -150,6 +150,10 @@ fn open(c: &LockCounts) -> String {
 pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
     let mut namer = Namer::new(&data.maps);
     let mut out = String::new();
+    if locks.locks.is_empty() {
+        out.push_str("no lock calls: the program took no lock while lock probes were in place\n");
+        return out;
+    }
     let _ = writeln!(
         out,
         "{:<9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}  LOCK",

@@ -560,8 +560,10 @@ fn run(cli: Cli) -> Result<()> {
             }
             if locks {
                 let report = lopi_trace::Locks::from_data(&file);
-                if report.locks.is_empty() {
-                    bail!("{} has no lock data: run the program with --probe locks", data.display());
+                // A module with lock probes records the process's memory map at its start: with
+                // one, the program simply took no lock (dash), and the report says so.
+                if report.locks.is_empty() && file.maps.is_empty() {
+                    bail!("{} has no lock data: record the program with --probe locks (lopi run, rewrite or attach)", data.display());
                 }
                 return match format {
                     Format::Json => print_json(&locks::report_json(&file, &report)),

@@ -84,3 +84,18 @@ fn advice_names_what_a_record_lacks() {
     );
     cleanup(&dir);
 }
+
+/// A program recorded with lock probes that takes no lock (dash): `--locks` says so and
+/// succeeds; it once said to record it with --probe locks, which it was.
+#[test]
+fn a_program_that_takes_no_lock() {
+    let dir = fresh_dir("messages-no-lock");
+    let data = dir.join("dash.lopi");
+    let dash = require("dash", "dash");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "locks", "--"]).arg(&dash).args(["-c", "exit 0"]).env("LOPI_OUTPUT", &data), default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let report = run(Command::new(lopi_bin()).args(["report", "--locks"]).arg(&data), default_timeout()).unwrap();
+    assert!(report.status.success(), "{}", report.stderr_str());
+    assert_eq!(report.stdout_str().trim(), "no lock calls: the program took no lock while lock probes were in place");
+    cleanup(&dir);
+}
