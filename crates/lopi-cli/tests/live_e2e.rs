@@ -256,6 +256,24 @@ fn library_functions_by_name() {
     cleanup(&dir);
 }
 
+/// A library is named by its `DT_SONAME`, the name `ldd` prints, as well as by its file's
+/// name: `libfix.so.7` is the file `libfix.so.1.2.3`, as cmake's libjsoncpp.so.25 is the file
+/// libjsoncpp.so.1.9.5.
+#[test]
+fn library_named_by_its_soname() {
+    let dir = fresh_dir("live-soname");
+    let lib = dir.join("libfix.so.1.2.3");
+    compile(Command::new("cc").args(["-O2", "-fPIC", "-shared", "-Wl,-soname,libfix.so.7"]).arg(fixtures_dir().join("libfix.c")).arg("-o").arg(&lib)).unwrap();
+    std::os::unix::fs::symlink("libfix.so.1.2.3", dir.join("libfix.so.7")).unwrap();
+    let prog = dir.join("libfix_main");
+    compile(Command::new("cc").args(["-O2"]).arg(fixtures_dir().join("libfix_main.c")).arg(&lib).arg("-Wl,-rpath").arg(&dir).arg("-o").arg(&prog)).unwrap();
+    let data = dir.join("soname.lopi");
+    let out = lopi(&["run", "-q", "--functions", "libfix.so.7:fix_fib", "--", prog.to_str().unwrap()], &[("LOPI_OUTPUT", &data)]);
+    assert!(out.status.success(), "{}", out.stderr_str());
+    assert_eq!(calls(&data).get("fix_fib"), Some(&1973));
+    cleanup(&dir);
+}
+
 #[test]
 fn run_counts_library_calls_exactly() {
     let dir = fresh_dir("live-run-lib");

