@@ -70,8 +70,9 @@ def wait_for_port(port, seconds, proc):
     return False
 
 
-# System calls a program waits for its input in: poll, select, ppoll, pselect6 (xz -T2 polls).
-WAITS = {"7", "23", "270", "271"}
+# System calls a program waits for its input in: poll, select, ppoll, pselect6 (xz -T2 polls),
+# epoll_wait, epoll_pwait, epoll_pwait2 (Go's runtime waits for a pipe in its poller).
+WAITS = {"7", "23", "270", "271", "232", "281", "441"}
 
 
 def wait_for_stdin_read(pid, seconds):
