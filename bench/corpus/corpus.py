@@ -52,7 +52,7 @@ MODES = ["run", "rewrite", "attach"]
 CI_MODES = {"run": set(KINDS), "rewrite": {"entry", "time", "block", "coverage", "syscall", "budget"},
             "attach": {"entry", "time", "coverage", "syscall", "locks", "script"}}
 ORACLE_TOOLS = {"gdb": "gdb", "perf": "linux-perf"}
-# What lopi refuses by design, as it says it (README, Limits).
+# What lopi refuses by design, as it says it (docs/limits.md).
 REFUSALS = ("static executables are not supported", "a rewritten file probes its own functions only",
             "which a rewritten file does not probe")
 TIMEOUT = 300
@@ -149,7 +149,7 @@ def compare(native, probed, normalize, lopi_said=None):
     said = (probed.stderr if lopi_said is None else lopi_said).decode(errors="replace").strip().splitlines()
     if probed.code != native.code and not probed.stdout and said and said[0].startswith("lopi: error:"):
         # lopi said why before the program ran: a refusal, with its reason, when it is one of
-        # the things lopi does not do (README, Limits); anything else is an error of lopi's.
+        # the things lopi does not do (docs/limits.md); anything else is an error of lopi's.
         reason = said[0][len("lopi: error: "):]
         return ("refused" if any(r in reason for r in REFUSALS) else "error"), reason[:240]
     diffs = []

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-/// The report's JSON: `{"locks": [...], ...}` as the README documents.
+/// The report's JSON: `{"locks": [...], ...}` as docs/locks.md documents.
 pub fn report_json(data: &DataFile, locks: &Locks) -> Value {
     let mut namer = Namer::new(&data.maps);
     let thread_names = crate::threads::display_names(&lopi_trace::Threads::from_data(data), &mut namer);

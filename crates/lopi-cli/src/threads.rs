@@ -40,7 +40,7 @@ fn end_seen(e: EndSeen) -> &'static str {
     }
 }
 
-/// The report's JSON: `{"threads": [...], "calls": {...}}` as the README documents.
+/// The report's JSON: `{"threads": [...], "calls": {...}}` as docs/locks.md documents.
 pub fn report_json(data: &DataFile, threads: &Threads) -> Value {
     let mut namer = Namer::new(&data.maps);
     let display = display_names(threads, &mut namer);

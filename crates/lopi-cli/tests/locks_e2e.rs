@@ -115,7 +115,7 @@ fn build(file: &str, e: &Expect, flags: &[&str], label: &str) -> (PathBuf, PathB
 }
 
 /// Static mode: the program runs with a rewritten copy of libc found through
-/// `LD_LIBRARY_PATH`, as the README says.
+/// `LD_LIBRARY_PATH`, as docs/locks.md says.
 #[test]
 fn static_mode_with_a_rewritten_libc() {
     let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");

@@ -2,8 +2,8 @@
 //! with Debian's flags (-O2 -g), rewritten with `--probe coverage`, and the same source and
 //! flags built with `--coverage` (both by tests/real/prepare.sh); each runs
 //! tests/real/zstd-battery.sh. Of the lines both report, 99% agree, gcov's verdicts corrected
-//! where its own graph contradicts them (README, "Coverage against gcov", sorts the rest into
-//! the kinds binary coverage at -O2 cannot avoid).
+//! where its own graph contradicts them (docs/coverage.md, "Coverage against gcov", sorts the
+//! rest into the kinds binary coverage at -O2 cannot avoid).
 mod common;
 
 use common::*;

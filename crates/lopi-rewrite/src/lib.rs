@@ -165,7 +165,7 @@ pub fn rewrite_with_script(
 }
 
 /// Names the new segments in the section header table, so that objdump and gdb show them
-/// (`strip` still cannot handle the moved program-header table; see ARCHITECTURE.md). The
+/// (`strip` still cannot handle the moved program-header table; see docs/limits.md). The
 /// table and a grown copy of the section-name string table are appended after the image;
 /// files without section headers are left without.
 fn add_section_headers(image: &mut Vec<u8>, new: &[(&str, u64, u64, u64, u64, u64)]) {

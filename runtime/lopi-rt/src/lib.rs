@@ -6,9 +6,10 @@
 //! file, so that every later increment lands in the page cache and survives `_exit`,
 //! SIGKILL and crashes.
 //!
-//! Constraints (see ARCHITECTURE.md, "runtime blob"): built without Cargo into a flat,
-//! position-independent blob; no libc, no statics that need relocation, no writable data,
-//! no panics reachable (the build fails if any relocation or data section survives).
+//! Constraints (see ARCHITECTURE.md, "crates/lopi-rt-blob and runtime/lopi-rt"): built
+//! without Cargo into a flat, position-independent blob; no libc, no statics that need
+//! relocation, no writable data, no panics reachable (the build fails if any relocation or
+//! data section survives).
 #![no_std]
 #![allow(clippy::missing_safety_doc)]
 
