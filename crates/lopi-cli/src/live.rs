@@ -171,16 +171,12 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
     let installation = match planned.and_then(|p| target.install(plan.insert(p))) {
         Ok(i) => i,
         Err(e) => {
-            drop(target);
-            let _ = child.kill();
-            let _ = child.wait();
+            refuse(target, &mut child);
             return Err(e).context(format!("installing probes in {}", program.to_string_lossy()));
         }
     };
     if let Err(e) = check(&installation) {
-        drop(target);
-        let _ = child.kill();
-        let _ = child.wait();
+        refuse(target, &mut child);
         return Err(e);
     }
     let install_ms = lopi_live::millis(installed);
@@ -203,6 +199,14 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
     blocked.add(Signal::SIGQUIT);
     blocked.thread_block().context("blocking SIGINT")?;
     Ok(Launched { child, output, installation, sampler, blocked })
+}
+
+/// Kills a launched program that must not run, before lopi lets go of it: released first, it
+/// would run (and print) until the kill reached it.
+fn refuse(target: lopi_live::Target, child: &mut std::process::Child) {
+    let _ = child.kill();
+    drop(target);
+    let _ = child.wait();
 }
 
 impl Launched {

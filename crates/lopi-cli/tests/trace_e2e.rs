@@ -571,7 +571,7 @@ fn entry_points_run_where_exits_cannot_be_probed() {
         };
         let out = run(&mut cmd, common::default_timeout()).unwrap();
         let err = out.stderr_str();
-        assert!(!out.status.success() && out.stdout.is_empty(), "lopi {command}: a :return point on F was accepted: {err}");
+        assert!(!out.status.success() && out.stdout.is_empty(), "lopi {command}: a :return point on F was accepted ({}): {err}\nstdout: {}", out.describe_status(), out.stdout_str());
         assert!(err.contains("`func:F:return` cannot run in ") && err.contains(": F (its returns cannot all be probed, exit-") && err.lines().count() == 1, "lopi {command}: {err}");
     }
     assert!(!dir.join("refused.rw").exists(), "lopi rewrite wrote a refused program");
