@@ -13,7 +13,7 @@
 //! -O2 PIE and -O3 PIE with CET, run under `lopi run` (both modules spliced) and rewritten
 //! (both files rewritten, the library found through LD_LIBRARY_PATH).
 //!
-//! Environment knobs: those of `timing_e2e.rs` (LOPI_BIN, LOPI_KEEP_TMP, LOPI_TEST_TIMEOUT).
+//! Environment knobs: those of `timing_harness/` (LOPI_BIN, LOPI_KEEP_TMP, LOPI_TEST_TIMEOUT).
 
 mod common;
 
