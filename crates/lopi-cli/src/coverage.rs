@@ -141,7 +141,7 @@ pub fn run(data: &DataFile, format: Format, output: Option<&Path>) -> Result<()>
     };
     match output {
         Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display())),
-        None => crate::print(&text),
+        None => crate::output::print(&text),
     }
 }
 

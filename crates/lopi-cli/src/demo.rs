@@ -52,7 +52,7 @@ fn profile(dir: &Path) -> Result<()> {
 
     step(&format!("lopi rewrite {} -o {} --probe entry,exit", prog.display(), rewritten.display()));
     let (summary, _) = crate::rewrite::rewrite(&prog, &rewritten, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME, lopi_rewrite::Recording::default(), None, None)?;
-    crate::print(&format!("{summary}\n"))?;
+    crate::output::print(&format!("{summary}\n"))?;
 
     step(&format!("LOPI_OUTPUT={} {}", data.display(), rewritten.display()));
     let status = Command::new(&rewritten).env("LOPI_OUTPUT", &data).status().context("running the rewritten demo")?;
@@ -61,11 +61,11 @@ fn profile(dir: &Path) -> Result<()> {
     }
 
     step(&format!("lopi report {}", data.display()));
-    let profile = lopi_trace::Profile::from_data(&crate::read_data(&data)?);
-    crate::print(&crate::show::report_text(&profile, 10))?;
+    let profile = lopi_trace::Profile::from_data(&crate::files::read_data(&data)?);
+    crate::output::print(&crate::show::report_text(&profile, 10))?;
     step(&format!("lopi report {} --callers find", data.display()));
-    crate::print(&crate::show::edges_text(&profile, "find", true))?;
-    crate::print(&format!("\n(files kept in {})\n", dir.display()))
+    crate::output::print(&crate::show::edges_text(&profile, "find", true))?;
+    crate::output::print(&format!("\n(files kept in {})\n", dir.display()))
 }
 
 /// The thesis's synthetic workload (Paper II), calibrated here for 1 s on one CPU at 64% user
@@ -76,14 +76,14 @@ fn mp(dir: &Path) -> Result<()> {
     let out = Command::new(&prog).args(["--calibrate", "1000", "64"]).output().context("running mpbench --calibrate")?;
     let params = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let [rounds, iters] = params.split(' ').collect::<Vec<_>>()[..] else { bail!("mpbench --calibrate printed {params:?}") };
-    crate::print(&format!("{params}\n"))?;
+    crate::output::print(&format!("{params}\n"))?;
     let chart = dir.join("speedup.svg");
     step(&format!("lopi scale --runs 3 --breakdown -o {} -- {} {{cpus}} {rounds} {iters}", chart.display(), prog.display()));
     let command = [prog.into_os_string(), "{cpus}".into(), rounds.into(), iters.into()].to_vec();
     crate::scale::run(crate::scale::Request { cpus: Vec::new(), runs: 3, breakdown: true, chart: Some(chart), json: false, command })?;
-    crate::print(&format!("\n(files kept in {})\n", dir.display()))
+    crate::output::print(&format!("\n(files kept in {})\n", dir.display()))
 }
 
 fn step(cmd: &str) {
-    let _ = crate::print(&format!("\n$ {cmd}\n"));
+    let _ = crate::output::print(&format!("\n$ {cmd}\n"));
 }

@@ -64,7 +64,7 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
         bail!("--profile applies to --format pprof only");
     }
     check_output(data, output)?;
-    let file = crate::read_data(data)?;
+    let file = crate::files::read_data(data)?;
     let mut namer = Namer::new(&file.maps);
     let no_locks = || anyhow::anyhow!("{} has no lock waits for this profile: record the program with --probe locks (lopi run or attach)", data.display());
     let which = match profile {
@@ -112,7 +112,7 @@ fn render(timing: &Timing, format: ExportFormat, weight: WeightArg) -> Result<(V
 
 fn load(data: &Path, output: &Path) -> Result<Timing> {
     check_output(data, output)?;
-    let file = crate::read_data(data)?;
+    let file = crate::files::read_data(data)?;
     timing_of(data, &file, &mut Namer::new(&file.maps))
 }
 

@@ -92,7 +92,7 @@ fn output_path(record: Option<&Path>, exe_name: &str, pid: i32) -> String {
         Some(p) => PathBuf::from(p.replace("%p", &pid.to_string())),
         None => PathBuf::from(format!("{exe_name}.{pid}{}", lopi_rt_abi::DATA_SUFFIX)),
     };
-    crate::absolute(&path).display().to_string()
+    crate::files::absolute(&path).display().to_string()
 }
 
 fn exe_name(pid: i32) -> String {
@@ -218,7 +218,7 @@ impl Launched {
             eprintln!("lopi: recording the program's end: {e:#}");
         }
         if let Some(Err(e)) = self.sampler.take().map(|s| s.finish(&self.output)) {
-            eprintln!("lopi: {}", crate::one_line(&e));
+            eprintln!("lopi: {}", crate::output::one_line(&e));
         }
     }
 }

@@ -1,9 +1,52 @@
 //! `lopi rewrite`: a copy of a program with probes in it, and its probe script if given.
-use crate::{absolute, blocks, debug_file, parse, plan, progress, read, show, syscalls, trace};
+use crate::cli::{Budget, Select};
+use crate::files::{absolute, debug_file, parse, read};
+use crate::planning::plan;
+use crate::{blocks, handler, progress, show, syscalls, trace};
 use anyhow::{bail, Context, Result};
 use lopi_cache::{Lookup, PlanCache};
 use lopi_patch::{Filter, Probes};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// What `lopi rewrite` was asked.
+pub(crate) struct Request {
+    pub(crate) prog: PathBuf,
+    pub(crate) output: PathBuf,
+    pub(crate) select: Select,
+    pub(crate) trace: bool,
+    pub(crate) budget: Budget,
+    /// A probe script's file, or its text (`--script-expr`).
+    pub(crate) script: Option<PathBuf>,
+    pub(crate) script_expr: Option<String>,
+    /// A C handler's file.
+    pub(crate) handler: Option<PathBuf>,
+    pub(crate) cache: Option<PlanCache>,
+}
+
+/// `lopi rewrite`: writes the copy and says what it holds.
+pub(crate) fn run(request: Request) -> Result<()> {
+    let Request { prog, output, select, trace, budget, script, script_expr, handler, cache } = request;
+    let mut probes = select.probes()?;
+    probes.entries |= trace;
+    probes.exits |= trace;
+    let recording = lopi_rewrite::Recording { trace, budget_ppm: budget.ppm(probes.exits)? };
+    let script = match (script, script_expr) {
+        (Some(path), _) => Some((std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string())),
+        (None, Some(text)) => Some((text, "--script-expr".to_string())),
+        (None, None) => None,
+    };
+    let script = match handler {
+        Some(path) => Some(Script::Handler(Box::new(handler::build(&path)?))),
+        None => script.map(|(text, name)| Script::Text(text, name)),
+    };
+    let (summary, lookup) = rewrite(&prog, &output, &select.filter()?, probes, recording, script, cache.as_ref())?;
+    let (from, note_text) = progress::lookup_text(&lookup);
+    eprintln!("lopi: wrote {}: {summary}{from}", output.display());
+    if let Some(text) = note_text {
+        eprintln!("lopi: note: {text}");
+    }
+    Ok(())
+}
 
 /// What `lopi rewrite` compiles into the copy besides its probes.
 pub(crate) enum Script {

@@ -155,7 +155,7 @@ pub(crate) fn recorded_run(command: &[OsString], cpus: u32, allowed: &[usize], k
         None => cmd.env_remove("LOPI_WHATIF"),
     };
     let out = cmd.output().context("running lopi run")?;
-    let data = crate::read_data(&path);
+    let data = crate::files::read_data(&path);
     let _ = std::fs::remove_file(&path);
     if !out.status.success() {
         // lopi run's own error line, without its prefix: this one says it.

@@ -152,9 +152,9 @@ pub fn run(req: Request) -> Result<()> {
     let native_kernel_share = share(&measured[0].one.parts, |p| p.kernel_ns);
     let amdahl = lopi_trace::amdahl(native_kernel_share, f64::from(n));
     if req.json {
-        crate::print_json(&report_json(&measured, n, amdahl, native_kernel_share, identical))
+        crate::output::print_json(&report_json(&measured, n, amdahl, native_kernel_share, identical))
     } else {
-        crate::print(&report_text(&measured, n, amdahl, native_kernel_share, identical))
+        crate::output::print(&report_text(&measured, n, amdahl, native_kernel_share, identical))
     }
 }
 

@@ -3,7 +3,9 @@
 //! the checks that need the threads held (where they stand, the code bytes) and the writes
 //! happen while the process is paused.
 use crate::procfs::{self, Mapping};
-use crate::{load_bias, module_path, placement, EnvBlock, LiveError, ModuleRequest, Spec};
+use crate::error::{permission_hint, LiveError};
+use crate::placement;
+use crate::spec::{load_bias, module_path, EnvBlock, ModuleRequest, Spec};
 use lopi_elf::{ElfModule, Svma};
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
 use lopi_cache::{Key, Lookup, ModuleFile, PlanCache};
@@ -122,7 +124,7 @@ impl Shape {
 pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) -> Result<Plan, LiveError> {
     let started = Instant::now();
     let unreadable = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => LiveError::PermissionDenied { pid, hint: crate::permission_hint() },
+        std::io::ErrorKind::PermissionDenied => LiveError::PermissionDenied { pid, hint: permission_hint() },
         std::io::ErrorKind::NotFound => LiveError::NoSuchProcess(pid),
         _ => LiveError::Io { what: format!("reading /proc/{pid}"), source: e },
     };

@@ -5,7 +5,7 @@
 //! `SIGSTOP`: if lopi dies, the kernel detaches them and they simply run on. New threads are
 //! followed with `PTRACE_O_TRACECLONE` while we hold the process. Signals that arrive while a
 //! thread is held are kept and delivered when it is let go.
-use crate::LiveError;
+use crate::error::LiveError;
 use nix::errno::Errno;
 use nix::libc::user_regs_struct;
 use nix::sys::ptrace::{self, Event, Options};

@@ -244,7 +244,7 @@ pub fn run(request: Request) -> Result<()> {
 /// left in its record: its output as its threads wrote it, then its `begin` and `end`
 /// probes, run now, and its maps. The record is only read.
 pub fn report(path: &Path, json: bool) -> Result<()> {
-    let file = crate::read_data(path)?;
+    let file = crate::files::read_data(path)?;
     let Some((record, script)) = file.records.iter().find_map(|r| Some((r, r.meta.script.as_ref()?))) else {
         bail!("{} has no probe script's output (made by lopi rewrite --script or lopi trace)", path.display());
     };

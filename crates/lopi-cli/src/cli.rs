@@ -1,0 +1,446 @@
+//! The command line: each command's flags (clap), and what they turn into.
+use crate::exports::{ExportFormat, ProfileArg, WeightArg};
+use crate::output::Format;
+use crate::report::View;
+use crate::{coverage, demo, handler, live, whatif};
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use lopi_cache::PlanCache;
+use lopi_patch::{Filter, Probes};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "lopi", version, about = "Low-perturbation instrumentation of x86-64 Linux programs")]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    /// Plan every module anew and keep no plan (as LOPI_CACHE=off); see `lopi cache`.
+    #[arg(long, global = true)]
+    pub(crate) no_cache: bool,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// List the functions of PROG and how each would be probed, or why not.
+    Info {
+        prog: PathBuf,
+        #[command(flatten)]
+        select: Select,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Write a copy of PROG whose functions are counted (and timed, with exit probes).
+    Rewrite {
+        prog: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        select: Select,
+        /// Compile this probe script (`lopi trace`'s language) into the copy; it decides which
+        /// functions are probed. Its output stays in the record: `lopi report DATA --script`
+        /// prints it and runs its `begin` and `end` probes (`interval:` needs lopi trace).
+        #[arg(long, value_name = "FILE", conflicts_with = "script_expr")]
+        script: Option<PathBuf>,
+        /// The same, given as text.
+        #[arg(long, value_name = "PROGRAM")]
+        script_expr: Option<String>,
+        /// Compile this C file (`lopi handler-header` prints the lopi.h it includes) into the
+        /// copy: its lopi_enter and lopi_leave run at every selected function's entry and return.
+        #[arg(long, value_name = "FILE.c", conflicts_with_all = ["script", "script_expr"])]
+        handler: Option<PathBuf>,
+        /// Also record every entry and exit with a timestamp (implies --probe entry,exit);
+        /// `lopi export --format chrome` turns it into a timeline.
+        #[arg(long)]
+        trace: bool,
+        #[command(flatten)]
+        budget: Budget,
+    },
+    /// Which blocks and source lines ran, from a record made with --probe block: per function
+    /// and per source file (lines from DWARF, the file's or its debug file's).
+    Coverage {
+        data: PathBuf,
+        #[arg(long, value_enum, default_value_t = coverage::Format::Text)]
+        format: coverage::Format,
+        /// Write to FILE instead of standard output (drcov, which is binary, needs it).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Show the functions recorded in a data file, most called first.
+    Report {
+        data: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Rows in the text table (0 = all).
+        #[arg(long, default_value_t = 30)]
+        top: usize,
+        #[command(flatten)]
+        views: ReportViews,
+    },
+    /// Draw a flame graph (SVG) of the timed call paths in a data file.
+    Flamegraph {
+        data: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// What a frame's width shows.
+        #[arg(long, value_enum, default_value_t = WeightArg::Time)]
+        weight: WeightArg,
+        /// The graph's title [default: the data file and the weight].
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Write the timed profile of a data file for other tools.
+    Export {
+        data: PathBuf,
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// What a folded stack counts (--format folded only) [default: time].
+        #[arg(long, value_enum)]
+        weight: Option<WeightArg>,
+        /// Which profile --format pprof writes: the timed calls, or (recorded with --probe
+        /// locks) Go's mutex or block profile of the lock waits.
+        #[arg(long, value_enum, default_value_t = ProfileArg::Cpu)]
+        profile: ProfileArg,
+    },
+    /// Run PROG with probes spliced in at its entry point (no rewritten file); the record
+    /// reads with `lopi report` as for a rewritten program.
+    Run {
+        #[command(flatten)]
+        select: LiveSelect,
+        /// Also record every entry and exit with a timestamp (implies --probe entry,exit).
+        #[arg(long)]
+        trace: bool,
+        #[command(flatten)]
+        budget: Budget,
+        /// Print nothing; lopi exits as the program did (same code or signal).
+        #[arg(short, long)]
+        quiet: bool,
+        /// The program's argv[0] (default: PROG as given), as `exec -a` does: for programs that
+        /// behave by the name they are called by (a wrapper passes its own `$0`).
+        #[arg(long, value_name = "NAME")]
+        arg0: Option<std::ffi::OsString>,
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Splice probes into a running process; take them all out again on Ctrl-C, after
+    /// --duration, or when it exits.
+    Attach {
+        pid: i32,
+        #[command(flatten)]
+        select: LiveSelect,
+        /// Also record every entry and exit with a timestamp (implies --probe entry,exit).
+        #[arg(long)]
+        trace: bool,
+        #[command(flatten)]
+        budget: Budget,
+        /// Detach after this long (10s, 500ms, 2m) [default: on Ctrl-C].
+        #[arg(long, value_parser = live::parse_duration)]
+        duration: Option<std::time::Duration>,
+    },
+    /// Print the lopi.h that C handlers (`--handler FILE.c`) include: the event they get,
+    /// the callbacks they may define, and helpers that need no libc.
+    HandlerHeader,
+    /// Show where plans are cached (so that a program is planned once), or clear the cache.
+    Cache {
+        /// Remove every entry (cached plans and laid-out images).
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Run PROG with a probe script compiled into it (bpftrace's language: `func:NAME`,
+    /// `func:NAME:return`, predicates, maps, aggregations, printf); print what the script
+    /// prints as it runs, and its maps at the end.
+    Trace {
+        /// The script's file (or use -e).
+        #[arg(required_unless_present = "expr", conflicts_with = "expr", value_name = "SCRIPT")]
+        file: Option<PathBuf>,
+        /// The script itself.
+        #[arg(short = 'e', long = "expr", value_name = "PROGRAM")]
+        expr: Option<String>,
+        /// How the maps are printed at the end (`json`: {"maps": {...}}).
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Write lopi's output (printf lines and maps) to FILE; the program's own output stays
+        /// where it is. Without it: stdout when that is a terminal (or with -p), else stderr, so
+        /// that a program's redirected stdout holds only its own output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Most keys a map holds per thread (updates beyond are dropped and counted).
+        #[arg(long, value_name = "N")]
+        max_entries: Option<u32>,
+        /// Trace this running process (its probes are taken out again at the end).
+        #[arg(short, long, conflicts_with = "command")]
+        pid: Option<i32>,
+        /// With -p: stop after this long (10s, 500ms, 2m), else on Ctrl-C.
+        #[arg(long, value_parser = live::parse_duration, requires = "pid")]
+        duration: Option<std::time::Duration>,
+        /// Keep the record in FILE (`%p`: the pid), readable afterwards with `lopi report`
+        /// (`--script` for the script's maps); without it, lopi removes its record at the end.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, required_unless_present = "pid", value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Run PROG natively and under an emulated kernel (a giant lock around every system call,
+    /// one lock per subsystem, or an application kernel whose proxy threads on one CPU make
+    /// every thread's system calls), on one CPU and on N, each recorded with --probe
+    /// syscall,locks: time in user, kernel and spinning, speedup, the null system call.
+    Whatif {
+        #[arg(long, value_enum)]
+        kernel: whatif::Kernel,
+        /// How app-kernel's proxies and their callers wait for each other (the null system
+        /// call is measured both ways).
+        #[arg(long, value_enum, default_value_t = whatif::ProxyWait::Spin)]
+        proxy_wait: whatif::ProxyWait,
+        /// CPUs of the parallel runs [default: all the CPUs lopi may use].
+        #[arg(long)]
+        cpus: Option<u32>,
+        /// Recorded runs per kernel and CPU count; the median counts.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// The program and its arguments (after `--`); `{cpus}` becomes the CPU count.
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Build a small built-in C program, rewrite it, run it and show its report (`mp`: the
+    /// thesis's multiprocessor benchmark through `lopi scale`).
+    Demo {
+        /// `profile`: count and time a little program's functions; `mp`: the thesis's
+        /// multiprocessor benchmark (threads looping between user work and a CPU-bound system
+        /// call, 64:36) built, calibrated and run through `lopi scale`.
+        #[arg(value_enum, default_value_t = demo::Which::Profile)]
+        which: demo::Which,
+        /// Keep the demo's files here instead of a temporary directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Run PROG, uninstrumented, pinned to 1, 2, ... CPUs: wall time, speedup, efficiency, the
+    /// Karp-Flatt serial fraction, a Universal Scalability Law fit; `{cpus}` in the arguments
+    /// becomes the CPU count of the run (`-p {cpus}`).
+    Scale {
+        /// CPU counts to run on [default: 1, 2, 4, ... and all the CPUs lopi may use].
+        #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+        cpus: Vec<u32>,
+        /// Runs per CPU count (after one warm-up run); the median counts.
+        #[arg(long, default_value_t = 5)]
+        runs: u32,
+        /// Draw the speedup chart (SVG) into this file.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Also record up to three runs on the most CPUs (`lopi run --probe syscall,locks`):
+        /// the median serial fraction their breakdowns imply gives Amdahl's bound.
+        #[arg(long)]
+        breakdown: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
+    },
+}
+
+/// `lopi report`'s view flags, at most one of them (each conflicts with the others).
+#[derive(clap::Args)]
+pub(crate) struct ReportViews {
+    /// Show who calls FUNC (timed data only).
+    #[arg(long, value_name = "FUNC", conflicts_with = "callees")]
+    callers: Option<String>,
+    /// Show whom FUNC calls (timed data only).
+    #[arg(long, value_name = "FUNC")]
+    callees: Option<String>,
+    /// Show the system calls (recorded with --probe syscall), as `strace -c` does: per
+    /// call, per thread, and the busiest call sites.
+    #[arg(long, conflicts_with_all = ["callers", "callees"])]
+    syscalls: bool,
+    /// Show the locks (recorded with --probe locks): per lock, its acquisitions, contention,
+    /// wait (blocked in futex or not) and hold times, then its busiest call sites.
+    #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls"])]
+    locks: bool,
+    /// Show the threads (recorded with --probe locks): start routine, creator, start and
+    /// end, time waiting for locks, joins and system calls, thread calls made.
+    #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks"])]
+    threads: bool,
+    /// Show where each thread's wall time went (recorded with --probe syscall,locks): user,
+    /// kernel, blocked in system calls, lock wait (spinning, blocked), the rest; the serial
+    /// fraction and Amdahl's bound.
+    #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads"])]
+    breakdown: bool,
+    /// Show FUNC's code block by block with each block's executions (recorded with
+    /// --probe block).
+    #[arg(long, value_name = "FUNC", conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown"])]
+    blocks: Option<String>,
+    /// Show what the probe script of a program rewritten with --script left: its output,
+    /// then its begin and end probes (run now) and its maps.
+    #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks"])]
+    script: bool,
+    /// Show what the perturbation budget (--budget) did: each thread's budget and what
+    /// timing cost it, then every function switched to counting, when and at what call rate.
+    #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script"])]
+    budget: bool,
+}
+
+impl ReportViews {
+    /// The view the flags choose (clap lets through at most one); none: the functions.
+    pub(crate) fn view(self) -> View {
+        if self.script {
+            View::Script
+        } else if let Some(func) = self.blocks {
+            View::Blocks(func)
+        } else if self.breakdown {
+            View::Breakdown
+        } else if self.threads {
+            View::Threads
+        } else if self.locks {
+            View::Locks
+        } else if self.syscalls {
+            View::Syscalls
+        } else if self.budget {
+            View::Budget
+        } else if let Some(func) = self.callers {
+            View::Callers(func)
+        } else if let Some(func) = self.callees {
+            View::Callees(func)
+        } else {
+            View::Functions
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub(crate) struct Select {
+    /// Probe only functions whose name matches (glob; repeatable).
+    #[arg(long = "functions", value_name = "GLOB")]
+    include: Vec<String>,
+    /// Do not probe functions whose name matches (glob; repeatable).
+    #[arg(long = "exclude", value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Where probes go: `entry` counts calls; `entry,exit` also times them (per thread,
+    /// with calling contexts); `syscall` counts and times every system call the code makes;
+    /// `locks` times every lock, semaphore, condition-variable and barrier call in libc (see
+    /// `lopi report --locks`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
+    probe: Vec<Probe>,
+}
+
+/// `--functions`/`--exclude` for a live process: `GLOB` names functions of the main
+/// executable, `LIB:GLOB` functions of a loaded library (`libc.so.6:malloc`, `libc:str*`).
+#[derive(clap::Args)]
+pub(crate) struct LiveSelect {
+    /// Probe only functions whose name matches: GLOB in the executable, LIB:GLOB in a
+    /// loaded library (repeatable) [default: every function of the executable].
+    #[arg(long = "functions", value_name = "[LIB:]GLOB")]
+    include: Vec<String>,
+    /// Do not probe functions whose name matches ([LIB:]GLOB; repeatable).
+    #[arg(long = "exclude", value_name = "[LIB:]GLOB")]
+    exclude: Vec<String>,
+    /// Where probes go: `entry` counts calls; `entry,exit` also times them; `syscall` counts
+    /// and times every system call, in the executable and every loaded library.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
+    probe: Vec<Probe>,
+    /// Compile this C file (`lopi handler-header` prints the lopi.h it includes) into the
+    /// probes: its lopi_enter and lopi_leave run at every selected function's entry and
+    /// return (timed), lopi_syscall_enter and lopi_syscall_leave around every system call.
+    #[arg(long, value_name = "FILE.c")]
+    handler: Option<PathBuf>,
+}
+
+impl LiveSelect {
+    pub(crate) fn probes(self, trace: bool, budget: Budget, cache: Option<PlanCache>) -> Result<live::Probes> {
+        let mut probes = probe_set(&self.probe)?;
+        probes.exits |= trace;
+        probes.entries |= trace;
+        let script = match &self.handler {
+            Some(path) => {
+                let spec = lopi_image::script::ScriptSpec::handler(handler::build(path)?);
+                probes = spec.add_probes(probes);
+                Some(std::sync::Arc::new(spec))
+            }
+            None => None,
+        };
+        let budget_ppm = budget.ppm(probes.exits)?;
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script, count_only: Vec::new(), record: None })
+    }
+}
+
+/// `--probe` as a set.
+fn probe_set(probe: &[Probe]) -> Result<Probes> {
+    let probes = Probes {
+        entries: probe.contains(&Probe::Entry),
+        exits: probe.contains(&Probe::Exit),
+        syscalls: probe.contains(&Probe::Syscall),
+        locks: probe.contains(&Probe::Locks),
+        blocks: probe.contains(&Probe::Block),
+        coverage: probe.contains(&Probe::Coverage),
+    };
+    if probes.blocks && probe.iter().any(|&p| p != Probe::Block) {
+        bail!("--probe block counts every block of the selected functions; it does not combine with other probes yet (the entry block counts the calls)");
+    }
+    if probes.coverage && probe.iter().any(|&p| p != Probe::Coverage) {
+        bail!("--probe coverage records which blocks of the selected functions ran; it does not combine with other probes");
+    }
+    if probes.exits && !probes.entries {
+        bail!("--probe exit needs `entry`: exits are timed against their entries (use --probe entry,exit)");
+    }
+    Ok(probes)
+}
+
+/// `--budget`: how much timing may slow the program down.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct Budget {
+    /// Keep timing's cost within this share of the run time (5%, 2.5): the probes measure which
+    /// timed functions are so short and frequent that timing them costs more, and switch those
+    /// to counting as the program runs (their time then shows in their callers' self time;
+    /// `lopi report` lists what was switched and when). `LOPI_BUDGET` in the program's
+    /// environment overrides it.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_budget)]
+    budget: Option<u32>,
+}
+
+impl Budget {
+    pub(crate) fn ppm(self, timing: bool) -> Result<u32> {
+        match self.budget {
+            Some(_) if !timing => bail!("--budget limits the cost of timing: use it with --probe entry,exit"),
+            budget => Ok(budget.unwrap_or(0)),
+        }
+    }
+}
+
+/// A share of the run time in percent (`5%`, `2.5`), as parts per million.
+fn parse_budget(text: &str) -> Result<u32, String> {
+    let number = text.strip_suffix('%').unwrap_or(text).trim();
+    match number.parse::<f64>() {
+        Ok(p) if p > 0.0 && p < 100.0 => Ok((p * 10_000.0).round().max(1.0) as u32),
+        _ => Err(format!("{text:?} is not a percentage between 0 and 100 (such as 5%)")),
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum Probe {
+    Entry,
+    Exit,
+    Syscall,
+    Locks,
+    /// Every basic block of the selected functions: executions counted.
+    Block,
+    /// Whether each basic block of the selected functions ran: a one-byte mark per set of
+    /// blocks that run together (`lopi coverage`).
+    Coverage,
+}
+
+
+impl Select {
+    pub(crate) fn filter(&self) -> Result<Filter> {
+        let compile = |globs: &[String]| -> Result<Vec<glob::Pattern>> {
+            globs.iter().map(|g| glob::Pattern::new(g).with_context(|| format!("bad glob {g:?}"))).collect()
+        };
+        Ok(Filter { include: compile(&self.include)?, exclude: compile(&self.exclude)? })
+    }
+
+    pub(crate) fn probes(&self) -> Result<Probes> {
+        probe_set(&self.probe)
+    }
+}

@@ -1,0 +1,242 @@
+//! A process lopi holds: every thread stopped (`lopi attach`), or a program started under
+//! ptrace and stopped at its entry point (`lopi run`); system calls run in it through a
+//! gadget lopi writes into its code.
+use crate::clock::tsc;
+use crate::error::{already_traced, permission_hint, start_failure, LiveError};
+use crate::procfs::{self, Mapping, Memory};
+use crate::tracee::{Regs, Threads};
+use lopi_rt_abi::own_calls;
+use nix::errno::Errno;
+use std::collections::BTreeMap;
+
+/// A process with every thread held.
+pub struct Target {
+    pub(crate) threads: Threads,
+    pub(crate) mem: Memory,
+    /// Set by `lopi run`: the program's entry point, where it was stopped.
+    entry: Option<u64>,
+    /// The system calls lopi made in the process since they were last accounted for: calls
+    /// and TSC ticks (the time the thread was held for them) by number. They are lopi's own,
+    /// as its runtime's are (`lopi_rt_abi::own_calls`).
+    pub(crate) injected: BTreeMap<u64, (u64, u64)>,
+}
+
+/// `syscall; int3`, written where injected system calls run.
+const SYSCALL_GADGET: [u8; 3] = [0x0f, 0x05, 0xcc];
+
+pub(crate) mod sys {
+    pub const MMAP: u64 = 9;
+    pub const MPROTECT: u64 = 10;
+    pub const MUNMAP: u64 = 11;
+    pub const PROT_READ: u64 = 1;
+    pub const PROT_WRITE: u64 = 2;
+    pub const PROT_EXEC: u64 = 4;
+    pub const MAP_PRIVATE_ANONYMOUS: u64 = 0x02 | 0x20;
+    pub const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
+    /// Kernel return values that restart the interrupted system call (include/linux/errno.h).
+    pub const RESTARTS: [i64; 4] = [-512, -513, -514, -516];
+}
+
+/// What can be checked about `pid` without touching it: it exists, is not lopi, runs
+/// x86-64 code, and no other tracer holds it.
+pub fn preflight(pid: i32) -> Result<(), LiveError> {
+    if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(LiveError::NoSuchProcess(pid));
+    }
+    if pid as u32 == std::process::id() {
+        return Err(LiveError::Module("lopi cannot attach to itself".into()));
+    }
+    check_architecture(pid)?;
+    match procfs::tracer(pid) {
+        Some(tracer) => Err(already_traced(pid, tracer)),
+        None => Ok(()),
+    }
+}
+
+/// Starts `command` under ptrace and takes it over at its entry point (see
+/// [`Target::adopt_launched`]). The child is killed if that fails.
+pub fn launch(mut command: std::process::Command) -> Result<(Target, std::process::Child), LiveError> {
+    use std::os::unix::process::CommandExt;
+    let program = command.get_program().to_string_lossy().into_owned();
+    // SAFETY: the closure runs in the forked child before exec and makes only the
+    // ptrace(PTRACE_TRACEME) system call, which is async-signal-safe.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| nix::sys::ptrace::traceme().map_err(std::io::Error::from));
+    }
+    let mut child = command.spawn().map_err(|e| LiveError::Start { why: start_failure(&program, &e), program })?;
+    match Target::adopt_launched(child.id() as i32) {
+        Ok(target) => Ok((target, child)),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+impl Target {
+    /// Seizes every thread of `pid`. Checks first what a user can fix ([`preflight`]).
+    pub fn attach(pid: i32) -> Result<Self, LiveError> {
+        preflight(pid)?;
+        let threads = Threads::stop_all(pid).map_err(|e| match e {
+            LiveError::Ptrace { errno: Errno::EPERM, .. } => match procfs::tracer(pid) {
+                Some(tracer) => already_traced(pid, tracer),
+                None => LiveError::PermissionDenied { pid, hint: permission_hint() },
+            },
+            LiveError::Ptrace { errno: Errno::ESRCH, .. } => LiveError::NoSuchProcess(pid),
+            e => e,
+        })?;
+        let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
+        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new() })
+    }
+
+    /// Takes over a child launched with `PTRACE_TRACEME` and stopped at its `exec`: runs it
+    /// to its entry point, where every library is loaded and initialised (glibc's TLS and
+    /// rseq registration included) and the program's own code has not run.
+    pub fn adopt_launched(pid: i32) -> Result<Self, LiveError> {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        let child = nix::unistd::Pid::from_raw(pid);
+        match waitpid(child, Some(WaitPidFlag::__WALL)) {
+            Ok(WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP)) => {}
+            Ok(other) => return Err(LiveError::Module(format!("the launched program did not stop at exec ({other:?})"))),
+            Err(e) => return Err(LiveError::ptrace("waiting for", pid, e)),
+        }
+        check_architecture(pid)?;
+        let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
+        let entry = procfs::auxv(pid, 9).ok_or_else(|| LiveError::Module("no AT_ENTRY in the program's auxiliary vector".into()))?;
+        let original = mem.read(entry, 1).map_err(LiveError::io("reading the entry point"))?;
+        mem.write(entry, &[0xcc]).map_err(LiveError::io("writing a breakpoint at the entry point"))?;
+        let mut threads = Threads::adopt(pid)?;
+        let regs = threads.regs(pid)?;
+        let reached = threads.run_injected(pid, regs, entry);
+        mem.write(entry, &original).map_err(LiveError::io("restoring the entry point"))?;
+        let mut at_entry = reached?;
+        // run_injected put the exec-stop registers back; the program continues from its entry.
+        at_entry.rip = entry;
+        threads.set_regs(pid, at_entry)?;
+        // Library constructors may have started threads.
+        threads.stop_new_threads()?;
+        Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new() })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.threads.pid
+    }
+
+    /// Where `lopi run` stopped the program (its entry point), for [`plan`](crate::plan()).
+    pub fn entry(&self) -> Option<u64> {
+        self.entry
+    }
+
+    pub fn thread_count(&self) -> usize {
+        self.threads.tids().len()
+    }
+
+    /// Lets every thread go.
+    pub fn release(self) {
+        self.threads.release();
+    }
+
+    /// Runs one system call in the leader thread through the gadget (counted in `injected`).
+    pub(crate) fn syscall(&mut self, gadget: Gadget, nr: u64, args: [u64; 6]) -> Result<u64, LiveError> {
+        let tid = self.threads.leader();
+        let mut regs: Regs = self.threads.regs(tid)?;
+        regs.rip = gadget.at;
+        regs.rax = nr;
+        (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+        let start = tsc();
+        let done = self.threads.run_injected(tid, regs, gadget.at + 2);
+        let e = self.injected.entry(nr).or_default();
+        *e = (e.0 + 1, e.1 + tsc().saturating_sub(start));
+        Ok(done?.rax)
+    }
+
+    /// Adds the calls injected so far into a module's table of the runtime's own calls,
+    /// before its init (which carries the table over into the data file; it is zero and
+    /// private until then, and no thread runs).
+    pub(crate) fn account_injected(&mut self, table: u64) -> Result<(), LiveError> {
+        for (nr, (calls, ticks)) in std::mem::take(&mut self.injected) {
+            let mut entry = calls.to_le_bytes().to_vec();
+            entry.extend_from_slice(&ticks.to_le_bytes());
+            self.mem.write(table + own_calls::entry(nr), &entry).map_err(LiveError::io("writing lopi's call counts into the process"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `syscall; int3` into the alignment padding after the main executable's code
+    /// segment: bytes of an executable page that no code reaches.
+    pub(crate) fn place_gadget(&self, maps: &[Mapping], exe: &str) -> Result<Gadget, LiveError> {
+        let executable = maps.iter().filter(|m| m.executable && m.path == exe);
+        for m in executable {
+            // The padding ends the mapping; the segment's last code byte is before it.
+            let bytes = self.mem.read(m.end - 64, 64).map_err(LiveError::io("reading the executable's code"))?;
+            let zeros = bytes.iter().rev().take_while(|&&b| b == 0).count();
+            if zeros >= 8 {
+                let at = m.end - 4;
+                let saved = self.mem.read(at, 3).map_err(LiveError::io("reading the executable's code"))?;
+                self.mem.write(at, &SYSCALL_GADGET).map_err(LiveError::io("writing into the executable's code"))?;
+                return Ok(Gadget { at, saved: saved.try_into().unwrap_or_default() });
+            }
+        }
+        Err(LiveError::Module(format!("{exe}: no padding after its code for lopi's system-call stub")))
+    }
+
+    pub(crate) fn restore_gadget(&self, gadget: Gadget) -> Result<(), LiveError> {
+        self.mem.write(gadget.at, &gadget.saved).map_err(LiveError::io("restoring the executable's code"))
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Gadget {
+    at: u64,
+    saved: [u8; 3],
+}
+
+fn check_architecture(pid: i32) -> Result<(), LiveError> {
+    let exe = procfs::exe(pid).map(|p| p.display().to_string()).unwrap_or_else(|_| "?".into());
+    let Ok(header) = std::fs::File::open(format!("/proc/{pid}/exe")).and_then(|f| {
+        use std::io::Read;
+        let mut h = [0u8; 20];
+        f.take(20).read_exact(&mut h).map(|()| h)
+    }) else {
+        // Unreadable: ptrace will say why.
+        return Ok(());
+    };
+    match architecture_problem(&header) {
+        None => Ok(()),
+        Some(what) => Err(LiveError::WrongArchitecture { pid, exe, what }),
+    }
+}
+
+/// What is wrong with an executable's first 20 bytes for lopi, if anything.
+fn architecture_problem(header: &[u8; 20]) -> Option<&'static str> {
+    if &header[..4] != b"\x7fELF" {
+        Some("not an ELF file")
+    } else if header[4] != 2 {
+        Some("32-bit")
+    } else if u16::from_le_bytes([header[18], header[19]]) != 62 {
+        Some("another machine type")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn architectures() {
+        let mut header = [0u8; 20];
+        header[..4].copy_from_slice(b"\x7fELF");
+        header[4] = 2;
+        header[18] = 62;
+        assert_eq!(architecture_problem(&header), None);
+        header[18] = 183; // EM_AARCH64
+        assert_eq!(architecture_problem(&header), Some("another machine type"));
+        header[4] = 1;
+        assert_eq!(architecture_problem(&header), Some("32-bit"));
+        assert_eq!(architecture_problem(&[b'#'; 20]), Some("not an ELF file"));
+    }
+}
