@@ -171,6 +171,8 @@ class Harness:
         self.lopi = lopi_bin()
         self.work = Path(args.work).resolve()
         self.port = 17000 + os.getpid() % 2000
+        # Library path -> whether lopi finds functions in it.
+        self.found = {}
 
     def env(self, extra=None):
         return environment(extra)
@@ -195,6 +197,15 @@ class Harness:
         if not exe:
             return f"{program.argv[0]} not found"
         return None
+
+    def with_functions(self, libs):
+        """The libraries lopi finds functions in: a script's `func:LIB:*` that matches nothing
+        is an error, and a library of data only (cmake's libicudata) has none."""
+        for _, path in libs:
+            if path not in self.found:
+                p = subprocess.run([self.lopi, "info", path, "--format", "json"], capture_output=True, text=True)
+                self.found[path] = p.returncode != 0 or json.loads(p.stdout)["summary"]["found"] > 0
+        return [(n, p) for n, p in libs if self.found[p]]
 
     def dir_for(self, program, label):
         d = self.work / program.name / label
@@ -241,7 +252,7 @@ class Harness:
     def live(self, program, kind, libs, d):
         data = d / "data.lopi"
         if kind == "script":
-            (d / "script.bt").write_text(script_text(libs))
+            (d / "script.bt").write_text(script_text(self.with_functions(libs)))
             lopi = [self.lopi, "trace", "-o", str(d / "trace.out"), "--record", str(data), str(d / "script.bt"), "--"]
         else:
             lopi = [self.lopi, "run", "-q", *KINDS[kind], *function_args(libs), "--"]
@@ -296,7 +307,7 @@ class Harness:
             proc.kill()
             return None, "the program did not wait for its input"
         if kind == "script":
-            (d / "script.bt").write_text(script_text(libs))
+            (d / "script.bt").write_text(script_text(self.with_functions(libs)))
             cmd = [self.lopi, "trace", "-p", str(proc.pid), "-o", str(d / "trace.out"), "--record",
                    str(d / "data.lopi"), str(d / "script.bt")]
         else:
