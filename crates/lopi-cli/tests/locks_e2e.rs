@@ -284,6 +284,28 @@ fn report_json(data: &Path, view: &str) -> Json {
     serde_json::from_slice(&out.stdout).expect("report JSON")
 }
 
+/// A program linked against glibc's compat condition-variable functions
+/// (`compat_cond.c`): its waits, signals and broadcast are each one operation of the
+/// condition variable, as the program counted them, timed in the current versions the compat
+/// ones tail-jump into.
+#[test]
+fn compat_condition_variables() {
+    let e = expect(&fixtures_dir().join("locks/compat_cond.c"));
+    let (dir, prog, original) = build("compat_cond.c", &e, &["-O2", "-pthread"], "O2");
+    let data = dir.join("live.lopi");
+    let probed = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "locks", "--"]).arg(&prog).current_dir(&dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+    assert!(probed.status.success() && probed.stdout == original.stdout, "{}", probed.stderr_str());
+    let own = measured(&probed.stderr_str());
+    let report = locks_report(&data);
+    let conds: Vec<&Json> = report["locks"].as_array().into_iter().flatten().filter(|l| l["kind"] == "cond").collect();
+    assert_eq!(conds.len(), 1, "one condition variable: {report}");
+    for field in ["waits", "signals", "broadcasts"] {
+        let want = own[&("turns".to_string(), field.to_string())] as u64;
+        assert_eq!(conds[0][field].as_u64(), Some(want), "{field}: {}", conds[0]);
+    }
+    cleanup(&dir);
+}
+
 #[test]
 fn mutex_hold() {
     check_fixture("mutex_hold.c");

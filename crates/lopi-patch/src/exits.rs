@@ -40,6 +40,8 @@ pub enum UntimedReason {
     EntryPoint,
     #[error("the probe script only counts its calls, which its plain counting probe does")]
     ScriptCounts,
+    #[error("the call goes on, by a tail jump, in another lock function, whose probes time it as the lock operation")]
+    ContinuesInLock,
 }
 
 impl UntimedReason {
@@ -55,6 +57,7 @@ impl UntimedReason {
             UntimedReason::ThreadInside => "thread-inside",
             UntimedReason::EntryPoint => "entry-point",
             UntimedReason::ScriptCounts => "script-counts",
+            UntimedReason::ContinuesInLock => "continues-in-lock",
         }
     }
 }
@@ -76,6 +79,9 @@ pub(crate) struct CodeMap {
     /// Executable ranges outside the code sections: PLT stubs, whose jumps are calls.
     stubs: Vec<(u64, u64)>,
     code: Vec<(u64, u64)>,
+    /// Entries of the lock functions probed (`--probe locks`), which a followed tail jump
+    /// does not continue into: their own probes time the call from there.
+    locks: HashSet<u64>,
 }
 
 impl CodeMap {
@@ -86,7 +92,14 @@ impl CodeMap {
             fragments: module.fragments.iter().filter(|f| f.1 > 0).map(|&(a, n)| (a.0, a.0 + n)).collect(),
             stubs: module.segments.iter().filter(|s| s.flags & 1 != 0).map(|s| (s.vaddr.0, s.vaddr.0 + s.memsz)).collect(),
             code: module.code_sections.iter().map(|s| (s.addr.0, s.addr.0 + s.size)).collect(),
+            locks: HashSet::new(),
         }
+    }
+
+    /// With the entries of the lock functions probed.
+    pub fn with_locks(mut self, entries: impl IntoIterator<Item = u64>) -> Self {
+        self.locks = entries.into_iter().collect();
+        self
     }
 
     /// A jump there leaves for another function: an entry, or a PLT stub (a tail call into
@@ -117,6 +130,8 @@ enum Class {
     Exit(ExitKind),
     Fragment(Region),
     Foreign,
+    /// A followed tail jump into another probed lock function.
+    IntoLock,
 }
 
 /// `function` is the region the timed function itself covers: jumps back into it from its
@@ -128,6 +143,10 @@ fn classify(insn: &Insn, region: Region, function: Region, map: &CodeMap, has_in
     let direct = |t: u64, kind| {
         if inside(t) {
             Class::Inside
+        } else if follow && map.locks.contains(&t) {
+            // glibc's compat versions (pthread_cond_wait@GLIBC_2.2.5) tail-jump into the
+            // current ones: followed, both would plan exit sites at the same returns.
+            Class::IntoLock
         } else if let Some(f) = map.function_at(t).filter(|_| follow) {
             Class::Fragment(f)
         } else if map.is_call_target(t) {
@@ -195,6 +214,7 @@ pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targ
                 Class::Exit(kind) => out.exits.push(ExitAt { region, index, kind }),
                 Class::Fragment(f) => todo.push(f),
                 Class::Foreign => return Err(UntimedReason::JumpsIntoOtherCode),
+                Class::IntoLock => return Err(UntimedReason::ContinuesInLock),
             }
         }
         out.code.insert(region.start, (region, insns));

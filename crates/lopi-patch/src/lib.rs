@@ -607,7 +607,8 @@ fn plan_timing(
     outcomes: &mut [TimingOutcome],
     progress: &dyn Progress,
 ) {
-    let map = CodeMap::new(module);
+    let lock_entries = timing.lock_ops.iter().zip(&module.functions).filter(|(op, _)| op.is_some()).map(|(_, f)| f.addr.0);
+    let map = CodeMap::new(module).with_locks(lock_entries);
     // Exit sites of fragments already planned (a stripped file's fragment may be reached
     // from several functions): fragment start -> indices in `sites`, or why not.
     let mut fragments: HashMap<u64, Result<Vec<usize>, UntimedReason>> = HashMap::new();

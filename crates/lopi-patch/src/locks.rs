@@ -6,7 +6,9 @@
 //! there, so the planner follows such jumps and probes the returns of the code they reach
 //! (shared by the functions reaching it; a return of theirs that ends no lock call at the
 //! same stack pointer is ignored by the runtime). Those parts are then not probed as
-//! functions of their own.
+//! functions of their own. A tail jump into another lock function is not followed: glibc's
+//! compat versions (`pthread_cond_wait@GLIBC_2.2.5`) end in the current ones, whose probes
+//! time the operation, and are counted only (`continues-in-lock`).
 use crate::exits::{self, CodeMap, Region};
 use crate::targets::Targets;
 use lopi_elf::ElfModule;
