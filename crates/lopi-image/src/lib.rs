@@ -19,7 +19,7 @@ pub mod handler;
 pub mod script;
 
 use lopi_elf::{ElfModule, Svma};
-use lopi_patch::{Layout, PatchPlan, Selection, Stubs, RSEQ_CS_SIZE};
+use lopi_patch::{Action, Layout, PatchPlan, ProbePoint, Selection, Stubs, RSEQ_CS_SIZE};
 use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC};
 use lopi_trace::{MetaBlock, MetaFunction, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
 use std::ops::Range;
@@ -198,25 +198,33 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
         source: request.names.source.clone(),
         counters: rw_vaddr,
         functions: plan
-            .probed
+            .probes
             .iter()
-            .map(|p| {
-                let f = &module.functions[p.function];
-                MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.action.timed() }
+            .filter_map(|p| {
+                let f = &module.functions[p.entry_of()?];
+                Some(MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.action.timed() })
             })
             .collect(),
         syscalls: plan
-            .syscall_probes
+            .probes
             .iter()
-            .map(|p| {
-                let site = &plan.syscalls[p.site];
+            .filter_map(|p| {
+                let ProbePoint::Syscall { at, site, .. } = p.point else { return None };
+                let site = &plan.syscalls[site];
                 let function = site.function.map(|f| module.functions[f].name.clone()).unwrap_or_default();
-                MetaSyscall { addr: p.at.0, function, nr: site.nr }
+                Some(MetaSyscall { addr: at.0, function, nr: site.nr })
             })
             .collect(),
-        block_marks: plan.block_probes.iter().any(|b| b.mark),
+        block_marks: plan.probes.iter().any(|p| p.action == Action::Mark),
         script: request.script.filter(|s| s.spec.handler.is_none()).map(|s| s.spec.meta.clone()),
-        blocks: plan.block_probes.iter().map(|b| MetaBlock { addr: b.start.0, end: b.end.0, function: module.functions[b.function].name.clone(), point: b.probe }).collect(),
+        blocks: plan
+            .probes
+            .iter()
+            .filter_map(|p| {
+                let ProbePoint::Block { function, start, end, .. } = p.point else { return None };
+                Some(MetaBlock { addr: start.0, end: end.0, function: module.functions[function].name.clone(), point: p.action == Action::Probe })
+            })
+            .collect(),
         unprobed_blocks: plan
             .blocks
             .iter()
@@ -264,7 +272,7 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
     };
     let script_end = if script_bytes.is_empty() { meta_vaddr.wrapping_add(meta_json.len() as u64) } else { script_vaddr.wrapping_add(script_bytes.len() as u64) };
     let switches_vaddr = script_end.next_multiple_of(8);
-    let counter_count = (plan.probed.len() + plan.syscall_probes.len() + plan.block_probes.len()) as u64;
+    let counter_count = plan.probes.len() as u64;
     let switches = switch_table(&plan.switch_patches, counter_count, switches_vaddr).ok_or(ImageError::TooLarge)?;
     let r_end = if switches.is_empty() { script_end } else { switches_vaddr.wrapping_add(switches.len() as u64) };
     let total = r_end.wrapping_sub(rw_vaddr);
@@ -294,7 +302,7 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
             } else {
                 0
             };
-            let locks = if plan.probed.iter().any(|p| matches!(p.action, lopi_patch::Action::Lock(_))) { lopi_rt_abi::PROBE_LOCKS } else { 0 };
+            let locks = if plan.probes.iter().any(|p| matches!(p.action, Action::Lock(_))) { lopi_rt_abi::PROBE_LOCKS } else { 0 };
             lopi_rt_abi::PROBE_TIMING | trace | executable | locks
         } else {
             0
@@ -379,20 +387,25 @@ fn switch_table(patches: &[lopi_patch::SwitchPatches], counters: u64, at: u64) -
     Some(table)
 }
 
-/// What each counter counts, in counter order: the probed functions, then the system-call
-/// sites and blocks (which scripts do not probe).
+/// What each counter counts, in counter order (system-call sites and blocks are no script's
+/// function points).
 fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Counted<'m>> {
-    let functions = plan.probed.iter().map(|p| {
-        let f = &module.functions[p.function];
-        let timed = p.action == lopi_patch::Action::Time;
-        script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed, entry: timed || p.action == lopi_patch::Action::Probe, site: None }
-    });
-    // A system-call site's address is a C handler's `addr` there.
-    let sites = plan.syscall_probes.iter().map(|p| script::Counted { name: "", aliases: &[], addr: p.at.0, timed: false, entry: false, site: None });
-    // An instruction's probe is named by its function, at its own address.
-    let blocks = plan.block_probes.iter().map(|b| match b.probe {
-        true => script::Counted { name: &module.functions[b.function].name, aliases: &[], addr: b.patch_at.0, timed: false, entry: false, site: Some(b.patch_at.0) },
-        false => script::Counted { name: "", aliases: &[], addr: 0, timed: false, entry: false, site: None },
-    });
-    functions.chain(sites).chain(blocks).collect()
+    let nothing = script::Counted { name: "", aliases: &[], addr: 0, timed: false, entry: false, site: None };
+    plan.probes
+        .iter()
+        .map(|p| match p.point {
+            ProbePoint::Entry { function, .. } => {
+                let f = &module.functions[function];
+                let timed = p.action == Action::Time;
+                script::Counted { name: &f.name, aliases: &f.aliases, addr: f.addr.0, timed, entry: timed || p.action == Action::Probe, site: None }
+            }
+            // A system-call site's address is a C handler's `addr` there.
+            ProbePoint::Syscall { at, .. } => script::Counted { addr: at.0, ..nothing },
+            // An instruction's probe is named by its function, at its own address.
+            ProbePoint::Block { function, patch_at, .. } if p.action == Action::Probe => {
+                script::Counted { name: &module.functions[function].name, aliases: &[], addr: patch_at.0, timed: false, entry: false, site: Some(patch_at.0) }
+            }
+            ProbePoint::Block { .. } => nothing,
+        })
+        .collect()
 }

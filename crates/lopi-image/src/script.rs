@@ -138,6 +138,7 @@ pub fn area_layout(spec: &ScriptSpec) -> AreaLayout {
 
 /// The function a counter counts: its name, other names (aliases, which points may use too)
 /// and module address.
+#[derive(Clone, Copy)]
 pub struct Counted<'a> {
     pub name: &'a str,
     pub aliases: &'a [String],

@@ -110,8 +110,9 @@ fn render(module: &ElfModule<'_>, image: &ProbeImage) -> String {
         field(offset_of!(ModuleDescriptor, budget_ppm)),
         if script == 0 { "no script" } else { "a script" }
     );
-    let (f, s) = (plan.probed.len(), plan.probed.len() + plan.syscall_probes.len());
-    let _ = writeln!(out, "counters: functions #0..{f}, system calls #{f}..{s}, blocks #{s}..{}", s + plan.block_probes.len());
+    let f = plan.probes.iter().filter(|p| matches!(p.point, lopi_patch::ProbePoint::Entry { .. })).count();
+    let s = f + plan.probes.iter().filter(|p| matches!(p.point, lopi_patch::ProbePoint::Syscall { .. })).count();
+    let _ = writeln!(out, "counters: functions #0..{f}, system calls #{f}..{s}, blocks #{s}..{}", plan.probes.len());
 
     // The metadata the runtime and the readers find through the descriptor.
     let at = (meta_at - base) as usize;

@@ -470,7 +470,11 @@ fn by_page(patches: &[CodePatch], bias: u64, len: impl Fn(&CodePatch) -> usize) 
 /// Each probed `syscall`'s return address in the original code and in its trampoline, as
 /// run-time addresses.
 fn syscall_returns(image: &ProbeImage, bias: u64) -> Vec<(u64, u64)> {
-    image.plan.syscall_probes.iter().map(|p| (p.at.0.wrapping_add(2).wrapping_add(bias), p.returns_to.0.wrapping_add(bias))).collect()
+    let at = |p: &lopi_patch::Probe| match p.point {
+        lopi_patch::ProbePoint::Syscall { at, returns_to, .. } => Some((at.0.wrapping_add(2).wrapping_add(bias), returns_to.0.wrapping_add(bias))),
+        _ => None,
+    };
+    image.plan.probes.iter().filter_map(at).collect()
 }
 
 #[cfg(test)]

@@ -204,7 +204,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
                 lookup = Lookup::NotStored(why);
             }
         }
-        if image.plan.probed.is_empty() && image.plan.syscall_probes.is_empty() && image.plan.block_probes.is_empty() && !request.probes.entries {
+        if image.plan.probes.is_empty() && !request.probes.entries {
             // Only system calls, locks or blocks were asked for, and it has none.
             continue;
         }

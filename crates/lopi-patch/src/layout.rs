@@ -4,7 +4,7 @@
 //! half-way.
 use crate::syscalls::{SyscallOutcome, SyscallSkip};
 use crate::blocks::BlockOutcome;
-use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, ProbedBlock, ProbedFunction, ProbedSyscall, Selection, Site, SkipReason, Tactic, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, Probe, ProbePoint, Selection, Site, SkipReason, Tactic, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashMap;
@@ -169,10 +169,9 @@ impl Selection {
         let first_block = first_syscall + syscall_counters.len() as u32;
         let block_counters: HashMap<usize, u32> =
             self.sites.iter().enumerate().filter(|(_, s)| s.is_block()).enumerate().map(|(k, (i, _))| (i, first_block + k as u32)).collect();
-        let mut block_probes = Vec::new();
+        let mut probes = Vec::new();
         let mut block_sections = Vec::new();
-        let mut syscall_probes = Vec::new();
-        let mut probed = Vec::new();
+        let mut entry_count = 0u32;
         let mut rseq_sections = Vec::new();
         let mut code_patches = Vec::new();
         let mut code = Vec::new();
@@ -209,7 +208,7 @@ impl Selection {
                     lopi_x86::block_counting_trampoline(&access, &body, flags_dead, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }
                 (Point::Entry(_), stubs) => {
-                    let counter = probed.len() as u32;
+                    let counter = entry_count;
                     let access = counter_access(&layout, counter);
                     match (stubs, site.action) {
                         (Some(stubs), Action::Time | Action::Lock(_)) => {
@@ -260,7 +259,7 @@ impl Selection {
             for (ip, returns_to) in returns {
                 let Some(&(_, counter)) = syscall_counters.iter().find(|&&(at, _)| at == ip) else { continue };
                 let site = self.syscalls.partition_point(|s| s.at.0 < ip);
-                syscall_probes.push(ProbedSyscall { at: Svma(ip), counter, site, returns_to: Svma(returns_to) });
+                probes.push(Probe { point: ProbePoint::Syscall { at: Svma(ip), site, returns_to: Svma(returns_to) }, action: Action::Time, counter });
             }
             code.extend_from_slice(&bytes);
             // Keep trampolines 16-byte aligned, padded with int3.
@@ -268,7 +267,7 @@ impl Selection {
             code_patches.extend(patches);
             if layout.budget && site.action == Action::Time && layout.stubs.is_some() {
                 match site.point {
-                    Point::Entry(_) => entry_swaps.push((site.function, probed.len() as u32, counting.and_then(|to| entry_swap(module, site, to)))),
+                    Point::Entry(_) => entry_swaps.push((site.function, entry_count, counting.and_then(|to| entry_swap(module, site, to)))),
                     Point::Exit => {
                         if let ([owner], Some(swaps)) = (site.owners.as_slice(), exit_restore(module, site, &bounces)) {
                             exit_swaps.entry(*owner).or_default().extend(swaps);
@@ -279,32 +278,26 @@ impl Selection {
             }
             match (site.point, section) {
                 (Point::Entry(tactic), Some(section)) => {
-                    probed.push(ProbedFunction {
-                        function: site.function,
-                        counter: probed.len() as u32,
-                        tactic,
-                        action: match (layout.stubs, site.action) {
-                            (None, _) => Action::Count,
-                            (Some(_), Action::Count) if self.probes_entry(site.function) => Action::Probe,
-                            (Some(_), action) => action,
-                        },
-                        patch_at: site.patch_at,
-                        trampoline,
-                    });
+                    let action = match (layout.stubs, site.action) {
+                        (None, _) => Action::Count,
+                        (Some(_), Action::Count) if self.probes_entry(site.function) => Action::Probe,
+                        (Some(_), action) => action,
+                    };
+                    let point = ProbePoint::Entry { function: site.function, tactic, patch_at: site.patch_at, trampoline };
+                    probes.push(Probe { point, action, counter: entry_count });
+                    entry_count += 1;
                     rseq_sections.push(section);
                 }
                 (Point::Block(tactic), Some(section)) => {
                     let block = self.blocks.iter().filter(|f| f.function == site.function).find_map(|f| crate::blocks::block_of(f, site.patch_at.0));
-                    block_probes.push(ProbedBlock {
+                    let point = ProbePoint::Block {
                         function: site.function,
                         start: Svma(block.map_or(site.patch_at.0, |b| b.start)),
                         end: Svma(block.map_or(site.patch_at.0 + site.moved_len as u64, |b| b.end)),
                         patch_at: site.patch_at,
-                        counter: block_counters[&index],
                         tactic,
-                        mark: site.action == Action::Mark,
-                        probe: site.action == Action::Probe,
-                    });
+                    };
+                    probes.push(Probe { point, action: site.action, counter: block_counters[&index] });
                     block_sections.push(section);
                 }
                 (Point::Exit, _) => exit_sites += 1,
@@ -314,7 +307,8 @@ impl Selection {
         // System-call counters have no critical section; their slots stay unused.
         rseq_sections.resize(rseq_sections.len() + syscall_counters.len(), lopi_x86::RseqSection { start: 0, post_commit_offset: 0, abort: 0 });
         rseq_sections.extend(block_sections);
-        syscall_probes.sort_by_key(|p| p.counter);
+        probes.sort_by_key(|p| p.counter);
+        debug_assert!(probes.iter().enumerate().all(|(i, p)| p.counter as usize == i), "counters are the probes' indices");
         let switch_patches = entry_swaps
             .into_iter()
             .map(|(function, counter, entry)| SwitchPatches { counter, entry, exits: exit_swaps.remove(&function).unwrap_or_default() })
@@ -322,10 +316,8 @@ impl Selection {
             .collect();
         Ok(PatchPlan {
             layout,
-            probed,
-            syscall_probes,
+            probes,
             syscalls: self.syscalls.clone(),
-            block_probes,
             blocks: self.blocks.clone(),
             rseq_sections,
             code_patches: lend::merge_nested(code_patches),

@@ -326,44 +326,40 @@ pub struct Selection {
     entry_probes: BTreeSet<usize>,
 }
 
-/// A probed function, in counter order.
+/// One probe: a point the planner patched, the action the runtime runs there, and its counter,
+/// which is its index in [`PatchPlan::probes`] (functions' entries first, then system-call
+/// sites, then blocks and instructions: the order the runtime's tables and the metadata keep).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct ProbedFunction {
-    pub function: usize,
-    pub counter: u32,
-    pub tactic: Tactic,
+pub struct Probe {
+    pub point: ProbePoint,
+    /// At an entry: what the function's calls get (`Count`, `Time`, `Lock`, `Probe`: its
+    /// exits, when timed, are exit sites naming this counter); at a system-call site `Time`;
+    /// at a block `Count`, `Mark` (coverage) or `Probe` (an instruction's script probes).
     pub action: Action,
-    pub patch_at: Svma,
-    pub trampoline: Svma,
+    pub counter: u32,
 }
 
-/// A probed `syscall` instruction, in counter order after the functions.
+/// Where a probe is.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct ProbedSyscall {
-    pub at: Svma,
-    pub counter: u32,
-    /// Index into [`Selection::syscalls`].
-    pub site: usize,
-    /// Where a thread in this system call returns to in the trampoline.
-    pub returns_to: Svma,
+pub enum ProbePoint {
+    /// A function's entry, patched at `patch_at` with `tactic` to jump to `trampoline`.
+    Entry { function: usize, tactic: Tactic, patch_at: Svma, trampoline: Svma },
+    /// A `syscall` instruction at `at` (index `site` into [`PatchPlan::syscalls`]), moved into
+    /// a trampoline; a thread in the system call returns to `returns_to` there.
+    Syscall { at: Svma, site: usize, returns_to: Svma },
+    /// A basic block of `function`, `start..end`, whose jump is written at `patch_at` (past an
+    /// `endbr64`); or, with `Action::Probe`, an instruction's point at `patch_at`.
+    Block { function: usize, start: Svma, end: Svma, patch_at: Svma, tactic: Tactic },
 }
 
-/// A probed basic block, in counter order after the system calls.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct ProbedBlock {
-    pub function: usize,
-    /// The block's start and end, and where its jump is written (past an `endbr64`).
-    pub start: Svma,
-    pub end: Svma,
-    pub patch_at: Svma,
-    pub counter: u32,
-    pub tactic: Tactic,
-    /// Its counter holds 1 once it ran (`--probe coverage`), not its executions.
-    pub mark: bool,
-    /// Not a block's probe but an instruction's (`Action::Probe`): its counter only names
-    /// the script's hooks there.
-    #[serde(default)]
-    pub probe: bool,
+impl Probe {
+    /// The function whose entry this probe is.
+    pub fn entry_of(&self) -> Option<usize> {
+        match self.point {
+            ProbePoint::Entry { function, .. } => Some(function),
+            _ => None,
+        }
+    }
 }
 
 /// Bytes to write over the original code.
@@ -408,12 +404,9 @@ pub struct CodeSwap {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct PatchPlan {
     pub layout: Layout,
-    pub probed: Vec<ProbedFunction>,
-    /// Counters `probed.len()..` name these.
-    pub syscall_probes: Vec<ProbedSyscall>,
+    /// Every probe, in counter order.
+    pub probes: Vec<Probe>,
     pub syscalls: Vec<SyscallSite>,
-    /// Counters `probed.len() + syscall_probes.len()..` name these.
-    pub block_probes: Vec<ProbedBlock>,
     pub blocks: Vec<blocks::FunctionBlocks>,
     /// Critical section of each probed function's trampoline, in counter order (a timed
     /// function's counts its calls once the budget switched it to counting).
@@ -433,7 +426,7 @@ impl PatchPlan {
     /// Whether some probe keeps per-thread state (a chunk of the data file, found through the
     /// thread's `fs:0x38`): a timed call, a system call, or a script's probe.
     pub fn keeps_thread_state(&self) -> bool {
-        self.probed.iter().any(|p| p.action.timed() || p.action == Action::Probe) || !self.syscall_probes.is_empty() || self.block_probes.iter().any(|b| b.probe)
+        self.probes.iter().any(|p| p.action.timed() || p.action == Action::Probe)
     }
 }
 

@@ -7,7 +7,7 @@
 //! the snapshots anew (see `lopi-snapshot`).
 use lopi_elf::{ElfModule, Svma};
 use lopi_patch::blocks::{implications, BlockOutcome};
-use lopi_patch::{Action, Analysis, Filter, Layout, Outcome, PatchPlan, PointError, Probes, Selection, Stubs, SyscallOutcome, TimingOutcome};
+use lopi_patch::{Action, Analysis, Filter, Layout, Outcome, PatchPlan, PointError, ProbePoint, Probes, Selection, Stubs, SyscallOutcome, TimingOutcome};
 use lopi_snapshot::{Places, Snapshot};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
@@ -172,8 +172,8 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         None => strays.push(format!("{at:#x} {text}")),
     };
 
-    let entries: HashSet<u64> = plan.probed.iter().map(|p| p.patch_at.0).collect();
-    let blocks: HashSet<u64> = plan.block_probes.iter().map(|b| b.patch_at.0).collect();
+    let entries: HashSet<u64> = plan.probes.iter().filter_map(|p| if let ProbePoint::Entry { patch_at, .. } = p.point { Some(patch_at.0) } else { None }).collect();
+    let blocks: HashSet<u64> = plan.probes.iter().filter_map(|p| if let ProbePoint::Block { patch_at, .. } = p.point { Some(patch_at.0) } else { None }).collect();
     let probed_syscalls: Vec<u64> = plan.syscalls.iter().filter(|s| matches!(s.outcome, SyscallOutcome::Probed(_))).map(|s| s.at.0).collect();
     let bounces: HashSet<u64> = plan.code_patches.iter().filter_map(|p| bounce_of(p.at.0, &p.bytes)).collect();
     let mut exits = 0;
@@ -208,7 +208,7 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         add(at, 1, format!("{name} {jump}"));
     }
 
-    let syscall_counters: HashMap<u64, u32> = plan.syscall_probes.iter().map(|p| (p.at.0, p.counter)).collect();
+    let syscall_counters: HashMap<u64, u32> = plan.probes.iter().filter_map(|p| if let ProbePoint::Syscall { at, .. } = p.point { Some((at.0, p.counter)) } else { None }).collect();
     for s in &plan.syscalls {
         let nr = s.nr.map_or("?".to_string(), |n| n.to_string());
         let counter = syscall_counters.get(&s.at.0).map_or(String::new(), |c| format!(" #{c}"));
@@ -220,7 +220,15 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         add(s.at.0, 2, format!("syscall nr {nr}: {outcome}"));
     }
 
-    let block_probes: HashMap<u64, &lopi_patch::ProbedBlock> = plan.block_probes.iter().filter(|b| !b.probe).map(|b| (b.start.0, b)).collect();
+    // Blocks' probes by start: (patch address, counter, action).
+    let block_probes: HashMap<u64, (u64, u32, Action)> = plan
+        .probes
+        .iter()
+        .filter_map(|p| match p.point {
+            ProbePoint::Block { start, patch_at, .. } if p.action != Action::Probe => Some((start.0, (patch_at.0, p.counter, p.action))),
+            _ => None,
+        })
+        .collect();
     for fb in &plan.blocks {
         let f = fb.function;
         let list = match &fb.blocks {
@@ -234,12 +242,12 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         for (b, outcome) in list {
             let what = match outcome {
                 BlockOutcome::Probed(t) => match block_probes.get(&b.start) {
-                    Some(p) => {
-                        let action = if p.mark { "mark" } else { "count" };
-                        let at = if p.patch_at.0 == b.start { String::new() } else { format!(", patch at {}", places.rel(f, p.patch_at.0)) };
-                        let bounce = plan.code_patches.iter().find(|c| c.at == p.patch_at).and_then(|c| bounce_of(c.at.0, &c.bytes));
+                    Some(&(patch_at, counter, block_action)) => {
+                        let action = if block_action == Action::Mark { "mark" } else { "count" };
+                        let at = if patch_at == b.start { String::new() } else { format!(", patch at {}", places.rel(f, patch_at)) };
+                        let bounce = plan.code_patches.iter().find(|c| c.at.0 == patch_at).and_then(|c| bounce_of(c.at.0, &c.bytes));
                         let bounce = bounce.map_or(String::new(), |to| format!(", bounce at {}", places.rel(f, to)));
-                        format!("probed {} #{} {action}{at}{bounce}", t.name(), p.counter)
+                        format!("probed {} #{counter} {action}{at}{bounce}", t.name())
                     }
                     None => format!("{} (no probe in the plan)", t.name()),
                 },
@@ -254,21 +262,22 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         }
     }
 
-    for b in plan.block_probes.iter().filter(|b| b.probe) {
-        add(b.patch_at.0, 4, format!("point #{} {}", b.counter, b.tactic.name()));
+    for p in plan.probes.iter().filter(|p| p.action == Action::Probe) {
+        if let ProbePoint::Block { patch_at, tactic, .. } = p.point {
+            add(patch_at.0, 4, format!("point #{} {}", p.counter, tactic.name()));
+        }
     }
     for (at, why) in refused {
         add(*at, 4, format!("point refused: {why}"));
     }
 
     for sp in &plan.switch_patches {
-        let Some(p) = plan.probed.iter().find(|p| p.counter == sp.counter) else { continue };
-        let f = p.function;
+        let Some(f) = plan.probes.get(sp.counter as usize).and_then(|p| p.entry_of()) else { continue };
         let swaps: Vec<String> = sp.swaps().map(|s| format!("{}:{}", places.rel(f, s.at.0), s.bytes.len())).collect();
         add(functions[f].addr.0, 5, format!("switch swaps (offset:bytes) {}", swaps.join(" ")));
     }
 
-    let probed: HashMap<usize, &lopi_patch::ProbedFunction> = plan.probed.iter().map(|p| (p.function, p)).collect();
+    let probed: HashMap<usize, &lopi_patch::Probe> = plan.probes.iter().filter_map(|p| Some((p.entry_of()?, p))).collect();
     let mut out = counters_line(plan, exits);
     for (f, function) in functions.iter().enumerate() {
         let mut head = Vec::new();
@@ -304,9 +313,9 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
 /// The counter ranges, in counter order, and the exit sites: as the plan counts them, and the
 /// patches taken for theirs (two sites at one address make one patch).
 fn counters_line(plan: &PatchPlan, exit_patches: usize) -> String {
-    let f = plan.probed.len();
-    let s = f + plan.syscall_probes.len();
-    let b = s + plan.block_probes.len();
+    let f = plan.probes.iter().filter(|p| matches!(p.point, ProbePoint::Entry { .. })).count();
+    let s = f + plan.probes.iter().filter(|p| matches!(p.point, ProbePoint::Syscall { .. })).count();
+    let b = plan.probes.len();
     format!("counters: functions #0..{f}, system calls #{f}..{s}, blocks and points #{s}..{b}; exit sites {} ({exit_patches} patches); patches {}\n", plan.exit_sites, plan.code_patches.len())
 }
 
