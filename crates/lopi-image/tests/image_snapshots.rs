@@ -28,7 +28,8 @@ fn check(name: &str, source: &str, flags: &[&str], probes: Probes, budget_ppm: u
     let data = std::fs::read(&exe).expect("reading the built fixture");
     let budget = if budget_ppm > 0 { format!(", a budget of {budget_ppm} ppm") } else { String::new() };
     let title = format!("the probe image of fixtures/{source} built with {}, for --probe {}{budget}", flags.join(" "), probes.name());
-    let made_with = vec![lopi_snapshot::version_line(lopi_snapshot::compiler_of(source))];
+    // The compiler's code, and libc6-dev's start files (`_start`) linked in.
+    let made_with = vec![lopi_snapshot::version_line(lopi_snapshot::compiler_of(source)), lopi_snapshot::version_line("ldd")];
     check_file(name, source, &title, made_with, &data, probes, budget_ppm);
 }
 

@@ -61,7 +61,8 @@ fn check(name: &str, source: &str, flags: &[&str], kinds: &[Kind]) {
     let exe = lopi_snapshot::build(&scratch(), name, source, flags);
     let data = std::fs::read(&exe).expect("reading the built fixture");
     let title = format!("plans of fixtures/{source} built with {}", flags.join(" "));
-    let tools = vec![lopi_snapshot::version_line(lopi_snapshot::compiler_of(source))];
+    // The compiler's code, and libc6-dev's start files (`_start`) linked in.
+    let tools = vec![lopi_snapshot::version_line(lopi_snapshot::compiler_of(source)), lopi_snapshot::version_line("ldd")];
     check_file(name, &title, tools, &data, kinds);
 }
 
