@@ -230,7 +230,8 @@ def whatif_table(calls: dict, ncpu: int) -> list[str]:
         for name, k in (("native", f["native"]), (kernel, f["kernel"])):
             null = (ak.null_cell(k) if name == ak.KERNEL else
                     f"{k['null_syscall_ns']:.0f} ({k['null_syscall_cycles']:.0f} cycles)")
-            for cpus, p, sp in ((1, k["one_cpu"], "–"), (k["cpus"], k, f"{k['speedup']:.2f}")):
+            for cpus, p in ((1, k["one_cpu"]), (k["cpus"], k)):
+                sp = f"{p['speedup']:.2f}"
                 rows.append([f"--kernel {kernel}", KNAME[name], str(cpus), f"{p['wall_ns'] / 1e6:,.1f}", sp,
                              f2(cpu_share(p, "user_ns"), "{:.1f}"), f2(cpu_share(p, "kernel_ns"), "{:.1f}"),
                              f2(cpu_share(p, "kernel_lock_spin_ns"), "{:.1f}"),
@@ -242,7 +243,7 @@ def whatif_table(calls: dict, ncpu: int) -> list[str]:
                      f"(native kernel share on 1 CPU {ks}%); "
                      f"output {'identical' if f['identical'] else 'DIFFERS'} (lopi whatif: every run's standard "
                      "output, byte for byte)" + ("; " + ak.call_note(f["kernel"]) if kernel == ak.KERNEL else ""))
-    head = ["call", "kernel", "CPUs", "wall ms (median)", "speedup vs same kernel on 1 CPU", "user %", "kernel %",
+    head = ["call", "kernel", "CPUs", "wall ms (median)", "speedup vs native on 1 CPU", "user %", "kernel %",
             "kernel-lock spin %", "program-lock spin %", "null syscall ns"]
     return ([h.markdown_table(head, rows), ""] if rows else []) + notes + [""]
 

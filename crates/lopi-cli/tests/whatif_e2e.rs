@@ -102,6 +102,24 @@ fn whatif_compares_the_kernels_side_by_side() {
     }
     assert_eq!(json["native"]["kernel_lock_spin_ns"], 0, "{json}");
     assert!(json["giant-lock"]["null_syscall_ns"].as_f64().unwrap() > 0.0);
+    // Every speedup is against native on one CPU (the thesis's baseline), each kernel's against
+    // its own one-CPU run apart.
+    assert_eq!(json["native"]["one_cpu"]["speedup"], 1.0, "{json}");
+    for kernel in ["native", "giant-lock"] {
+        let k = &json[kernel];
+        let against = |p: &Json| json["native"]["one_cpu"]["wall_ns"].as_f64().unwrap() / p["wall_ns"].as_f64().unwrap();
+        for (p, what) in [(k, "N CPUs"), (&k["one_cpu"], "1 CPU")] {
+            assert!((p["speedup"].as_f64().unwrap() - against(p)).abs() < 1e-9, "{kernel} on {what}: {json}");
+        }
+        let own = k["one_cpu"]["wall_ns"].as_f64().unwrap() / k["wall_ns"].as_f64().unwrap();
+        assert!((k["speedup_self"].as_f64().unwrap() - own).abs() < 1e-9, "{kernel}: {json}");
+    }
+
+    // Output that `{cpus}` changes is compared per CPU count, across the kernels.
+    let echo = run(Command::new(lopi_bin()).args(["whatif", "--kernel", "giant-lock", "--runs", "1", "--format", "json", "--", "echo", "{cpus}"]), common::default_timeout()).unwrap();
+    assert!(echo.status.success(), "{}", echo.stderr_str());
+    let echo: Json = serde_json::from_str(&echo.stdout_str()).unwrap();
+    assert_eq!(echo["output_identical"], true, "{echo}");
     let bad = run(Command::new(lopi_bin()).args(["whatif", "--kernel", "giant-lock", "--cpus", "4096", "--", "true"]), common::default_timeout()).unwrap();
     assert!(!bad.status.success() && bad.stderr_str().contains("--cpus 4096"), "{}", bad.stderr_str());
     cleanup(&dir);
