@@ -59,8 +59,9 @@ pub fn report_json(data: &DataFile, threads: &Threads) -> Value {
             Value::Object(m)
         })
         .collect();
+    let serial = b.serial(data.parallelism.as_ref());
     let amdahl_bound: Map<String, Value> =
-        b.serial_fraction.map(|s| AMDAHL_CPUS.iter().map(|&n| (n.to_string(), Value::from(amdahl(s, f64::from(n))))).collect()).unwrap_or_default();
+        serial.map(|(s, _)| AMDAHL_CPUS.iter().map(|&n| (n.to_string(), Value::from(amdahl(s, f64::from(n))))).collect()).unwrap_or_default();
     let bound = lock_bound(data, &mut namer, b.total.cpu_ns());
     json!({
         "threads": list,
@@ -68,8 +69,10 @@ pub fn report_json(data: &DataFile, threads: &Threads) -> Value {
         "process_wall_ns": b.process_wall_ns.round() as u64,
         "cpus": b.cpus,
         "average_parallelism": b.average_parallelism,
-        "serial_fraction": b.serial_fraction,
-        "amdahl_bound": if b.serial_fraction.is_some() { Value::Object(amdahl_bound) } else { Value::Null },
+        "serial_fraction": serial.map(|(s, _)| s),
+        "serial_fraction_from": serial.map(|(_, from)| from),
+        "karp_flatt": b.serial_fraction,
+        "amdahl_bound": if serial.is_some() { Value::Object(amdahl_bound) } else { Value::Null },
         "lock_bound": bound.map(|(lock, hold, bound)| json!({"lock": lock, "hold_ns": hold.round() as u64, "bound": bound})),
         "threads_without_cpu_times": b.unknown_cpu,
         "parallelism": data.parallelism.as_ref().map(parallelism_json),
@@ -152,9 +155,9 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
         b.total.runnable_ns / 1e6
     );
     let _ = write!(out, "processes: {:.3} ms of wall time; {:.2} CPUs busy on average", b.process_wall_ns / 1e6, b.average_parallelism);
-    match b.serial_fraction {
-        Some(s) => {
-            let _ = writeln!(out, " of {} allowed: serial fraction {s:.3} (Karp-Flatt)", b.cpus);
+    match b.serial(data.parallelism.as_ref()) {
+        Some((s, from)) => {
+            let _ = writeln!(out, " of {} allowed: serial fraction {s:.3} ({from})", b.cpus);
             let bounds: Vec<String> = AMDAHL_CPUS.iter().map(|&n| format!("{n}: {:.2}", amdahl(s, f64::from(n)))).collect();
             let _ = writeln!(out, "Amdahl bound on speedup by CPUs: {}", bounds.join(", "));
         }

@@ -125,12 +125,12 @@ const AMDAHL_CPUS: [u32; 6] = [2, 4, 8, 16, 32, 64];
 /// Recorded runs for `--breakdown` (at most `--runs`).
 const RECORDED_RUNS: u32 = 3;
 
-/// The serial fraction a breakdown of one recorded run on `cpus` CPUs implies (None on one
-/// CPU).
+/// The serial fraction a breakdown of one recorded run on `cpus` CPUs implies: from its
+/// parallelism profile, else Karp-Flatt (None on one CPU).
 fn serial_fraction(command: &[OsString], cpus: u32, allowed: &[usize]) -> Result<Option<f64>> {
     let run = recorded_run(command, cpus, allowed, None, false)?;
     let threads = lopi_trace::Threads::from_data(&run.data);
-    Ok(lopi_trace::Breakdown::from_threads(&threads).serial_fraction)
+    Ok(lopi_trace::Breakdown::from_threads(&threads).serial(run.data.parallelism.as_ref()).map(|(s, _)| s))
 }
 
 /// A run recorded by lopi itself (`lopi run -q --probe syscall,locks`, with `LOPI_WHATIF` set

@@ -92,7 +92,13 @@ fn thesis_benchmark_on_one_cpu_splits_64_36_and_adds_up() {
         let main = &list[0];
         assert!(ns(main, "syscall_blocked_ns") > 0.9 * ns(main, "wall_ns"), "{main}");
         assert_eq!(json["cpus"], 1);
-        assert!(json["serial_fraction"].is_null() && json["amdahl_bound"].is_null(), "one CPU tells no serial fraction: {json}");
+        // Karp-Flatt cannot tell serial from parallel work on one CPU; the parallelism profile
+        // can: one worker is serial, two offer two threads' parallelism most of the time.
+        assert!(json["karp_flatt"].is_null(), "one CPU tells no Karp-Flatt fraction: {json}");
+        assert_eq!(json["serial_fraction_from"], "parallelism profile", "{json}");
+        let serial = json["serial_fraction"].as_f64().unwrap();
+        assert!(if threads == 1 { serial > 0.9 } else { serial < 0.4 }, "{threads} workers: serial fraction {serial}: {json}");
+        assert!(json["amdahl_bound"]["2"].as_f64().is_some(), "{json}");
         for key in ["wall_ns", "user_ns", "kernel_ns", "syscall_blocked_ns", "lock_wait_ns", "lock_spin_ns", "other_ns"] {
             assert!(json["total"][key].is_u64(), "total.{key}: {json}");
         }

@@ -173,6 +173,31 @@ impl Breakdown {
         });
         Breakdown { threads: list, total, process_wall_ns, cpus, average_parallelism, serial_fraction, unknown_cpu }
     }
+
+    /// The serial fraction and where it comes from: the parallelism profile, when one was
+    /// sampled (what the threads offered), else Karp-Flatt from their CPU time over the wall
+    /// time (what they got, which one CPU or other work on the machine holds down).
+    pub fn serial(&self, profile: Option<&crate::Parallelism>) -> Option<(f64, &'static str)> {
+        let profiled = profile.and_then(|p| profile_serial_fraction(p, self.cpus.max(1)));
+        profiled.map(|s| (s, "parallelism profile")).or(self.serial_fraction.map(|s| (s, "Karp-Flatt")))
+    }
+}
+
+/// Fewest samples with a thread ready for a serial fraction from a parallelism profile.
+const PROFILE_MIN_SAMPLES: u64 = 20;
+
+/// The serial fraction of the work a parallelism profile shows, on `cpus` CPUs: the time only
+/// one thread was ready, over all the work done while any was (an interval with `k` threads
+/// ready did `min(k, cpus)` CPUs' worth). Unlike Karp-Flatt from the CPU time, it counts the
+/// parallelism the program offered, which a machine busy with other work (or one CPU) did not
+/// let it use. None with too few samples.
+pub fn profile_serial_fraction(p: &crate::Parallelism, cpus: u32) -> Option<f64> {
+    let busy: u64 = p.counts.iter().skip(1).sum();
+    if busy < PROFILE_MIN_SAMPLES || cpus == 0 {
+        return None;
+    }
+    let work: f64 = p.counts.iter().enumerate().skip(1).map(|(k, &c)| c as f64 * k.min(cpus as usize) as f64).sum();
+    Some(p.counts[1] as f64 / work)
 }
 
 /// Amdahl's bound on speedup with `serial` of the work serial, on `cpus` CPUs.
@@ -229,6 +254,17 @@ mod tests {
         let (p, _) = thread_parts(&t).unwrap();
         assert!((p.kernel_ns - 360.0).abs() < 1e-9 && (p.user_ns - 640.0).abs() < 1e-9, "{p:?}");
         assert_eq!(p.other_ns, 500.0);
+    }
+
+    #[test]
+    fn serial_fraction_from_a_parallelism_profile() {
+        // 60 samples with one thread ready, 30 with two, 10 with none: on 2 CPUs the work is
+        // 60 + 2 x 30 = 120, of which 60 serial; on one CPU 60 + 30 = 90.
+        let p = crate::Parallelism { interval_ns: 1_000_000, counts: vec![10, 60, 30] };
+        assert_eq!(profile_serial_fraction(&p, 2), Some(0.5));
+        assert_eq!(profile_serial_fraction(&p, 1), Some(60.0 / 90.0));
+        let few = crate::Parallelism { interval_ns: 1_000_000, counts: vec![100, 10, 5] };
+        assert_eq!(profile_serial_fraction(&few, 2), None, "15 samples with a thread ready are too few");
     }
 
     #[test]

@@ -21,7 +21,7 @@ mod threads;
 mod timing;
 
 pub use blocks::{BlockCount, ModuleBlocks};
-pub use breakdown::{amdahl, Breakdown, Parts, ThreadBreakdown};
+pub use breakdown::{amdahl, profile_serial_fraction, Breakdown, Parts, ThreadBreakdown};
 pub use data::{Damage, DataError, DataFile, EndedCpu, Parallelism, ProcessEnd, ProcessMaps, Record, ThreadChunk, ThreadName};
 pub use open::{EndSeen, Ended, OpenCall};
 pub use own_calls::{OwnCall, OwnCalls};
