@@ -21,7 +21,7 @@ pub mod script;
 use lopi_elf::{ElfModule, Svma};
 use lopi_patch::{Action, Layout, PatchPlan, ProbePoint, Selection, Stubs, RSEQ_CS_SIZE};
 use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC};
-use lopi_trace::{MetaBlock, MetaFunction, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
+use lopi_trace::{MetaAction, MetaBlock, MetaFunction, MetaPoint, MetaProbe, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
 use std::ops::Range;
 
 #[derive(Debug, thiserror::Error)]
@@ -197,34 +197,26 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
         module: request.names.module.clone(),
         source: request.names.source.clone(),
         counters: rw_vaddr,
-        functions: plan
+        probes: plan
             .probes
             .iter()
-            .filter_map(|p| {
-                let f = &module.functions[p.entry_of()?];
-                Some(MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size, timed: p.action.timed() })
+            .map(|p| {
+                let point = match p.point {
+                    ProbePoint::Entry { function, .. } => {
+                        let f = &module.functions[function];
+                        MetaPoint::Entry(MetaFunction { name: f.name.clone(), addr: f.addr.0, size: f.size })
+                    }
+                    ProbePoint::Syscall { at, site, .. } => {
+                        let site = &plan.syscalls[site];
+                        let function = site.function.map(|f| module.functions[f].name.clone()).unwrap_or_default();
+                        MetaPoint::Syscall(MetaSyscall { addr: at.0, function, nr: site.nr })
+                    }
+                    ProbePoint::Block { function, start, end, .. } => MetaPoint::Block(MetaBlock { addr: start.0, end: end.0, function: module.functions[function].name.clone() }),
+                };
+                MetaProbe { point, action: meta_action(p.action) }
             })
             .collect(),
-        syscalls: plan
-            .probes
-            .iter()
-            .filter_map(|p| {
-                let ProbePoint::Syscall { at, site, .. } = p.point else { return None };
-                let site = &plan.syscalls[site];
-                let function = site.function.map(|f| module.functions[f].name.clone()).unwrap_or_default();
-                Some(MetaSyscall { addr: at.0, function, nr: site.nr })
-            })
-            .collect(),
-        block_marks: plan.probes.iter().any(|p| p.action == Action::Mark),
         script: request.script.filter(|s| s.spec.handler.is_none()).map(|s| s.spec.meta.clone()),
-        blocks: plan
-            .probes
-            .iter()
-            .filter_map(|p| {
-                let ProbePoint::Block { function, start, end, .. } = p.point else { return None };
-                Some(MetaBlock { addr: start.0, end: end.0, function: module.functions[function].name.clone(), point: p.action == Action::Probe })
-            })
-            .collect(),
         unprobed_blocks: plan
             .blocks
             .iter()
@@ -408,4 +400,15 @@ fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Count
             ProbePoint::Block { .. } => nothing,
         })
         .collect()
+}
+
+/// How the metadata names a planned probe's action.
+fn meta_action(action: Action) -> MetaAction {
+    match action {
+        Action::Count => MetaAction::Count,
+        Action::Time => MetaAction::Time,
+        Action::Lock(_) => MetaAction::Lock,
+        Action::Mark => MetaAction::Mark,
+        Action::Probe => MetaAction::Probe,
+    }
 }

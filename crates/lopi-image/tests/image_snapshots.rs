@@ -10,7 +10,7 @@ use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
 use lopi_patch::{Filter, Probes};
 use lopi_rt_abi::{ModuleDescriptor, DESCRIPTOR_LEN};
 use lopi_snapshot::{Places, Snapshot};
-use lopi_trace::ModuleMeta;
+use lopi_trace::{MetaAction, MetaPoint, ModuleMeta};
 use std::fmt::Write;
 use std::mem::offset_of;
 use std::path::Path;
@@ -117,7 +117,7 @@ fn render(module: &ElfModule<'_>, image: &ProbeImage) -> String {
 
     // The metadata the runtime and the readers find through the descriptor.
     let at = (meta_at - base) as usize;
-    let meta: ModuleMeta = serde_json::from_slice(&image.bytes[at..at + meta_len as usize]).expect("the metadata is JSON");
+    let meta = ModuleMeta::from_json(&image.bytes[at..at + meta_len as usize]).expect("the metadata reads");
     let places = Places::new(module.functions.iter().map(|f| f.addr.0).collect());
     let place = |addr: u64| match places.owner(addr) {
         Some((i, _)) => format!("{}{}", module.functions[i].name, places.rel(i, addr)),
@@ -125,18 +125,23 @@ fn render(module: &ElfModule<'_>, image: &ProbeImage) -> String {
     };
     // The function an entry names, when its address lies in another.
     let named = |addr: u64, name: &str| if place(addr).starts_with(&format!("{name}+")) { String::new() } else { format!(" (in {name:?})") };
-    let _ = writeln!(out, "metadata: version {}, module {}, source {}, block marks {}", meta.version, meta.module, meta.source, meta.block_marks);
-    for (i, m) in meta.functions.iter().enumerate() {
-        let at = if place(m.addr) == format!("{}+0x0", m.name) { String::new() } else { format!(" at {}", place(m.addr)) };
-        let _ = writeln!(out, "  #{i} function {}{at}, {:#x} bytes{}", m.name, m.size, if m.timed { ", timed" } else { "" });
-    }
-    for (i, m) in meta.syscalls.iter().enumerate() {
-        let nr = m.nr.map_or("?".to_string(), |n| n.to_string());
-        let _ = writeln!(out, "  #{} system call {nr} at {}{}", f + i, place(m.addr), named(m.addr, &m.function));
-    }
-    for (i, m) in meta.blocks.iter().enumerate() {
-        let what = if m.point { "point" } else { "block" };
-        let _ = writeln!(out, "  #{} {what} {}..{}{}", s + i, place(m.addr), place(m.end), named(m.addr, &m.function));
+    let marks = meta.probes.iter().any(|p| p.action == MetaAction::Mark);
+    let _ = writeln!(out, "metadata: version {}, module {}, source {}, block marks {marks}", meta.version, meta.module, meta.source);
+    for (i, p) in meta.probes.iter().enumerate() {
+        let _ = match &p.point {
+            MetaPoint::Entry(m) => {
+                let at = if place(m.addr) == format!("{}+0x0", m.name) { String::new() } else { format!(" at {}", place(m.addr)) };
+                writeln!(out, "  #{i} function {}{at}, {:#x} bytes{}", m.name, m.size, if p.action.timed() { ", timed" } else { "" })
+            }
+            MetaPoint::Syscall(m) => {
+                let nr = m.nr.map_or("?".to_string(), |n| n.to_string());
+                writeln!(out, "  #{i} system call {nr} at {}{}", place(m.addr), named(m.addr, &m.function))
+            }
+            MetaPoint::Block(m) => {
+                let what = if p.action == MetaAction::Probe { "point" } else { "block" };
+                writeln!(out, "  #{i} {what} {}..{}{}", place(m.addr), place(m.end), named(m.addr, &m.function))
+            }
+        };
     }
     for m in &meta.unprobed_blocks {
         let list = |v: &[u64]| v.iter().map(|&a| place(a)).collect::<Vec<_>>().join(" ");

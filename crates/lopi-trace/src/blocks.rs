@@ -1,6 +1,6 @@
 //! Basic-block counts (`--probe block`): per module file, every block of the probed functions
 //! with its executions summed over the processes that recorded it, or why it had no probe.
-use crate::DataFile;
+use crate::{DataFile, MetaAction};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,10 +51,12 @@ impl ModuleBlocks {
     /// Every module with probed blocks in `data`, by source path.
     pub fn from_data(data: &DataFile) -> Vec<ModuleBlocks> {
         let mut by_source: BTreeMap<&str, (bool, BTreeMap<u64, BlockCount>)> = BTreeMap::new();
-        for r in data.records.iter().filter(|r| r.meta.blocks.iter().any(|b| !b.point) || !r.meta.unprobed_blocks.is_empty()) {
+        for r in data.records.iter().filter(|r| r.meta.blocks().any(|(_, _, a)| a != MetaAction::Probe) || !r.meta.unprobed_blocks.is_empty()) {
             let (marks, blocks) = by_source.entry(r.meta.source.as_str()).or_default();
-            *marks |= r.meta.block_marks;
-            for (b, &n) in r.meta.blocks.iter().zip(&r.block_counts).filter(|(b, _)| !b.point) {
+            *marks |= r.meta.blocks().any(|(_, _, a)| a == MetaAction::Mark);
+            // An instruction's point (a script's `addr:`) is not a block's counter.
+            for (counter, b, _) in r.meta.blocks().filter(|&(_, _, a)| a != MetaAction::Probe) {
+                let n = r.count(counter);
                 let entry = blocks.entry(b.addr).or_insert_with(|| BlockCount { addr: b.addr, end: b.end, function: b.function.clone(), count: Some(0), unprobed: None, implied_by: Vec::new(), needs: Vec::new(), exactly: false });
                 entry.count = Some(entry.count.unwrap_or(0).saturating_add(n));
             }

@@ -44,19 +44,23 @@ pub struct Record {
     pub exe: String,
     pub load_bias: u64,
     pub meta: ModuleMeta,
-    /// Per probed function: calls counted in the counters (all of them for a counted
-    /// function; for a timed one, those that got no timed frame).
+    /// Per probe of `meta.probes`, by counter: at a function's entry, calls counted in the
+    /// counters (all of them for a counted function; for a timed one, those that got no timed
+    /// frame); at a `syscall`, calls that got no timed frame (made before the runtime was
+    /// ready, or inside a probe, or by a vfork child); at a block, its executions.
     pub counts: Vec<u64>,
-    /// Per probed `syscall`: calls that got no timed frame (made before the runtime was
-    /// ready, or inside a probe, or by a vfork child).
-    pub syscall_counts: Vec<u64>,
-    /// Per probed basic block: its executions.
-    pub block_counts: Vec<u64>,
     /// The system calls lopi's runtime made itself for this module, in every process sharing
     /// the record (not the program's): (number, calls, TSC ticks), by number.
     pub own_calls: Vec<(u64, u64, u64)>,
     /// The TSC rate the runtime measured (0: unknown).
     pub tsc_hz: u64,
+}
+
+impl Record {
+    /// The count of the probe at `counter` (0 for a counter the record does not have).
+    pub fn count(&self, counter: usize) -> u64 {
+        self.counts.get(counter).copied().unwrap_or(0)
+    }
 }
 
 /// One thread's timing state as its process left it.
@@ -305,10 +309,10 @@ fn module_record(rest: &[u8]) -> Result<(u64, Record), String> {
     };
     let exe = slice(RECORD_HEADER_LEN as u64, u64::from(header.exe_len)).ok_or("the program's path lies outside the record")?;
     let meta_bytes = slice(header.meta_offset, header.meta_len).ok_or("the metadata lies outside the record")?;
-    let meta: ModuleMeta = serde_json::from_slice(meta_bytes).map_err(|e| format!("unreadable metadata: {e}"))?;
+    let meta = ModuleMeta::from_json(meta_bytes)?;
     let count_bytes = header.counter_count.checked_mul(8).ok_or("bad counter count")?;
     let counters = slice(header.counters_offset, count_bytes).ok_or("the counters lie outside the record")?;
-    if (meta.functions.len() + meta.syscalls.len() + meta.blocks.len()) as u64 != header.counter_count {
+    if meta.probes.len() as u64 != header.counter_count {
         return Err("its metadata and counters disagree".into());
     }
     let mut counts: Vec<u64> = read_counts(counters);
@@ -335,16 +339,12 @@ fn module_record(rest: &[u8]) -> Result<(u64, Record), String> {
         .filter(|(_, e)| e[0] != 0)
         .map(|(nr, e)| (nr as u64, e[0], e[1]))
         .collect();
-    let mut syscall_counts = counts.split_off(meta.functions.len());
-    let block_counts = syscall_counts.split_off(meta.syscalls.len());
     let record = Record {
         pid: header.pid,
         exe: String::from_utf8_lossy(exe).into_owned(),
         load_bias: header.load_bias,
         meta,
         counts,
-        syscall_counts,
-        block_counts,
         own_calls,
         tsc_hz: header.tsc_hz,
     };

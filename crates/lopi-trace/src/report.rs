@@ -135,20 +135,20 @@ impl Profile {
             if !modules.contains(&record.meta.module) {
                 modules.push(record.meta.module.clone());
             }
-            for (f, &calls) in record.meta.functions.iter().zip(&record.counts) {
+            for (counter, f, action) in record.meta.functions() {
                 let entry = totals.entry((record.meta.module.clone(), f.addr)).or_insert_with(|| FunctionCount {
                     name: f.name.clone(),
                     module: record.meta.module.clone(),
                     addr: f.addr,
                     calls: 0,
-                    timed: f.timed,
+                    timed: action.timed(),
                     total_ns: None,
                     self_ns: None,
                     max_ns: None,
                     avg_ns: None,
                     open: 0,
                 });
-                entry.calls = entry.calls.saturating_add(calls);
+                entry.calls = entry.calls.saturating_add(record.count(counter));
             }
         }
         let timing = Timing::from_data(data);

@@ -96,7 +96,7 @@ impl ByNumber {
 impl Syscalls {
     /// `None` when no module had system-call probes.
     pub fn from_data(data: &DataFile) -> Option<Syscalls> {
-        if data.records.iter().all(|r| r.meta.syscalls.is_empty()) {
+        if data.records.iter().all(|r| r.meta.syscalls().next().is_none()) {
             return None;
         }
         let mut total = ByNumber::default();
@@ -139,7 +139,7 @@ impl Syscalls {
             }
         }
         for record in &data.records {
-            for (site, &n) in record.meta.syscalls.iter().zip(&record.syscall_counts).filter(|(_, &n)| n > 0) {
+            for (site, n) in record.meta.syscalls().map(|(c, site)| (site, record.count(c))).filter(|&(_, n)| n > 0) {
                 let nr = site.nr.map_or(lopi_rt_abi::syscall_name::NR_OTHER, u64::from);
                 total.add(nr, n, 0, 0.0, 0.0, n, 0);
             }

@@ -258,15 +258,14 @@ impl Timing {
         let mut functions: Vec<TimedFunction> = Vec::new();
         let mut index_of: HashMap<(String, u64), u32> = HashMap::new();
         for record in &data.records {
-            for (i, f) in record.meta.functions.iter().enumerate() {
+            for (c, f, _) in record.meta.functions() {
                 let key = (record.meta.module.clone(), f.addr);
                 let index = *index_of.entry(key).or_insert_with(|| {
                     functions.push(TimedFunction { name: f.name.clone(), module: record.meta.module.clone(), addr: f.addr, syscall: None, lock: None });
                     functions.len() as u32 - 1
                 });
                 // Timed calls name their function by its counter's runtime address.
-                let counter = record.meta.counters.wrapping_add(8 * i as u64).wrapping_add(record.load_bias);
-                by_address.insert((record.pid, counter), index);
+                by_address.insert((record.pid, record.meta.counter_addr(c, record.load_bias)), index);
             }
         }
         // System calls name their site by its counter's runtime address (low 48 bits).
@@ -274,13 +273,12 @@ impl Timing {
         let mut syscall_sites: Vec<SyscallSiteInfo> = Vec::new();
         let mut site_index: HashMap<(String, u64), u32> = HashMap::new();
         for record in &data.records {
-            for (j, s) in record.meta.syscalls.iter().enumerate() {
+            for (c, s) in record.meta.syscalls() {
                 let index = *site_index.entry((record.meta.module.clone(), s.addr)).or_insert_with(|| {
                     syscall_sites.push(SyscallSiteInfo { module: record.meta.module.clone(), addr: s.addr, function: s.function.clone() });
                     syscall_sites.len() as u32 - 1
                 });
-                let counter = record.meta.counters.wrapping_add(8 * (record.meta.functions.len() + j) as u64).wrapping_add(record.load_bias);
-                site_by_counter.insert((record.pid, counter & ((1 << 48) - 1)), index);
+                site_by_counter.insert((record.pid, record.meta.counter_addr(c, record.load_bias) & ((1 << 48) - 1)), index);
             }
         }
         let origin = data.threads.iter().map(|t| t.header.start_tsc).min().unwrap_or(0);

@@ -249,9 +249,10 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
         bail!("{} has no probe script's output (made by lopi rewrite --script or lopi trace)", path.display());
     };
     // Its probed functions, and those its instruction points are in.
-    let names = record.meta.functions.iter().map(|f| f.name.as_str()).chain(record.meta.blocks.iter().filter(|b| b.point).map(|b| b.function.as_str())).collect();
+    let points = record.meta.blocks().filter(|&(_, _, action)| action == lopi_trace::MetaAction::Probe).map(|(_, b, _)| b.function.as_str());
+    let names = record.meta.functions().map(|(_, f, _)| f.name.as_str()).chain(points).collect();
     let spec = compile_script(&script.source, "the record's script", script.max_entries, script.ring_len, resolve::Functions::checked(names))?;
-    let mut symbols = Symbols::of(record.meta.functions.iter().map(|f| (f.addr, f.size, f.name.clone())), record.load_bias);
+    let mut symbols = Symbols::of(record.meta.functions().map(|(_, f, _)| (f.addr, f.size, f.name.clone())), record.load_bias);
     if !file.maps.is_empty() {
         symbols.others = Some((record.pid, RefCell::new(Namer::new(&file.maps))));
     }
