@@ -115,8 +115,10 @@ def lopi_blocks(data: Path) -> list[tuple]:
         meta = json.loads(b[off + mo:off + mo + ml]); counts = list(struct.unpack_from(f"<{cc}Q", b, off + co))
         for c in range(ncpu):
             counts = [x + y for x, y in zip(counts, struct.unpack_from(f"<{cc}Q", b, off + po + c * stride))]
-        for blk, n in zip(meta["blocks"], counts[len(meta["functions"]) + len(meta["syscalls"]):]):
-            by[blk["addr"]] = (blk, by.get(blk["addr"], (0, 0))[1] + n)
+        # Its probes are in counter order (ModuleMeta version 3); an instruction's point is no block.
+        for blk, n in zip(meta["probes"], counts):
+            if blk["point"] == "block" and blk["action"] != "probe":
+                by[blk["addr"]] = (blk, by.get(blk["addr"], (0, 0))[1] + n)
         for blk in meta["unprobed_blocks"]:
             by.setdefault(blk["addr"], (blk, None))
         off += rlen
