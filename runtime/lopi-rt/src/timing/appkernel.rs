@@ -19,10 +19,10 @@
 //! Not modelled: a signal does not interrupt a forwarded call (its handler runs, the call goes
 //! on); a signal the kernel sends the caller of a failing call (`SIGPIPE`, `SIGXFSZ`) is
 //! passed on to it, others stay with the proxy.
-use super::rdtsc;
+use crate::base::tsc::rdtsc;
 use super::thread::Thread;
 use crate::abi::{self, whatif, ProxyState, RuntimeVars};
-use crate::sys;
+use crate::base::sys;
 use core::arch::asm;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
@@ -120,8 +120,8 @@ unsafe fn spawn_proxy(stack: usize, mailbox: *mut Mailbox) -> isize {
 /// calls are the runtime's own: counted from registers (`own_calls`), the `exit` before it is
 /// made, without a time.
 unsafe fn proxy_exit(mapping: usize) -> ! {
-    crate::own_calls::count(SYS_EXIT, 0);
-    let munmap = crate::own_calls::entry_address(MUNMAP as u64);
+    crate::base::own_calls::count(SYS_EXIT, 0);
+    let munmap = crate::base::own_calls::entry_address(MUNMAP as u64);
     // SAFETY: nothing runs on the stack after the unmapping; the table entry is this module's.
     unsafe {
         asm!(
@@ -272,7 +272,7 @@ unsafe fn mailbox(t: &Thread, v: *const RuntimeVars) -> Option<*mut Mailbox> {
         sys::call6(RT_SIGPROCMASK, SIG_SETMASK, &raw const all as usize, &raw mut old as usize, 8, 0, 0);
         let start = rdtsc();
         let tid = spawn_proxy(base as usize + PROXY_MAPPING, m);
-        crate::own_calls::count(CLONE, rdtsc().saturating_sub(start));
+        crate::base::own_calls::count(CLONE, rdtsc().saturating_sub(start));
         sys::call6(RT_SIGPROCMASK, SIG_SETMASK, &raw const old as usize, 0, 8, 0, 0);
         if tid <= 0 {
             sys::call3(sys::MUNMAP, base as usize, PROXY_MAPPING, 0);

@@ -25,7 +25,8 @@
 //! rate that made it), so readers list every one. The check's own time is taken out of every
 //! open call (as any slow path's).
 use super::thread::Thread;
-use super::{counter, mode_word, rdtsc};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{counter, mode_word};
 use crate::abi::{self, BudgetEntry, BudgetModule, BudgetState, RuntimeVars};
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -158,7 +159,7 @@ unsafe fn module(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> 
         write_volatile(&raw mut (*m).counters, counters);
         write_volatile(&raw mut (*m).entries, entries);
         // Without a table (the data file cannot grow) the module's functions stay timed.
-        if let Some((at, file)) = super::thread::map_extension(v, abi::budget_table_bytes(entries)) {
+        if let Some((at, file)) = crate::base::data_file::map_extension(v, abi::budget_table_bytes(entries)) {
             write_volatile(&raw mut (*m).table_offset, at.wrapping_sub(t.base) as u64);
             write_volatile(&raw mut (*m).table_file, file);
         }

@@ -1,9 +1,9 @@
 //! The CPU time threads used, for the multiprocessor breakdown: the kernel forgets a thread's
 //! times when it ends, so a thread's `exit` probe reads its own, and an `exit_group` probe
 //! also records those of the threads it is about to end (a `CPUS_MAGIC` record).
-use super::thread::append;
+use crate::base::data_file::append;
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
-use crate::sys;
+use crate::base::sys;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
 

@@ -12,7 +12,8 @@
 //! of a thread's name is gone when it ends), a `pthread_exit` is counted when made.
 use super::probes::{claim, count_untimed, enter_under, pause_excess, Start};
 use super::thread::{Child, Thread};
-use super::{counter, rdtsc, vars};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{counter, vars};
 use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
 use crate::abi::lock_name::{Kind, Op, Outcome, Role};
 use crate::abi::script::lock_event;

@@ -34,96 +34,16 @@ mod thread;
 mod whatif;
 
 use crate::abi::{self, RuntimeVars, ThreadHeader, PAGE_SIZE};
-use crate::sys;
-use core::arch::asm;
-use core::ptr::{read_volatile, write_volatile};
+use crate::base::clock::{clock_pair, median, VdsoClock};
+use crate::base::env::getenv;
+use crate::base::sys::{self, write_stderr};
+use crate::base::tcb::{own_tid, set_fork_slot, set_thread_slot, thread_slot};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::vars;
+use crate::loader::{libc_symbols, Auxv};
+use core::ptr::write_volatile;
 use stubs::{lopi_calibration_empty, lopi_calibration_fanout, lopi_calibration_probed};
 use thread::Thread;
-pub(crate) use thread::copy;
-
-/// Where the rewriter stores the distances from this word to the module's runtime variables
-/// and (from the second word) to its counter array: valid from the first instruction, before
-/// any init or relocation.
-#[no_mangle]
-#[used]
-pub static LOPI_DELTAS: [i64; 2] = [0, 0];
-
-fn from_delta(slot: *const i64) -> usize {
-    // SAFETY: the slot is in the blob's read-only data; volatile so that the compiler does
-    // not fold the build-time zero that the rewriter overwrites.
-    let delta = unsafe { read_volatile(slot) };
-    (slot as isize).wrapping_add(delta as isize) as usize
-}
-
-/// The address of `LOPI_DELTAS`, always RIP-relative: a Rust reference to an exported
-/// static may go through a GOT slot, which the flat blob cannot have.
-fn deltas() -> *const i64 {
-    let at: *const i64;
-    // SAFETY: computes an address; reads nothing.
-    unsafe { asm!("lea {}, [rip + LOPI_DELTAS]", out(reg) at, options(nomem, nostack, preserves_flags)) };
-    at
-}
-
-pub(crate) fn vars() -> *mut RuntimeVars {
-    from_delta(deltas()) as *mut RuntimeVars
-}
-
-/// This module's mode word of counter `index` (see `abi::mode`).
-fn mode_word(v: *const RuntimeVars, index: u64) -> *mut u32 {
-    // SAFETY: reads the counter count the runtime set at init (0 before: then no index is ours).
-    let count = unsafe { (*v).counter_count };
-    (v as usize + abi::vars::modes_offset(count) as usize + 4 * index as usize) as *mut u32
-}
-
-/// Address of counter `index` of this module.
-fn counter(index: u64) -> u64 {
-    (from_delta(deltas().wrapping_add(1)) as u64).wrapping_add(8 * index)
-}
-
-#[inline(always)]
-pub(crate) fn rdtsc() -> u64 {
-    let (lo, hi): (u32, u32);
-    // SAFETY: rdtsc reads the time-stamp counter; no memory, no stack.
-    unsafe { asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags)) };
-    (u64::from(hi) << 32) | u64::from(lo)
-}
-
-#[inline(always)]
-fn thread_slot() -> usize {
-    let t: usize;
-    // SAFETY: fs points at the thread control block on every glibc thread.
-    unsafe { asm!("mov {}, fs:[0x38]", out(reg) t, options(nostack, readonly, preserves_flags)) };
-    t
-}
-
-/// The u32 at `offset` from the thread pointer.
-#[inline(always)]
-fn thread_word(offset: u32) -> u32 {
-    let w: u32;
-    // SAFETY: `offset` is within glibc's thread descriptor (checked when it was found).
-    unsafe { asm!("mov {:e}, fs:[{}]", out(reg) w, in(reg) offset as usize, options(nostack, readonly, preserves_flags)) };
-    w
-}
-
-#[inline(always)]
-fn set_thread_slot(t: usize) {
-    // SAFETY: writes the TCB word lopi owns (see the module comment).
-    unsafe { asm!("mov fs:[0x38], {}", in(reg) t, options(nostack, preserves_flags)) };
-}
-
-/// `fs:0x40` (`unused_vgetcpu_cache[1]`): between a fork handler and the child's first
-/// probe, the snapshot of the forking thread's open calls; 0 otherwise.
-fn fork_slot() -> usize {
-    let s: usize;
-    // SAFETY: reads the second TCB word lopi owns.
-    unsafe { asm!("mov {}, fs:[0x40]", out(reg) s, options(nostack, readonly, preserves_flags)) };
-    s
-}
-
-fn set_fork_slot(s: usize) {
-    // SAFETY: writes the second TCB word lopi owns.
-    unsafe { asm!("mov fs:[0x40], {}", in(reg) s, options(nostack, preserves_flags)) };
-}
 
 /// Prepares timing for a module: probe cost, capacities, the wipe-on-fork pid page, with the
 /// TSC rate `tsc_hz` measured against `clock`. Publishes `pid_page` last; until then the
@@ -136,8 +56,8 @@ pub unsafe fn enable(
     d: &abi::ModuleDescriptor,
     pid: u32,
     envp: *const *const u8,
-    auxv: &crate::Auxv,
-    clock: Option<crate::VdsoClock>,
+    auxv: &Auxv,
+    clock: Option<VdsoClock>,
     tsc_hz: u64,
 ) {
     let probes = d.probes;
@@ -162,7 +82,7 @@ pub unsafe fn enable(
         }
         if sys::call3(sys::MADVISE, page as usize, PAGE_SIZE as usize, sys::MADV_WIPEONFORK) != 0 {
             // Without it a forked child would write into its parent's chunks.
-            crate::write_stderr(b"lopi: this kernel lacks MADV_WIPEONFORK; timing is off\n");
+            write_stderr(b"lopi: this kernel lacks MADV_WIPEONFORK; timing is off\n");
             return;
         }
         write_volatile(page as *mut u32, pid);
@@ -183,10 +103,10 @@ pub unsafe fn enable(
 /// Registers `before_fork`/`after_fork_in_parent` with glibc (`__register_atfork`, what
 /// `pthread_atfork` calls), with a private snapshot buffer. Only executables do: they are
 /// never unloaded, so the handlers never outlive their code.
-unsafe fn register_fork_handlers(v: *mut RuntimeVars, auxv: &crate::Auxv) {
+unsafe fn register_fork_handlers(v: *mut RuntimeVars, auxv: &Auxv) {
     type Handler = unsafe extern "C" fn();
     type RegisterAtfork = unsafe extern "C" fn(Option<Handler>, Option<Handler>, Option<Handler>, *mut u8) -> i32;
-    let Some([Some(register)]) = crate::libc_symbols(auxv, [b"__register_atfork\0"]) else { return };
+    let Some([Some(register)]) = libc_symbols(auxv, [b"__register_atfork\0"]) else { return };
     // SAFETY: a fresh private mapping for the snapshot; `register` is glibc's
     // `__register_atfork`, called with handlers that live as long as the process.
     unsafe {
@@ -242,7 +162,7 @@ unsafe extern "C" fn after_fork_in_parent() {
 /// `None` when unset, 0 (no budget) when invalid or not below 100.
 fn env_budget(envp: *const *const u8) -> Option<u32> {
     // SAFETY: envp is the process environment (NULL-terminated, or null).
-    let mut p = unsafe { crate::getenv(envp, b"LOPI_BUDGET") }?;
+    let mut p = unsafe { getenv(envp, b"LOPI_BUDGET") }?;
     let (mut whole, mut frac, mut scale) = (0u64, 0u64, 1u64);
     let mut seen_point = false;
     // SAFETY: the value is NUL-terminated.
@@ -277,7 +197,7 @@ fn env_budget(envp: *const *const u8) -> Option<u32> {
 /// A decimal environment value, clamped to `1..=max`; `default` when unset or invalid.
 fn env_number(envp: *const *const u8, name: &[u8], default: u64, max: u64) -> u64 {
     // SAFETY: envp is the process environment (NULL-terminated, or null).
-    let Some(mut p) = (unsafe { crate::getenv(envp, name) }) else { return default };
+    let Some(mut p) = (unsafe { getenv(envp, name) }) else { return default };
     let mut n = 0u64;
     // SAFETY: the value is NUL-terminated.
     unsafe {
@@ -290,76 +210,6 @@ fn env_number(envp: *const *const u8, name: &[u8], default: u64, max: u64) -> u6
         }
     }
     n.min(max)
-}
-
-/// `CLOCK_MONOTONIC`: through the vDSO when there is one (`clock`), else a system call.
-fn monotonic_ns(clock: Option<crate::VdsoClock>) -> u64 {
-    let mut ts = [0u64; 2];
-    match clock {
-        // SAFETY: the vDSO's clock_gettime(CLOCK_MONOTONIC) into a timespec.
-        Some(f) => unsafe { f(1, &mut ts) },
-        // SAFETY: clock_gettime(CLOCK_MONOTONIC) into a timespec.
-        None => unsafe { sys::call3(sys::CLOCK_GETTIME, 1, ts.as_mut_ptr() as usize, 0) as i32 },
-    };
-    ts[0].wrapping_mul(1_000_000_000).wrapping_add(ts[1])
-}
-
-/// A (TSC, CLOCK_MONOTONIC) pair: the clock read between two TSC reads, from the tightest
-/// of several tries, so that a preemption inside one try cannot skew it.
-pub(crate) fn clock_pair(clock: Option<crate::VdsoClock>) -> (u64, u64) {
-    let mut best = (0, 0, u64::MAX);
-    for _ in 0..9 {
-        let before = rdtsc();
-        let ns = monotonic_ns(clock);
-        let after = rdtsc();
-        let width = after.wrapping_sub(before);
-        if width < best.2 {
-            best = (before + width / 2, ns, width);
-        }
-    }
-    (best.0, best.1)
-}
-
-/// TSC rate against CLOCK_MONOTONIC over 1 ms windows (bracketed pairs make that precise to
-/// ~0.01%); the median of three, so that one window spoiled by preemption does not count.
-pub(crate) fn tsc_hz(clock: Option<crate::VdsoClock>) -> u64 {
-    let mut rates = [0u64; 3];
-    for rate in rates.iter_mut() {
-        let start = clock_pair(clock);
-        while monotonic_ns(clock).wrapping_sub(start.1) < 1_000_000 {}
-        *rate = rate_since(start, clock);
-    }
-    median(&mut rates)
-}
-
-/// The TSC rate from the pair `start` to now (0 when the clocks did not both advance). Over
-/// the tens of microseconds a module's registration takes, the pairs' brackets (a few tens of
-/// ns) make it precise to a fraction of a percent.
-pub(crate) fn rate_since((t0, m0): (u64, u64), clock: Option<crate::VdsoClock>) -> u64 {
-    let (t1, m1) = clock_pair(clock);
-    let dm = m1.wrapping_sub(m0);
-    if dm == 0 || t1 <= t0 {
-        return 0;
-    }
-    // Without u128 (its division would need a libgcc helper): ticks x 1e9 fits below 2^64
-    // for some seconds, ticks x 1e6 over microseconds for longer.
-    let ticks = t1 - t0;
-    match ticks.checked_mul(1_000_000_000) {
-        Some(n) => n / dm,
-        None => ticks.checked_mul(1_000_000).map_or(0, |n| n / (dm / 1000).max(1)),
-    }
-}
-
-/// The calling thread's id: glibc's copy in its thread descriptor when its place is known
-/// (no system call), else `gettid`.
-pub(crate) fn own_tid(v: *const RuntimeVars) -> u32 {
-    // SAFETY: `v` is this module's variables page; the offset, when set, was checked to lie
-    // within glibc's thread descriptor.
-    match unsafe { (*v).tid_offset } {
-        // SAFETY: gettid takes no arguments.
-        0 => unsafe { sys::call3(sys::GETTID, 0, 0, 0) as u32 },
-        offset => thread_word(offset),
-    }
 }
 
 /// Measures the probes on chains of timed calls, on a scratch chunk: the ticks they put inside
@@ -467,14 +317,3 @@ unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
     }
 }
 
-fn median(values: &mut [u64]) -> u64 {
-    // Insertion sort: a handful of values, and no library sort in the blob.
-    for i in 1..values.len() {
-        let mut j = i;
-        while j > 0 && values[j - 1] > values[j] {
-            values.swap(j - 1, j);
-            j -= 1;
-        }
-    }
-    values[values.len() / 2]
-}

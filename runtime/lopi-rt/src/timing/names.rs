@@ -4,9 +4,9 @@
 //! with lock probes alone) is then reported by the name it was given, not the one its chunk
 //! read when it was made.
 use super::cpus::{proc_path, read_file};
-use super::thread::append;
+use crate::base::data_file::append;
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
-use crate::sys;
+use crate::base::sys;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
 

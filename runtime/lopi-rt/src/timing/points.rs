@@ -2,7 +2,8 @@
 //! every register and the flags (the code around the point may use any of them), and the slow
 //! path runs the probes hooked to the site's counter with the registers as they were.
 use super::thread::Thread;
-use super::{script, vars};
+use super::script;
+use crate::base::vars::vars;
 use core::arch::global_asm;
 use core::ptr::{read_volatile, write_volatile};
 

@@ -1,6 +1,8 @@
 //! The probes' slow paths, called by the stubs with every call-clobbered register saved.
 use super::thread::{Child, Thread};
-use super::{counter, mode_word, rdtsc, script, vars};
+use super::script;
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{counter, mode_word, vars};
 use crate::abi::{self, Frame, RuntimeVars};
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};

@@ -12,7 +12,9 @@
 use super::probes::{begin_entry, count_untimed, enter, pause_excess};
 use super::thread::{Child, Thread};
 use super::appkernel::{self, Saved};
-use super::{counter, cpus, script, vars, whatif};
+use super::{cpus, script, whatif};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{counter, vars};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;
@@ -283,7 +285,7 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         if kernel != 0 && kernel < abi::whatif::APP_KERNEL {
             // Waiting for the emulated kernel's lock is the program's time, not the probe's.
             whatif::enter(&t, v, key, nr, arg0, arg1);
-            began = super::rdtsc();
+            began = rdtsc();
         }
         let (list, _) = script::syscall_hooks(v, nr);
         if list != 0 {

@@ -8,9 +8,13 @@
 //! the merged-paths node (exact calls, self and inclusive time per function; their parent's
 //! self time excludes them). Merged nodes have room for 2^20 functions beyond the limit;
 //! only past that would calls be counted untimed.
-use super::{rdtsc, set_fork_slot, set_thread_slot, thread_slot, thread_word, fork_slot};
+use crate::base::data_file::{append, map_extension, open_data_file};
+use crate::base::mem::copy;
+use crate::base::tcb::{fork_slot, own_tid, set_fork_slot, set_thread_slot, thread_slot, thread_word};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::vars;
 use crate::abi::{self, ContextNode, Event, Frame, RuntimeVars, ThreadHeader, UnmatchedExit, PAGE_SIZE};
-use crate::sys;
+use crate::base::sys;
 use core::ptr::{read_volatile, write_volatile};
 
 pub(super) struct Thread {
@@ -363,7 +367,7 @@ impl Thread {
                 return;
             }
             let n = self.node(f.node);
-            if kind == abi::EVENT_UNWIND && super::probes::switched_function(super::vars(), (*n).func) {
+            if kind == abi::EVENT_UNWIND && super::probes::switched_function(vars(), (*n).func) {
                 // The budget switched its function while it ran: its exit is no longer
                 // probed, so when it ended is unknown. (A frame a forked child inherited is
                 // its parent's call.)
@@ -488,13 +492,6 @@ impl Thread {
     }
 }
 
-/// Copies `len` bytes between regions that do not overlap. Not `memcpy`: a call of the
-/// exported symbol may go through a GOT slot, which the flat blob cannot have.
-pub(crate) unsafe fn copy(dst: usize, src: usize, len: usize) {
-    // SAFETY: the caller's ranges are mapped and disjoint.
-    unsafe { core::arch::asm!("rep movsb", inout("rcx") len => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags)) };
-}
-
 /// Unmaps a region that moved (an extension goes with its header page) and gives its file
 /// blocks back: readers follow the header, which no longer names it.
 unsafe fn release(v: *const RuntimeVars, at: usize, file: u64, len: usize, in_extension: bool) {
@@ -511,52 +508,6 @@ unsafe fn release(v: *const RuntimeVars, at: usize, file: u64, len: usize, in_ex
             sys::call3(sys::CLOSE, fd, 0, 0);
         }
     }
-}
-
-/// Opens the data file named in the variables' path page.
-pub(super) unsafe fn open_data_file(v: *const RuntimeVars) -> Option<usize> {
-    // SAFETY: the variables page is followed by the NUL-terminated path (see `vars::PATH`).
-    unsafe {
-        let path = (v as usize + abi::vars::PATH as usize) as *const u8;
-        let fd = sys::call3(sys::OPEN, path as usize, sys::O_RDWR | sys::O_CLOEXEC, 0);
-        (fd >= 0).then_some(fd as usize)
-    }
-}
-
-/// Appends `head` (magic and length) and `len` more bytes to the data file under its lock, and
-/// maps the whole: (address, file offset) of the appended bytes. The magic and length go in
-/// while the lock is held, so that readers can always step over the chunk.
-pub(super) unsafe fn append(v: *const RuntimeVars, magic: [u8; 8], len: u64) -> Option<(usize, u64)> {
-    // SAFETY: raw syscalls on our own descriptor.
-    unsafe {
-        let fd = open_data_file(v)?;
-        sys::call3(sys::FLOCK, fd, sys::LOCK_EX, 0);
-        let at = sys::call3(sys::LSEEK, fd, 0, sys::SEEK_END);
-        let mut head = [0u8; 16];
-        head[..8].copy_from_slice(&magic);
-        head[8..].copy_from_slice(&len.to_le_bytes());
-        let mut mapped = None;
-        if at >= 0
-            && at as u64 % PAGE_SIZE == 0
-            && sys::call3(sys::FTRUNCATE, fd, at as usize + len as usize, 0) == 0
-            && crate::pwrite_all(fd, head.as_ptr(), head.len(), at as u64) == 0
-        {
-            let m = sys::call6(sys::MMAP, 0, len as usize, sys::PROT_READ_WRITE, sys::MAP_SHARED, fd, at as usize);
-            if m > 0 {
-                mapped = Some((m as usize, at as u64));
-            }
-        }
-        sys::call3(sys::FLOCK, fd, sys::LOCK_UN, 0);
-        sys::call3(sys::CLOSE, fd, 0, 0);
-        mapped
-    }
-}
-
-/// An extension of `len` bytes after its header page: (address, file offset) of the bytes.
-pub(super) unsafe fn map_extension(v: *const RuntimeVars, len: u64) -> Option<(usize, u64)> {
-    // SAFETY: forwarded.
-    let (at, file) = unsafe { append(v, abi::EXTENSION_MAGIC, PAGE_SIZE + len)? };
-    Some((at + PAGE_SIZE as usize, file + PAGE_SIZE))
 }
 
 /// Maps a new chunk for the calling thread.
@@ -668,7 +619,7 @@ unsafe fn map_chunk(v: &RuntimeVars, pid: u32) -> Option<*mut ThreadHeader> {
         let (m, file) = append(v, abi::THREAD_MAGIC, len)?;
         let h = &mut *(m as *mut ThreadHeader);
         h.pid = pid;
-        h.tid = super::own_tid(v);
+        h.tid = own_tid(v);
         h.space_pid = v.space_pid;
         h.node_limit = v.node_limit;
         h.stack_limit = v.stack_limit;

@@ -10,9 +10,9 @@
 //! (page faults and interrupts are not system calls; the real kernel's own locks still exist
 //! underneath).
 use super::thread::Thread;
-use super::rdtsc;
+use crate::base::tsc::rdtsc;
 use crate::abi::{self, whatif, whatif::Class, KernelLockState, RuntimeVars, PAGE_SIZE};
-use crate::sys;
+use crate::base::sys;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -28,7 +28,7 @@ const FD_TABLE: usize = 4096;
 pub(super) unsafe fn enable(v: *mut RuntimeVars, envp: *const *const u8) {
     // SAFETY: envp is the process environment; the mappings are fresh.
     unsafe {
-        let Some(value) = crate::getenv(envp, b"LOPI_WHATIF") else { return };
+        let Some(value) = crate::base::env::getenv(envp, b"LOPI_WHATIF") else { return };
         let mode = if starts(value, b"giant-lock\0") {
             whatif::GIANT_LOCK
         } else if starts(value, b"subsystem-locks\0") {
@@ -38,10 +38,10 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, envp: *const *const u8) {
         } else if starts(value, b"app-kernel-spin\0") {
             whatif::APP_KERNEL_SPIN
         } else {
-            crate::write_stderr(b"lopi: LOPI_WHATIF is giant-lock, subsystem-locks, app-kernel or app-kernel-spin; no kernel emulated\n");
+            crate::base::sys::write_stderr(b"lopi: LOPI_WHATIF is giant-lock, subsystem-locks, app-kernel or app-kernel-spin; no kernel emulated\n");
             return;
         };
-        let Some(fd) = super::thread::open_data_file(v) else { return };
+        let Some(fd) = crate::base::data_file::open_data_file(v) else { return };
         let page = sys::call6(sys::MMAP, 0, PAGE_SIZE as usize, sys::PROT_READ_WRITE, sys::MAP_SHARED, fd, 0);
         sys::call3(sys::CLOSE, fd, 0, 0);
         let kinds = sys::call6(sys::MMAP, 0, FD_TABLE, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);

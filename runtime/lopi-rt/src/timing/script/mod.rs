@@ -7,7 +7,8 @@
 //! a ring of output records the host prints from while the program runs.
 mod helpers;
 
-use super::thread::{append, Thread};
+use super::thread::Thread;
+use crate::base::data_file::append;
 use crate::abi::script::{self, record, FunctionName, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::{script_map, RuntimeVars, SCRIPT_AREA};
 use core::ptr::{read_volatile, write_volatile};
@@ -144,7 +145,7 @@ unsafe fn start_handler(s: *const ScriptImage) {
 /// checked and holds busy.
 pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
     let regs = Regs::function(regs);
-    let v = super::vars();
+    let v = crate::base::vars::vars();
     // SAFETY: the fast path checked the thread's chunk and holds it busy.
     unsafe {
         if read_volatile(&(*v).script_off) == 0 {
@@ -159,7 +160,7 @@ pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const 
 /// thread's.
 pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
     let regs = Regs::function(regs);
-    let v = super::vars();
+    let v = crate::base::vars::vars();
     let index = u64::from(word & crate::abi::exit_word::INDEX);
     // SAFETY: as `script_enter`.
     unsafe {
