@@ -20,13 +20,11 @@
 //! own.
 mod appkernel;
 mod budget;
-mod cpus;
 mod lock_stubs;
 mod locks;
-mod maps;
-mod names;
 mod points;
 mod probes;
+mod records;
 mod script;
 mod stubs;
 mod syscalls;
@@ -93,7 +91,7 @@ pub unsafe fn enable(
         script::enable(v, d, clock_pair(clock));
         whatif::enable(v, envp);
         if probes & abi::PROBE_LOCKS != 0 {
-            maps::record(v, pid);
+            records::maps::record(v, pid);
         }
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
         write_volatile(&mut (*v).pid_page, page as u64);

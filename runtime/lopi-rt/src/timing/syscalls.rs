@@ -12,7 +12,8 @@
 use super::probes::{begin_entry, count_untimed, enter, pause_excess};
 use super::thread::{Child, Thread};
 use super::appkernel::{self, Saved};
-use super::{cpus, script, whatif};
+use super::records::cpus;
+use super::{script, whatif};
 use crate::base::tsc::rdtsc;
 use crate::base::vars::{counter, vars};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
@@ -335,7 +336,7 @@ unsafe fn ended(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64) {
             cpus::record_others(v, (*t.h).pid, (*t.h).tid);
             // The map as the process ends: readers name locks and sites in libraries it
             // loaded after its start (`dlopen`) by it.
-            super::maps::record(v, (*t.h).pid);
+            super::records::maps::record(v, (*t.h).pid);
         }
     }
 }

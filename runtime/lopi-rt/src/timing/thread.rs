@@ -639,10 +639,10 @@ unsafe fn map_chunk(v: &RuntimeVars, pid: u32) -> Option<*mut ThreadHeader> {
         h.stack_cap = stack_cap;
         h.start_tsc = rdtsc();
         h.next_check_tsc = super::budget::first_check(v, h.start_tsc);
-        if let Some((user, system)) = super::cpus::own_times() {
+        if let Some((user, system)) = super::records::cpus::own_times() {
             let end = (m + abi::THREAD_END as usize) as *mut abi::ThreadEnd;
             write_volatile(&raw mut (*end).start_cpu_ns, user.wrapping_add(system));
-            write_volatile(&raw mut (*end).start_runq_ns, super::cpus::runq_wait(0).unwrap_or(0));
+            write_volatile(&raw mut (*end).start_runq_ns, super::records::cpus::runq_wait(0).unwrap_or(0));
         }
         // The root and the merged-paths node; published last, as readers take 0 as "not ready".
         write_volatile(&mut h.node_count, abi::FIRST_FREE_NODE);

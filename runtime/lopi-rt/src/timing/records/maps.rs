@@ -10,7 +10,7 @@ use crate::base::sys;
 const MAX_TEXT: usize = 1 << 20;
 
 /// Appends a `MAPS_MAGIC` record of `/proc/self/maps` for process `pid`.
-pub(super) unsafe fn record(v: *const RuntimeVars, pid: u32) {
+pub(crate) unsafe fn record(v: *const RuntimeVars, pid: u32) {
     // SAFETY: raw syscalls on a private buffer and a descriptor of our own; the record is a
     // fresh mapping of the data file of the length asked for.
     unsafe {
