@@ -42,3 +42,26 @@ pub(crate) fn mode_word(v: *const RuntimeVars, index: u64) -> *mut u32 {
 pub(crate) fn counter(index: u64) -> u64 {
     (from_delta(deltas().wrapping_add(1)) as u64).wrapping_add(8 * index)
 }
+
+/// Counts a call that gets no frame of its own (no timing yet, a nested probe, a full stack,
+/// no node) in the function's shared counter, so that counts stay exact.
+#[inline(always)]
+pub(crate) unsafe fn count_untimed(counter: u64) {
+    // SAFETY: `counter` is the function's counter slot in its module's RW segment.
+    unsafe { asm!("lock inc qword ptr [{}]", in(reg) counter, options(nostack)) };
+}
+
+/// True when the budget switched this module's function `index` to counting (a call that
+/// began before the switch still reaches the probes).
+pub(crate) unsafe fn switched(v: *const RuntimeVars, index: u64) -> bool {
+    // SAFETY: every counter index of this module has a mode word.
+    unsafe { index < (*v).counter_count && read_volatile(mode_word(v, index)) != abi::mode::TIMED }
+}
+
+
+/// True when `func` names a function of this module that the budget switched to counting.
+pub(crate) unsafe fn switched_function(v: *const RuntimeVars, func: u64) -> bool {
+    let first = counter(0);
+    // SAFETY: forwarded.
+    func >= first && (func - first) % 8 == 0 && unsafe { switched(v, (func - first) / 8) }
+}

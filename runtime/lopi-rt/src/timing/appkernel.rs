@@ -20,7 +20,7 @@
 //! on); a signal the kernel sends the caller of a failing call (`SIGPIPE`, `SIGXFSZ`) is
 //! passed on to it, others stay with the proxy.
 use crate::base::tsc::rdtsc;
-use super::thread::Thread;
+use super::thread::chunk::Thread;
 use crate::abi::{self, whatif, ProxyState, RuntimeVars};
 use crate::base::sys;
 use core::arch::asm;

@@ -10,10 +10,11 @@
 //! tid, read from the new `pthread_t`, which the kernel filled in before the call returned),
 //! a `pthread_setname_np` writes the name into the named thread's header (the kernel's copy
 //! of a thread's name is gone when it ends), a `pthread_exit` is counted when made.
-use super::probes::{claim, count_untimed, enter_under, pause_excess, Start};
-use super::thread::{Child, Thread};
+use super::thread::calls::{claim, enter_under, pause_excess, Start};
+use super::thread::chunk::Thread;
+use super::thread::tree::Child;
 use crate::base::tsc::rdtsc;
-use crate::base::vars::{counter, vars};
+use crate::base::vars::{count_untimed, counter, vars};
 use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
 use crate::abi::lock_name::{Kind, Op, Outcome, Role};
 use crate::abi::script::lock_event;

@@ -41,7 +41,7 @@ use crate::base::vars::vars;
 use crate::loader::{libc_symbols, Auxv};
 use core::ptr::write_volatile;
 use stubs::{lopi_calibration_empty, lopi_calibration_fanout, lopi_calibration_probed};
-use thread::Thread;
+use thread::chunk::Thread;
 
 /// Prepares timing for a module: probe cost, capacities, the wipe-on-fork pid page, with the
 /// TSC rate `tsc_hz` measured against `clock`. Publishes `pid_page` last; until then the

@@ -9,13 +9,14 @@
 //! while its child runs on the same thread pointer, maybe on another stack: the caller's
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
-use super::probes::{begin_entry, count_untimed, enter, pause_excess};
-use super::thread::{Child, Thread};
+use super::thread::calls::{begin_entry, enter, pause_excess};
+use super::thread::chunk::Thread;
+use super::thread::tree::Child;
 use super::appkernel::{self, Saved};
 use super::records::cpus;
 use super::{script, whatif};
 use crate::base::tsc::rdtsc;
-use crate::base::vars::{counter, vars};
+use crate::base::vars::{count_untimed, counter, vars};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;

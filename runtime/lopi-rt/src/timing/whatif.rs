@@ -9,7 +9,7 @@
 //! takes and drops it on its return, to finish. Only the calls the probes see are emulated
 //! (page faults and interrupts are not system calls; the real kernel's own locks still exist
 //! underneath).
-use super::thread::Thread;
+use super::thread::chunk::Thread;
 use crate::base::tsc::rdtsc;
 use crate::abi::{self, whatif, whatif::Class, KernelLockState, RuntimeVars, PAGE_SIZE};
 use crate::base::sys;

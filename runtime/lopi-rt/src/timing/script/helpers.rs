@@ -5,7 +5,7 @@ use super::{function, string, table_of, Env};
 use crate::abi::script::{self, record, RecordHead, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::script_map;
 use crate::base::sys;
-use crate::timing::thread::Thread;
+use crate::timing::thread::chunk::Thread;
 use crate::base::tcb::thread_word;
 use crate::base::tsc::rdtsc;
 use core::arch::global_asm;

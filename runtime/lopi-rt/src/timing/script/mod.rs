@@ -7,7 +7,7 @@
 //! a ring of output records the host prints from while the program runs.
 mod helpers;
 
-use super::thread::Thread;
+use super::thread::chunk::Thread;
 use crate::base::data_file::append;
 use crate::abi::script::{self, record, FunctionName, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::{script_map, RuntimeVars, SCRIPT_AREA};
