@@ -1,7 +1,7 @@
 //! The helpers a probe script's compiled code calls (`lopi_rt_abi::script::Helpers`), through
 //! the jump table `lopi_script_helpers` whose entries the image builder hands the code
 //! generator: builtins, maps, reads of the program's memory, stacks and output records.
-use super::{function, string, table_of, Env};
+use super::image::{function, string, table_of};
 use crate::abi::script::{self, record, RecordHead, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::script_map;
 use crate::base::sys;
@@ -40,6 +40,27 @@ global_asm!(
     print_map = sym print_map,
     print_value = sym print_value,
 );
+
+/// What the helpers find through `ScriptCtx::runtime`. In C order, the fields callers often
+/// pass as constants (no call, no system call, no counter) each between two that vary: the
+/// compiler would store adjacent constants with a vector register.
+#[repr(C)]
+pub(super) struct Env {
+    pub(super) s: *const ScriptImage,
+    /// Stack pointer at the call's entry (its return address; 0: none).
+    pub(super) call_rsp: u64,
+    pub(super) area: *mut ScriptArea,
+    /// A system call's number plus 1 (0: a function's probe).
+    pub(super) syscall: u64,
+    pub(super) h: *const crate::abi::ThreadHeader,
+    /// Counter index of the probed function.
+    pub(super) index: u64,
+    pub(super) thread: usize,
+    /// Frames below the call.
+    pub(super) below: u32,
+    /// Whether the system call returned.
+    pub(super) returned: bool,
+}
 
 /// The context's environment.
 unsafe fn env<'a>(ctx: *mut ScriptCtx) -> &'a Env {
