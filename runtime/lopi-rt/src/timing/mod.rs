@@ -18,7 +18,6 @@
 //! `_exit`, and threads never share a cache line on the hot path. A forked child inherits
 //! the pointer; the chunk's pid, compared with a wipe-on-fork page, tells it to start its
 //! own.
-mod appkernel;
 mod budget;
 mod lock_stubs;
 mod locks;

@@ -12,9 +12,10 @@
 use super::thread::calls::{begin_entry, enter, pause_excess};
 use super::thread::chunk::Thread;
 use super::thread::tree::Child;
-use super::appkernel::{self, Saved};
+use super::whatif::appkernel::{self, Saved};
+use super::whatif::kernel_locks;
 use super::records::cpus;
-use super::{script, whatif};
+use super::script;
 use crate::base::tsc::rdtsc;
 use crate::base::vars::{count_untimed, counter, vars};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
@@ -286,7 +287,7 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         let kernel = read_volatile(&(*v).whatif);
         if kernel != 0 && kernel < abi::whatif::APP_KERNEL {
             // Waiting for the emulated kernel's lock is the program's time, not the probe's.
-            whatif::enter(&t, v, key, nr, arg0, arg1);
+            kernel_locks::enter(&t, v, key, nr, arg0, arg1);
             began = rdtsc();
         }
         let (list, _) = script::syscall_hooks(v, nr);
@@ -386,7 +387,7 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
             // A nested probe's; or a new child's (of clone, fork), which leaves the call to
             // its parent; or a call whose entry was counted untimed.
             if emulated {
-                whatif::exit(&t, v, key);
+                kernel_locks::exit(&t, v, key);
             }
             return;
         }
@@ -419,7 +420,7 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
         pause_excess(&t, tsc, false);
         if emulated {
             // After the call's end and the probe's own cost: the wait is the program's.
-            whatif::exit(&t, v, key);
+            kernel_locks::exit(&t, v, key);
         }
         write_volatile(&mut (*h).busy, 0);
     }

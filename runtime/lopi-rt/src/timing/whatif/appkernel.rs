@@ -20,7 +20,7 @@
 //! on); a signal the kernel sends the caller of a failing call (`SIGPIPE`, `SIGXFSZ`) is
 //! passed on to it, others stay with the proxy.
 use crate::base::tsc::rdtsc;
-use super::thread::chunk::Thread;
+use crate::timing::thread::chunk::Thread;
 use crate::abi::{self, whatif, ProxyState, RuntimeVars};
 use crate::base::sys;
 use core::arch::asm;
@@ -30,7 +30,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 /// The registers a system-call stub saved, from its frame pointer up.
 #[repr(C)]
-pub(super) struct Saved {
+pub(crate) struct Saved {
     pub rbp: u64,
     pub r11: u64,
     pub r10: u64,
@@ -154,7 +154,7 @@ unsafe fn proxy_exit(mapping: usize) -> ! {
 /// Chooses the kernel's CPU (once for every process recording into the data file, in the
 /// word at `kernel_cpu` of its shared first page) and moves the calling thread off it, when
 /// it may run elsewhere; the threads it makes inherit that.
-pub(super) unsafe fn enable(v: *mut RuntimeVars, kernel_cpu: *const AtomicU32) {
+pub(crate) unsafe fn enable(v: *mut RuntimeVars, kernel_cpu: *const AtomicU32) {
     let mut mask = MaybeUninit::<[u64; MASK_WORDS]>::uninit();
     // SAFETY: the kernel writes `n` bytes of the mask, whole words; only those are read and
     // given back. The word lies in the shared page.
@@ -182,7 +182,7 @@ fn proxy_state(t: &Thread) -> *mut ProxyState {
 
 /// Makes the call whose registers `saved` holds on the thread's proxy: true when it did (the
 /// result in `saved.rax`), false when the call runs in place.
-pub(super) unsafe fn forward(t: &Thread, v: *const RuntimeVars, saved: *mut Saved) -> bool {
+pub(crate) unsafe fn forward(t: &Thread, v: *const RuntimeVars, saved: *mut Saved) -> bool {
     // SAFETY: `saved` is the stub's frame; the proxy state lies in the thread's header page;
     // the mailbox stays mapped while the thread lives (its proxy unmaps it when it ends).
     unsafe {
@@ -230,7 +230,7 @@ pub(super) unsafe fn forward(t: &Thread, v: *const RuntimeVars, saved: *mut Save
 }
 
 /// The thread is ending (`exit`): so does its proxy.
-pub(super) unsafe fn caller_exits(t: &Thread) {
+pub(crate) unsafe fn caller_exits(t: &Thread) {
     // SAFETY: as in `forward`.
     unsafe {
         let m = read_volatile(&raw const (*proxy_state(t)).mailbox) as *const Mailbox;
