@@ -19,14 +19,9 @@
 //! the pointer; the chunk's pid, compared with a wipe-on-fork page, tells it to start its
 //! own.
 mod budget;
-mod lock_stubs;
-mod locks;
-mod points;
 mod probes;
 mod records;
 mod script;
-mod stubs;
-mod syscalls;
 mod thread;
 mod whatif;
 
@@ -39,7 +34,8 @@ use crate::base::tsc::rdtsc;
 use crate::base::vars::vars;
 use crate::loader::{libc_symbols, Auxv};
 use core::ptr::write_volatile;
-use stubs::{lopi_calibration_empty, lopi_calibration_fanout, lopi_calibration_probed};
+use probes::entry_exit_stubs::{lopi_calibration_empty, lopi_calibration_fanout, lopi_calibration_probed};
+use probes::syscalls;
 use thread::chunk::Thread;
 
 /// Prepares timing for a module: probe cost, capacities, the wipe-on-fork pid page, with the

@@ -27,12 +27,12 @@ pub(super) struct Regs {
 }
 
 impl Regs {
-    /// The entry and exit stubs' (`stubs.rs`): arguments in rdi, rsi, rdx, rcx, r8, r9.
+    /// The entry and exit stubs' (`probes/entry_exit_stubs.rs`): arguments in rdi, rsi, rdx, rcx, r8, r9.
     pub fn function(at: *const u64) -> Regs {
         Regs { at, args: [5, 6, 7, 8, 4, 3], ret: 9 }
     }
 
-    /// The system-call stubs' (`syscalls.rs`): arguments in rdi, rsi, rdx, r10, r8, r9.
+    /// The system-call stubs' (`probes/syscalls.rs`): arguments in rdi, rsi, rdx, r10, r8, r9.
     pub fn syscall(at: *const u64) -> Regs {
         Regs { at, args: [5, 6, 7, 2, 4, 3], ret: 8 }
     }

@@ -203,7 +203,7 @@ impl Thread {
             };
             if f.flags & abi::FRAME_INHERITED == 0 {
                 (*n).calls += 1;
-                // A system call's probes are not timing's cost (see `budget.rs`).
+                // A system call's probes are not timing's cost (see `timing/budget.rs`).
                 if (*n).func & abi::syscall_name::TAG == 0 {
                     (*h).timed_calls += 1;
                 }

@@ -9,13 +9,13 @@
 //! while its child runs on the same thread pointer, maybe on another stack: the caller's
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
-use super::thread::calls::{begin_entry, enter, pause_excess};
-use super::thread::chunk::Thread;
-use super::thread::tree::Child;
-use super::whatif::appkernel::{self, Saved};
-use super::whatif::kernel_locks;
-use super::records::cpus;
-use super::script;
+use crate::timing::thread::calls::{begin_entry, enter, pause_excess};
+use crate::timing::thread::chunk::Thread;
+use crate::timing::thread::tree::Child;
+use crate::timing::whatif::appkernel::{self, Saved};
+use crate::timing::whatif::kernel_locks;
+use crate::timing::records::cpus;
+use crate::timing::script;
 use crate::base::tsc::rdtsc;
 use crate::base::vars::{count_untimed, counter, vars};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
@@ -269,8 +269,8 @@ global_asm!(
 );
 
 extern "C" {
-    pub(super) fn lopi_calibration_syscall(counter: u32);
-    pub(super) fn lopi_calibration_syscall_empty();
+    pub(crate) fn lopi_calibration_syscall(counter: u32);
+    pub(crate) fn lopi_calibration_syscall_empty();
 }
 
 /// Before the system call `nr` (first arguments `arg0`, `arg1`; all its registers in `saved`)
@@ -338,7 +338,7 @@ unsafe fn ended(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64) {
             cpus::record_others(v, (*t.h).pid, (*t.h).tid);
             // The map as the process ends: readers name locks and sites in libraries it
             // loaded after its start (`dlopen`) by it.
-            super::records::maps::record(v, (*t.h).pid);
+            crate::timing::records::maps::record(v, (*t.h).pid);
         }
     }
 }

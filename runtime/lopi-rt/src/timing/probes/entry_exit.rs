@@ -1,6 +1,7 @@
-//! The probes' slow paths, called by the stubs with every call-clobbered register saved.
-use super::script;
-use super::thread::calls::{begin_entry, begin_exit, enter, pause_excess};
+//! The entry and exit probes' slow paths, called by their stubs (`entry_exit_stubs.rs`) with
+//! every call-clobbered register saved.
+use crate::timing::script;
+use crate::timing::thread::calls::{begin_entry, begin_exit, enter, pause_excess};
 use crate::abi;
 use crate::base::vars::{counter, switched, vars};
 use core::ptr::write_volatile;
@@ -61,7 +62,7 @@ pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, word: u32, regs: 
         (*h).last_tsc = now;
         let check = tsc >= (*h).next_check_tsc;
         if check {
-            super::budget::check(&t, v, tsc);
+            crate::timing::budget::check(&t, v, tsc);
         }
         pause_excess(&t, tsc, check);
         write_volatile(&mut (*h).busy, 0);
