@@ -26,9 +26,9 @@
 //! open call (as any slow path's).
 use super::thread::budget_state::{interval, modules, slot};
 use super::thread::chunk::Thread;
+use crate::abi::{self, BudgetEntry, BudgetModule, BudgetState, RuntimeVars};
 use crate::base::tsc::rdtsc;
 use crate::base::vars::{counter, mode_word};
-use crate::abi::{self, BudgetEntry, BudgetModule, BudgetState, RuntimeVars};
 use core::ptr::write_volatile;
 use core::sync::atomic::{AtomicU32, Ordering};
 

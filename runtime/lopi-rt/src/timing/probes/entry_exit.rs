@@ -1,10 +1,11 @@
 //! The entry and exit probes' slow paths, called by their stubs (`entry_exit_stubs.rs`) with
 //! every call-clobbered register saved.
-use crate::timing::script;
-use crate::timing::thread::calls::{begin_entry, begin_exit, enter, pause_excess};
 use crate::abi;
 use crate::base::vars::{counter, switched, vars};
+use crate::timing::script;
+use crate::timing::thread::calls::{begin_entry, begin_exit, enter, pause_excess};
 use core::ptr::write_volatile;
+
 /// Entry probe: `index` is the function's counter index (the counter's address is its name
 /// in context trees), `rsp` the stack pointer at its entry, `regs` the registers the stub
 /// saved. The function's script probes run before its frame opens, so that their time is

@@ -10,15 +10,15 @@
 //! tid, read from the new `pthread_t`, which the kernel filled in before the call returned),
 //! a `pthread_setname_np` writes the name into the named thread's header (the kernel's copy
 //! of a thread's name is gone when it ends), a `pthread_exit` is counted when made.
+use crate::abi::lock_name::{Kind, Op, Outcome, Role};
+use crate::abi::script::lock_event;
+use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{count_untimed, counter, vars};
+use crate::timing::script;
 use crate::timing::thread::calls::{claim, enter_under, pause_excess, Start};
 use crate::timing::thread::chunk::Thread;
 use crate::timing::thread::tree::Child;
-use crate::base::tsc::rdtsc;
-use crate::base::vars::{count_untimed, counter, vars};
-use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
-use crate::abi::lock_name::{Kind, Op, Outcome, Role};
-use crate::abi::script::lock_event;
-use crate::timing::script;
 use core::ptr::{read_volatile, write_volatile};
 
 /// At a lock function's entry: `word` is its counter index and operation, `key` its entry

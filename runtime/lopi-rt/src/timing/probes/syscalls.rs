@@ -9,16 +9,16 @@
 //! while its child runs on the same thread pointer, maybe on another stack: the caller's
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
+use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{count_untimed, counter, vars};
+use crate::timing::records::cpus;
+use crate::timing::script;
 use crate::timing::thread::calls::{begin_entry, enter, pause_excess};
 use crate::timing::thread::chunk::Thread;
 use crate::timing::thread::tree::Child;
 use crate::timing::whatif::appkernel::{self, Saved};
 use crate::timing::whatif::kernel_locks;
-use crate::timing::records::cpus;
-use crate::timing::script;
-use crate::base::tsc::rdtsc;
-use crate::base::vars::{count_untimed, counter, vars};
-use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;
 use core::ptr::{read_volatile, write_volatile};

@@ -1,9 +1,9 @@
 //! The process's memory map, recorded at start-up by a module with lock probes and again at
 //! the process's `exit_group`: readers name locks (static data) and call sites in modules that
 //! have no probes by it (the last record of a process wins: it has the libraries loaded later).
+use crate::abi::{self, RuntimeVars, PAGE_SIZE};
 use crate::base::data_file::append;
 use crate::base::mem::copy;
-use crate::abi::{self, RuntimeVars, PAGE_SIZE};
 use crate::base::sys;
 
 /// Most of `/proc/self/maps` kept (a process with thousands of mappings loses the rest).

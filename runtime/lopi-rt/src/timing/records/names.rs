@@ -4,8 +4,8 @@
 //! with lock probes alone) is then reported by the name it was given, not the one its chunk
 //! read when it was made.
 use super::procfs::{proc_path, read_file};
-use crate::base::data_file::append;
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
+use crate::base::data_file::append;
 use crate::base::sys;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};

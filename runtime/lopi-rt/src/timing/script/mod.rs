@@ -10,9 +10,9 @@ mod helpers;
 mod image;
 
 use super::thread::chunk::Thread;
-use crate::base::data_file::append;
 use crate::abi::script::{self, record, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::{script_map, RuntimeVars, SCRIPT_AREA};
+use crate::base::data_file::append;
 use core::ptr::{read_volatile, write_volatile};
 use helpers::{emit, value_none, Env};
 use image::{function, string, table_of};

@@ -19,10 +19,10 @@
 //! Not modelled: a signal does not interrupt a forwarded call (its handler runs, the call goes
 //! on); a signal the kernel sends the caller of a failing call (`SIGPIPE`, `SIGXFSZ`) is
 //! passed on to it, others stay with the proxy.
-use crate::base::tsc::rdtsc;
-use crate::timing::thread::chunk::Thread;
 use crate::abi::{self, whatif, ProxyState, RuntimeVars};
 use crate::base::sys;
+use crate::base::tsc::rdtsc;
+use crate::timing::thread::chunk::Thread;
 use core::arch::asm;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};

@@ -9,9 +9,9 @@
 //! (page faults and interrupts are not system calls; the real kernel's own locks still exist
 //! underneath).
 use crate::abi::{self, whatif, whatif::Class, KernelLockState, RuntimeVars};
+use crate::base::sys;
 use crate::base::tsc::rdtsc;
 use crate::timing::thread::chunk::Thread;
-use crate::base::sys;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
