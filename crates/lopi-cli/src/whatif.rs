@@ -1,5 +1,5 @@
 //! `lopi whatif`: the program natively and under an emulated kernel (`LOPI_WHATIF`, see the
-//! runtime's `timing/whatif.rs` and `timing/appkernel.rs`), each recorded with `--probe syscall,locks` on one CPU and on
+//! runtime's `timing/whatif/kernel_locks.rs` and `timing/whatif/appkernel.rs`), each recorded with `--probe syscall,locks` on one CPU and on
 //! N, side by side in the thesis's layout (user / kernel / spinning for the kernel lock, as
 //! shares of the CPU time), each run's speedup against native on one CPU (the thesis's
 //! baseline for every kernel: a kernel that is slower on one CPU starts below 1), Amdahl's bound

@@ -20,7 +20,7 @@
 //! time; another, or a signal handler on the same thread, finds the lock held and leaves
 //! the work to the probe's next run (see [`take`] for a holder that is gone).
 use crate::abi::{retire, PAGE_SIZE};
-use crate::sys;
+use crate::base::sys;
 use core::arch::{asm, global_asm};
 use core::ptr::{addr_of_mut, read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -56,7 +56,7 @@ struct Refused;
 
 /// Puts back the original code at `site` from its `record` (see `abi::retire`).
 unsafe extern "C" fn retire_site(record: *const u8, site: *mut u8) {
-    let v = crate::timing::vars();
+    let v = crate::base::vars::vars();
     // SAFETY: the runtime variables are this module's, in its RW segment, for the life of the
     // process; `AtomicU32` has the layout of `u32`.
     let (lock, off) = unsafe { (AtomicU32::from_ptr(addr_of_mut!((*v).retire_lock)), addr_of_mut!((*v).retire_off)) };
@@ -80,7 +80,7 @@ unsafe extern "C" fn retire_site(record: *const u8, site: *mut u8) {
 /// parent's there, which only matters if the child dies inside a retirement (retiring then
 /// stops, probes only mark).
 fn take(lock: &AtomicU32, v: *const crate::abi::RuntimeVars) -> bool {
-    let me = crate::timing::own_tid(v);
+    let me = crate::base::tcb::own_tid(v);
     let holder = match lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
         Ok(_) => return true,
         Err(holder) => holder,

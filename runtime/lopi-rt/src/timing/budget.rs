@@ -24,38 +24,13 @@
 //! keeps what the scans saw of each function and records each switch (when, and the call
 //! rate that made it), so readers list every one. The check's own time is taken out of every
 //! open call (as any slow path's).
-use super::thread::Thread;
-use super::{counter, mode_word, rdtsc};
+use super::thread::budget_state::{interval, modules, slot};
+use super::thread::chunk::Thread;
 use crate::abi::{self, BudgetEntry, BudgetModule, BudgetState, RuntimeVars};
-use core::ptr::{read_volatile, write_volatile};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{counter, mode_word};
+use core::ptr::write_volatile;
 use core::sync::atomic::{AtomicU32, Ordering};
-
-/// When a new thread first checks: soon, so that a short run does not pay for long.
-pub(super) fn first_check(v: &RuntimeVars, start: u64) -> u64 {
-    if v.budget_ppm == 0 || v.tsc_hz == 0 {
-        u64::MAX
-    } else {
-        start.saturating_add(interval(v))
-    }
-}
-
-/// Time between checks: a check that does not scan only compares the thread's timed calls
-/// since the previous one with the window's share of the budget.
-fn interval(v: &RuntimeVars) -> u64 {
-    v.tsc_hz / 10_000
-}
-
-/// A new call path: the program may be starting a phase with functions not seen before, so
-/// the next check comes soon (with a budget: checks are never due otherwise).
-pub(super) unsafe fn new_path(h: *mut abi::ThreadHeader) {
-    // SAFETY: the caller's thread header.
-    unsafe {
-        let next = (*h).next_check_tsc;
-        if next != u64::MAX {
-            (*h).next_check_tsc = next.min(rdtsc().saturating_add((*h).tsc_hz / 50_000));
-        }
-    }
-}
 
 pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
     // SAFETY: the caller holds `busy`; the state and the module states lie in the header
@@ -121,21 +96,6 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
     }
 }
 
-/// The thread's module states in use (a reader's view: they change through [`slot`]).
-unsafe fn modules<'a>(t: &Thread) -> &'a [BudgetModule] {
-    // SAFETY: the states lie in the caller's thread's header page; `modules` counts those
-    // written.
-    unsafe {
-        let used = (*((t.base + abi::BUDGET_STATE as usize) as *const BudgetState)).modules.min(abi::BUDGET_MODULE_SLOTS);
-        core::slice::from_raw_parts(slot(t, 0), used as usize)
-    }
-}
-
-/// The thread's module state `i`.
-fn slot(t: &Thread, i: usize) -> *mut BudgetModule {
-    (t.base + abi::BUDGET_MODULES as usize + i * abi::BUDGET_MODULE_LEN) as *mut BudgetModule
-}
-
 /// This module's state in the thread's budget, made (with its table) at its first check;
 /// `None` when every state is taken (its functions then stay timed) or it has no counters.
 unsafe fn module(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> Option<*mut BudgetModule> {
@@ -158,7 +118,7 @@ unsafe fn module(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> 
         write_volatile(&raw mut (*m).counters, counters);
         write_volatile(&raw mut (*m).entries, entries);
         // Without a table (the data file cannot grow) the module's functions stay timed.
-        if let Some((at, file)) = super::thread::map_extension(v, abi::budget_table_bytes(entries)) {
+        if let Some((at, file)) = crate::base::data_file::map_extension(v, abi::budget_table_bytes(entries)) {
             write_volatile(&raw mut (*m).table_offset, at.wrapping_sub(t.base) as u64);
             write_volatile(&raw mut (*m).table_file, file);
         }
@@ -172,18 +132,6 @@ unsafe fn module(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> 
 unsafe fn floors(t: &Thread, window: u64, now: u64) -> u64 {
     // SAFETY: forwarded.
     unsafe { modules(t).iter().filter(|m| now < m.floor_until).map(|m| parts(window, m.floor_ppm)).fold(0, u64::saturating_add) }
-}
-
-/// True when this thread's budget switched `func`, a function of another module than the
-/// caller's (whose mode words are its runtime's, out of reach: see `abi::BUDGET_STATE`).
-pub(super) unsafe fn switched_here(t: &Thread, func: u64) -> bool {
-    // SAFETY: forwarded; a table has an entry per counter of its module.
-    unsafe {
-        modules(t).iter().filter(|m| m.table_file != 0).find_map(|m| m.index(func).map(|i| (m, i))).is_some_and(|(m, i)| {
-            let e = t.base.wrapping_add(m.table_offset as usize) + i as usize * abi::BUDGET_ENTRY_LEN;
-            read_volatile(&(*(e as *const BudgetEntry)).switched_tsc) != 0
-        })
-    }
 }
 
 /// The timing cost a window of `window` ticks may have: three quarters of its share of the

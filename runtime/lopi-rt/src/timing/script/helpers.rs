@@ -1,12 +1,13 @@
 //! The helpers a probe script's compiled code calls (`lopi_rt_abi::script::Helpers`), through
 //! the jump table `lopi_script_helpers` whose entries the image builder hands the code
 //! generator: builtins, maps, reads of the program's memory, stacks and output records.
-use super::{function, string, table_of, Env};
+use super::image::{function, string, table_of};
 use crate::abi::script::{self, record, RecordHead, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::script_map;
-use crate::sys;
-use crate::timing::thread::Thread;
-use crate::timing::{rdtsc, thread_word};
+use crate::base::sys;
+use crate::base::tcb::thread_word;
+use crate::base::tsc::rdtsc;
+use crate::timing::thread::chunk::Thread;
 use core::arch::global_asm;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{fence, Ordering};
@@ -39,6 +40,27 @@ global_asm!(
     print_map = sym print_map,
     print_value = sym print_value,
 );
+
+/// What the helpers find through `ScriptCtx::runtime`. In C order, the fields callers often
+/// pass as constants (no call, no system call, no counter) each between two that vary: the
+/// compiler would store adjacent constants with a vector register.
+#[repr(C)]
+pub(super) struct Env {
+    pub(super) s: *const ScriptImage,
+    /// Stack pointer at the call's entry (its return address; 0: none).
+    pub(super) call_rsp: u64,
+    pub(super) area: *mut ScriptArea,
+    /// A system call's number plus 1 (0: a function's probe).
+    pub(super) syscall: u64,
+    pub(super) h: *const crate::abi::ThreadHeader,
+    /// Counter index of the probed function.
+    pub(super) index: u64,
+    pub(super) thread: usize,
+    /// Frames below the call.
+    pub(super) below: u32,
+    /// Whether the system call returned.
+    pub(super) returned: bool,
+}
 
 /// The context's environment.
 unsafe fn env<'a>(ctx: *mut ScriptCtx) -> &'a Env {
@@ -89,7 +111,7 @@ extern "sysv64" fn builtin(ctx: *mut ScriptCtx, which: u64) -> u64 {
     // SAFETY: see `env`; the thread header is this thread's.
     unsafe {
         let e = env(ctx);
-        let v = crate::timing::vars();
+        let v = crate::base::vars::vars();
         match which {
             0 => u64::from((*e.h).pid),
             1 => u64::from((*e.h).tid),
@@ -133,7 +155,7 @@ extern "sysv64" fn builtin_str(ctx: *mut ScriptCtx, which: u64, dst: *mut u8, ca
                 let mut n = 0;
                 for (src, len) in [(b"syscall:".as_ptr(), 8), (name, name_len), (suffix.as_ptr(), suffix.len())] {
                     let len = len.min(cap as usize - n);
-                    crate::timing::thread::copy(dst as usize + n, src as usize, len);
+                    crate::base::mem::copy(dst as usize + n, src as usize, len);
                     n += len;
                 }
                 return n as u64;
@@ -145,7 +167,7 @@ extern "sysv64" fn builtin_str(ctx: *mut ScriptCtx, which: u64, dst: *mut u8, ca
             _ => (dst as *const u8, 0),
         };
         let n = len.min(cap as usize);
-        crate::timing::thread::copy(dst as usize, src as usize, n);
+        crate::base::mem::copy(dst as usize, src as usize, n);
         n as u64
     }
 }
@@ -155,7 +177,7 @@ extern "sysv64" fn map_slot(ctx: *mut ScriptCtx, map: u64, key: *const u8, key_l
     unsafe {
         let Some(table) = table(ctx, map) else { return core::ptr::null_mut() };
         let key = core::slice::from_raw_parts(key, key_len as usize);
-        let copy = |dst: &mut [u8], src: &[u8]| crate::timing::thread::copy(dst.as_mut_ptr() as usize, src.as_ptr() as usize, dst.len().min(src.len()));
+        let copy = |dst: &mut [u8], src: &[u8]| crate::base::mem::copy(dst.as_mut_ptr() as usize, src.as_ptr() as usize, dst.len().min(src.len()));
         let zero = |dst: &mut [u8]| fill_zero(dst.as_mut_ptr(), dst.len());
         let slot = script_map::slot_with(table, key, copy, zero).map_or(core::ptr::null_mut(), |s| s.as_mut_ptr());
         if key_len == 0 && !slot.is_null() {
@@ -326,7 +348,7 @@ pub(super) unsafe fn emit(area: *mut ScriptArea, s: *const ScriptImage, kind: u1
         let mut to = at.add(script::RECORD_HEAD_LEN);
         for i in 0..count {
             let (from, len) = part(i);
-            crate::timing::thread::copy(to as usize, from as usize, len);
+            crate::base::mem::copy(to as usize, from as usize, len);
             to = to.add((len + 7) & !7);
         }
         fence(Ordering::Release);

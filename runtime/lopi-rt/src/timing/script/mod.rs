@@ -1,17 +1,21 @@
 //! Probe scripts (`lopi trace`) and C handlers (`--handler`): the stubs' slow paths run a
 //! function's (a system call's, a lock event's, a thread's, an instruction's) compiled probes
-//! here; the code they run calls the helpers of `helpers.rs`.
+//! here; the code they run calls the helpers of `helpers.rs`, which import only `image.rs`
+//! (reading the script image) and the layers below.
 //!
 //! A thread's maps and output live in its script area, appended to the data file on its
 //! first script probe: one `script_map` table per map (this thread's only, so no lock), and
 //! a ring of output records the host prints from while the program runs.
 mod helpers;
+mod image;
 
-use super::thread::{append, Thread};
-use crate::abi::script::{self, record, FunctionName, ScriptArea, ScriptCtx, ScriptImage, TableShape};
+use super::thread::chunk::Thread;
+use crate::abi::script::{self, record, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::{script_map, RuntimeVars, SCRIPT_AREA};
+use crate::base::data_file::append;
 use core::ptr::{read_volatile, write_volatile};
-use helpers::{emit, value_none};
+use helpers::{emit, value_none, Env};
+use image::{function, string, table_of};
 
 /// Where a stub saved the registers a probe reads: `u64` slots above the `rbp` it passes.
 #[derive(Clone, Copy)]
@@ -23,12 +27,12 @@ pub(super) struct Regs {
 }
 
 impl Regs {
-    /// The entry and exit stubs' (`stubs.rs`): arguments in rdi, rsi, rdx, rcx, r8, r9.
+    /// The entry and exit stubs' (`probes/entry_exit_stubs.rs`): arguments in rdi, rsi, rdx, rcx, r8, r9.
     pub fn function(at: *const u64) -> Regs {
         Regs { at, args: [5, 6, 7, 8, 4, 3], ret: 9 }
     }
 
-    /// The system-call stubs' (`syscalls.rs`): arguments in rdi, rsi, rdx, r10, r8, r9.
+    /// The system-call stubs' (`probes/syscalls.rs`): arguments in rdi, rsi, rdx, r10, r8, r9.
     pub fn syscall(at: *const u64) -> Regs {
         Regs { at, args: [5, 6, 7, 2, 4, 3], ret: 8 }
     }
@@ -37,27 +41,6 @@ impl Regs {
         // SAFETY: the stub saved every slot named here.
         unsafe { read_volatile(self.at.add(slot)) }
     }
-}
-
-/// What the helpers find through `ScriptCtx::runtime`. In C order, the fields callers often
-/// pass as constants (no call, no system call, no counter) each between two that vary: the
-/// compiler would store adjacent constants with a vector register.
-#[repr(C)]
-struct Env {
-    s: *const ScriptImage,
-    /// Stack pointer at the call's entry (its return address; 0: none).
-    call_rsp: u64,
-    area: *mut ScriptArea,
-    /// A system call's number plus 1 (0: a function's probe).
-    syscall: u64,
-    h: *const crate::abi::ThreadHeader,
-    /// Counter index of the probed function.
-    index: u64,
-    thread: usize,
-    /// Frames below the call.
-    below: u32,
-    /// Whether the system call returned.
-    returned: bool,
 }
 
 /// Where the probes of system call `nr` are: (entry list, return list), 0 for none.
@@ -144,7 +127,7 @@ unsafe fn start_handler(s: *const ScriptImage) {
 /// checked and holds busy.
 pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
     let regs = Regs::function(regs);
-    let v = super::vars();
+    let v = crate::base::vars::vars();
     // SAFETY: the fast path checked the thread's chunk and holds it busy.
     unsafe {
         if read_volatile(&(*v).script_off) == 0 {
@@ -159,7 +142,7 @@ pub(super) unsafe extern "C" fn script_enter(index: u64, rsp: u64, regs: *const 
 /// thread's.
 pub(super) unsafe extern "C" fn script_exit(word: u32, ticks: u64, rsp: u64, regs: *const u64, chunk: usize, list: u32) {
     let regs = Regs::function(regs);
-    let v = super::vars();
+    let v = crate::base::vars::vars();
     let index = u64::from(word & crate::abi::exit_word::INDEX);
     // SAFETY: as `script_enter`.
     unsafe {
@@ -417,23 +400,6 @@ unsafe fn area(t: &Thread, v: *const RuntimeVars, s: *const ScriptImage) -> Opti
     }
 }
 
-/// A map's table in `area`.
-unsafe fn table_of<'a>(area: *mut ScriptArea, shape: TableShape) -> &'a mut [u8] {
-    let len = script_map::table_size(shape.key_size as usize, shape.slot_size as usize, shape.max_entries);
-    // SAFETY: the image builder laid the tables out inside the area.
-    unsafe { core::slice::from_raw_parts_mut((area as *mut u8).add(shape.offset as usize), len) }
-}
-
-/// A string of the script image: (address, length).
-unsafe fn string(s: *const ScriptImage, offset: u32, len: u32) -> (*const u8, usize) {
-    // SAFETY: the image builder keeps every (offset, length) inside `strings`.
-    unsafe {
-        let end = (u64::from(offset) + u64::from(len)).min((*s).strings_len);
-        let start = u64::from(offset).min(end);
-        ((s as u64).wrapping_add((*s).strings as u64).wrapping_add(start) as *const u8, (end - start) as usize)
-    }
-}
-
 /// A C handler's `name` and `addr` of counter `index`'s probe, for system call `syscall` - 1
 /// (0: a function's): the name's NUL-terminated text (the builder ends every string with a
 /// NUL) and the function's or the site's address in the process.
@@ -455,9 +421,3 @@ unsafe fn handler_names(s: *const ScriptImage, index: u64, syscall: u64) -> (u64
         (text as u64, addr)
     }
 }
-
-unsafe fn function(s: *const ScriptImage, index: u64) -> Option<FunctionName> {
-    // SAFETY: a `FunctionName` per counter.
-    unsafe { (index < u64::from((*s).counter_count)).then(|| *((s as u64).wrapping_add((*s).functions as u64) as *const FunctionName).add(index as usize)) }
-}
-

@@ -1,6 +1,6 @@
 //! The entry and exit probe stubs, in assembly: their fast paths handle the common cases in a
 //! few dozen instructions with six registers saved; everything else goes to the Rust slow
-//! paths in `probes.rs` with every call-clobbered register saved.
+//! paths in `entry_exit.rs` with every call-clobbered register saved.
 //!
 //! Fast path of an entry: a call whose calling-context node exists (the one its parent's last
 //! call of the same function used, the node's one-entry cache; else found in the hash table),
@@ -361,10 +361,10 @@ global_asm!(
     "call lopi_exit_stub",
     "6:",
     "ret",
-    enter = sym super::probes::probe_enter,
-    exit = sym super::probes::probe_exit,
-    script_enter = sym super::script::script_enter,
-    script_exit = sym super::script::script_exit,
+    enter = sym super::entry_exit::probe_enter,
+    exit = sym super::entry_exit::probe_exit,
+    script_enter = sym crate::timing::script::script_enter,
+    script_exit = sym crate::timing::script::script_exit,
     v_tid = const offset_of!(RuntimeVars, tid_offset),
     v_hooks = const offset_of!(RuntimeVars, script_hooks),
     exit_index = const abi::exit_word::INDEX,
@@ -397,7 +397,7 @@ global_asm!(
 );
 
 extern "C" {
-    pub(super) fn lopi_calibration_probed(depth: u32, counter: u64);
-    pub(super) fn lopi_calibration_empty(depth: u32);
-    pub(super) fn lopi_calibration_fanout(depth: u32, counter: u64, second: u64);
+    pub(crate) fn lopi_calibration_probed(depth: u32, counter: u64);
+    pub(crate) fn lopi_calibration_empty(depth: u32);
+    pub(crate) fn lopi_calibration_fanout(depth: u32, counter: u64, second: u64);
 }

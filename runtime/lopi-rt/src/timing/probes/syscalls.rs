@@ -9,11 +9,16 @@
 //! while its child runs on the same thread pointer, maybe on another stack: the caller's
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
-use super::probes::{begin_entry, count_untimed, enter, pause_excess};
-use super::thread::{Child, Thread};
-use super::appkernel::{self, Saved};
-use super::{counter, cpus, script, vars, whatif};
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{count_untimed, counter, vars};
+use crate::timing::records::cpus;
+use crate::timing::script;
+use crate::timing::thread::calls::{begin_entry, enter, pause_excess};
+use crate::timing::thread::chunk::Thread;
+use crate::timing::thread::tree::Child;
+use crate::timing::whatif::appkernel::{self, Saved};
+use crate::timing::whatif::kernel_locks;
 use core::arch::global_asm;
 use core::mem::offset_of;
 use core::ptr::{read_volatile, write_volatile};
@@ -264,8 +269,8 @@ global_asm!(
 );
 
 extern "C" {
-    pub(super) fn lopi_calibration_syscall(counter: u32);
-    pub(super) fn lopi_calibration_syscall_empty();
+    pub(crate) fn lopi_calibration_syscall(counter: u32);
+    pub(crate) fn lopi_calibration_syscall_empty();
 }
 
 /// Before the system call `nr` (first arguments `arg0`, `arg1`; all its registers in `saved`)
@@ -282,8 +287,8 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         let kernel = read_volatile(&(*v).whatif);
         if kernel != 0 && kernel < abi::whatif::APP_KERNEL {
             // Waiting for the emulated kernel's lock is the program's time, not the probe's.
-            whatif::enter(&t, v, key, nr, arg0, arg1);
-            began = super::rdtsc();
+            kernel_locks::enter(&t, v, key, nr, arg0, arg1);
+            began = rdtsc();
         }
         let (list, _) = script::syscall_hooks(v, nr);
         if list != 0 {
@@ -333,7 +338,7 @@ unsafe fn ended(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64) {
             cpus::record_others(v, (*t.h).pid, (*t.h).tid);
             // The map as the process ends: readers name locks and sites in libraries it
             // loaded after its start (`dlopen`) by it.
-            super::maps::record(v, (*t.h).pid);
+            crate::timing::records::maps::record(v, (*t.h).pid);
         }
     }
 }
@@ -382,7 +387,7 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
             // A nested probe's; or a new child's (of clone, fork), which leaves the call to
             // its parent; or a call whose entry was counted untimed.
             if emulated {
-                whatif::exit(&t, v, key);
+                kernel_locks::exit(&t, v, key);
             }
             return;
         }
@@ -415,7 +420,7 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
         pause_excess(&t, tsc, false);
         if emulated {
             // After the call's end and the probe's own cost: the wait is the program's.
-            whatif::exit(&t, v, key);
+            kernel_locks::exit(&t, v, key);
         }
         write_volatile(&mut (*h).busy, 0);
     }

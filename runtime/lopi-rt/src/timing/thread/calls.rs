@@ -1,55 +1,18 @@
-//! The probes' slow paths, called by the stubs with every call-clobbered register saved.
-use super::thread::{Child, Thread};
-use super::{counter, mode_word, rdtsc, script, vars};
+//! How the probes' slow paths begin and end calls: the calling thread claimed (`busy`), the
+//! frames left without their exit closed, a call's frame opened under its parent's node and
+//! closed at its end, and what a slow path costs taken out of the open calls.
+use super::budget_state::switched_here;
+use super::chunk::Thread;
+use super::tree::Child;
 use crate::abi::{self, Frame, RuntimeVars};
-use core::arch::asm;
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{count_untimed, switched_function, vars};
 use core::ptr::{read_volatile, write_volatile};
-
-/// Counts a call that gets no frame of its own (no timing yet, a nested probe, a full stack,
-/// no node) in the function's shared counter, so that counts stay exact.
-#[inline(always)]
-pub(super) unsafe fn count_untimed(counter: u64) {
-    // SAFETY: `counter` is the function's counter slot in its module's RW segment.
-    unsafe { asm!("lock inc qword ptr [{}]", in(reg) counter, options(nostack)) };
-}
-
-/// True when the budget switched this module's function `index` to counting (a call that
-/// began before the switch still reaches the probes).
-unsafe fn switched(v: *const RuntimeVars, index: u64) -> bool {
-    // SAFETY: every counter index of this module has a mode word.
-    unsafe { index < (*v).counter_count && read_volatile(mode_word(v, index)) != abi::mode::TIMED }
-}
-
-/// True when `func` names a function of this module that the budget switched to counting.
-pub(super) unsafe fn switched_function(v: *const RuntimeVars, func: u64) -> bool {
-    let first = counter(0);
-    // SAFETY: forwarded.
-    func >= first && (func - first) % 8 == 0 && unsafe { switched(v, (func - first) / 8) }
-}
-
-/// Entry probe: `index` is the function's counter index (the counter's address is its name
-/// in context trees), `rsp` the stack pointer at its entry, `regs` the registers the stub
-/// saved. The function's script probes run before its frame opens, so that their time is
-/// not the call's.
-pub(super) unsafe extern "C" fn probe_enter(index: u64, rsp: u64, regs: *const u64) {
-    let v = vars();
-    let counter = counter(index);
-    // SAFETY: see `begin_entry`.
-    unsafe {
-        let Some((t, began)) = begin_entry(v, counter, rsp) else { return };
-        let (list, _) = script::hooks(v, index);
-        if list != 0 {
-            script::run(&t, v, list, index, script::Regs::function(regs), rsp, (*t.h).depth, script::Side::Entry);
-        }
-        enter(&t, v, counter, counter, rsp, began);
-        write_volatile(&mut (*t.h).busy, 0);
-    }
-}
 
 /// The calling thread, made busy: `None`, with the call counted in the shared counter `slot`
 /// (if any), when the thread has no state yet or a probe of it is running (a signal handler
 /// interrupted it). The caller clears `busy`.
-pub(super) unsafe fn claim(v: *const RuntimeVars, slot: Option<u64>) -> Option<Thread> {
+pub(crate) unsafe fn claim(v: *const RuntimeVars, slot: Option<u64>) -> Option<Thread> {
     // SAFETY: see `Thread::current`; `busy` keeps a signal handler's probes off the state
     // the probe is changing. The header is only accessed through the raw pointer.
     unsafe {
@@ -74,7 +37,7 @@ pub(super) unsafe fn claim(v: *const RuntimeVars, slot: Option<u64>) -> Option<T
 /// begins: the calling thread, claimed, with the frames at or below `key` closed (left without
 /// their exit: longjmp, exceptions, a signal handler's), and the TSC read then. The first
 /// probe inside an unclocked call reads its start. `None` as for [`claim`].
-pub(super) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> Option<(Thread, u64)> {
+pub(crate) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> Option<(Thread, u64)> {
     // SAFETY: the claimed thread's frames are below `depth`.
     unsafe {
         let t = claim(v, Some(slot))?;
@@ -93,7 +56,7 @@ pub(super) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> 
 /// claimed, with the frames above `key` closed, and the thread clock at `tsc`. `None` when the
 /// thread has no state or a probe of it is running: its entry was skipped too (and counted
 /// there), or it ends unmatched later. The caller clears `busy`.
-pub(super) unsafe fn begin_exit(v: *const RuntimeVars, key: u64, tsc: u64) -> Option<(Thread, u64)> {
+pub(crate) unsafe fn begin_exit(v: *const RuntimeVars, key: u64, tsc: u64) -> Option<(Thread, u64)> {
     // SAFETY: as in `begin_entry`.
     unsafe {
         let t = claim(v, None)?;
@@ -110,7 +73,7 @@ pub(super) unsafe fn begin_exit(v: *const RuntimeVars, key: u64, tsc: u64) -> Op
 /// adding a node and checking the budget (`heavy`) are taken out whole. Returns the TSC it
 /// read, which an entry takes as its call's start (one clock read less: what is left of the
 /// probe is a few stores).
-pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) -> u64 {
+pub(crate) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) -> u64 {
     // SAFETY: the header is this thread's.
     unsafe {
         let h = t.h;
@@ -126,7 +89,7 @@ pub(super) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) -> u64 {
 
 /// When a call's frame starts.
 #[derive(Clone, Copy)]
-pub(super) enum Start {
+pub(crate) enum Start {
     /// The clock is read last, so that the probe's own work falls outside the call's time,
     /// and what the probe took beyond a fast path's cost is taken out of the open calls.
     Last,
@@ -139,7 +102,7 @@ pub(super) enum Start {
 
 /// Opens a frame for a call of `name` (a function's counter address, or a system call's
 /// name) at `rsp`; a call that gets no timed frame is counted in the shared counter `slot`.
-pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u64, rsp: u64, began: u64) {
+pub(crate) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u64, rsp: u64, began: u64) {
     // SAFETY: the caller holds `busy`.
     unsafe { enter_under(t, v, t.top_node(), name, slot, rsp, began, Start::Last) }
 }
@@ -147,7 +110,7 @@ pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, name: u64, slot: u
 /// [`enter`] with the call's node under `parent` (a lock call's site node, say), starting at
 /// `start`; `began` is the TSC when the probe began (unused when `Unclocked`).
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32, name: u64, slot: u64, rsp: u64, began: u64, start: Start) {
+pub(crate) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32, name: u64, slot: u64, rsp: u64, began: u64, start: Start) {
     // SAFETY: the caller holds `busy`; frames and nodes are this thread's.
     unsafe {
         let h = t.h;
@@ -194,47 +157,112 @@ pub(super) unsafe fn enter_under(t: &Thread, v: *const RuntimeVars, parent: u32,
     }
 }
 
-/// Exit probe: `rsp` is the stack pointer at the `ret` (or tail jump), `tsc` the TSC the stub
-/// read first, `word` what the probe pushed (`abi::exit_word`: the exiting function's counter
-/// index, or a site shared by several functions; a tail call marked), `regs` the registers the
-/// stub saved. The function's script probes run once its frame is closed, with the call's time.
-pub(super) unsafe extern "C" fn probe_exit(rsp: u64, tsc: u64, word: u32, regs: *const u64) {
-    let v = vars();
-    // SAFETY: see `begin_exit`.
-    unsafe {
-        let Some((t, now)) = begin_exit(v, rsp, tsc) else { return };
-        let h = t.h;
-        let depth = (*h).depth;
-        let shared = word & abi::exit_word::SHARED == abi::exit_word::SHARED;
-        let mut index = u64::from(word & abi::exit_word::INDEX);
-        if depth > 0 && (*t.frame(depth - 1)).rsp == rsp {
-            let top = *t.frame(depth - 1);
-            if shared {
-                // The frame's node names the function.
-                index = (*t.node(top.node)).func.wrapping_sub(counter(0)) / 8;
+impl Thread {
+    /// Ends the top frame at `now`.
+    pub unsafe fn close_top(&self, now: u64, kind: u32) {
+        // SAFETY: depth > 0 (callers check); node indices of timed frames are below node_count.
+        unsafe {
+            let h = self.h;
+            let depth = (*h).depth - 1;
+            (*h).depth = depth;
+            let f = *self.frame(depth);
+            if f.flags & abi::FRAME_UNTIMED != 0 {
+                return;
             }
-            let elapsed = if top.flags & (abi::FRAME_UNTIMED | abi::FRAME_UNCLOCKED) == 0 { now.saturating_sub(top.start_tsc) } else { 0 };
-            t.close_top(now, abi::EVENT_EXIT);
-            let (_, list) = script::hooks(v, index);
-            if list != 0 {
-                script::run_return(&t, v, list, index, word & abi::exit_word::TAIL != 0, script::Regs::function(regs), rsp, depth - 1, elapsed);
+            let n = self.node(f.node);
+            if kind == abi::EVENT_UNWIND && switched_function(vars(), (*n).func) {
+                // The budget switched its function while it ran: its exit is no longer
+                // probed, so when it ended is unknown. (A frame a forked child inherited is
+                // its parent's call.)
+                if f.flags & abi::FRAME_INHERITED == 0 {
+                    count_untimed((*n).func);
+                    (*h).switched_open += 1;
+                }
+                return;
             }
-        } else if switched(v, index) {
-            // Its function was switched to counting as this call began: its trampoline
-            // counted the entry, and no frame was made.
-        } else if depth == 0 {
-            // Every open frame is newer than this call: it began before timing started
-            // (an attach, or code run before the module's init).
-            (*h).early_exits += 1;
-        } else {
-            t.note_unmatched(if shared { 0 } else { counter(index) });
+            if kind == abi::EVENT_UNWIND && switched_here(self, (*n).func) {
+                // The same, for another module's function, which this thread's budget switched:
+                // its counter is that module's (which may be unloaded), so the call is counted
+                // in its node, as a call left without its exit probe, with no time.
+                if f.flags & abi::FRAME_INHERITED == 0 {
+                    (*n).calls += 1;
+                    if f.flags & abi::FRAME_MERGED == 0 {
+                        (*n).aux += 1;
+                    }
+                    (*h).switched_open += 1;
+                }
+                return;
+            }
+            let start = if f.flags & abi::FRAME_UNCLOCKED != 0 { now } else { f.start_tsc };
+            let dt = match now.checked_sub(start) {
+                Some(dt) => dt,
+                None => {
+                    (*h).clock_backwards += 1;
+                    0
+                }
+            };
+            if f.flags & abi::FRAME_INHERITED == 0 {
+                (*n).calls += 1;
+                // A system call's probes are not timing's cost (see `timing/budget.rs`).
+                if (*n).func & abi::syscall_name::TAG == 0 {
+                    (*h).timed_calls += 1;
+                }
+                if kind == abi::EVENT_UNWIND && f.flags & abi::FRAME_MERGED == 0 {
+                    (*n).aux += 1;
+                }
+            }
+            (*n).ticks = (*n).ticks.wrapping_add(dt);
+            if dt > (*n).max_ticks {
+                (*n).max_ticks = dt;
+            }
+            if f.flags & abi::FRAME_MERGED != 0 {
+                if f.flags & abi::FRAME_NESTED == 0 {
+                    (*n).aux = (*n).aux.wrapping_add(dt);
+                }
+                // The reader removes the probes' cost of a call from its ancestors through
+                // the tree; a merged call is not in the tree, so the clock of every call still
+                // open stops for that cost here. What then remains of its probes in the
+                // caller's self time is `inner` less than a tree child's (see the reader).
+                if depth > 0 {
+                    let below = *self.frame(depth - 1);
+                    if below.flags & abi::FRAME_UNTIMED == 0 {
+                        let p = self.node(below.node);
+                        (*p).merged_ticks = (*p).merged_ticks.wrapping_add(dt.saturating_sub((*h).probe_inner_ticks));
+                    }
+                }
+                self.pause((*h).probe_pair_ticks);
+            }
+            self.record(now, f.node, kind);
         }
-        (*h).last_tsc = now;
-        let check = tsc >= (*h).next_check_tsc;
-        if check {
-            super::budget::check(&t, v, tsc);
+    }
+
+    /// A probe at thread-clock time `now` inside an unclocked call (the top frame) is the first
+    /// sign that the call did more than find its lock free: its start is taken as now.
+    pub unsafe fn clock_unclocked_top(&self, now: u64) {
+        // SAFETY: depth <= stack_cap.
+        unsafe {
+            let depth = (*self.h).depth;
+            if depth > 0 {
+                let f = self.frame(depth - 1);
+                if (*f).flags & abi::FRAME_UNCLOCKED != 0 {
+                    (*f).start_tsc = now;
+                    (*f).flags ^= abi::FRAME_UNCLOCKED | abi::FRAME_CLOCKED_INSIDE;
+                }
+            }
         }
-        pause_excess(&t, tsc, check);
-        write_volatile(&mut (*h).busy, 0);
+    }
+
+    /// Frames whose stack pointer is below `rsp` (or at it, with `inclusive`) are gone.
+    pub unsafe fn unwind_to(&self, rsp: u64, now: u64, inclusive: bool) {
+        // SAFETY: depth <= stack_cap.
+        unsafe {
+            while (*self.h).depth > 0 {
+                let top = (*self.frame((*self.h).depth - 1)).rsp;
+                if top > rsp || (top == rsp && !inclusive) {
+                    break;
+                }
+                self.close_top(now, abi::EVENT_UNWIND);
+            }
+        }
     }
 }

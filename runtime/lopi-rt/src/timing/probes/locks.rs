@@ -10,13 +10,15 @@
 //! tid, read from the new `pthread_t`, which the kernel filled in before the call returned),
 //! a `pthread_setname_np` writes the name into the named thread's header (the kernel's copy
 //! of a thread's name is gone when it ends), a `pthread_exit` is counted when made.
-use super::probes::{claim, count_untimed, enter_under, pause_excess, Start};
-use super::thread::{Child, Thread};
-use super::{counter, rdtsc, vars};
-use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
 use crate::abi::lock_name::{Kind, Op, Outcome, Role};
 use crate::abi::script::lock_event;
-use super::script;
+use crate::abi::{self, lock_name, HeldLock, ThreadHeader};
+use crate::base::tsc::rdtsc;
+use crate::base::vars::{count_untimed, counter, vars};
+use crate::timing::script;
+use crate::timing::thread::calls::{claim, enter_under, pause_excess, Start};
+use crate::timing::thread::chunk::Thread;
+use crate::timing::thread::tree::Child;
 use core::ptr::{read_volatile, write_volatile};
 
 /// At a lock function's entry: `word` is its counter index and operation, `key` its entry
@@ -398,7 +400,7 @@ unsafe fn new_thread(v: *const abi::RuntimeVars, at: u64) -> Option<u64> {
 
 /// A `pthread_setname_np(thread, name)` call: the name, if the call will take it (at most 15
 /// bytes), goes into that thread's header, found through its control block's word that lopi
-/// owns (see `timing/mod.rs`) and checked against the thread's tid. A thread with no state yet
+/// owns (see `base/tcb.rs`) and checked against the thread's tid. A thread with no state yet
 /// reads its name when it makes it.
 unsafe fn rename(v: *const abi::RuntimeVars, thread: u64, name: u64) {
     // SAFETY: `thread` and `name` are the arguments glibc is about to use in the same way: the

@@ -3,15 +3,15 @@
 //! one's `comm` (a `NAMES_MAGIC` record). A thread renamed where no probe saw it (`prctl`
 //! with lock probes alone) is then reported by the name it was given, not the one its chunk
 //! read when it was made.
-use super::cpus::{proc_path, read_file};
-use super::thread::append;
+use super::procfs::{proc_path, read_file};
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
-use crate::sys;
+use crate::base::data_file::append;
+use crate::base::sys;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
 
 /// Appends the names of the `count` threads at `tids` of process `pid`.
-pub(super) unsafe fn record(v: *const RuntimeVars, pid: u32, tids: *const u32, count: usize) {
+pub(crate) unsafe fn record(v: *const RuntimeVars, pid: u32, tids: *const u32, count: usize) {
     let len = (abi::NAMES_HEADER_LEN + count as u64 * abi::NAMES_ENTRY_LEN).next_multiple_of(PAGE_SIZE);
     // SAFETY: `tids` holds `count` thread ids; the record is a fresh mapping of the data file
     // of the length asked for, each entry within it; only the bytes a read returned are read.

@@ -1,8 +1,8 @@
 //! The lock probes' stubs, in assembly: their fast paths handle an uncontended mutex's lock
 //! and unlock through the node caches the slow paths (`locks.rs`) fill; everything else goes
 //! to those slow paths with every call-clobbered register saved.
-use crate::abi::{self, lock_name, ContextNode, HeldLock, RuntimeVars, ThreadHeader};
 use crate::abi::lock_name::{Op, Outcome};
+use crate::abi::{self, lock_name, ContextNode, HeldLock, RuntimeVars, ThreadHeader};
 use core::arch::global_asm;
 use core::mem::offset_of;
 

@@ -1,6 +1,5 @@
-//! Emulated kernels (`lopi whatif`, `LOPI_WHATIF` in the program's environment; the
-//! application kernel is `appkernel.rs`): the system-call probes take a lock around each call, as a kernel under one giant lock
-//! (`giant-lock`), or one lock per subsystem (`subsystem-locks`), would, so that the program's
+//! Emulated kernels of locks: the system-call probes take a lock around each call, as a kernel
+//! under one giant lock (`giant-lock`), or one lock per subsystem (`subsystem-locks`), would, so that the program's
 //! threads queue for the kernel as they would there. The lock is a spinlock (the thesis's
 //! "spinning" column: each thread's spin time and contended acquisitions are kept in its
 //! header page) in the data file's first page, shared by every process recording into it, as a
@@ -9,10 +8,10 @@
 //! takes and drops it on its return, to finish. Only the calls the probes see are emulated
 //! (page faults and interrupts are not system calls; the real kernel's own locks still exist
 //! underneath).
-use super::thread::Thread;
-use super::rdtsc;
-use crate::abi::{self, whatif, whatif::Class, KernelLockState, RuntimeVars, PAGE_SIZE};
-use crate::sys;
+use crate::abi::{self, whatif, whatif::Class, KernelLockState, RuntimeVars};
+use crate::base::sys;
+use crate::base::tsc::rdtsc;
+use crate::timing::thread::chunk::Thread;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -21,47 +20,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 const FD_UNKNOWN: u8 = 0;
 const FD_QUICK: u8 = 1;
 const FD_SLEEPS: u8 = 2;
-const FD_TABLE: usize = 4096;
-
-/// Sets the emulation up from `LOPI_WHATIF` (`giant-lock` or `subsystem-locks`): maps the data
-/// file's first page, where the lock words are, and the file-descriptor table.
-pub(super) unsafe fn enable(v: *mut RuntimeVars, envp: *const *const u8) {
-    // SAFETY: envp is the process environment; the mappings are fresh.
-    unsafe {
-        let Some(value) = crate::getenv(envp, b"LOPI_WHATIF") else { return };
-        let mode = if starts(value, b"giant-lock\0") {
-            whatif::GIANT_LOCK
-        } else if starts(value, b"subsystem-locks\0") {
-            whatif::SUBSYSTEM_LOCKS
-        } else if starts(value, b"app-kernel\0") {
-            whatif::APP_KERNEL
-        } else if starts(value, b"app-kernel-spin\0") {
-            whatif::APP_KERNEL_SPIN
-        } else {
-            crate::write_stderr(b"lopi: LOPI_WHATIF is giant-lock, subsystem-locks, app-kernel or app-kernel-spin; no kernel emulated\n");
-            return;
-        };
-        let Some(fd) = super::thread::open_data_file(v) else { return };
-        let page = sys::call6(sys::MMAP, 0, PAGE_SIZE as usize, sys::PROT_READ_WRITE, sys::MAP_SHARED, fd, 0);
-        sys::call3(sys::CLOSE, fd, 0, 0);
-        let kinds = sys::call6(sys::MMAP, 0, FD_TABLE, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
-        if page <= 0 || kinds <= 0 {
-            return;
-        }
-        (*v).kernel_locks = page as u64 + whatif::LOCKS;
-        (*v).fd_kinds = kinds as u64;
-        if mode >= whatif::APP_KERNEL {
-            super::appkernel::enable(v, (page as u64 + whatif::KERNEL_CPU) as *const AtomicU32);
-        }
-        write_volatile(&mut (*v).whatif, mode);
-    }
-}
-
-/// True when the NUL-terminated `s` is `word` (which ends in NUL).
-unsafe fn starts(s: *const u8, word: &[u8]) -> bool {
-    // SAFETY: stops at the first difference, at the latest at s's NUL.
-    word.iter().enumerate().all(|(i, &b)| unsafe { read_volatile(s.add(i)) } == b)
-}
+pub(super) const FD_TABLE: usize = 4096;
 
 fn state(t: &Thread) -> *mut KernelLockState {
     (t.h as usize + abi::KERNEL_LOCK_STATE as usize) as *mut KernelLockState
@@ -73,7 +32,7 @@ fn lock(v: *const RuntimeVars, index: u32) -> &'static AtomicU32 {
 }
 
 /// Before system call `nr` (arguments `a0`, `a1`) at frame `key` of thread `t`.
-pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, key: u64, nr: u64, a0: u64, a1: u64) {
+pub(crate) unsafe fn enter(t: &Thread, v: *const RuntimeVars, key: u64, nr: u64, a0: u64, a1: u64) {
     // SAFETY: the header page is this thread's; `fd_kinds` is this process's table.
     unsafe {
         let s = state(t);
@@ -96,7 +55,7 @@ pub(super) unsafe fn enter(t: &Thread, v: *const RuntimeVars, key: u64, nr: u64,
 
 /// After the system call at frame `key` returned: drops the lock it holds, or takes and drops
 /// the one a sleeping call finishes under.
-pub(super) unsafe fn exit(t: &Thread, v: *const RuntimeVars, key: u64) {
+pub(crate) unsafe fn exit(t: &Thread, v: *const RuntimeVars, key: u64) {
     // SAFETY: as in `enter`.
     unsafe {
         let s = state(t);

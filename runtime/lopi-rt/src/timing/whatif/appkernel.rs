@@ -19,10 +19,10 @@
 //! Not modelled: a signal does not interrupt a forwarded call (its handler runs, the call goes
 //! on); a signal the kernel sends the caller of a failing call (`SIGPIPE`, `SIGXFSZ`) is
 //! passed on to it, others stay with the proxy.
-use super::rdtsc;
-use super::thread::Thread;
 use crate::abi::{self, whatif, ProxyState, RuntimeVars};
-use crate::sys;
+use crate::base::sys;
+use crate::base::tsc::rdtsc;
+use crate::timing::thread::chunk::Thread;
 use core::arch::asm;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
@@ -30,7 +30,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 /// The registers a system-call stub saved, from its frame pointer up.
 #[repr(C)]
-pub(super) struct Saved {
+pub(crate) struct Saved {
     pub rbp: u64,
     pub r11: u64,
     pub r10: u64,
@@ -120,8 +120,8 @@ unsafe fn spawn_proxy(stack: usize, mailbox: *mut Mailbox) -> isize {
 /// calls are the runtime's own: counted from registers (`own_calls`), the `exit` before it is
 /// made, without a time.
 unsafe fn proxy_exit(mapping: usize) -> ! {
-    crate::own_calls::count(SYS_EXIT, 0);
-    let munmap = crate::own_calls::entry_address(MUNMAP as u64);
+    crate::base::own_calls::count(SYS_EXIT, 0);
+    let munmap = crate::base::own_calls::entry_address(MUNMAP as u64);
     // SAFETY: nothing runs on the stack after the unmapping; the table entry is this module's.
     unsafe {
         asm!(
@@ -154,7 +154,7 @@ unsafe fn proxy_exit(mapping: usize) -> ! {
 /// Chooses the kernel's CPU (once for every process recording into the data file, in the
 /// word at `kernel_cpu` of its shared first page) and moves the calling thread off it, when
 /// it may run elsewhere; the threads it makes inherit that.
-pub(super) unsafe fn enable(v: *mut RuntimeVars, kernel_cpu: *const AtomicU32) {
+pub(crate) unsafe fn enable(v: *mut RuntimeVars, kernel_cpu: *const AtomicU32) {
     let mut mask = MaybeUninit::<[u64; MASK_WORDS]>::uninit();
     // SAFETY: the kernel writes `n` bytes of the mask, whole words; only those are read and
     // given back. The word lies in the shared page.
@@ -182,7 +182,7 @@ fn proxy_state(t: &Thread) -> *mut ProxyState {
 
 /// Makes the call whose registers `saved` holds on the thread's proxy: true when it did (the
 /// result in `saved.rax`), false when the call runs in place.
-pub(super) unsafe fn forward(t: &Thread, v: *const RuntimeVars, saved: *mut Saved) -> bool {
+pub(crate) unsafe fn forward(t: &Thread, v: *const RuntimeVars, saved: *mut Saved) -> bool {
     // SAFETY: `saved` is the stub's frame; the proxy state lies in the thread's header page;
     // the mailbox stays mapped while the thread lives (its proxy unmaps it when it ends).
     unsafe {
@@ -230,7 +230,7 @@ pub(super) unsafe fn forward(t: &Thread, v: *const RuntimeVars, saved: *mut Save
 }
 
 /// The thread is ending (`exit`): so does its proxy.
-pub(super) unsafe fn caller_exits(t: &Thread) {
+pub(crate) unsafe fn caller_exits(t: &Thread) {
     // SAFETY: as in `forward`.
     unsafe {
         let m = read_volatile(&raw const (*proxy_state(t)).mailbox) as *const Mailbox;
@@ -272,7 +272,7 @@ unsafe fn mailbox(t: &Thread, v: *const RuntimeVars) -> Option<*mut Mailbox> {
         sys::call6(RT_SIGPROCMASK, SIG_SETMASK, &raw const all as usize, &raw mut old as usize, 8, 0, 0);
         let start = rdtsc();
         let tid = spawn_proxy(base as usize + PROXY_MAPPING, m);
-        crate::own_calls::count(CLONE, rdtsc().saturating_sub(start));
+        crate::base::own_calls::count(CLONE, rdtsc().saturating_sub(start));
         sys::call6(RT_SIGPROCMASK, SIG_SETMASK, &raw const old as usize, 0, 8, 0, 0);
         if tid <= 0 {
             sys::call3(sys::MUNMAP, base as usize, PROXY_MAPPING, 0);

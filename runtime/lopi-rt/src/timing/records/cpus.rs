@@ -1,22 +1,21 @@
 //! The CPU time threads used, for the multiprocessor breakdown: the kernel forgets a thread's
 //! times when it ends, so a thread's `exit` probe reads its own, and an `exit_group` probe
 //! also records those of the threads it is about to end (a `CPUS_MAGIC` record).
-use super::thread::append;
+use super::names;
+use super::procfs::{proc_path, read_file};
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
-use crate::sys;
+use crate::base::data_file::append;
+use crate::base::sys;
 use core::mem::MaybeUninit;
 use core::ptr::{read_volatile, write_volatile};
 
 /// Threads recorded at most (a process with more loses the rest's times, said by their absence).
 const MAX_THREADS: usize = 4096;
-/// Buffers the syscalls fill: uninitialised, since zeroing them would take vector stores,
-/// which the probe stubs do not save.
-pub(super) const TEXT: usize = 1024;
 
 /// The calling thread's user and kernel CPU time in ns: its exact CPU time (its CPU clock),
 /// split as `getrusage(RUSAGE_THREAD)` splits it. (getrusage alone trails the clock by up to
 /// a tick: the running thread's time since the scheduler last looked is not in it.)
-pub(super) fn own_times() -> Option<(u64, u64)> {
+pub(crate) fn own_times() -> Option<(u64, u64)> {
     // struct rusage starts with ru_utime and ru_stime, each {tv_sec, tv_usec}; 18 longs in all.
     let mut usage = MaybeUninit::<[u64; 18]>::uninit();
     // SAFETY: the kernel writes the whole struct on success.
@@ -69,7 +68,7 @@ fn cpu_clock(clock: usize) -> Option<u64> {
 }
 
 /// How many CPUs thread `tid` (0: the caller) may run on; 0 if unknown.
-pub(super) fn allowed(tid: u32) -> u32 {
+pub(crate) fn allowed(tid: u32) -> u32 {
     let mut mask = MaybeUninit::<[u64; 16]>::uninit();
     // SAFETY: the kernel writes `n` bytes of the mask, whole words; only those are read.
     unsafe {
@@ -78,51 +77,6 @@ pub(super) fn allowed(tid: u32) -> u32 {
         let mask = mask.as_ptr() as *const u64;
         (0..words.min(16)).map(|i| read_volatile(mask.add(i)).count_ones()).sum()
     }
-}
-
-/// Reads the file at the NUL-terminated `path` into `buf`; the bytes read.
-pub(super) unsafe fn read_file<'a>(path: &[u8], buf: &'a mut MaybeUninit<[u8; TEXT]>) -> Option<&'a [u8]> {
-    // SAFETY: a descriptor of our own; only the bytes the kernel wrote are read back.
-    unsafe {
-        let fd = sys::call3(sys::OPEN, path.as_ptr() as usize, sys::O_RDONLY | sys::O_CLOEXEC, 0);
-        if fd < 0 {
-            return None;
-        }
-        let n = sys::call3(sys::READ, fd as usize, buf.as_mut_ptr() as usize, TEXT);
-        sys::call3(sys::CLOSE, fd as usize, 0, 0);
-        Some(core::slice::from_raw_parts(buf.as_ptr() as *const u8, usize::try_from(n).ok()?.min(TEXT)))
-    }
-}
-
-/// `/proc/thread-self/NAME` (tid 0) or `/proc/self/task/TID/NAME`, NUL-terminated, in `out`.
-pub(super) fn proc_path<'a>(tid: u32, name: &[u8], out: &'a mut MaybeUninit<[u8; 64]>) -> &'a [u8] {
-    let out = out.as_mut_ptr() as *mut u8;
-    let mut len = 0;
-    let mut push = |b: u8| {
-        if len < 63 {
-            // SAFETY: within the 64-byte buffer.
-            unsafe { write_volatile(out.add(len), b) };
-            len += 1;
-        }
-    };
-    let prefix: &[u8] = if tid == 0 { b"/proc/thread-self/" } else { b"/proc/self/task/" };
-    prefix.iter().for_each(|&b| push(b));
-    if tid != 0 {
-        let mut digits = [0u8; 10];
-        let mut n = tid;
-        let mut i = 0;
-        while n > 0 || i == 0 {
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            i += 1;
-        }
-        (0..i).rev().for_each(|j| push(digits[j]));
-        push(b'/');
-    }
-    name.iter().for_each(|&b| push(b));
-    push(0);
-    // SAFETY: `len` bytes were written.
-    unsafe { core::slice::from_raw_parts(out, len) }
 }
 
 fn number(field: &[u8]) -> Option<u64> {
@@ -146,7 +100,7 @@ fn schedstat(tid: u32, index: usize) -> Option<u64> {
 }
 
 /// Ns thread `tid` (0: the caller) spent runnable, waiting for a CPU.
-pub(super) fn runq_wait(tid: u32) -> Option<u64> {
+pub(crate) fn runq_wait(tid: u32) -> Option<u64> {
     schedstat(tid, 1)
 }
 
@@ -169,7 +123,7 @@ fn times_of(tid: u32) -> Option<(u64, u64)> {
 /// At `exit_group` by thread `caller` of process `pid`: a `CPUS_MAGIC` record of the CPU
 /// times of the process's other threads, which the call ends without a probe of their own,
 /// and a `NAMES_MAGIC` record of their names.
-pub(super) unsafe fn record_others(v: *const RuntimeVars, pid: u32, caller: u32) {
+pub(crate) unsafe fn record_others(v: *const RuntimeVars, pid: u32, caller: u32) {
     // SAFETY: raw syscalls on private buffers and descriptors of our own; the record is a
     // fresh mapping of the data file of the length asked for.
     unsafe {
@@ -199,7 +153,7 @@ pub(super) unsafe fn record_others(v: *const RuntimeVars, pid: u32, caller: u32)
                 write_volatile((at + 16) as *mut u32, pid);
                 sys::call3(sys::MUNMAP, at, len as usize, 0);
             }
-            super::names::record(v, pid, tids, count);
+            names::record(v, pid, tids, count);
         }
         sys::call3(sys::MUNMAP, tids as usize, MAX_THREADS * 4, 0);
     }

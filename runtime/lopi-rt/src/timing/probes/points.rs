@@ -1,8 +1,9 @@
 //! Probes at any instruction (a script's `addr:` and `func:NAME+OFF` points): the stub saves
 //! every register and the flags (the code around the point may use any of them), and the slow
 //! path runs the probes hooked to the site's counter with the registers as they were.
-use super::thread::Thread;
-use super::{script, vars};
+use crate::base::vars::vars;
+use crate::timing::script;
+use crate::timing::thread::chunk::Thread;
 use core::arch::global_asm;
 use core::ptr::{read_volatile, write_volatile};
 

@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 const WORDS: usize = (own_calls::LEN / 8) as usize;
 
 fn table() -> usize {
-    (crate::timing::vars() as usize).wrapping_sub(own_calls::LEN as usize)
+    (super::vars::vars() as usize).wrapping_sub(own_calls::LEN as usize)
 }
 
 /// Entry `nr`'s two words.
@@ -45,7 +45,7 @@ pub(crate) fn entry_address(nr: u64) -> usize {
 pub(crate) fn carried_over(map: impl FnOnce() -> isize) -> isize {
     let mut copy = MaybeUninit::<[u64; WORDS]>::uninit();
     // SAFETY: the table is `LEN` bytes; the copy is as large; they do not overlap.
-    unsafe { crate::timing::copy(copy.as_mut_ptr() as usize, table(), own_calls::LEN as usize) };
+    unsafe { super::mem::copy(copy.as_mut_ptr() as usize, table(), own_calls::LEN as usize) };
     let mapped = map();
     if mapped < 0 {
         return mapped;

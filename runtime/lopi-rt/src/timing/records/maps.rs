@@ -1,15 +1,16 @@
 //! The process's memory map, recorded at start-up by a module with lock probes and again at
 //! the process's `exit_group`: readers name locks (static data) and call sites in modules that
 //! have no probes by it (the last record of a process wins: it has the libraries loaded later).
-use super::thread::{append, copy};
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
-use crate::sys;
+use crate::base::data_file::append;
+use crate::base::mem::copy;
+use crate::base::sys;
 
 /// Most of `/proc/self/maps` kept (a process with thousands of mappings loses the rest).
 const MAX_TEXT: usize = 1 << 20;
 
 /// Appends a `MAPS_MAGIC` record of `/proc/self/maps` for process `pid`.
-pub(super) unsafe fn record(v: *const RuntimeVars, pid: u32) {
+pub(crate) unsafe fn record(v: *const RuntimeVars, pid: u32) {
     // SAFETY: raw syscalls on a private buffer and a descriptor of our own; the record is a
     // fresh mapping of the data file of the length asked for.
     unsafe {

@@ -1,0 +1,62 @@
+//! Copying memory without libc: `copy` for the runtime's own copies, and the `mem*` functions
+//! the compiler may emit calls to.
+use core::arch::asm;
+
+/// Copies `len` bytes between regions that do not overlap. Not `memcpy`: a call of the
+/// exported symbol may go through a GOT slot, which the flat blob cannot have.
+pub(crate) unsafe fn copy(dst: usize, src: usize, len: usize) {
+    // SAFETY: the caller's ranges are mapped and disjoint.
+    unsafe { core::arch::asm!("rep movsb", inout("rcx") len => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags)) };
+}
+
+// The compiler may emit calls to these; the blob has no libc to provide them. `rep` string
+// instructions keep LLVM from recognising the loops and calling these functions recursively.
+
+#[no_mangle]
+pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: the caller guarantees non-overlapping valid ranges (memcpy contract).
+    unsafe { asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags)) };
+    dst
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: memmove contract; copy backwards (std) when the ranges overlap that way.
+    unsafe {
+        if (dst as usize) <= (src as usize) || (dst as usize) >= (src as usize + n) {
+            asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags));
+        } else {
+            asm!("std", "rep movsb", "cld",
+                inout("rcx") n => _, inout("rdi") dst.add(n).wrapping_sub(1) => _, inout("rsi") src.add(n).wrapping_sub(1) => _,
+                options(nostack));
+        }
+    }
+    dst
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
+    // SAFETY: memset contract.
+    unsafe { asm!("rep stosb", inout("rcx") n => _, inout("rdi") dst => _, in("al") c as u8, options(nostack, preserves_flags)) };
+    dst
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    let mut i = 0;
+    while i < n {
+        // SAFETY: memcmp contract: both ranges are valid for n bytes.
+        let (x, y) = unsafe { (core::ptr::read_volatile(a.add(i)), core::ptr::read_volatile(b.add(i))) };
+        if x != y {
+            return x as i32 - y as i32;
+        }
+        i += 1;
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    // SAFETY: same contract as memcmp.
+    unsafe { memcmp(a, b, n) }
+}

@@ -1,0 +1,11 @@
+//! The probes, one kind per file, each importing only the layers below (`thread/`, `script/`,
+//! `whatif/`, `records/`, `budget.rs`, `base/`), never another kind: the entry and exit
+//! probes (`entry_exit_stubs.rs`, their assembly fast paths; `entry_exit.rs`, their slow paths),
+//! system-call probes (`syscalls.rs`), lock-operation probes (`lock_stubs.rs`, `locks.rs`) and
+//! an instruction's probes (`points.rs`). A stub names its slow path's symbol.
+pub(crate) mod entry_exit;
+pub(crate) mod entry_exit_stubs;
+pub(crate) mod lock_stubs;
+pub(crate) mod locks;
+pub(crate) mod points;
+pub(crate) mod syscalls;
