@@ -153,6 +153,27 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Two threads of kernel work on one CPU under the emulated giant lock: a kernel's lock holder
+/// is never preempted, so a uniprocessor kernel never spins. The waiter gives its CPU to a
+/// holder preempted on it, and that time is no spin (the emulation spun 85% of the run here).
+#[test]
+fn one_cpu_under_the_giant_lock_hardly_spins() {
+    let dir = fresh_dir("whatif_one_cpu");
+    let prog = build_mpbench(&dir);
+    let out = run(
+        Command::new(lopi_bin()).args(["whatif", "--kernel", "giant-lock", "--cpus", "1", "--runs", "1", "--format", "json", "--"]).arg(&prog).args(["2", "60000", "352"]),
+        common::default_timeout(),
+    )
+    .unwrap();
+    assert!(out.status.success(), "lopi whatif failed: {}\n{}", out.describe_status(), out.stderr_str());
+    let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
+    let one = &json["giant-lock"]["one_cpu"];
+    let ns = |k: &str| one[k].as_f64().unwrap();
+    let spin = ns("kernel_lock_spin_ns") / (ns("user_ns") + ns("kernel_ns") + ns("lock_spin_ns") + ns("kernel_lock_spin_ns"));
+    assert!(spin < 0.05, "the giant lock spun {:.1}% of the CPU time on one CPU: {json}", 100.0 * spin);
+    cleanup(&dir);
+}
+
 #[test]
 fn a_holder_asleep_in_an_unexpected_call_does_not_hang_the_program() {
     let dir = fresh_dir("whatif_fifo");

@@ -24,6 +24,7 @@ pub const SCHED_GETAFFINITY: usize = 204;
 pub const GETDENTS64: usize = 217;
 pub const FSTAT: usize = 5;
 pub const KILL: usize = 62;
+pub const SCHED_YIELD: usize = 24;
 pub const TGKILL: usize = 234;
 pub const PRCTL: usize = 157;
 pub const PR_GET_NAME: usize = 16;

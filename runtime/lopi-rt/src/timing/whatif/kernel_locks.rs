@@ -71,8 +71,11 @@ pub(crate) unsafe fn exit(t: &Thread, v: *const RuntimeVars, key: u64) {
     }
 }
 
-/// Spins until the lock is this thread's; the spin is counted. A holder that died (killed
-/// inside a system call) is taken over. After `GIVE_UP_SECONDS` of spinning the call goes on
+/// Spins until the lock is this thread's; the spin is counted. A kernel's lock holder is never
+/// preempted, a thread here may be: after `SPIN_BURST_PER_S` of a second of spinning the
+/// waiter gives its CPU away (`sched_yield`), so that a holder preempted on it runs and drops
+/// the lock, and the time the waiter was off its CPU is no spin (a uniprocessor kernel never
+/// spins). A holder that died (killed inside a system call) is taken over. After `GIVE_UP_SECONDS` of spinning the call goes on
 /// without the lock (false), flagged in the thread's state: a holder is asleep in a call taken
 /// for one that cannot sleep (opening a FIFO, say), and waiting longer could hang the program.
 unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) -> bool {
@@ -84,7 +87,11 @@ unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) -> bool {
     }
     let began = rdtsc();
     // SAFETY: `v` is this module's variables page.
-    let give_up = unsafe { (*v).tsc_hz }.saturating_mul(GIVE_UP_SECONDS);
+    let hz = unsafe { (*v).tsc_hz };
+    let give_up = hz.saturating_mul(GIVE_UP_SECONDS);
+    let (burst, ran) = (hz / SPIN_BURST_PER_S, hz / YIELD_RAN_PER_S);
+    let mut burst_began = began;
+    let mut off_cpu: u64 = 0;
     let mut spins: u32 = 0;
     let mut taken = true;
     loop {
@@ -95,6 +102,16 @@ unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) -> bool {
                 break;
             }
         } else {
+            let now = rdtsc();
+            if now.wrapping_sub(burst_began) > burst {
+                // SAFETY: sched_yield has no arguments and no effect on memory.
+                unsafe { sys::call3(sys::SCHED_YIELD, 0, 0, 0) };
+                burst_began = rdtsc();
+                let away = burst_began.wrapping_sub(now);
+                if away > ran {
+                    off_cpu = off_cpu.wrapping_add(away);
+                }
+            }
             spins = spins.wrapping_add(1);
             // kill(owner, 0): ESRCH once no such thread is left.
             // SAFETY: signal 0 sends nothing.
@@ -117,10 +134,18 @@ unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) -> bool {
         let count = (waits & !gave_up).wrapping_add(1) & !gave_up;
         let flag = (waits & gave_up) | if taken { 0 } else { gave_up };
         write_volatile(&raw mut (*s).waits, count | flag);
-        write_volatile(&raw mut (*s).spin_ticks, read_volatile(&raw const (*s).spin_ticks).wrapping_add(rdtsc().wrapping_sub(began)));
+        let spun = rdtsc().wrapping_sub(began).saturating_sub(off_cpu);
+        write_volatile(&raw mut (*s).spin_ticks, read_volatile(&raw const (*s).spin_ticks).wrapping_add(spun));
     }
     taken
 }
+
+/// A waiter spins for a 50,000th of a second (20 us: a kernel's critical sections are shorter)
+/// before it gives its CPU away.
+const SPIN_BURST_PER_S: u64 = 50_000;
+
+/// A `sched_yield` that took longer than a 500,000th of a second (2 us) ran another thread.
+const YIELD_RAN_PER_S: u64 = 500_000;
 
 /// Seconds of spinning for the emulated lock before a call goes on without it.
 const GIVE_UP_SECONDS: u64 = 2;
