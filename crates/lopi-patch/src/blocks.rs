@@ -12,49 +12,8 @@ use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
 
+pub use crate::block_graph::{Block, BlockOutcome, Edge, FunctionBlocks};
 pub use crate::implied::{implications, Implication};
-
-/// Where control goes from a block's end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Edge {
-    /// Falls through into the next block.
-    Next(u64),
-    /// A direct jump, conditional or not, to a block of the function.
-    Jump(u64),
-    /// An indirect jump: to any of the function's jump-table entries.
-    Table,
-    /// Returns, tail-calls or jumps out of the function.
-    Leaves,
-}
-
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Block {
-    pub start: u64,
-    pub end: u64,
-    pub instructions: u32,
-    pub edges: Vec<Edge>,
-    /// It calls (or traps): the call may not return, so running it does not imply its end.
-    pub calls: bool,
-}
-
-/// What a probe at a block's start would be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum BlockOutcome {
-    Probed(Tactic),
-    Skipped(SkipReason),
-}
-
-/// A function's blocks, in address order (its entry first when it lies lowest), or why its
-/// graph is not known.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct FunctionBlocks {
-    pub function: usize,
-    /// The function's address: its entry block's start.
-    pub entry: u64,
-    pub blocks: Result<Vec<(Block, BlockOutcome)>, UntimedReason>,
-    /// Where its indirect jumps may go (its jump tables' entries): the targets of `Edge::Table`.
-    pub table: Vec<u64>,
-}
 
 /// The control-flow graph of the function at `index` (ending at `end`).
 pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, index: usize, end: u64) -> Result<(Vec<Block>, Vec<u64>), UntimedReason> {

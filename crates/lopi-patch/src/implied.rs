@@ -13,7 +13,7 @@
 //! blocks it dominates did (every path from it stays among the blocks it dominates until a probe,
 //! and a loop's way back leaves the block it starts from, so it has a probe). Coverage probes
 //! (`--probe coverage`) go only where that does not hold.
-use crate::blocks::{Block, BlockOutcome, Edge, FunctionBlocks};
+use crate::block_graph::{Block, BlockOutcome, Edge, FunctionBlocks};
 use std::collections::HashMap;
 
 /// What the probed blocks tell of a block without a probe.

@@ -11,6 +11,7 @@
 //! 4. otherwise the function is skipped, with the reason.
 #![forbid(unsafe_code)]
 
+mod block_graph;
 pub mod blocks;
 pub use points::PointError;
 mod implied;
