@@ -90,22 +90,25 @@ pub fn library_named(path: &str, name: &str) -> bool {
     file == name || file.strip_prefix(name).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-')) || soname(path).as_deref() == Some(name)
 }
 
-/// The `DT_SONAME` of the ELF file at `path`, if it has one.
+/// The `DT_SONAME` of the ELF file at `path`, if it has one. Only the headers, the dynamic
+/// section and the name are read: every library of a process may be asked (cmake's libicudata
+/// is 30 MB).
 fn soname(path: &str) -> Option<String> {
     use object::read::elf::{Dyn, FileHeader, ProgramHeader};
-    let data = std::fs::read(path).ok()?;
-    let header = object::elf::FileHeader64::<object::Endianness>::parse(&*data).ok()?;
+    use object::ReadRef;
+    let cache = object::ReadCache::new(std::fs::File::open(path).ok()?);
+    let data = &cache;
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
     let endian = header.endian().ok()?;
-    let segments = header.program_headers(endian, &*data).ok()?;
-    let dynamic = segments.iter().find_map(|p| p.dynamic(endian, &*data).ok().flatten())?;
+    let segments = header.program_headers(endian, data).ok()?;
+    let dynamic = segments.iter().find_map(|p| p.dynamic(endian, data).ok().flatten())?;
     let strtab = dynamic.iter().find(|d| d.tag32(endian) == Some(object::elf::DT_STRTAB))?.d_val(endian);
     let name = dynamic.iter().find(|d| d.tag32(endian) == Some(object::elf::DT_SONAME))?.d_val(endian);
     // DT_STRTAB is an address: the file offset of the segment that holds it.
     let at = segments.iter().find(|p| p.p_type(endian) == object::elf::PT_LOAD && (p.p_vaddr(endian)..p.p_vaddr(endian) + p.p_filesz(endian)).contains(&strtab))?;
-    let offset = usize::try_from(strtab - at.p_vaddr(endian) + at.p_offset(endian) + name).ok()?;
-    let bytes = data.get(offset..)?;
-    let end = bytes.iter().position(|&b| b == 0)?;
-    String::from_utf8(bytes[..end].to_vec()).ok()
+    let offset = strtab - at.p_vaddr(endian) + at.p_offset(endian) + name;
+    let bytes = data.read_bytes_at_until(offset..offset.saturating_add(4096), 0).ok()?;
+    String::from_utf8(bytes.to_vec()).ok()
 }
 
 /// The path of the module a request names, as `/proc/PID/maps` shows it.
