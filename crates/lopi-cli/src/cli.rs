@@ -6,6 +6,7 @@ use crate::{coverage, demo, handler, live, whatif};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use lopi_cache::PlanCache;
+use lopi_image::Recording;
 use lopi_patch::{Filter, Probes};
 use std::path::PathBuf;
 
@@ -53,7 +54,7 @@ pub(crate) enum Command {
         #[arg(long)]
         trace: bool,
         #[command(flatten)]
-        budget: Budget,
+        timing: Timing,
     },
     /// Which blocks and source lines ran, from a record made with --probe block: per function
     /// and per source file (lines from DWARF, the file's or its debug file's).
@@ -112,7 +113,7 @@ pub(crate) enum Command {
         #[arg(long)]
         trace: bool,
         #[command(flatten)]
-        budget: Budget,
+        timing: Timing,
         /// Print nothing; lopi exits as the program did (same code or signal).
         #[arg(short, long)]
         quiet: bool,
@@ -134,7 +135,7 @@ pub(crate) enum Command {
         #[arg(long)]
         trace: bool,
         #[command(flatten)]
-        budget: Budget,
+        timing: Timing,
         /// Detach after this long (10s, 500ms, 2m) [default: on Ctrl-C].
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
@@ -349,7 +350,7 @@ pub(crate) struct LiveSelect {
 }
 
 impl LiveSelect {
-    pub(crate) fn probes(self, trace: bool, budget: Budget, cache: Option<PlanCache>) -> Result<live::Probes> {
+    pub(crate) fn probes(self, trace: bool, timing: Timing, cache: Option<PlanCache>) -> Result<live::Probes> {
         let mut probes = probe_set(&self.probe)?;
         probes.exits |= trace;
         probes.entries |= trace;
@@ -361,8 +362,8 @@ impl LiveSelect {
             }
             None => None,
         };
-        let budget_ppm = budget.ppm(probes.exits)?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, trace, budget_ppm, cache, script, count_only: Vec::new(), record: None })
+        let recording = timing.recording(trace, probes, script.is_some())?;
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, recording, cache, script, count_only: Vec::new(), record: None })
     }
 }
 
@@ -388,9 +389,9 @@ fn probe_set(probe: &[Probe]) -> Result<Probes> {
     Ok(probes)
 }
 
-/// `--budget`: how much timing may slow the program down.
+/// `--budget` and `--time`: how much timing may slow the program down, and how it measures.
 #[derive(clap::Args, Clone, Copy)]
-pub(crate) struct Budget {
+pub(crate) struct Timing {
     /// Keep timing's cost within this share of the run time (5%, 2.5): the probes measure which
     /// timed functions are so short and frequent that timing them costs more, and switch those
     /// to counting as the program runs (their time then shows in their callers' self time;
@@ -398,14 +399,47 @@ pub(crate) struct Budget {
     /// environment overrides it.
     #[arg(long, value_name = "PERCENT", value_parser = parse_budget)]
     budget: Option<u32>,
+    /// How --probe entry,exit times calls: `exact` reads the clock at every entry and exit;
+    /// `sampled` keeps every call's count and calling context exact and attributes each
+    /// thread's CPU time by sampling it (--sample-hz), at a fraction of exact timing's cost.
+    #[arg(long, value_enum, default_value_t = TimeMode::Exact)]
+    time: TimeMode,
+    /// Samples per second of each thread's CPU time, with --time sampled.
+    #[arg(long, value_name = "HZ", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    sample_hz: u32,
 }
 
-impl Budget {
-    pub(crate) fn ppm(self, timing: bool) -> Result<u32> {
-        match self.budget {
-            Some(_) if !timing => bail!("--budget limits the cost of timing: use it with --probe entry,exit"),
-            budget => Ok(budget.unwrap_or(0)),
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum TimeMode {
+    Exact,
+    Sampled,
+}
+
+impl Timing {
+    /// What the probes record, checked against the probes chosen (`scripted`: a probe script
+    /// or C handler runs in them).
+    pub(crate) fn recording(self, trace: bool, probes: Probes, scripted: bool) -> Result<Recording> {
+        let timed = probes.exits;
+        if self.budget.is_some() && !timed {
+            bail!("--budget limits the cost of timing: use it with --probe entry,exit");
         }
+        let sample_hz = match self.time {
+            TimeMode::Exact => 0,
+            TimeMode::Sampled => {
+                let clash = [
+                    (!timed, "it times calls: use it with --probe entry,exit"),
+                    (self.budget.is_some(), "it needs no --budget: its cost does not grow with the calls timed"),
+                    (trace, "a trace's timestamps need exact time"),
+                    (probes.syscalls || probes.locks, "system-call and lock probes time waits, which CPU-time samples do not see: use --time exact"),
+                    (scripted, "scripts and handlers read exact durations: use --time exact"),
+                ];
+                if let Some((_, why)) = clash.iter().find(|(bad, _)| *bad) {
+                    bail!("--time sampled: {why}");
+                }
+                self.sample_hz
+            }
+        };
+        Ok(Recording { trace, budget_ppm: self.budget.unwrap_or(0), sample_hz })
     }
 }
 

@@ -17,9 +17,8 @@ pub struct Probes {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
     pub probes: ProbeSet,
-    pub trace: bool,
-    /// Perturbation budget, parts per million (0: none).
-    pub budget_ppm: u32,
+    /// What the probes record besides counts (trace, budget, sampled time).
+    pub recording: lopi_image::Recording,
     pub cache: Option<PlanCache>,
     /// A probe script for the main executable (`lopi trace`).
     pub script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
@@ -75,7 +74,7 @@ impl Probes {
                 })
                 .collect(),
             everywhere: ProbeSet { entries: false, exits: false, blocks: false, coverage: false, ..self.probes },
-            recording: lopi_image::Recording { trace: self.trace, budget_ppm: self.budget_ppm },
+            recording: self.recording,
             env,
             cache: self.cache.clone(),
             script: self.script.clone(),
@@ -435,12 +434,12 @@ mod tests {
 
     #[test]
     fn library_patterns_go_to_their_library() {
-        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new(), record: None };
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, recording: lopi_image::Recording::default(), cache: None, script: None, count_only: Vec::new(), record: None };
         let spec = probes.spec("/tmp/x").unwrap();
         assert_eq!(spec.modules.len(), 2);
         assert_eq!(spec.modules[0].library, None);
         assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
-        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, trace: false, budget_ppm: 0, cache: None, script: None, count_only: Vec::new(), record: None };
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, recording: lopi_image::Recording::default(), cache: None, script: None, count_only: Vec::new(), record: None };
         assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
     }
 }

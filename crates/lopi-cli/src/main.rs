@@ -52,17 +52,17 @@ fn run(cli: Cli) -> Result<()> {
     let cache = progress::plan_cache(cli.no_cache);
     match cli.command {
         Command::Info { prog, select, format } => info::run(&prog, &select, format, cache.as_ref()),
-        Command::Rewrite { prog, output, select, trace, budget, script, script_expr, handler } => {
-            rewrite::run(rewrite::Request { prog, output, select, trace, budget, script, script_expr, handler, cache })
+        Command::Rewrite { prog, output, select, trace, timing, script, script_expr, handler } => {
+            rewrite::run(rewrite::Request { prog, output, select, trace, timing, script, script_expr, handler, cache })
         }
         Command::Coverage { data, format, output } => coverage::run(&read_data(&data)?, format, output.as_deref()),
         Command::Report { data, format, top, views } => report::run(&data, views.view(), format, top),
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight, profile } => exports::export(&data, &output, format, weight, profile),
-        Command::Run { select, trace, budget, quiet, arg0, command } => {
-            live::run(&select.probes(trace, budget, cache)?, &command, arg0, quiet)
+        Command::Run { select, trace, timing, quiet, arg0, command } => {
+            live::run(&select.probes(trace, timing, cache)?, &command, arg0, quiet)
         }
-        Command::Attach { pid, select, trace, budget, duration } => live::attach(&select.probes(trace, budget, cache)?, pid, duration),
+        Command::Attach { pid, select, trace, timing, duration } => live::attach(&select.probes(trace, timing, cache)?, pid, duration),
         Command::HandlerHeader => print(handler::HEADER),
         Command::Cache { clear } => cache::show(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),

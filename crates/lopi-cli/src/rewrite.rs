@@ -1,5 +1,5 @@
 //! `lopi rewrite`: a copy of a program with probes in it, and its probe script if given.
-use crate::cli::{Budget, Select};
+use crate::cli::{Select, Timing};
 use crate::files::{absolute, debug_file, parse, read};
 use crate::planning::plan;
 use crate::{blocks, handler, progress, show, syscalls, trace};
@@ -14,7 +14,7 @@ pub(crate) struct Request {
     pub(crate) output: PathBuf,
     pub(crate) select: Select,
     pub(crate) trace: bool,
-    pub(crate) budget: Budget,
+    pub(crate) timing: Timing,
     /// A probe script's file, or its text (`--script-expr`).
     pub(crate) script: Option<PathBuf>,
     pub(crate) script_expr: Option<String>,
@@ -25,11 +25,11 @@ pub(crate) struct Request {
 
 /// `lopi rewrite`: writes the copy and says what it holds.
 pub(crate) fn run(request: Request) -> Result<()> {
-    let Request { prog, output, select, trace, budget, script, script_expr, handler, cache } = request;
+    let Request { prog, output, select, trace, timing, script, script_expr, handler, cache } = request;
     let mut probes = select.probes()?;
     probes.entries |= trace;
     probes.exits |= trace;
-    let recording = lopi_rewrite::Recording { trace, budget_ppm: budget.ppm(probes.exits)? };
+    let recording = timing.recording(trace, probes, script.is_some() || script_expr.is_some() || handler.is_some())?;
     let script = match (script, script_expr) {
         (Some(path), _) => Some((std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string())),
         (None, Some(text)) => Some((text, "--script-expr".to_string())),

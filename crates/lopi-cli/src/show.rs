@@ -276,6 +276,23 @@ fn open_note(out: &mut String, profile: &Profile) {
     );
 }
 
+/// With sampled time: how much was sampled, how exact that makes a time, and threads that
+/// could not sample.
+fn sampling_notes(out: &mut String, threads: &[lopi_trace::ThreadSummary]) {
+    let sampled: Vec<&lopi_trace::Sampling> = threads.iter().filter_map(|t| t.sampling.as_ref()).collect();
+    let Some(first) = sampled.first() else { return };
+    let samples: u64 = sampled.iter().map(|s| s.samples).sum();
+    let _ = writeln!(
+        out,
+        "time: sampled, {samples} samples of {} of each thread's CPU time (a time of n samples is within about 2 sqrt(n) samples, 95%); calls and calling contexts are exact",
+        duration(first.period_ns)
+    );
+    let failed: Vec<String> = threads.iter().filter_map(|t| Some(format!("{} (errno {})", t.tid, t.sampling.as_ref()?.timer_error?))).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(out, "note: {} threads could not make their sampling timer and show no time, only calls: {}", failed.len(), failed.join(", "));
+    }
+}
+
 fn timing_notes(out: &mut String, profile: &Profile, timing: &lopi_trace::TimingSummary) {
     let threads = &timing.threads;
     let pc = &timing.probe_cost;
@@ -287,6 +304,7 @@ fn timing_notes(out: &mut String, profile: &Profile, timing: &lopi_trace::Timing
         duration(pc.pair_ns),
         duration(pc.removed_ns)
     );
+    sampling_notes(out, threads);
     let sum = |f: fn(&lopi_trace::ThreadSummary) -> u64| threads.iter().map(f).sum::<u64>();
     let unmatched = sum(|t| t.unmatched_exits);
     if unmatched > 0 {

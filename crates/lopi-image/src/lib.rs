@@ -57,6 +57,9 @@ pub struct Recording {
     /// Perturbation budget of timing, in parts per million of the run time (0: none; the
     /// program's `LOPI_BUDGET` overrides it).
     pub budget_ppm: u32,
+    /// Sampled time: samples per second of each thread's CPU time (0: exact time, the TSC at
+    /// every entry and exit).
+    pub sample_hz: u32,
 }
 
 /// What the installer needs besides the plan.
@@ -284,6 +287,7 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
         rseq_table_offset: rseq_table.wrapping_sub(desc_vaddr) as i64,
         stride: u64::from(stride),
         budget_ppm: u64::from(request.recording.budget_ppm),
+        sample_hz: u64::from(request.recording.sample_hz),
         script_offset: if script_bytes.is_empty() { 0 } else { script_vaddr.wrapping_sub(desc_vaddr) as i64 },
         switches_offset: if switches.is_empty() { 0 } else { switches_vaddr.wrapping_sub(desc_vaddr) as i64 },
         // Instruction probes run scripts on threads' chunks, which timing sets up.

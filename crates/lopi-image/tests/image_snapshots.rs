@@ -40,7 +40,7 @@ fn check_file(name: &str, source: &str, title: &str, made_with: Vec<String>, dat
     let names = ModuleNames { module: name.to_string(), source: source.to_string() };
     let request = Request {
         names: &names,
-        recording: Recording { trace: false, budget_ppm },
+        recording: Recording { trace: false, budget_ppm, sample_hz: 0 },
         at: lopi_rt_abi::page_align(module.end_of_image().0),
         entry_room: ENTRY_ROOM,
         header_room: HEADER_ROOM,
@@ -106,9 +106,10 @@ fn render(module: &ElfModule<'_>, image: &ProbeImage) -> String {
     let script = field(offset_of!(ModuleDescriptor, script_offset));
     let _ = writeln!(
         out,
-        "descriptor: {count} counters, probes {probes:#x} ({}), budget {} ppm, {}",
+        "descriptor: {count} counters, probes {probes:#x} ({}), budget {} ppm, samples {} Hz, {}",
         if named.is_empty() { "counts only".to_string() } else { named.join(" ") },
         field(offset_of!(ModuleDescriptor, budget_ppm)),
+        field(offset_of!(ModuleDescriptor, sample_hz)),
         if script == 0 { "no script" } else { "a script" }
     );
     let f = plan.probes.iter().filter(|p| matches!(p.point, lopi_patch::ProbePoint::Entry { .. })).count();

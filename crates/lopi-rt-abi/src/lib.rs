@@ -10,7 +10,7 @@
 pub const PAGE_SIZE: u64 = 4096;
 
 /// First bytes of a data file; the rest of the first page is reserved.
-pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT6";
+pub const DATA_MAGIC: [u8; 8] = *b"LOPIDAT7";
 
 /// What every data file magic starts with, of any version.
 pub const DATA_MAGIC_PREFIX: [u8; 7] = *b"LOPIDAT";
@@ -69,10 +69,13 @@ pub struct ModuleDescriptor {
     /// Offset of the table of code the budget's switches change ([`switches`]) from the
     /// descriptor; 0: none.
     pub switches_offset: i64,
+    /// Sampled time (`--time sampled`): samples per second of each thread's CPU time; 0:
+    /// exact time (the TSC at every entry and exit).
+    pub sample_hz: u64,
 }
 
 /// Size of `ModuleDescriptor` in bytes.
-pub const DESCRIPTOR_LEN: usize = 112;
+pub const DESCRIPTOR_LEN: usize = 120;
 
 /// [`ModuleDescriptor::probes`]: exit probes and timing (calling-context trees per thread).
 pub const PROBE_TIMING: u64 = 1;
@@ -246,6 +249,7 @@ impl ModuleDescriptor {
         out[88..96].copy_from_slice(&self.budget_ppm.to_le_bytes());
         out[96..104].copy_from_slice(&self.script_offset.to_le_bytes());
         out[104..112].copy_from_slice(&self.switches_offset.to_le_bytes());
+        out[112..120].copy_from_slice(&self.sample_hz.to_le_bytes());
         out
     }
 }
@@ -363,6 +367,10 @@ pub struct RuntimeVars {
     /// finds the call's node in the hash table, measured at init: the stub stops the thread's
     /// clock for them (they are not in `probe_pair_ticks`).
     pub probe_lookup_ticks: u64,
+    /// Sampled time: samples per second of each thread's CPU time (0: exact time), from the
+    /// descriptor; and the TSC ticks a sample stands for.
+    pub sample_hz: u64,
+    pub sample_ticks: u64,
 }
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
@@ -474,7 +482,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 232);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 248);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -106,9 +106,22 @@ pub struct ThreadHeader {
     /// Timed calls of functions that ended (system calls not counted), for the budget's
     /// checks (the tree's nodes hold them by path).
     pub timed_calls: u64,
+    /// With sampled time (`--time sampled`), the thread's clock: the probes read it instead of
+    /// the TSC, and each expiry of the thread's CPU-time timer advances it by `sample_ticks`,
+    /// so that a call's time is the samples taken while it ran. 0 while the clock is the TSC.
+    pub sample_clock: u64,
+    /// TSC ticks a sample stands for (the timer's period); 0 with exact time.
+    pub sample_ticks: u64,
+    /// Samples taken: the timer's expiries (a signal brings several when the period is shorter
+    /// than the kernel's tick, at which it checks CPU-time timers).
+    pub samples: u64,
+    /// The thread's timer (`timer_create`'s id), or -1; and the errno of its creation when it
+    /// failed (the thread then has no samples), else 0.
+    pub sample_timer: i32,
+    pub sample_error: i32,
 }
 
-pub const THREAD_HEADER_LEN: usize = 320;
+pub const THREAD_HEADER_LEN: usize = 352;
 const _: () = assert!(core::mem::size_of::<ThreadHeader>() == THREAD_HEADER_LEN);
 const _: () = assert!(core::mem::offset_of!(ThreadHeader, busy) == 192);
 
@@ -203,7 +216,7 @@ const _: () = assert!(core::mem::size_of::<ThreadEnd>() == THREAD_END_LEN);
 const _: () = assert!(THREAD_END + THREAD_END_LEN as u64 <= UNMATCHED_TABLE);
 
 /// Offset in the header page of the table of unmatched exits by function.
-pub const UNMATCHED_TABLE: u64 = 1024;
+pub const UNMATCHED_TABLE: u64 = 1088;
 /// Entries of that table; exits of further functions are only counted.
 pub const UNMATCHED_SLOTS: u32 = 64;
 
@@ -224,7 +237,7 @@ pub const UNMATCHED_EXIT_LEN: usize = 16;
 /// Each module has its own runtime, which switches only that module's functions (another
 /// module's variables may be gone: it may have been unloaded), so what a module's checks
 /// decide from is kept apart from the other modules'.
-pub const BUDGET_STATE: u64 = 2048;
+pub const BUDGET_STATE: u64 = 2176;
 
 /// What a thread's budget checks remember between them, whichever module's probe made them.
 #[repr(C)]
@@ -623,6 +636,11 @@ impl ThreadHeader {
             unmatched_len: f.u32(304),
             switched: f.u32(308),
             timed_calls: f.u64(312),
+            sample_clock: f.u64(320),
+            sample_ticks: f.u64(328),
+            samples: f.u64(336),
+            sample_timer: f.u32(344) as i32,
+            sample_error: f.u32(348) as i32,
         })
     }
 }

@@ -31,7 +31,7 @@ pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use pprof::{lock_pprof, pprof, LockProfile, SiteFrame};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
-pub use timing::BudgetUse;
+pub use timing::{BudgetUse, Sampling};
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
 pub use threads::{ThreadCalls, ThreadCpu, ThreadLife, Threads};
 pub use timing::{lock_function_name, ContextNode, EventKind, LockCall, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};

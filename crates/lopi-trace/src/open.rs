@@ -90,7 +90,10 @@ pub(crate) fn close(data: &mut DataFile) {
     let running: HashSet<(u32, u32)> = data.ended_cpus.iter().map(|e| (e.pid, e.tid)).collect();
     for chunk in &mut data.threads {
         let h = &chunk.header;
-        let last = h.last_tsc.wrapping_add(h.paused_ticks);
+        // With sampled time the thread's clock is its samples', not the TSC: its end is found
+        // from its start, and its open calls end at its clock's last value.
+        let sampled = h.sample_ticks != 0;
+        let last = if sampled { h.start_tsc } else { h.last_tsc.wrapping_add(h.paused_ticks) };
         chunk.ended = if chunk.end.tsc != 0 {
             Ended { tsc: chunk.end.tsc, seen: EndSeen::Exit }
         } else if let Some(tsc) = exec_at(chunk) {
@@ -104,7 +107,7 @@ pub(crate) fn close(data: &mut DataFile) {
             }
         };
         // The thread's clock then (never before its last probe).
-        let at = chunk.ended.tsc.wrapping_sub(h.paused_ticks).max(h.last_tsc);
+        let at = if sampled { h.sample_clock } else { chunk.ended.tsc.wrapping_sub(h.paused_ticks) }.max(h.last_tsc);
         close_frames(chunk, at);
         close_holds(chunk, at);
     }

@@ -9,12 +9,15 @@ use std::collections::HashMap;
 /// A pprof profile (`profile.proto`, not gzipped: pprof reads raw protobuf too): one sample
 /// per call path per thread, valued `[calls, self time in ns]` and labelled with its pid and
 /// tid (and `open`, the calls of it still open at the end, when there are any), and one
-/// location per function at its file address. The profile has no duration: [`Timing`] does
-/// not know how long the program ran.
+/// location per function at its file address. With sampled time (every thread's), values are
+/// `[calls, samples, cpu in ns]`, as pprof's CPU profiles, with the sampling period. The
+/// profile has no duration: [`Timing`] does not know how long the program ran.
 pub fn pprof(t: &Timing) -> Vec<u8> {
     let mut builder = PprofBuilder::new(t);
     let calls = builder.value_type("calls", "count");
-    let time = builder.value_type("time", "nanoseconds");
+    let period_ns = t.threads.iter().map(|th| th.sampling.as_ref().map(|s| s.period_ns)).reduce(|a, b| a.zip(b).map(|(a, _)| a)).flatten();
+    let sampled = period_ns.map(|p| (builder.value_type("samples", "count"), p));
+    let time = if sampled.is_some() { builder.value_type("cpu", "nanoseconds") } else { builder.value_type("time", "nanoseconds") };
     let (pid_key, tid_key, open_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"), builder.strings.intern("open"));
     let label = |key, num: u64| proto::Label { key, num: i64::try_from(num).unwrap_or(i64::MAX) };
     let mut samples = Vec::new();
@@ -30,19 +33,28 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
             if node.open > 0 {
                 labels.push(label(open_key, node.open));
             }
-            samples.push(proto::Sample { location_id, value: vec![i64::try_from(node.calls).unwrap_or(i64::MAX), self_ns], label: labels });
+            let calls = i64::try_from(node.calls).unwrap_or(i64::MAX);
+            let value = match sampled {
+                Some((_, period)) => vec![calls, (node.self_ns / period).round() as i64, self_ns],
+                None => vec![calls, self_ns],
+            };
+            samples.push(proto::Sample { location_id, value, label: labels });
         }
     }
+    let (sample_type, period) = match sampled {
+        Some((count, period)) => (vec![calls, count, time], period.round() as i64),
+        // Every call is measured, none sampled.
+        None => (vec![calls, time], 1),
+    };
     proto::Profile {
-        sample_type: vec![calls, time],
+        sample_type,
         sample: samples,
         mapping: builder.mappings,
         location: builder.locations,
         function: builder.functions,
         string_table: builder.strings.strings,
-        // Every call is measured, none sampled.
         period_type: Some(time),
-        period: 1,
+        period,
         default_sample_type: time.r#type,
     }
     .encode_to_vec()

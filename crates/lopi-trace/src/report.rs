@@ -21,7 +21,7 @@ pub struct FunctionCount {
     pub total_ns: Option<f64>,
     /// Time in the function itself, not in timed callees.
     pub self_ns: Option<f64>,
-    /// Longest single call.
+    /// Longest single call (`None` with sampled time, which does not time single calls).
     pub max_ns: Option<f64>,
     /// `total_ns` over the timed calls.
     pub avg_ns: Option<f64>,
@@ -75,6 +75,7 @@ pub struct ThreadSummary {
     pub trace_dropped: u64,
     /// When the first event was dropped (ns since the earliest timestamp in the file).
     pub first_drop_ns: Option<f64>,
+    pub sampling: Option<crate::timing::Sampling>,
 }
 
 /// A function the budget switched to counting.
@@ -156,6 +157,8 @@ impl Profile {
         let mut summary = None;
         if let Some(timing) = &timing {
             let (times, edge_map, threads) = aggregate(timing);
+            // A sampled call's longest time is the samples one call got: not a call's length.
+            let sampled = timing.threads.iter().any(|t| t.sampling.is_some());
             for (id, t) in times.iter().enumerate() {
                 let f = &timing.functions[id];
                 if let Some(entry) = totals.get_mut(&(f.module.clone(), f.addr)) {
@@ -166,7 +169,7 @@ impl Profile {
                     if entry.timed && t.calls > 0 {
                         entry.total_ns = Some(t.total);
                         entry.self_ns = Some(t.self_ns);
-                        entry.max_ns = Some(t.max);
+                        entry.max_ns = (!sampled).then_some(t.max);
                         entry.avg_ns = Some(if t.calls > 0 { t.total / t.calls as f64 } else { 0.0 });
                     }
                 }
@@ -272,6 +275,7 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
             trace_events: thread.events.len(),
             trace_dropped: thread.trace_dropped,
             first_drop_ns: thread.first_drop_ns,
+            sampling: thread.sampling.clone(),
         });
     }
     (times, edges, threads)

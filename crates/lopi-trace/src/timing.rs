@@ -165,6 +165,35 @@ pub struct ThreadProfile {
     pub switches: Vec<Switched>,
     /// What the thread's budget checks saw (`None`: it made none).
     pub budget: Option<BudgetUse>,
+    /// With sampled time (`--time sampled`), how the thread's time was sampled; `None` with
+    /// exact time.
+    pub sampling: Option<Sampling>,
+}
+
+/// A thread's time sampling: its times are `samples` samples of `period_ns` of its CPU time,
+/// each given to the calls open when it was taken.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Sampling {
+    pub period_ns: f64,
+    pub samples: u64,
+    /// The errno of the thread's timer when it could not be made (the thread has no samples).
+    pub timer_error: Option<i32>,
+}
+
+impl Sampling {
+    fn of(h: &abi::ThreadHeader) -> Option<Sampling> {
+        (h.sample_ticks != 0).then(|| Sampling {
+            period_ns: h.sample_ticks as f64 * 1e9 / h.tsc_hz as f64,
+            samples: h.samples,
+            timer_error: (h.sample_error != 0).then_some(h.sample_error),
+        })
+    }
+
+    /// About 95% of the times sampling gives a call path with `ns` of time lie within this of
+    /// it: samples fall as a Poisson process, `n` of them within about 2 sqrt(n).
+    pub fn error_ns(&self, ns: f64) -> f64 {
+        2.0 * (ns / self.period_ns).max(1.0).sqrt() * self.period_ns
+    }
 }
 
 /// A thread's perturbation budget and what timing cost it.
@@ -478,6 +507,7 @@ impl Timing {
                 paused_ns: ns(h.paused_ticks as f64),
                 clock_backwards: h.clock_backwards,
                 switched_open: u64::from(h.switched_open),
+                sampling: Sampling::of(h),
                 switches,
                 budget: (chunk.budget.checks > 0).then(|| {
                     // A module's state names it by its counter array's address.

@@ -54,22 +54,26 @@ pub(super) unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
         // The innermost call's node: root (0), merged paths (1), then one node per level.
         let innermost = abi::FIRST_FREE_NODE + DEPTH;
         let innermost_ticks = || if (*h).node_count > innermost { (*t.node(innermost)).ticks } else { 0 };
-        let mut inner = [0u64; ROUNDS];
-        let mut pair = [0u64; ROUNDS];
-        for r in 0..ROUNDS {
-            let before = innermost_ticks();
-            let t0 = rdtsc();
-            for _ in 0..CHAINS {
-                lopi_calibration_probed(DEPTH, 0);
+        let chains = || {
+            let mut inner = [0u64; ROUNDS];
+            let mut pair = [0u64; ROUNDS];
+            for r in 0..ROUNDS {
+                let before = innermost_ticks();
+                let t0 = rdtsc();
+                for _ in 0..CHAINS {
+                    lopi_calibration_probed(DEPTH, 0);
+                }
+                let t1 = rdtsc();
+                for _ in 0..CHAINS {
+                    lopi_calibration_empty(DEPTH);
+                }
+                let t2 = rdtsc();
+                inner[r] = innermost_ticks().wrapping_sub(before) / CHAINS;
+                pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
             }
-            let t1 = rdtsc();
-            for _ in 0..CHAINS {
-                lopi_calibration_empty(DEPTH);
-            }
-            let t2 = rdtsc();
-            inner[r] = innermost_ticks().wrapping_sub(before) / CHAINS;
-            pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
-        }
+            (median(&mut inner), median(&mut pair))
+        };
+        let (inner, pair) = chains();
         // Entries that miss their parent's cache and find their node in the hash table:
         // trees of calls whose parents alternate between two functions, against trees of the
         // same shape where they do not (run once first: their nodes are new).
@@ -105,12 +109,27 @@ pub(super) unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
             syscall_inner[r] = syscall_ticks().wrapping_sub(before) / calls;
             syscall_pair[r] = (t1 - t0).saturating_sub(t2 - t1) / calls;
         }
+        // Sampled time: the probes without their clock reads, on the samples' clock (which
+        // does not move here). Their part inside a call's interval cannot be read on that
+        // clock: it is taken as the same share of their cost as with the TSC. A lookup's cost
+        // stays in the profile (the stub cannot stop a clock that moves by whole samples).
+        let (mut inner, mut pair, mut lookup) = (inner, pair, median(&mut lookup));
+        if (*v).sample_hz != 0 {
+            // The chunk's header through its own pointer: the closures borrow `h`'s fields.
+            let header = m as *mut ThreadHeader;
+            (*header).sample_ticks = 1;
+            (*header).sample_clock = 1;
+            let (_, sampled_pair) = chains();
+            inner = if pair == 0 { 0 } else { inner.saturating_mul(sampled_pair) / pair };
+            pair = sampled_pair;
+            lookup = 0;
+        }
         set_thread_slot(saved_slot);
         write_volatile(&mut (*v).pid_page, 0);
         sys::call3(sys::MUNMAP, m as usize, len as usize, 0);
-        (*v).probe_inner_ticks = median(&mut inner);
-        (*v).probe_pair_ticks = median(&mut pair);
-        (*v).probe_lookup_ticks = median(&mut lookup);
+        (*v).probe_inner_ticks = inner;
+        (*v).probe_pair_ticks = pair;
+        (*v).probe_lookup_ticks = lookup;
         (*v).syscall_inner_ticks = median(&mut syscall_inner);
         (*v).syscall_pair_ticks = median(&mut syscall_pair);
     }

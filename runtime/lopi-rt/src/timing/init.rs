@@ -2,7 +2,7 @@
 //! fork handlers, the probes' calibration, a script, an emulated kernel, the memory map;
 //! then the pid page, which turns the probes on.
 use super::calibrate::calibrate;
-use super::thread::fork;
+use super::thread::{fork, sampling};
 use super::{records, script, whatif};
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
 use crate::base::clock::{clock_pair, VdsoClock};
@@ -35,6 +35,9 @@ pub(crate) unsafe fn enable(
         (*v).node_limit = env_number(envp, b"LOPI_NODES", 1 << 25, 1 << 30).max(64).next_power_of_two() as u32;
         (*v).stack_limit = env_number(envp, b"LOPI_DEPTH", 1 << 20, 1 << 26) as u32;
         (*v).budget_ppm = env_budget(envp).unwrap_or(d.budget_ppm.min(999_999) as u32);
+        if d.sample_hz != 0 && tsc_hz != 0 {
+            sample(v, probes, d.sample_hz, tsc_hz);
+        }
         (*v).counter_count = d.counter_count;
         if d.switches_offset != 0 {
             (*v).switches = (d as *const abi::ModuleDescriptor as u64).wrapping_add(d.switches_offset as u64);
@@ -63,6 +66,26 @@ pub(crate) unsafe fn enable(
         }
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
         write_volatile(&mut (*v).pid_page, page as u64);
+    }
+}
+
+/// Sampled time (`ModuleDescriptor::sample_hz`): the handler of the threads' timers, and the
+/// period; the budget is exact timing's. Lock probes and traces read the TSC: with them, or
+/// without the handler, time stays exact.
+unsafe fn sample(v: *mut RuntimeVars, probes: u64, hz: u64, tsc_hz: u64) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if probes & (abi::PROBE_LOCKS | abi::PROBE_TRACE) != 0 {
+            write_stderr(b"lopi: lock probes and traces need exact time; time is not sampled\n");
+            return;
+        }
+        if !sampling::install_handler(probes & abi::MODULE_EXECUTABLE != 0) {
+            return;
+        }
+        let hz = hz.clamp(1, 100_000);
+        (*v).sample_hz = hz;
+        (*v).sample_ticks = tsc_hz / hz;
+        (*v).budget_ppm = 0;
     }
 }
 

@@ -106,10 +106,15 @@ global_asm!(
     "inc ecx",
     "mov dword ptr [rdi + {t_depth}], ecx",
     // Read last, so that the probe's own work falls outside the call's time; the thread's
-    // clock stops while its probes do more than usual (see `Thread::pause`).
+    // clock stops while its probes do more than usual (see `Thread::pause`). With sampled
+    // time the clock is the samples' (`Thread::clock`).
+    "mov rax, [rdi + {t_sample_clock}]",
+    "test rax, rax",
+    "jnz 5f",
     "rdtsc",
     "shl rdx, 32",
     "or rax, rdx",
+    "5:",
     "sub rax, [rdi + {t_paused}]",
     "mov [rsi + 16], rax",
     "mov dword ptr [rdi + {t_busy}], 0",
@@ -192,10 +197,18 @@ global_asm!(
     ".globl lopi_exit_stub",
     "lopi_exit_stub:",
     "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",
-    // Read first, for the same reason.
+    // Read first, for the same reason (the thread's chunk first, for its sampled clock).
+    "mov rdi, qword ptr fs:[0x38]",
+    "cmp rdi, 4095",
+    "jbe 10f",
+    "mov rax, [rdi + {t_sample_clock}]",
+    "test rax, rax",
+    "jnz 11f",
+    "10:",
     "rdtsc",
     "shl rdx, 32",
     "or rax, rdx",
+    "11:",
     "lea rsi, [rip + LOPI_DELTAS]",
     "add rsi, [rsi]",
     // While the module has script probes, a site several functions share (a negative word)
@@ -205,7 +218,6 @@ global_asm!(
     "cmp dword ptr [rsp + 56], 0",
     "jl 9f",
     "1:",
-    "mov rdi, qword ptr fs:[0x38]",
     "cmp rdi, 4095",
     "jbe 9f",
     "mov ecx, dword ptr [rsi + {v_tid}]",
@@ -380,6 +392,7 @@ global_asm!(
     t_next_check = const offset_of!(ThreadHeader, next_check_tsc),
     t_timed_calls = const offset_of!(ThreadHeader, timed_calls),
     t_paused = const offset_of!(ThreadHeader, paused_ticks),
+    t_sample_clock = const offset_of!(ThreadHeader, sample_clock),
     t_node_cap = const offset_of!(ThreadHeader, node_cap),
     t_hash = const offset_of!(ThreadHeader, hash_offset),
     v_lookup = const offset_of!(RuntimeVars, probe_lookup_ticks),

@@ -5,7 +5,6 @@ use super::budget_state::switched_here;
 use super::chunk::Thread;
 use super::tree::Child;
 use crate::abi::{self, Frame, RuntimeVars};
-use crate::base::tsc::rdtsc;
 use crate::base::vars::{count_untimed, switched_function, vars};
 use core::ptr::{read_volatile, write_volatile};
 
@@ -35,14 +34,14 @@ pub(crate) unsafe fn claim(v: *const RuntimeVars, slot: Option<u64>) -> Option<T
 
 /// How every entry-side slow path (a function's, a system call's, a contended lock call's)
 /// begins: the calling thread, claimed, with the frames at or below `key` closed (left without
-/// their exit: longjmp, exceptions, a signal handler's), and the TSC read then. The first
+/// their exit: longjmp, exceptions, a signal handler's), and its clock read then (`Thread::clock`). The first
 /// probe inside an unclocked call reads its start. `None` as for [`claim`].
 pub(crate) unsafe fn begin_entry(v: *const RuntimeVars, slot: u64, key: u64) -> Option<(Thread, u64)> {
     // SAFETY: the claimed thread's frames are below `depth`.
     unsafe {
         let t = claim(v, Some(slot))?;
         let h = t.h;
-        let began = rdtsc();
+        let began = t.clock();
         let now = began.wrapping_sub((*h).paused_ticks);
         if (*h).depth > 0 && (*t.frame((*h).depth - 1)).rsp <= key {
             t.unwind_to(key, now, true);
@@ -72,12 +71,12 @@ pub(crate) unsafe fn begin_exit(v: *const RuntimeVars, key: u64, tsc: u64) -> Op
 /// a wall-clock profile charges as it would anywhere else; only growing the tree or stack,
 /// adding a node and checking the budget (`heavy`) are taken out whole. Returns the TSC it
 /// read, which an entry takes as its call's start (one clock read less: what is left of the
-/// probe is a few stores).
+/// probe is a few stores). In the thread's clock before pauses (`Thread::clock`).
 pub(crate) unsafe fn pause_excess(t: &Thread, began: u64, heavy: bool) -> u64 {
     // SAFETY: the header is this thread's.
     unsafe {
         let h = t.h;
-        let now = rdtsc();
+        let now = t.clock();
         let mut excess = now.wrapping_sub(began).saturating_sub((*h).probe_pair_ticks / 2);
         if !heavy {
             excess = excess.min((*h).tsc_hz / 50_000);

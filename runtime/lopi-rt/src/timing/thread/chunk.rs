@@ -56,10 +56,31 @@ impl Thread {
     }
 
     /// Takes `ticks` spent inside the probes out of every open call: the thread's clock
-    /// (frame starts, `last_tsc`, trace events) is the TSC minus the time paused so far.
+    /// (frame starts, `last_tsc`, trace events) is the TSC minus the time paused so far. Not
+    /// with sampled time, whose clock moves a whole sample at a time: a pause shorter than a
+    /// sample would set it back behind frames already open.
     pub unsafe fn pause(&self, ticks: u64) {
         // SAFETY: the header is this thread's.
-        unsafe { (*self.h).paused_ticks = (*self.h).paused_ticks.wrapping_add(ticks) };
+        unsafe {
+            if (*self.h).sample_ticks == 0 {
+                (*self.h).paused_ticks = (*self.h).paused_ticks.wrapping_add(ticks);
+            }
+        }
+    }
+
+    /// The thread's clock before pauses: the TSC, or with sampled time the samples' clock
+    /// (see `ThreadHeader::sample_clock`).
+    #[inline(always)]
+    pub unsafe fn clock(&self) -> u64 {
+        // SAFETY: the header is this thread's; its timer's handler writes `sample_clock`.
+        unsafe {
+            let sampled = read_volatile(&(*self.h).sample_clock);
+            if sampled != 0 {
+                sampled
+            } else {
+                crate::base::tsc::rdtsc()
+            }
+        }
     }
 
     /// True when a call of `func` is open on the shadow stack.

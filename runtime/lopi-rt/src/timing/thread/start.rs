@@ -2,6 +2,7 @@
 //! forked child, the calls its parent had begun, which it goes on with.
 use super::budget_state::first_check;
 use super::chunk::Thread;
+use super::sampling;
 use super::tree::Child;
 use crate::abi::{self, Frame, RuntimeVars, ThreadHeader, PAGE_SIZE};
 use crate::base::data_file::{append, open_data_file};
@@ -47,7 +48,8 @@ impl Thread {
                     None => break,
                 };
                 let mine = self.frame(depth);
-                let start_tsc = start.wrapping_sub((*self.h).paused_ticks);
+                // Sampled time: this thread's samples are its own, from its clock's start.
+                let start_tsc = if (*self.h).sample_ticks != 0 { (*self.h).sample_clock } else { start.wrapping_sub((*self.h).paused_ticks) };
                 *mine = Frame { rsp, node, flags: flags | abi::FRAME_INHERITED, start_tsc };
                 (*self.h).depth = depth + 1;
                 under = node;
@@ -185,6 +187,7 @@ unsafe fn map_chunk(v: &RuntimeVars, pid: u32) -> Option<*mut ThreadHeader> {
         h.stack_cap = stack_cap;
         h.start_tsc = rdtsc();
         h.next_check_tsc = first_check(v, h.start_tsc);
+        sampling::start(v, h);
         if let Some((user, system)) = cpus::own_times() {
             let end = (m + abi::THREAD_END as usize) as *mut abi::ThreadEnd;
             write_volatile(&raw mut (*end).start_cpu_ns, user.wrapping_add(system));

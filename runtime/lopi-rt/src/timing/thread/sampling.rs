@@ -1,0 +1,165 @@
+//! Sampled time (`--time sampled`): each thread's CPU-time timer (`timer_create` on
+//! `CLOCK_THREAD_CPUTIME_ID`, delivered to that thread) raises `SIGPROF` every period, and the
+//! handler advances the thread's clock (`ThreadHeader::sample_clock`) by one sample. The
+//! probes read that clock instead of the TSC, so that everything else is as with exact time:
+//! a call's time is the samples taken while it ran, its calls and calling context are exact.
+use crate::abi::{RuntimeVars, ThreadHeader, PAGE_SIZE};
+use crate::base::sys::{self, write_stderr};
+use crate::base::tcb::{own_tid, thread_slot};
+use crate::base::vars::vars;
+use core::arch::global_asm;
+use core::ptr::{read_volatile, write_volatile};
+
+const SIGPROF: usize = 27;
+const RT_SIGACTION: usize = 13;
+const TIMER_CREATE: usize = 222;
+const TIMER_SETTIME: usize = 223;
+const CLOCK_THREAD_CPUTIME_ID: usize = 3;
+const SIGEV_THREAD_ID: i32 = 4;
+const SA_SIGINFO: u64 = 4;
+const SA_RESTART: u64 = 0x1000_0000;
+const SI_TIMER: i32 = -2;
+const SA_RESTORER: u64 = 0x0400_0000;
+const SIG_IGN: usize = 1;
+
+/// The kernel's `struct sigaction` on x86-64.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// The kernel's `struct sigevent` (64 bytes), for `SIGEV_THREAD_ID`.
+#[repr(C)]
+struct SigEvent {
+    _value: u64,
+    signo: i32,
+    notify: i32,
+    tid: i32,
+    _pad: [i32; 11],
+}
+
+global_asm!(
+    // What the handler returns to: the kernel's signal return (libc's `__restore_rt`).
+    ".globl lopi_sample_restorer",
+    "lopi_sample_restorer:",
+    "mov eax, 15",
+    "syscall",
+);
+
+extern "C" {
+    fn lopi_sample_restorer();
+}
+
+/// Installs the sample handler for `SIGPROF`, unless the process has a handler of its own
+/// (which would then miss its signals, or take ours): a library's runtime leaves one that is
+/// there alone, the executable's (never unloaded) replaces another module's. `false`, with a
+/// message, when time cannot be sampled.
+pub(crate) unsafe fn install_handler(executable: bool) -> bool {
+    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: rt_sigaction reading the current action into `old` (sigsetsize 8).
+    let r = unsafe { sys::call6(RT_SIGACTION, SIGPROF, 0, &mut old as *mut _ as usize, 8, 0, 0) };
+    if r < 0 {
+        write_stderr(b"lopi: cannot read SIGPROF's action; time is not sampled\n");
+        return false;
+    }
+    let ours = old.handler == on_sample as usize;
+    if old.handler > SIG_IGN && !ours && !executable {
+        write_stderr(b"lopi: SIGPROF has a handler already; this module's time is not sampled\n");
+        return false;
+    }
+    if ours {
+        return true;
+    }
+    let act = KernelSigaction {
+        handler: on_sample as usize,
+        flags: SA_SIGINFO | SA_RESTART | SA_RESTORER,
+        restorer: lopi_sample_restorer as usize,
+        mask: 0,
+    };
+    // SAFETY: rt_sigaction installing `act`, whose handler and restorer are this blob's code.
+    let r = unsafe { sys::call6(RT_SIGACTION, SIGPROF, &act as *const _ as usize, 0, 8, 0, 0) };
+    if r < 0 {
+        write_stderr(b"lopi: cannot install the SIGPROF handler; time is not sampled\n");
+        return false;
+    }
+    true
+}
+
+/// Starts sampling a new thread's clock: its header's sample fields, then a timer on its CPU
+/// time signalling it alone. A thread whose timer cannot be made keeps its errno in the header
+/// (and has no samples: the reader says so).
+pub(crate) unsafe fn start(v: &RuntimeVars, h: &mut ThreadHeader) {
+    if v.sample_hz == 0 {
+        return;
+    }
+    h.sample_ticks = v.sample_ticks.max(1);
+    h.sample_clock = 1;
+    h.sample_timer = -1;
+    let period_ns = 1_000_000_000 / v.sample_hz;
+    // Filled word by word: a probe's slow path may not use vector registers (the stubs do
+    // not save them), which a struct's zeroing would.
+    let mut ev = core::mem::MaybeUninit::<SigEvent>::uninit();
+    let words = ev.as_mut_ptr() as *mut u64;
+    for i in 0..8 {
+        // SAFETY: the sigevent is 8 words.
+        unsafe { write_volatile(words.add(i), 0) };
+    }
+    // SAFETY: as above; the fields are plain integers, every byte written.
+    unsafe {
+        let e = ev.as_mut_ptr();
+        write_volatile(&raw mut (*e).signo, SIGPROF as i32);
+        write_volatile(&raw mut (*e).notify, SIGEV_THREAD_ID);
+        write_volatile(&raw mut (*e).tid, own_tid(v) as i32);
+    }
+    let mut id: i32 = -1;
+    // SAFETY: timer_create with a valid sigevent and a place for the id.
+    let r = unsafe { sys::call3(TIMER_CREATE, CLOCK_THREAD_CPUTIME_ID, ev.as_ptr() as usize, &mut id as *mut i32 as usize) };
+    if r < 0 {
+        h.sample_error = -r as i32;
+        return;
+    }
+    // The itimerspec: interval and first expiry, both one period (volatile: no vector stores).
+    let mut spec = core::mem::MaybeUninit::<[u64; 4]>::uninit();
+    let words = spec.as_mut_ptr() as *mut u64;
+    for i in 0..4 {
+        let value = if i % 2 == 0 { period_ns / 1_000_000_000 } else { period_ns % 1_000_000_000 };
+        // SAFETY: a word of the itimerspec.
+        unsafe { write_volatile(words.add(i), value) };
+    }
+    // SAFETY: timer_settime of the timer just made, with a valid itimerspec.
+    let r = unsafe { sys::call6(TIMER_SETTIME, id as usize, 0, spec.as_ptr() as usize, 0, 0, 0) };
+    if r < 0 {
+        h.sample_error = -r as i32;
+        return;
+    }
+    h.sample_timer = id;
+}
+
+/// `SIGPROF`: samples of the interrupted thread's CPU time, if the thread samples (the signal
+/// of another sender, or of a thread whose chunk is not made yet, changes nothing). The kernel
+/// checks CPU-time timers at its clock ticks (`CONFIG_HZ`, often 250): a period shorter than a
+/// tick expires several times per signal, which the signal's overrun count says.
+extern "C" fn on_sample(_sig: i32, info: *const i32, _context: *const u8) {
+    let t = thread_slot();
+    if t < PAGE_SIZE as usize {
+        return;
+    }
+    let h = t as *mut ThreadHeader;
+    // SAFETY: a slot above the first page is a chunk this process's runtime mapped (a reused
+    // descriptor's belongs to a finished thread: its id differs). The handler interrupts the
+    // thread between instructions, and the probes read the clock in one load.
+    unsafe {
+        let ticks = read_volatile(&(*h).sample_ticks);
+        if ticks == 0 || read_volatile(&(*h).tid) != own_tid(vars()) {
+            return;
+        }
+        // siginfo_t: si_code at 8 bytes, a timer's si_overrun at 20.
+        let overrun = if !info.is_null() && *info.add(2) == SI_TIMER { (*info.add(5)).max(0) as u64 } else { 0 };
+        let expiries = 1 + overrun;
+        write_volatile(&mut (*h).sample_clock, read_volatile(&(*h).sample_clock).wrapping_add(ticks * expiries));
+        write_volatile(&mut (*h).samples, read_volatile(&(*h).samples) + expiries);
+    }
+}
