@@ -752,6 +752,7 @@ TOOL = {
     "base": "uninstrumented",
     "lopi-entry": "lopi entry count",
     "lopi-timing": "lopi entry+exit timing",
+    "lopi-sampled": "lopi entry+exit, sampled time",
     "gcc-count": "gcc -finstrument-functions + count hook",
     "gcc-timing": "gcc -finstrument-functions + timing hook",
     "uftrace-pg": "uftrace, -pg build",
@@ -819,7 +820,8 @@ def fmt_ns(ns: float) -> str:
 
 def entry_cells(e: dict, brief: bool = False) -> list[str]:
     """[time median [min–max], x baseline, calls, ns/call, output, notes] of a summary entry
-    (brief: notes only on why a figure is missing or not significant)."""
+    (brief: notes only on why a figure is missing or not significant, and the ratio's goal when the
+    entry has one: {"ratio_max", "what"}, shown beside the ratio, never asserted)."""
     if e["status"] != "ok":
         return [e["status"], "-", "-", "-", "-", e.get("reason", "")]
     st = Stats(e["n"], e["median_s"], e["lo_s"], e["hi_s"], e["wall_median_s"])
@@ -832,6 +834,10 @@ def entry_cells(e: dict, brief: bool = False) -> list[str]:
         notes.insert(0, e["ns_note"])
     if e.get("within_spread"):
         notes.insert(0, "within the baseline's run-to-run spread (fastest run ≤ the baseline's slowest)")
+    if e.get("goal") and "ratio" in e:
+        g = e["goal"]
+        met = "met" if e["ratio"] <= g["ratio_max"] else "not met"
+        notes.insert(0, f"goal ≤ x{g['ratio_max']:.2f} ({g['what']}): {met}")
     if not brief:
         notes.append(f"n={e['n']}")
     return [fmt_range(st), ratio, e.get("calls_text", fmt_int(e.get("calls"))), ns, e.get("output", "-"),

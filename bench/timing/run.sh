@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Cost of timing every call: lopi --probe entry,exit vs uftrace vs gcc -finstrument-functions with a
-# timing hook vs the uninstrumented program, next to the measured floor (two rdtsc per call).
+# Cost of timing every call: lopi --probe entry,exit (exact and --time sampled, and --probe entry
+# counting) vs uftrace vs gcc -finstrument-functions with a timing hook vs the uninstrumented program,
+# next to the measured floor (two rdtsc per call).
 #
 #   bench/timing/run.sh [--quick] [extra timing.py options]
 #

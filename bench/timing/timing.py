@@ -7,11 +7,14 @@ Workloads (built -O2 here, same flags as bench/entry-count):
   W1 loop  `w1 loop N`    N calls of tiny() (lea; ret)
   W2       `speedtest1 --memdb --size S` (sqlite from `apt-get source sqlite3`), TOTAL
 Configurations: baseline; `lopi rewrite --probe entry,exit` (when `lopi rewrite --help` lists
---probe); `uftrace record` (default options: every function, no filter) on a -pg build, on a
+--probe), the same with `--time sampled` (when it lists --time) and `lopi rewrite --probe entry`
+(counting); `uftrace record` (default options: every function, no filter) on a -pg build, on a
 -fpatchable-function-entry=5 build with `-P .`, and on the unmodified binary with `-P .`;
 -finstrument-functions + timing_hooks.c. Per-call overhead = (median - median_baseline) / calls,
 calls = what each tool itself counted (lopi's report, uftrace's report, the hook's count);
-x floor = that overhead / (rdtsc2 - plain) of floor.c.
+x floor = that overhead / (rdtsc2 - plain) of floor.c. The sampled run's calls per function are
+checked against the exact run's of the same round, and on W2 its top 10 by inclusive time too
+(sampled.py).
 
 Run through run.sh; `timing.py --help` lists the knobs.
 """
@@ -32,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench" / "lib"))
 import harness as h  # noqa: E402
+import sampled  # noqa: E402
 
 BUILD = REPO / "work-real" / "bench-build" / "timing"  # rewritten programs, tool data
 HOOKS_SRC = HERE / "timing_hooks.c"
@@ -42,23 +46,29 @@ PFE = ["-fpatchable-function-entry=5"]
 LOPI_PROBE = ["--probe", "entry,exit"]
 log = h.log
 
-BASE, LOPI, UFT_PG, UFT_PFE, UFT_DYN, GCC, PREV = (
-    "baseline", "lopi", "uftrace-pg", "uftrace-pfe", "uftrace-dyn", "gcc-finstr-timing", h.PREV)
+BASE, LOPI, LOPI_S, LOPI_C, UFT_PG, UFT_PFE, UFT_DYN, GCC, PREV = (
+    "baseline", "lopi", "lopi-sampled", "lopi-count", "uftrace-pg", "uftrace-pfe", "uftrace-dyn",
+    "gcc-finstr-timing", h.PREV)
 FLOOR = "floor"
 FLOOR_CALLS = 5_000_000
 LABEL = {
     BASE: "uninstrumented",
     LOPI: "lopi rewrite --probe entry,exit (all functions)",
+    LOPI_S: "lopi rewrite --probe entry,exit --time sampled (all functions)",
+    LOPI_C: "lopi rewrite --probe entry (all functions)",
     UFT_PG: "uftrace record, -pg build (mcount)",
     UFT_PFE: "uftrace record -P ., -fpatchable-function-entry=5 build",
     UFT_DYN: "uftrace record -P ., unmodified binary",
     GCC: "gcc -finstrument-functions + timing_hooks.c",
     PREV: "the previous build's lopi rewrite --probe entry,exit (--against)",
 }
-TOOLS = {BASE: h.TOOL["base"], LOPI: h.TOOL["lopi-timing"], UFT_PG: h.TOOL["uftrace-pg"],
+TOOLS = {BASE: h.TOOL["base"], LOPI: h.TOOL["lopi-timing"], LOPI_S: h.TOOL["lopi-sampled"],
+         LOPI_C: h.TOOL["lopi-entry"], UFT_PG: h.TOOL["uftrace-pg"],
          UFT_PFE: h.TOOL["uftrace-pfe"], UFT_DYN: h.TOOL["uftrace-dyn"], GCC: h.TOOL["gcc-timing"],
          PREV: h.TOOL["lopi-timing"]}
 UFTRACE = (UFT_PG, UFT_PFE, UFT_DYN)
+# lopi's configurations of this benchmark and the file name suffix of their rewritten programs
+LOPI_SUFFIX = {LOPI: ".lopi-timing", LOPI_S: ".lopi-sampled", LOPI_C: ".lopi-count"}
 # build flags per configuration that needs its own binary
 BUILD_FLAGS = {UFT_PG: PG, UFT_PFE: PFE, GCC: FINSTR}
 
@@ -98,12 +108,12 @@ def build_all(sqlite_dir: Path, uftrace_modes: list[str]) -> dict:
 # ---------------------------------------------------------------- lopi
 
 
-def lopi_probe_support(lopi: Optional[Path]) -> str:
-    """"" when `lopi rewrite --help` lists --probe, else why the lopi column is empty."""
+def lopi_support(lopi: Optional[Path], option: str, what: str) -> str:
+    """"" when `lopi rewrite --help` lists `option`, else why a lopi configuration is not run."""
     if lopi is None:
         return "lopi binary not found"
     p = subprocess.run([str(lopi), "rewrite", "--help"], capture_output=True, text=True, timeout=60)
-    return "" if "--probe" in p.stdout + p.stderr else "lopi: --probe not available yet"
+    return "" if option in p.stdout + p.stderr else f"lopi: {what} not available yet"
 
 
 def lopi_keep(rep: dict) -> dict:
@@ -113,6 +123,7 @@ def lopi_keep(rep: dict) -> dict:
     timing = rep.get("timing") if isinstance(rep.get("timing"), dict) else None
     if timing and isinstance(timing.get("probe_cost"), dict):
         kept["probe_cost"] = timing["probe_cost"]
+    kept.update(sampled.keep(rep))
     return kept
 
 
@@ -125,9 +136,10 @@ def make_variants(key: str, argv_tail: list[str], bins: dict, skip: dict, lopi: 
     (the correctness runs). With `prev` (--against), the previous build's lopi too."""
     data = BUILD / "data" / key
     vs = [h.Variant(BASE, [str(bins[BASE]), *argv_tail], metric, check=check)]
-    lb, la = h.lopi_data_hooks(lopi, data / "lopi", lopi_keep)
-    vs.append(h.Variant(LOPI, [str(bins.get(LOPI, "lopi-missing")), *argv_tail], metric, before=lb,
-                        after=la if count else None, check=check, skip_reason=skip.get(LOPI, "")))
+    for name in LOPI_SUFFIX:
+        lb, la = h.lopi_data_hooks(lopi, data / name, lopi_keep)
+        vs.append(h.Variant(name, [str(bins.get(name, f"{name}-missing")), *argv_tail], metric, before=lb,
+                            after=la if count else None, check=check, skip_reason=skip.get(name, "")))
     if prev and PREV in bins:
         # The previous build reads its own records.
         pb, pa = h.lopi_data_hooks(prev, data / "prev", lopi_keep)
@@ -151,9 +163,25 @@ def per_fn_of(runs: list[h.RunResult]) -> dict:
     return next((r.extra["per_fn"] for r in runs if "per_fn" in r.extra), {})
 
 
+def sampled_notes(res: dict, ratio: Optional[float]) -> list[str]:
+    """Notes of the sampled row: samples and period, calls against the exact run's, and with the
+    ratio to the uninstrumented run (W2) the top-10 agreement and the ratio's goal."""
+    notes = [n for n in (sampled.sampling_note(res[LOPI_S]),) if n]
+    same, text = sampled.calls_verdict(res[LOPI], res[LOPI_S])
+    notes.append("calls per function = exact run's, every round" if same
+                 else "calls per function NOT CHECKED against exact's (see correctness)" if same is None
+                 else "calls per function DIFFER from exact's (see correctness)")
+    if ratio is not None:
+        notes.insert(0, sampled.ratio_goal(ratio))
+        _, top = sampled.agreement(res[LOPI], res[LOPI_S])
+        notes.append(top or "top-10 agreement not measured (no round with both reports)")
+    return notes
+
+
 def summarise(title: str, variants: list[h.Variant], res: dict, notes_extra: dict, expected: dict,
-              floor_ns: Optional[float]) -> tuple[list[list[str]], dict]:
-    """Table rows for one workload, and {config: (x baseline, ns/call, x floor)} for stdout."""
+              floor_ns: Optional[float], goal: bool = False) -> tuple[list[list[str]], dict]:
+    """Table rows for one workload, and {config: (x baseline, ns/call, x floor)} for stdout; goal:
+    sampled time's goals beside its row (W2)."""
     rows, ratios = [], {}
     base = h.stats(res[BASE])
     for v in variants:
@@ -187,10 +215,12 @@ def summarise(title: str, variants: list[h.Variant], res: dict, notes_extra: dic
         sizes = [r.extra["data_bytes"] for r in runs if r.extra.get("data_bytes")]
         if sizes:
             notes.append(f"data {h.fmt_bytes(int(statistics.median(sizes)))}")
-        if v.name in (LOPI, PREV):
+        if v.name in (*LOPI_SUFFIX, PREV):
             notes += h.lopi_report_notes(runs, expected)
-            if not any(r.extra.get("has_times") for r in runs):
+            if v.name != LOPI_C and not any(r.extra.get("has_times") for r in runs):
                 notes.append("report has NO times (total_ns)")
+            if v.name == LOPI_S:
+                notes += sampled_notes(res, st.median / base.median if goal and base else None)
             pc = next((r.extra["probe_cost"] for r in runs if "probe_cost" in r.extra), None)
             if pc and "pair_ns" in pc and "inner_ns" in pc:
                 notes.append(f"report's probe cost estimate: {pc['pair_ns']:.1f} ns per call added to the caller, "
@@ -268,6 +298,19 @@ def correctness(groups: list[tuple]) -> list[str]:
     return rows
 
 
+def calls_rows(measured: list[tuple]) -> list[str]:
+    """Markdown rows: sampled time's and counting's calls per function against exact timing's, round
+    by round (every configuration counts every call, so any difference is a failure)."""
+    rows = []
+    for _, title, _, vs, res, _ in measured:
+        for v in vs:
+            if v.name in (LOPI_S, LOPI_C) and not v.skip_reason:
+                _, verdict = sampled.calls_verdict(res[LOPI], res[v.name])
+                rows.append(f"| {title} | {LABEL[v.name]} | calls per function (`lopi report --format json`) "
+                            f"vs {LABEL[LOPI]}, same round | {verdict} |")
+    return rows
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -278,6 +321,8 @@ def main() -> int:
                     help="uftrace configurations: any of pg,pfe,dyn, or none (default all three)")
     ap.add_argument("--lopi-args", default=" ".join(LOPI_PROBE),
                     help="options of `lopi rewrite` for the lopi column (default: --probe entry,exit)")
+    ap.add_argument("--sample-hz", type=int,
+                    help="--sample-hz of the sampled configuration (default: lopi's, 1000)")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/timing.md")
     a = ap.parse_args()
 
@@ -306,21 +351,29 @@ def main() -> int:
                 skip[wl][mode] = why
     lopi, lopi_info = h.find_lopi(a.lopi, BUILD)
     lopi_args = a.lopi_args.split()
-    LABEL[LOPI] = f"lopi rewrite {' '.join(lopi_args)} (all functions)".replace("  ", " ")
-    lopi_why = lopi_probe_support(lopi) if "--probe" in lopi_args else ("" if lopi else "lopi binary not found")
+    hz = ["--sample-hz", str(a.sample_hz)] if a.sample_hz else []
+    configs = {LOPI: lopi_args, LOPI_S: [*lopi_args, "--time", "sampled", *hz], LOPI_C: ["--probe", "entry"]}
+    for name, args in configs.items():
+        LABEL[name] = f"lopi rewrite {' '.join(args)} (all functions)".replace("  ", " ")
+    probe_why = lopi_support(lopi, "--probe", "--probe")
+    lopi_why = {LOPI: probe_why if "--probe" in lopi_args else ("" if lopi else "lopi binary not found"),
+                LOPI_S: probe_why or lopi_support(lopi, "--time", "--time sampled"),
+                LOPI_C: probe_why}
     notes_extra: dict[str, dict[str, list[str]]] = {"w1": {}, "w2": {}}
     for wl in ("w1", "w2"):
-        if lopi_why:
-            skip[wl][LOPI] = lopi_why
-            continue
         prog = bins[wl][BASE]
-        out, why, notes = h.rewrite_or_skip(lopi, prog, BUILD / (prog.name + ".lopi-timing"), lopi_args)
-        if out:
-            bins[wl][LOPI], notes_extra[wl][LOPI] = out, notes
-        else:
-            skip[wl][LOPI] = why
-    if lopi_why:
-        log(lopi_why)
+        for name, args in configs.items():
+            if lopi_why[name]:
+                skip[wl][name] = lopi_why[name]
+                continue
+            out, why, notes = h.rewrite_or_skip(lopi, prog, BUILD / (prog.name + LOPI_SUFFIX[name]), args)
+            if out:
+                bins[wl][name], notes_extra[wl][name] = out, notes
+            else:
+                skip[wl][name] = why
+    lopi_skips = "; ".join(sorted({why for why in lopi_why.values() if why}))
+    if lopi_skips:
+        log(lopi_skips)
     against = h.previous_build()
     prev = against[0] if against else None
     if against:
@@ -371,16 +424,25 @@ def main() -> int:
     floor_failed = [f"| floor: {h.failure_note(res[FLOOR])} | | |"
                     for *_, res, _ in measured if h.failure_note(res[FLOOR])]
     entries: list[dict] = []
+    goals: list[tuple] = []
     for key, title, wl, vs, res, expected in measured:
-        r, ratios[title] = summarise(title, vs, res, notes_extra[wl], expected, floor_ns)
+        r, ratios[title] = summarise(title, vs, res, notes_extra[wl], expected, floor_ns, goal=wl == "w2")
         rows += r
-        entries += h.summary_entries("timing", key, title, vs, res, LABEL, TOOLS, expected)
+        for e in h.summary_entries("timing", key, title, vs, res, LABEL, TOOLS, expected):
+            if e["config"] == LOPI_S and e["status"] == "ok":
+                if sampled.calls_verdict(res[LOPI], res[LOPI_S])[0] is False:
+                    e["output"] = "calls DIFFER from exact timing's"
+                if wl == "w2":
+                    e["goal"] = {"ratio_max": sampled.GOAL_RATIO, "what": sampled.GOAL}
+            entries.append(e)
+        if wl == "w2":
+            goals += sampled.goals(title, res, BASE, LOPI_S, LOPI)
 
     header = ["workload", "config", "time median [min–max]", "x uninstr.", "process wall", "wall x",
               "calls", "overhead ns/call", "x floor", "notes"]
     table = h.markdown_table(header, rows)
     machine = h.machine_info(REPO, [
-        ("lopi binary", lopi_info + (f"; {lopi_why}" if lopi_why else "")),
+        ("lopi binary", lopi_info + (f"; {lopi_skips}" if lopi_skips else "")),
         ("uftrace", uft_ver),
         ("sqlite", h.sqlite_source_line(a.sqlite_dir)),
         *h.load_and_time(load_start, t_start),
@@ -396,7 +458,10 @@ def main() -> int:
         "excluded from `time`; `process wall` is the whole process (for uftrace: `uftrace record` itself, "
         "start-up and flushing of its buffers included).",
         "- Configurations: uninstrumented; `lopi rewrite PROG -o OUT " + " ".join(lopi_args) + "` (all functions, "
-        "data to `$LOPI_OUTPUT`); `uftrace record -d DIR` with its defaults (every function, no filter or "
+        "data to `$LOPI_OUTPUT`; exact timing, the clock read at every entry and exit), the same with "
+        "`" + " ".join(configs[LOPI_S][len(lopi_args):]) + "` (calls and calling contexts exact, time from a "
+        "per-thread CPU-time timer) and `lopi rewrite PROG -o OUT --probe entry` (counting only); "
+        "`uftrace record -d DIR` with its defaults (every function, no filter or "
         "depth limit set; library calls and sched events recorded as it does by default) on the same source "
         "built with `-pg`, on it built with `-fpatchable-function-entry=5` and `-P .` (patch every function "
         "at start-up), and on the unmodified binary with `-P .`; the same source built with "
@@ -413,11 +478,19 @@ def main() -> int:
         "- x floor = overhead ns/call (median) / floor, floor = least `rdtsc2` − `plain` of "
         "`bench/timing/floor.c` below (two `rdtsc` per call and the bookkeeping a timed call cannot avoid), "
         "run as one more member of every recorded round so that it sees the same machine load.",
+        "- Sampled time vs exact timing, per recorded round (the two ran in the same round): calls per function "
+        "must be equal (correctness section); on W2, the top 10 functions by inclusive time (`total_ns` of "
+        "`lopi report --format json`, summed by name) of the sampled report against the exact report's, as "
+        "k/10, with the samples taken and the period the report states; a time of n samples is within about "
+        "2√n samples (95%, the report's own statement).",
         "",
         "## Results",
         "",
         table,
         "",
+        *(["## Sampled time beside its goals (issue 27, goal 5: shown, not asserted)", "",
+           "| workload | what | goal | measured |", "|---|---|---|---|", *(f"| {' | '.join(g)} |" for g in goals),
+           ""] if goals else []),
         *([f"## Against {against[1]} (`bench/run.sh --against {against[1]}`: the same probes by that build, "
            "in the same rounds)", "", *h.AGAINST_HEAD, *against_rows, ""] if against else []),
         f"## Floor on this machine (`bench/timing/floor.c`, {FLOOR_CALLS:,} calls of one function per case, "
@@ -437,9 +510,15 @@ def main() -> int:
         "|---|---|---|---|",
         *correctness(checked),
         "",
+        "## Correctness: calls per function of sampled time and counting vs exact timing",
+        "",
+        "| workload | config | compared | result |",
+        "|---|---|---|---|",
+        *calls_rows(measured),
+        "",
     ]
     h.write_results(a.out, md, "timing", {"n": n, "quick": a.quick, "floor_median_ns": floor_med, "floor_ns": floor_ns,
-                                          "lopi": lopi_info, "lopi_args": lopi_args, "lopi_skip": lopi_why,
+                                          "lopi": lopi_info, "lopi_args": lopi_args, "lopi_skip": lopi_skips,
                                           "uftrace": uft_ver}, all_res, machine, entries, a.quick, floor_ns=floor_ns)
     print("\nRatios (x uninstrumented / overhead ns per call / x floor"
           + (f" = {floor_ns:.2f} ns" if floor_ns else "") + "):")
@@ -449,7 +528,11 @@ def main() -> int:
             if name == BASE:
                 continue
             shown = val if isinstance(val, str) else f"{val[0]:>8}  {val[1]:>20} ns/call  {val[2]:>7}"
-            print(f"    {LABEL[name]:<58} {shown}")
+            print(f"    {LABEL[name]:<64} {shown}")
+    if goals:
+        print("Sampled time beside its goals (" + sampled.GOAL + ", shown, not asserted):")
+        for title, what, goal, measured in goals:
+            print(f"  {title}: {what}: {measured} (goal {goal})")
     return 0
 
 
