@@ -111,8 +111,11 @@ pub(super) unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
         }
         // Sampled time: the probes without their clock reads, on the samples' clock (which
         // does not move here). Their part inside a call's interval cannot be read on that
-        // clock: it is taken as the same share of their cost as with the TSC. A lookup's cost
-        // stays in the profile (the stub cannot stop a clock that moves by whole samples).
+        // clock, and taking off an estimate of it would take all the time of a short function
+        // called very often (samples are few, the estimate per call is not exact): it stays
+        // in the call's time. Only the caller's part is taken off (the part outside the call,
+        // in the same share as with the TSC). A lookup's cost stays too (the stub cannot stop
+        // a clock that moves by whole samples).
         let (mut inner, mut pair, mut lookup) = (inner, pair, median(&mut lookup));
         if (*v).sample_hz != 0 {
             // The chunk's header through its own pointer: the closures borrow `h`'s fields.
@@ -120,8 +123,9 @@ pub(super) unsafe fn calibrate(v: *mut RuntimeVars, pid_page: u64) {
             (*header).sample_ticks = 1;
             (*header).sample_clock = 1;
             let (_, sampled_pair) = chains();
-            inner = if pair == 0 { 0 } else { inner.saturating_mul(sampled_pair) / pair };
-            pair = sampled_pair;
+            let sampled_inner = if pair == 0 { 0 } else { inner.saturating_mul(sampled_pair) / pair };
+            pair = sampled_pair.saturating_sub(sampled_inner);
+            inner = 0;
             lookup = 0;
         }
         set_thread_slot(saved_slot);
