@@ -7,7 +7,8 @@
 use crate::exits::{self, CodeMap, Region, UntimedReason};
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{patch_instructions, Action, Choice, Entry, Filter, Point, Site, SkipReason, Tactic};
+use crate::entry::{patch_instructions, Choice, Entry};
+use crate::{Action, Filter, Point, Site, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
@@ -93,12 +94,12 @@ fn direct(insn: &Insn, inside: &dyn Fn(u64) -> bool) -> Edge {
 /// not tell get a probe (see `implied.rs`).
 pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter, gaps: &mut Gaps, action: Action) -> (Vec<Site>, Vec<FunctionBlocks>) {
     let map = CodeMap::new(module);
-    let ends = crate::function_ends(module);
+    let ends = crate::functions::function_ends(module);
     let mut out = Vec::new();
     let mut sites = Vec::new();
     let mut bounces = Vec::new();
     for (index, function) in module.functions.iter().enumerate() {
-        if !filter.selects(&crate::names_of(function)) {
+        if !filter.selects(&crate::functions::names_of(function)) {
             continue;
         }
         let mut table = Vec::new();

@@ -5,7 +5,8 @@
 //! a neighbour that is not placed takes the sites that borrowed its room with it.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{entry_instructions, CodePatch, Point, Site, Tactic};
+use crate::entry::entry_instructions;
+use crate::{CodePatch, Point, Site, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashSet;

@@ -7,7 +7,8 @@
 //! A function's entry that is counted, not timed, runs its own counter's probes the same way
 //! before it counts ([`Selection::probe_entries`]).
 use crate::exits::{CodeMap, UntimedReason};
-use crate::{patch_instructions, Action, Analysis, Point, Selection, SkipReason, Tactic};
+use crate::entry::patch_instructions;
+use crate::{Action, Analysis, Point, Selection, SkipReason, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::BTreeSet;
@@ -33,7 +34,7 @@ impl Selection {
     pub fn add_points(&mut self, module: &ElfModule<'_>, analysis: &Analysis, addrs: &[u64]) -> Result<(), PointError> {
         let targets = &analysis.targets;
         let map = CodeMap::new(module);
-        let ends = crate::function_ends(module);
+        let ends = crate::functions::function_ends(module);
         let mut added = Vec::new();
         for &addr in addrs {
             let index = (0..module.functions.len()).find(|&i| (module.functions[i].addr.0..ends[i]).contains(&addr)).ok_or(PointError::NoFunction(addr))?;

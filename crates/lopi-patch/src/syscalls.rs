@@ -121,7 +121,7 @@ impl Occupied {
 /// entry and exit sites (whose ranges and padding it leaves alone).
 pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, sites: &mut Vec<Site>, wanted: impl Fn(Option<u32>) -> bool) -> Vec<SyscallSite> {
     // Code before a section's first function is decoded from the section's start.
-    let starts = crate::code_starts(module, module.code_sections.iter().map(|s| s.addr.0));
+    let starts = crate::functions::code_starts(module, module.code_sections.iter().map(|s| s.addr.0));
     let mut occupied = Occupied::of(sites);
     let moved_by: BTreeMap<u64, usize> = sites
         .iter()
