@@ -12,10 +12,9 @@
 //! function's script probes run from either path, with the registers saved as the slow path
 //! saves them (a script reads the arguments and the return value).
 use crate::abi::{self, ContextNode, RuntimeVars, ThreadHeader};
-use core::arch::global_asm;
 use core::mem::offset_of;
 
-global_asm!(
+stub_asm!(
     // Called from a timed trampoline as `push <counter index>; call`. After the six
     // pushes: [rsp+56] = counter index, rsp+64 = the function's entry stack pointer.
     ".globl lopi_enter_stub",
@@ -26,21 +25,9 @@ global_asm!(
     "add rsi, [rsi]",
     "add r8, [r8]",
     "mov rdi, qword ptr fs:[0x38]",
-    "cmp rdi, 4095",
-    "jbe 9f",
-    "mov ecx, dword ptr [rsi + {v_tid}]",
-    "test ecx, ecx",
-    "jz 9f",
-    "mov eax, dword ptr fs:[rcx]",
-    "cmp eax, dword ptr [rdi + {t_tid}]",
-    "jne 9f",
-    "cmp dword ptr [rdi + {t_busy}], 0",
-    "jne 9f",
     // Busy from here on: a signal handler's probes now skip instead of changing the state
     // this probe reads (a handler that ran before this store has finished its changes).
-    "mov dword ptr [rdi + {t_busy}], 1",
-    "cmp qword ptr [rdi + {t_trace_cap}], 0",
-    "jne 8f",
+    claim_thread!("rdi", "rsi", "rcx", "ecx", "eax"),
     "mov ecx, dword ptr [rdi + {t_depth}]",
     "cmp ecx, dword ptr [rdi + {t_stack_cap}]",
     "jae 8f",
@@ -218,19 +205,7 @@ global_asm!(
     "cmp dword ptr [rsp + 56], 0",
     "jl 9f",
     "1:",
-    "cmp rdi, 4095",
-    "jbe 9f",
-    "mov ecx, dword ptr [rsi + {v_tid}]",
-    "test ecx, ecx",
-    "jz 9f",
-    "mov edx, dword ptr fs:[rcx]",
-    "cmp edx, dword ptr [rdi + {t_tid}]",
-    "jne 9f",
-    "cmp dword ptr [rdi + {t_busy}], 0",
-    "jne 9f",
-    "mov dword ptr [rdi + {t_busy}], 1",
-    "cmp qword ptr [rdi + {t_trace_cap}], 0",
-    "jne 8f",
+    claim_thread!("rdi", "rsi", "rcx", "ecx", "edx"),
     "cmp rax, [rdi + {t_next_check}]",
     "jae 8f",
     "mov ecx, dword ptr [rdi + {t_depth}]",
@@ -372,20 +347,16 @@ global_asm!(
     "push rsi",
     "call lopi_exit_stub",
     "6:",
-    "ret",
+    "ret";
     enter = sym super::entry_exit::probe_enter,
     exit = sym super::entry_exit::probe_exit,
     script_enter = sym crate::timing::script::script_enter,
     script_exit = sym crate::timing::script::script_exit,
-    v_tid = const offset_of!(RuntimeVars, tid_offset),
     v_hooks = const offset_of!(RuntimeVars, script_hooks),
     exit_index = const abi::exit_word::INDEX,
     f_unclocked = const abi::FRAME_UNCLOCKED,
-    t_tid = const offset_of!(ThreadHeader, tid),
-    t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),
     t_stack_cap = const offset_of!(ThreadHeader, stack_cap),
-    t_trace_cap = const offset_of!(ThreadHeader, trace_cap),
     t_stack = const offset_of!(ThreadHeader, stack_offset),
     t_nodes = const offset_of!(ThreadHeader, nodes_offset),
     t_last = const offset_of!(ThreadHeader, last_tsc),

@@ -3,10 +3,9 @@
 //! to those slow paths with every call-clobbered register saved.
 use crate::abi::lock_name::{Op, Outcome};
 use crate::abi::{self, lock_name, ContextNode, HeldLock, RuntimeVars, ThreadHeader};
-use core::arch::global_asm;
 use core::mem::offset_of;
 
-global_asm!(
+stub_asm!(
     // Called from a lock function's trampoline as `push <counter index | op << 24>; call`,
     // at its entry and right before each exit, where the flags are dead. Saves every
     // call-clobbered general register. After the ten pushes: [rbp+88] = the pushed word,
@@ -25,22 +24,10 @@ global_asm!(
     "mov rbp, rsp",
     ".endm",
     ".macro LOPI_LOCK_STUB_THREAD",
-    "mov r8, qword ptr fs:[0x38]",
-    "cmp r8, 4095",
-    "jbe 9f",
     "lea rsi, [rip + LOPI_DELTAS]",
     "add rsi, [rsi]",
-    "mov ecx, dword ptr [rsi + {v_tid}]",
-    "test ecx, ecx",
-    "jz 9f",
-    "mov ecx, dword ptr fs:[rcx]",
-    "cmp ecx, dword ptr [r8 + {t_tid}]",
-    "jne 9f",
-    "cmp dword ptr [r8 + {t_busy}], 0",
-    "jne 9f",
-    "mov dword ptr [r8 + {t_busy}], 1",
-    "cmp qword ptr [r8 + {t_trace_cap}], 0",
-    "jne 8f",
+    "mov r8, qword ptr fs:[0x38]",
+    claim_thread!("r8", "rsi", "rcx", "ecx", "ecx"),
     // Lock events a script probes are run by the slow paths.
     "cmp qword ptr [rsi + {v_script_locks}], 0",
     "jne 8f",
@@ -277,7 +264,7 @@ global_asm!(
     "mov rsp, rbp",
     "pop rbp", "pop r11", "pop r10", "pop r9", "pop r8",
     "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
-    "ret 8",
+    "ret 8";
     enter = sym super::locks::probe_lock_enter,
     exit = sym super::locks::probe_lock_exit,
     unlock_name = sym UNLOCK_NAME,
@@ -299,13 +286,9 @@ global_asm!(
     h_start = const offset_of!(HeldLock, start),
     h_node = const offset_of!(HeldLock, node),
     h_flags = const offset_of!(HeldLock, flags),
-    v_tid = const offset_of!(RuntimeVars, tid_offset),
     v_script_locks = const offset_of!(RuntimeVars, script_locks),
-    t_tid = const offset_of!(ThreadHeader, tid),
-    t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),
     t_stack_cap = const offset_of!(ThreadHeader, stack_cap),
-    t_trace_cap = const offset_of!(ThreadHeader, trace_cap),
     t_stack = const offset_of!(ThreadHeader, stack_offset),
     t_nodes = const offset_of!(ThreadHeader, nodes_offset),
     t_last = const offset_of!(ThreadHeader, last_tsc),

@@ -19,7 +19,6 @@ use crate::timing::thread::chunk::Thread;
 use crate::timing::thread::tree::Child;
 use crate::timing::whatif::appkernel::{self, Saved};
 use crate::timing::whatif::kernel_locks;
-use core::arch::global_asm;
 use core::mem::offset_of;
 use core::ptr::{read_volatile, write_volatile};
 
@@ -30,7 +29,7 @@ const PRCTL: u64 = 157;
 const EXIT: u64 = 60;
 const EXIT_GROUP: u64 = 231;
 
-global_asm!(
+stub_asm!(
     // What both stubs share, as assembler macros. SAVE: rax and the arithmetic flags (`lahf`,
     // `seto`: cheaper than `pushfq`/`popfq`), then rdx, rsi, rdi, r8. THREAD: rdi = this
     // thread's chunk, rsi = the runtime variables, `busy` taken; to 9 when the thread has no
@@ -47,22 +46,10 @@ global_asm!(
     "push rax", "push rdx", "push rsi", "push rdi", "push r8",
     ".endm",
     ".macro LOPI_SYSCALL_STUB_THREAD",
-    "mov rdi, qword ptr fs:[0x38]",
-    "cmp rdi, 4095",
-    "jbe 9f",
     "lea rsi, [rip + LOPI_DELTAS]",
     "add rsi, [rsi]",
-    "mov ecx, dword ptr [rsi + {v_tid}]",
-    "test ecx, ecx",
-    "jz 9f",
-    "mov edx, dword ptr fs:[rcx]",
-    "cmp edx, dword ptr [rdi + {t_tid}]",
-    "jne 9f",
-    "cmp dword ptr [rdi + {t_busy}], 0",
-    "jne 9f",
-    "mov dword ptr [rdi + {t_busy}], 1",
-    "cmp qword ptr [rdi + {t_trace_cap}], 0",
-    "jne 8f",
+    "mov rdi, qword ptr fs:[0x38]",
+    claim_thread!("rdi", "rsi", "rcx", "ecx", "edx"),
     // An emulated kernel's locks are taken on the slow paths, and a script's probes of
     // system calls run there.
     "cmp dword ptr [rsi + {v_whatif}], 0",
@@ -242,19 +229,15 @@ global_asm!(
     ".globl lopi_calibration_syscall_empty",
     "lopi_calibration_syscall_empty:",
     "mov eax, 39",
-    "ret",
+    "ret";
     enter = sym probe_syscall_enter,
     exit = sym probe_syscall_exit,
     nr_other = const syscall_name::NR_OTHER,
-    v_tid = const offset_of!(RuntimeVars, tid_offset),
     v_whatif = const offset_of!(RuntimeVars, whatif),
     v_script_syscalls = const offset_of!(RuntimeVars, script_syscalls),
     f_unclocked = const abi::FRAME_UNCLOCKED,
-    t_tid = const offset_of!(ThreadHeader, tid),
-    t_busy = const offset_of!(ThreadHeader, busy),
     t_depth = const offset_of!(ThreadHeader, depth),
     t_stack_cap = const offset_of!(ThreadHeader, stack_cap),
-    t_trace_cap = const offset_of!(ThreadHeader, trace_cap),
     t_stack = const offset_of!(ThreadHeader, stack_offset),
     t_nodes = const offset_of!(ThreadHeader, nodes_offset),
     t_last = const offset_of!(ThreadHeader, last_tsc),
