@@ -4,8 +4,10 @@
 //! parallelism profile `lopi run` sampled.
 use crate::locks::lock_name;
 use crate::names::Namer;
+use crate::output::print_json;
+use crate::report::{Shown, Source};
 use crate::threads::display_names;
-use lopi_trace::{amdahl, Breakdown, DataFile, Locks, Parallelism, Parts, Threads};
+use lopi_trace::{amdahl, Breakdown, DataFile, Locks, Missing, Parallelism, Parts, Threads};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 
@@ -205,4 +207,27 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
         let _ = writeln!(out, "note: {} thread(s) without CPU times are left out of the sums", b.unknown_cpu);
     }
     out
+}
+
+/// `lopi report --breakdown`: the threads, with the CPU times their ends recorded.
+pub(crate) struct ThreadTimes(Threads);
+
+impl lopi_trace::View for ThreadTimes {
+    fn read(data: &DataFile) -> Result<Self, Missing> {
+        let threads = Threads::from_data(data);
+        if !threads.threads.iter().any(|t| t.cpu.is_some()) {
+            return Err(Missing { what: "thread CPU times", record: "--probe syscall,locks (its threads' exit and exit_group calls record them)" });
+        }
+        Ok(ThreadTimes(threads))
+    }
+}
+
+impl Shown for ThreadTimes {
+    fn text(&self, from: &Source<'_>) -> String {
+        report_text(from.file, &self.0)
+    }
+
+    fn json(&self, from: &Source<'_>) -> anyhow::Result<()> {
+        print_json(&report_json(from.file, &self.0))
+    }
 }

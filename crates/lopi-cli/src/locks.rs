@@ -2,6 +2,8 @@
 //! processes' memory maps (a static lock by its symbol, a heap lock by the function that
 //! initialised it, a call site by its function).
 use crate::names::Namer;
+use crate::output::print_json;
+use crate::report::{Shown, Source};
 use lopi_trace::{DataFile, LockCounts, LockStats, Locks};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -214,4 +216,14 @@ pub fn report_text(data: &DataFile, locks: &Locks, top: usize) -> String {
         let _ = writeln!(out, "note: `at the end`: waits and holds still going on when their thread's recording ended (its process's end, or lopi's detach); WAIT and HOLD count their time up to then");
     }
     out
+}
+
+impl Shown for Locks {
+    fn text(&self, from: &Source<'_>) -> String {
+        report_text(from.file, self, from.top)
+    }
+
+    fn json(&self, from: &Source<'_>) -> anyhow::Result<()> {
+        print_json(&report_json(from.file, self))
+    }
 }

@@ -1,4 +1,6 @@
 //! Text and JSON views of plans and profiles.
+use crate::output::print_json;
+use crate::report::{Shown, Source};
 use lopi_elf::ElfModule;
 use lopi_patch::{Outcome, Selection, TimingOutcome};
 use lopi_trace::Profile;
@@ -467,4 +469,39 @@ pub fn edges_text(profile: &Profile, name: &str, callers: bool) -> String {
         let _ = writeln!(out, "{:>12}  {:>5.1}%  {:>10}  {other}", e.calls, share, duration(e.total_ns));
     }
     out
+}
+
+impl Shown for Profile {
+    fn text(&self, from: &Source<'_>) -> String {
+        let mut text = report_text(self, from.top);
+        if !lopi_trace::Locks::from_data(from.file).locks.is_empty() {
+            let _ = writeln!(text, "note: lock calls were recorded: see `lopi report {0} --locks` and `--threads`", from.path.display());
+        }
+        text
+    }
+
+    fn json(&self, _: &Source<'_>) -> anyhow::Result<()> {
+        print_json(self)
+    }
+}
+
+/// `lopi report --budget`: the profile of a record made with a budget, and its text.
+pub(crate) struct Budget(Profile, String);
+
+impl lopi_trace::View for Budget {
+    fn read(data: &lopi_trace::DataFile) -> Result<Self, lopi_trace::Missing> {
+        let profile = Profile::from_data(data);
+        let text = budget_text(&profile).ok_or(lopi_trace::Missing { what: "budget data", record: "--probe entry,exit --budget 5% (lopi run, rewrite or attach)" })?;
+        Ok(Budget(profile, text))
+    }
+}
+
+impl Shown for Budget {
+    fn text(&self, _: &Source<'_>) -> String {
+        self.1.clone()
+    }
+
+    fn json(&self, _: &Source<'_>) -> anyhow::Result<()> {
+        print_json(&budget_json(&self.0))
+    }
 }

@@ -1,5 +1,7 @@
 //! Views of system-call probes: the sites `lopi info --probe syscall` lists, the summary line
 //! of `rewrite`, and `lopi report --syscalls`.
+use crate::output::print_json;
+use crate::report::{Shown, Source};
 use lopi_elf::ElfModule;
 use lopi_patch::{SyscallOutcome, SyscallSite};
 use serde_json::{json, Value};
@@ -194,4 +196,14 @@ fn runtime_table(out: &mut String, own: &lopi_trace::OwnCalls) {
     }
     let (total, each) = time(own.ns, own.calls);
     let _ = writeln!(out, "{total:>11} {each:>11} {:>9} total", own.calls);
+}
+
+impl Shown for lopi_trace::Syscalls {
+    fn text(&self, from: &Source<'_>) -> String {
+        report_text(self, from.top)
+    }
+
+    fn json(&self, _: &Source<'_>) -> anyhow::Result<()> {
+        print_json(self)
+    }
 }

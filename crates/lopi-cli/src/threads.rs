@@ -1,6 +1,8 @@
 //! `lopi report --threads`: per thread, its life (start routine, creator, start and end), what
 //! it waited for, and the thread calls it made.
 use crate::names::Namer;
+use crate::output::print_json;
+use crate::report::{Shown, Source};
 use lopi_trace::{DataFile, EndSeen, ThreadCalls, ThreadLife, Threads};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -134,4 +136,14 @@ pub fn report_text(data: &DataFile, threads: &Threads) -> String {
         let _ = writeln!(out, "note: `open at its end`: waits, holds and calls that had not returned when the thread's recording ended; LOCK, JOIN and SYSCALL count their time up to then");
     }
     out
+}
+
+impl Shown for Threads {
+    fn text(&self, from: &Source<'_>) -> String {
+        report_text(from.file, self)
+    }
+
+    fn json(&self, from: &Source<'_>) -> anyhow::Result<()> {
+        print_json(&report_json(from.file, self))
+    }
 }

@@ -20,6 +20,7 @@ pub mod script_areas;
 mod syscalls;
 mod threads;
 mod timing;
+mod view;
 
 pub use blocks::{BlockCount, ModuleBlocks};
 pub use breakdown::{amdahl, profile_serial_fraction, Breakdown, Parts, ThreadBreakdown};
@@ -32,6 +33,7 @@ pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace,
 pub use pprof::{lock_pprof, pprof, LockProfile, SiteFrame};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use timing::{BudgetUse, Sampling};
+pub use view::{Missing, View};
 pub use syscalls::{SiteStats, SyscallStats, Syscalls, ThreadSyscalls};
 pub use threads::{ThreadCalls, ThreadCpu, ThreadLife, Threads};
 pub use timing::{lock_function_name, ContextNode, EventKind, LockCall, ProbeCost, Switched, ThreadProfile, TimedFunction, TraceEvent, Timing};
