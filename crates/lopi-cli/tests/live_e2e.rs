@@ -214,6 +214,34 @@ fn system_call_probes_attach_again_after_a_detach() {
     cleanup(&dir);
 }
 
+/// Sampled time (`--time sampled`) arms a CPU-time timer per thread, whose SIGPROF goes to the
+/// runtime's handler: a detach must delete the timers and put SIGPROF's action back before it
+/// unmaps the handler (the program died of a SIGPROF 1 ms after the first detach). Three
+/// attaches, then the program runs on and ends as it would, with SIGPROF neither caught nor
+/// ignored.
+#[test]
+fn sampled_time_attaches_again_after_a_detach_and_leaves_sigprof_alone() {
+    let dir = fresh_dir("live-sampled-cycles");
+    let prog = build("busy.c", &dir, &[]);
+    let busy = Running::start(&prog, &["600", "3"]);
+    for cycle in 0..3 {
+        let data = dir.join(format!("cycle{cycle}.lopi"));
+        attach(busy.pid(), &["--duration", "300ms", "--probe", "entry,exit", "--time", "sampled"], &data);
+        code_matches_file(busy.pid(), &prog).unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+        let text = lopi(&["report", data.to_str().unwrap()], &[]).stdout_str();
+        assert!(text.contains("time: sampled, "), "cycle {cycle}: {text}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", busy.pid())).expect("the program still runs");
+    let mask = |field: &str| status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(u64::MAX);
+    let sigprof = 1u64 << (27 - 1);
+    assert!(mask("SigCgt:") & sigprof == 0 && mask("SigIgn:") & sigprof == 0, "SIGPROF after the detaches:\n{status}");
+    busy.signal("TERM");
+    let (stdout, ok) = busy.finish(Duration::from_secs(20));
+    assert!(ok && stdout == "ok\n", "program output after 3 sampled attaches: {stdout:?}");
+    cleanup(&dir);
+}
+
 #[test]
 fn thread_waiting_inside_entry_bytes_keeps_that_function_unpatched() {
     let dir = fresh_dir("live-blocker");

@@ -417,6 +417,8 @@ impl Target {
     fn unmap(&mut self, installation: &Installation, maps: &[Mapping], gadget: Gadget, removal: &mut Removal) -> Result<(), LiveError> {
         let mut keep_data_mappings = false;
         if installation.modules.iter().any(|m| m.timed) {
+            let vars: Vec<u64> = installation.modules.iter().filter(|m| m.timed).map(|m| m.vars).collect();
+            self.stop_sampling(&vars, gadget)?;
             // Threads find their chunk through fs:0x38 (and a fork snapshot through
             // fs:0x40); those words must not outlive the chunks, also in descriptors glibc
             // caches for reuse. If they cannot all be found, the chunks stay mapped.

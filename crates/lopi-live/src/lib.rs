@@ -21,6 +21,7 @@ mod glibc;
 mod install;
 mod placement;
 mod plan;
+mod sampling;
 pub mod procfs;
 mod spec;
 mod target;

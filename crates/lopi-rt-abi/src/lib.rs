@@ -371,6 +371,10 @@ pub struct RuntimeVars {
     /// descriptor; and the TSC ticks a sample stands for.
     pub sample_hz: u64,
     pub sample_ticks: u64,
+    /// Non-zero when this module's runtime installed the `SIGPROF` handler; the action it
+    /// replaced (the kernel's `struct sigaction`), which a detach puts back.
+    pub sample_handler_installed: u64,
+    pub sample_old_action: [u64; 4],
 }
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
@@ -482,7 +486,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 248);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 288);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -79,7 +79,7 @@ unsafe fn sample(v: *mut RuntimeVars, probes: u64, hz: u64, tsc_hz: u64) {
             write_stderr(b"lopi: lock probes and traces need exact time; time is not sampled\n");
             return;
         }
-        if !sampling::install_handler(probes & abi::MODULE_EXECUTABLE != 0) {
+        if !sampling::install_handler(v, probes & abi::MODULE_EXECUTABLE != 0) {
             return;
         }
         let hz = hz.clamp(1, 100_000);

@@ -55,9 +55,10 @@ extern "C" {
 
 /// Installs the sample handler for `SIGPROF`, unless the process has a handler of its own
 /// (which would then miss its signals, or take ours): a library's runtime leaves one that is
-/// there alone, the executable's (never unloaded) replaces another module's. `false`, with a
-/// message, when time cannot be sampled.
-pub(crate) unsafe fn install_handler(executable: bool) -> bool {
+/// there alone, the executable's (never unloaded) replaces another module's. Another module's
+/// lopi handler (the same code) serves this module too. The action replaced is kept in `v`,
+/// for a detach to put back. `false`, with a message, when time cannot be sampled.
+pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> bool {
     let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
     // SAFETY: rt_sigaction reading the current action into `old` (sigsetsize 8).
     let r = unsafe { sys::call6(RT_SIGACTION, SIGPROF, 0, &mut old as *mut _ as usize, 8, 0, 0) };
@@ -65,13 +66,14 @@ pub(crate) unsafe fn install_handler(executable: bool) -> bool {
         write_stderr(b"lopi: cannot read SIGPROF's action; time is not sampled\n");
         return false;
     }
-    let ours = old.handler == on_sample as usize;
-    if old.handler > SIG_IGN && !ours && !executable {
-        write_stderr(b"lopi: SIGPROF has a handler already; this module's time is not sampled\n");
-        return false;
-    }
+    // SAFETY: a handler the kernel holds is mapped code.
+    let ours = old.handler > SIG_IGN && unsafe { is_sample_handler(old.handler) };
     if ours {
         return true;
+    }
+    if old.handler > SIG_IGN && !executable {
+        write_stderr(b"lopi: SIGPROF has a handler already; this module's time is not sampled\n");
+        return false;
     }
     let act = KernelSigaction {
         handler: on_sample as usize,
@@ -85,7 +87,27 @@ pub(crate) unsafe fn install_handler(executable: bool) -> bool {
         write_stderr(b"lopi: cannot install the SIGPROF handler; time is not sampled\n");
         return false;
     }
+    // SAFETY: `v` is this module's variables page.
+    unsafe {
+        (*v).sample_old_action = [old.handler as u64, old.flags, old.restorer as u64, old.mask];
+        (*v).sample_handler_installed = 1;
+    }
     true
+}
+
+/// True when the code at `handler` is this handler's: another module's copy of the runtime.
+/// Compared within the page it starts on, which is mapped.
+unsafe fn is_sample_handler(handler: usize) -> bool {
+    const LEN: usize = 32;
+    let own = on_sample as usize;
+    if handler == own {
+        return true;
+    }
+    if handler % PAGE_SIZE as usize > PAGE_SIZE as usize - LEN || own % PAGE_SIZE as usize > PAGE_SIZE as usize - LEN {
+        return false;
+    }
+    // SAFETY: both ranges lie within a page of mapped code (checked above).
+    unsafe { (0..LEN).all(|i| read_volatile((handler + i) as *const u8) == read_volatile((own + i) as *const u8)) }
 }
 
 /// Starts sampling a new thread's clock: its header's sample fields, then a timer on its CPU

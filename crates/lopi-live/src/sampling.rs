@@ -1,0 +1,58 @@
+//! Sampled time at a detach: the threads' CPU-time timers deleted and `SIGPROF`'s action put
+//! back before the runtime's handler is unmapped, so that no signal reaches code that is gone.
+use crate::error::LiveError;
+use crate::glibc::LOPI_TCB_WORDS;
+use crate::target::{Gadget, Target};
+use lopi_rt_abi::{RuntimeVars, ThreadHeader, PAGE_SIZE, THREAD_MAGIC};
+use std::mem::offset_of;
+
+const RT_SIGACTION: u64 = 13;
+const TIMER_DELETE: u64 = 226;
+const SIGPROF: u64 = 27;
+const SIG_IGN: u64 = 1;
+
+impl Target {
+    /// With sampled time in any of the modules at `vars` (their runtime variables): `SIGPROF`
+    /// ignored first (which also drops signals already pending), every live thread's timer
+    /// deleted, then the action the runtime replaced put back (the default when none of these
+    /// modules installed it). Timers of threads that have ended stay: their clocks are gone
+    /// with them, so they never fire.
+    pub(crate) fn stop_sampling(&mut self, vars: &[u64], gadget: Gadget) -> Result<(), LiveError> {
+        let read = |at: u64| self.mem.read_u64(at).unwrap_or(0);
+        if !vars.iter().any(|&v| read(v + offset_of!(RuntimeVars, sample_hz) as u64) != 0) {
+            return Ok(());
+        }
+        let installer = vars.iter().copied().find(|&v| read(v + offset_of!(RuntimeVars, sample_handler_installed) as u64) != 0);
+        let timers: Vec<u64> = self.threads.tids().into_iter().filter_map(|tid| self.sample_timer(tid)).collect();
+        // The actions are written below the leader's stack pointer, past its red zone: no code
+        // runs on that thread meanwhile, and the injected calls do not touch its stack.
+        let leader = self.threads.leader();
+        let scratch = (self.threads.regs(leader)?.rsp - 1024) & !15;
+        let ignore: Vec<u8> = [SIG_IGN, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.mem.write(scratch, &ignore).map_err(LiveError::io("writing a signal action into the process"))?;
+        self.syscall(gadget, RT_SIGACTION, [SIGPROF, scratch, 0, 8, 0, 0])?;
+        for id in timers {
+            self.syscall(gadget, TIMER_DELETE, [id, 0, 0, 0, 0, 0])?;
+        }
+        let old = match installer {
+            Some(v) => v + offset_of!(RuntimeVars, sample_old_action) as u64,
+            None => {
+                self.mem.write(scratch, &[0; 32]).map_err(LiveError::io("writing a signal action into the process"))?;
+                scratch
+            }
+        };
+        self.syscall(gadget, RT_SIGACTION, [SIGPROF, old, 0, 8, 0, 0])?;
+        Ok(())
+    }
+
+    /// The sampling timer of thread `tid`, from the chunk its TCB word points at.
+    fn sample_timer(&self, tid: i32) -> Option<u64> {
+        let fs = self.threads.regs(tid).ok()?.fs_base;
+        let chunk = self.mem.read_u64(fs.checked_add(LOPI_TCB_WORDS)?).ok()?;
+        if chunk < PAGE_SIZE || self.mem.read(chunk, 8).ok()? != THREAD_MAGIC {
+            return None;
+        }
+        let timer = self.mem.read(chunk + offset_of!(ThreadHeader, sample_timer) as u64, 4).ok()?;
+        u64::try_from(i32::from_le_bytes(timer.try_into().ok()?)).ok()
+    }
+}
