@@ -45,12 +45,13 @@ KINDS = {
     "script": None,
     "handler": ["--handler", str(HANDLER)],
     "budget": ["--probe", "entry,exit", "--budget", "5%"],
+    "sampled": ["--probe", "entry,exit", "--time", "sampled"],
 }
 MODES = ["run", "rewrite", "attach"]
 # The CI subset: every kind live; rewritten and attached, the kinds whose code paths differ
 # between installers (so that CI stays under 10 minutes; the full run has every combination).
-CI_MODES = {"run": set(KINDS), "rewrite": {"entry", "time", "block", "coverage", "syscall", "budget"},
-            "attach": {"entry", "time", "coverage", "syscall", "locks", "script"}}
+CI_MODES = {"run": set(KINDS), "rewrite": {"entry", "time", "block", "coverage", "syscall", "budget", "sampled"},
+            "attach": {"entry", "time", "coverage", "syscall", "locks", "script", "sampled"}}
 ORACLE_TOOLS = {"gdb": "gdb", "perf": "linux-perf"}
 # What lopi refuses by design, as it says it (docs/limits.md).
 REFUSALS = ("static executables are not supported", "a rewritten file probes its own functions only",

@@ -171,6 +171,16 @@ fn one_cpu_under_the_giant_lock_hardly_spins() {
     let ns = |k: &str| one[k].as_f64().unwrap();
     let spin = ns("kernel_lock_spin_ns") / (ns("user_ns") + ns("kernel_ns") + ns("lock_spin_ns") + ns("kernel_lock_spin_ns"));
     assert!(spin < 0.05, "the giant lock spun {:.1}% of the CPU time on one CPU: {json}", 100.0 * spin);
+    // The waiters' time given to the holder is not the kernel time's dilution: the kernel's
+    // share of the CPU time stays near native's (native 72-78%; 27-37% before the breakdown
+    // took the yields out of the run-queue time).
+    let kernel_share = |k: &str| {
+        let one = &json[k]["one_cpu"];
+        let ns = |f: &str| one[f].as_f64().unwrap();
+        ns("kernel_ns") / (ns("user_ns") + ns("kernel_ns"))
+    };
+    let (native, giant) = (kernel_share("native"), kernel_share("giant-lock"));
+    assert!(giant > native - 0.3, "kernel share {giant:.2} under the giant lock, {native:.2} natively: {json}");
     cleanup(&dir);
 }
 

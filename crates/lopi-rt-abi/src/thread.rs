@@ -195,9 +195,12 @@ pub struct KernelLockState {
     pub waits: u32,
     /// Ticks spent spinning for the lock.
     pub spin_ticks: u64,
+    /// Ticks the thread was off its CPU while it waited (its waits yield to the holder): it
+    /// was runnable, before its system call's probed time, neither spinning nor running.
+    pub yield_ticks: u64,
 }
 
-pub const KERNEL_LOCK_STATE_LEN: usize = 24;
+pub const KERNEL_LOCK_STATE_LEN: usize = 32;
 pub const KERNEL_LOCK_GAVE_UP: u32 = 1 << 31;
 const _: () = assert!(core::mem::size_of::<KernelLockState>() == KERNEL_LOCK_STATE_LEN);
 const _: () = assert!(KERNEL_LOCK_STATE + KERNEL_LOCK_STATE_LEN as u64 <= UNMATCHED_TABLE);
@@ -205,7 +208,7 @@ const _: () = assert!(KERNEL_LOCK_STATE + KERNEL_LOCK_STATE_LEN as u64 <= UNMATC
 impl KernelLockState {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let f = Fields(bytes.get(..KERNEL_LOCK_STATE_LEN)?);
-        Some(Self { key: f.u64(0), state: f.u32(8), waits: f.u32(12), spin_ticks: f.u64(16) })
+        Some(Self { key: f.u64(0), state: f.u32(8), waits: f.u32(12), spin_ticks: f.u64(16), yield_ticks: f.u64(24) })
     }
 }
 

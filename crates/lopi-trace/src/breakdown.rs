@@ -17,8 +17,9 @@
 //! lock_spin       = acquisition wait - futex time inside it   (CPU, spinning)
 //! kernel_lock_spin = spinning for an emulated kernel's lock (`lopi whatif`; CPU, outside
 //!                   the system calls' probed time)
-//! kernel          = (system-call time - in_calls_asleep) * cpu / (cpu + runnable), within cpu - lock_spin
-//!                   (the kernel's system CPU when no system call was probed)
+//! yielded         = an emulated kernel's lock waits off the CPU (runnable, before the calls)
+//! kernel          = (system-call time - in_calls_asleep) * cpu / (cpu + runnable - yielded),
+//!                   within cpu - lock_spin (the kernel's system CPU when no system call was probed)
 //! user            = cpu - lock_spin - kernel_lock_spin - kernel
 //! other           = wall - all of the above    (runnable, asleep outside system calls)
 //! ```
@@ -125,7 +126,12 @@ pub fn thread_parts(t: &ThreadLife) -> Option<(Parts, f64)> {
     let lock_spin = (t.acquire_wait_ns - t.acquire_blocked_ns).max(0.0).min(cpu);
     let in_calls_awake = t.syscall_ns - in_calls_asleep;
     let kernel_lock_spin = t.kernel_lock_spin_ns.min(cpu - lock_spin);
-    let kernel = if in_calls_awake > 0.0 { in_calls_awake * cpu / (cpu + c.runq_wait_ns) } else { c.system_ns }.min(cpu - lock_spin - kernel_lock_spin);
+    // The CPU time in system calls: their awake time at the thread's share of the CPU while
+    // runnable. An emulated kernel lock's waits yield to its holder before the call's probed
+    // time starts: that time on a run queue is not spread over user code and calls as
+    // preemption is, so it does not dilute the share.
+    let yielded = t.kernel_lock_yield_ns.min(c.runq_wait_ns);
+    let kernel = if in_calls_awake > 0.0 { in_calls_awake * cpu / (cpu + c.runq_wait_ns - yielded) } else { c.system_ns }.min(cpu - lock_spin - kernel_lock_spin);
     let mut p = Parts {
         wall_ns: wall,
         user_ns: cpu - lock_spin - kernel_lock_spin - kernel,

@@ -52,6 +52,9 @@ pub struct ThreadLife {
     /// Spinning for an emulated kernel's lock (`lopi whatif`), and the waits that spun.
     pub kernel_lock_spin_ns: f64,
     pub kernel_lock_waits: u64,
+    /// Off its CPU while it waited for an emulated kernel's lock (its waits yield): runnable,
+    /// before the call's probed time, running nothing.
+    pub kernel_lock_yield_ns: f64,
     /// A call went on without the emulated lock after spinning for it too long.
     pub kernel_lock_gave_up: bool,
     /// Under the emulated application kernel: calls its proxy made, calls it made itself, and
@@ -89,6 +92,7 @@ impl ThreadLife {
             join_wait_ns: 0.0,
             syscall_ns: 0.0,
             kernel_lock_spin_ns: 0.0,
+            kernel_lock_yield_ns: 0.0,
             kernel_lock_waits: 0,
             kernel_lock_gave_up: false,
             forwarded: 0,
@@ -172,6 +176,7 @@ impl Threads {
                 life.cpu = Some(cpu);
             }
             life.kernel_lock_spin_ns += ns(t.kernel_lock.spin_ticks);
+            life.kernel_lock_yield_ns += ns(t.kernel_lock.yield_ticks);
             life.kernel_lock_waits += u64::from(t.kernel_lock.waits & !lopi_rt_abi::KERNEL_LOCK_GAVE_UP);
             life.kernel_lock_gave_up |= t.kernel_lock.waits & lopi_rt_abi::KERNEL_LOCK_GAVE_UP != 0;
             life.forwarded += t.proxy.forwarded;

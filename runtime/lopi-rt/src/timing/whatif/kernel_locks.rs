@@ -136,6 +136,7 @@ unsafe fn take(t: &Thread, v: *const RuntimeVars, index: u32) -> bool {
         write_volatile(&raw mut (*s).waits, count | flag);
         let spun = rdtsc().wrapping_sub(began).saturating_sub(off_cpu);
         write_volatile(&raw mut (*s).spin_ticks, read_volatile(&raw const (*s).spin_ticks).wrapping_add(spun));
+        write_volatile(&raw mut (*s).yield_ticks, read_volatile(&raw const (*s).yield_ticks).wrapping_add(off_cpu));
     }
     taken
 }
