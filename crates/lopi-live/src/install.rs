@@ -32,8 +32,8 @@ pub struct InstalledModule {
     /// Run-time addresses of the image mapping and of its code.
     pub image: Range<u64>,
     code: Range<u64>,
-    vars: u64,
-    timed: bool,
+    pub(crate) vars: u64,
+    pub(crate) timed: bool,
     /// Run-time address, jump bytes, original bytes.
     patches: Vec<CodePatch>,
     /// Run-time address and bytes of the jumps the runtime may retarget when the budget
@@ -355,6 +355,7 @@ impl Target {
     /// mappings (image, runtime pages, data-file views) unmapped.
     pub fn remove(&mut self, installation: &Installation) -> Result<Removal, LiveError> {
         let mut removal = Removal::default();
+        self.stop_sampling_of(installation)?;
         for module in &installation.modules {
             let mut restore = Vec::new();
             for p in &module.patches {
@@ -417,8 +418,6 @@ impl Target {
     fn unmap(&mut self, installation: &Installation, maps: &[Mapping], gadget: Gadget, removal: &mut Removal) -> Result<(), LiveError> {
         let mut keep_data_mappings = false;
         if installation.modules.iter().any(|m| m.timed) {
-            let vars: Vec<u64> = installation.modules.iter().filter(|m| m.timed).map(|m| m.vars).collect();
-            self.stop_sampling(&vars, gadget)?;
             // Threads find their chunk through fs:0x38 (and a fork snapshot through
             // fs:0x40); those words must not outlive the chunks, also in descriptors glibc
             // caches for reuse. If they cannot all be found, the chunks stay mapped.

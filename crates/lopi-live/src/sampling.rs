@@ -1,18 +1,36 @@
-//! Sampled time at a detach: the threads' CPU-time timers deleted and `SIGPROF`'s action put
-//! back before the runtime's handler is unmapped, so that no signal reaches code that is gone.
+//! Sampled time at a detach: the threads' CPU-time timers deleted and the action of their
+//! signal (`SAMPLE_SIGNAL`, `SIGURG`) put back before the runtime's handler is unmapped, so that no signal reaches code that is gone.
 use crate::error::LiveError;
 use crate::glibc::LOPI_TCB_WORDS;
+use crate::install::Installation;
+use crate::procfs;
 use crate::target::{Gadget, Target};
-use lopi_rt_abi::{RuntimeVars, ThreadHeader, PAGE_SIZE, THREAD_MAGIC};
+use lopi_rt_abi::{RuntimeVars, ThreadHeader, PAGE_SIZE, SAMPLE_SIGNAL, THREAD_MAGIC};
 use std::mem::offset_of;
 
 const RT_SIGACTION: u64 = 13;
 const TIMER_DELETE: u64 = 226;
-const SIGPROF: u64 = 27;
 const SIG_IGN: u64 = 1;
 
 impl Target {
-    /// With sampled time in any of the modules at `vars` (their runtime variables): `SIGPROF`
+    /// [`Target::stop_sampling`] for the timed modules of `installation`, through a system-call
+    /// gadget of its own. A detach does it first, before it waits for threads to leave lopi's
+    /// code: a thread whose timer still fired would be stopped again by each signal (the
+    /// tracer holds signals back) and could stay inside for good.
+    pub(crate) fn stop_sampling_of(&mut self, installation: &Installation) -> Result<(), LiveError> {
+        let vars: Vec<u64> = installation.modules.iter().filter(|m| m.timed).map(|m| m.vars).collect();
+        if vars.is_empty() {
+            return Ok(());
+        }
+        let maps = procfs::maps(self.pid()).map_err(LiveError::io("reading the process's mappings"))?;
+        let exe = procfs::exe(self.pid()).map(|p| p.display().to_string()).unwrap_or_default();
+        let gadget = self.place_gadget(&maps, &exe)?;
+        let result = self.stop_sampling(&vars, gadget);
+        self.restore_gadget(gadget)?;
+        result
+    }
+
+    /// With sampled time in any of the modules at `vars` (their runtime variables): the signal
     /// ignored first (which also drops signals already pending), every live thread's timer
     /// deleted, then the action the runtime replaced put back (the default when none of these
     /// modules installed it). Timers of threads that have ended stay: their clocks are gone
@@ -30,7 +48,7 @@ impl Target {
         let scratch = (self.threads.regs(leader)?.rsp - 1024) & !15;
         let ignore: Vec<u8> = [SIG_IGN, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
         self.mem.write(scratch, &ignore).map_err(LiveError::io("writing a signal action into the process"))?;
-        self.syscall(gadget, RT_SIGACTION, [SIGPROF, scratch, 0, 8, 0, 0])?;
+        self.syscall(gadget, RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), scratch, 0, 8, 0, 0])?;
         for id in timers {
             self.syscall(gadget, TIMER_DELETE, [id, 0, 0, 0, 0, 0])?;
         }
@@ -41,7 +59,7 @@ impl Target {
                 scratch
             }
         };
-        self.syscall(gadget, RT_SIGACTION, [SIGPROF, old, 0, 8, 0, 0])?;
+        self.syscall(gadget, RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), old, 0, 8, 0, 0])?;
         Ok(())
     }
 

@@ -371,11 +371,17 @@ pub struct RuntimeVars {
     /// descriptor; and the TSC ticks a sample stands for.
     pub sample_hz: u64,
     pub sample_ticks: u64,
-    /// Non-zero when this module's runtime installed the `SIGPROF` handler; the action it
+    /// Non-zero when this module's runtime installed the [`SAMPLE_SIGNAL`] handler; the action it
     /// replaced (the kernel's `struct sigaction`), which a detach puts back.
     pub sample_handler_installed: u64,
     pub sample_old_action: [u64; 4],
 }
+
+/// The signal of sampled time's per-thread timers: `SIGURG`, whose default action is to ignore
+/// it, so that a program that resets every handler, or one a timer outlives, is not killed by
+/// it (as by `SIGPROF`, which programs also take for themselves: coreutils' `sort` cleans up
+/// and dies on it), and which few programs handle (out-of-band socket data).
+pub const SAMPLE_SIGNAL: u32 = 23;
 
 /// Emulated kernels (`lopi whatif`): the system-call probes take a lock around each call.
 pub mod whatif {

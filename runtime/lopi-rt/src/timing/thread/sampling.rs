@@ -1,16 +1,16 @@
 //! Sampled time (`--time sampled`): each thread's CPU-time timer (`timer_create` on
-//! `CLOCK_THREAD_CPUTIME_ID`, delivered to that thread) raises `SIGPROF` every period, and the
-//! handler advances the thread's clock (`ThreadHeader::sample_clock`) by one sample. The
-//! probes read that clock instead of the TSC, so that everything else is as with exact time:
-//! a call's time is the samples taken while it ran, its calls and calling context are exact.
-use crate::abi::{RuntimeVars, ThreadHeader, PAGE_SIZE};
+//! `CLOCK_THREAD_CPUTIME_ID`, delivered to that thread) raises `abi::SAMPLE_SIGNAL` (`SIGURG`)
+//! every period, and the handler advances the thread's clock (`ThreadHeader::sample_clock`) by
+//! one sample. The probes read that clock instead of the TSC, so that everything else is as
+//! with exact time: a call's time is the samples taken while it ran, its calls and calling
+//! context are exact.
+use crate::abi::{self, RuntimeVars, ThreadHeader, PAGE_SIZE};
 use crate::base::sys::{self, write_stderr};
 use crate::base::tcb::{own_tid, thread_slot};
 use crate::base::vars::vars;
 use core::arch::global_asm;
 use core::ptr::{read_volatile, write_volatile};
 
-const SIGPROF: usize = 27;
 const RT_SIGACTION: usize = 13;
 const TIMER_CREATE: usize = 222;
 const TIMER_SETTIME: usize = 223;
@@ -53,7 +53,7 @@ extern "C" {
     fn lopi_sample_restorer();
 }
 
-/// Installs the sample handler for `SIGPROF`, unless the process has a handler of its own
+/// Installs the sample handler for `SIGURG`, unless the process has a handler of its own
 /// (which would then miss its signals, or take ours): a library's runtime leaves one that is
 /// there alone, the executable's (never unloaded) replaces another module's. Another module's
 /// lopi handler (the same code) serves this module too. The action replaced is kept in `v`,
@@ -61,9 +61,9 @@ extern "C" {
 pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> bool {
     let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
     // SAFETY: rt_sigaction reading the current action into `old` (sigsetsize 8).
-    let r = unsafe { sys::call6(RT_SIGACTION, SIGPROF, 0, &mut old as *mut _ as usize, 8, 0, 0) };
+    let r = unsafe { sys::call6(RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, 0, &mut old as *mut _ as usize, 8, 0, 0) };
     if r < 0 {
-        write_stderr(b"lopi: cannot read SIGPROF's action; time is not sampled\n");
+        write_stderr(b"lopi: cannot read SIGURG's action; time is not sampled\n");
         return false;
     }
     // SAFETY: a handler the kernel holds is mapped code.
@@ -72,7 +72,7 @@ pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> b
         return true;
     }
     if old.handler > SIG_IGN && !executable {
-        write_stderr(b"lopi: SIGPROF has a handler already; this module's time is not sampled\n");
+        write_stderr(b"lopi: SIGURG has a handler already (sampled time's signal); this module's time is not sampled\n");
         return false;
     }
     let act = KernelSigaction {
@@ -82,9 +82,9 @@ pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> b
         mask: 0,
     };
     // SAFETY: rt_sigaction installing `act`, whose handler and restorer are this blob's code.
-    let r = unsafe { sys::call6(RT_SIGACTION, SIGPROF, &act as *const _ as usize, 0, 8, 0, 0) };
+    let r = unsafe { sys::call6(RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, &act as *const _ as usize, 0, 8, 0, 0) };
     if r < 0 {
-        write_stderr(b"lopi: cannot install the SIGPROF handler; time is not sampled\n");
+        write_stderr(b"lopi: cannot install the SIGURG handler; time is not sampled\n");
         return false;
     }
     // SAFETY: `v` is this module's variables page.
@@ -132,7 +132,7 @@ pub(crate) unsafe fn start(v: &RuntimeVars, h: &mut ThreadHeader) {
     // SAFETY: as above; the fields are plain integers, every byte written.
     unsafe {
         let e = ev.as_mut_ptr();
-        write_volatile(&raw mut (*e).signo, SIGPROF as i32);
+        write_volatile(&raw mut (*e).signo, abi::SAMPLE_SIGNAL as i32);
         write_volatile(&raw mut (*e).notify, SIGEV_THREAD_ID);
         write_volatile(&raw mut (*e).tid, own_tid(v) as i32);
     }
@@ -160,7 +160,7 @@ pub(crate) unsafe fn start(v: &RuntimeVars, h: &mut ThreadHeader) {
     h.sample_timer = id;
 }
 
-/// `SIGPROF`: samples of the interrupted thread's CPU time, if the thread samples (the signal
+/// `SIGURG`: samples of the interrupted thread's CPU time, if the thread samples (the signal
 /// of another sender, or of a thread whose chunk is not made yet, changes nothing). The kernel
 /// checks CPU-time timers at its clock ticks (`CONFIG_HZ`, often 250): a period shorter than a
 /// tick expires several times per signal, which the signal's overrun count says.
