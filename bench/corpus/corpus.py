@@ -449,7 +449,9 @@ class Harness:
 
 def table(outcomes, elapsed, args):
     lines = ["# Probe everything: real programs under every probe kind", "",
-             f"`bench/corpus/run.sh {' '.join(args.argv)}` ({elapsed:.0f} s). Each program runs natively, then "
+             f"`bench/corpus/run.sh {' '.join(args.argv)}` ({elapsed:.0f} s"
+             + ("; it replaced the rows of the runs it made, the others come from the table before it" if args.update else "")
+             + "). Each program runs natively, then "
              "under each probe kind over every function of the program and of every library it loads: live "
              "(`lopi run`), rewritten (`lopi rewrite` of the program and its libraries, run with "
              "`LD_LIBRARY_PATH`) and attached to (`lopi attach`/`lopi trace -p`) while it waits for its input. "
@@ -478,7 +480,7 @@ def main():
     ap.add_argument("--no-oracles", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work directories of runs that passed")
     ap.add_argument("--update", action="store_true",
-                    help="replace the selected programs' rows of the table already in --out, keep the rest")
+                    help="replace the rows of the runs made (program, kind, mode) in the table already in --out, keep the rest")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--work", default=str(REPO / "work-real" / "corpus"))
     args = ap.parse_args()
@@ -512,8 +514,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     name = "corpus-ci" if args.ci else "corpus"
     if args.update and (out / f"{name}.json").exists():
-        ran = {p.name for p in selected}
-        kept = [Outcome(**o) for o in json.loads((out / f"{name}.json").read_text()) if o["program"] not in ran]
+        ran = {(o.program, o.kind, o.mode) for o in outcomes}
+        kept = [Outcome(**o) for o in json.loads((out / f"{name}.json").read_text()) if (o["program"], o["kind"], o["mode"]) not in ran]
         order = {p.name: i for i, p in enumerate(corpus.PROGRAMS)}
         outcomes = sorted(kept + outcomes, key=lambda o: order.get(o.program, len(order)))
     (out / f"{name}.md").write_text(table(outcomes, elapsed, args))
