@@ -29,6 +29,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -357,7 +358,11 @@ def main() -> int:
     ap.add_argument("--work", type=Path, help="scratch directory, emptied first (default /dev/shm/lopi-bench-mp)")
     ap.add_argument("--lopi", type=Path, default=Path(os.environ.get("LOPI", REPO / "target/release/lopi")))
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "mp.md")
+    ap.add_argument("--render", type=Path, metavar="RUNS_JSON",
+                    help="run nothing: write --out anew from a run's mp.runs.json")
     a = ap.parse_args()
+    if a.render:
+        return rerender(a.render, a.out)
     n, ms = a.runs or (2 if a.quick else 3), a.ms or (300 if a.quick else 1000)
     ms_splits = a.ms_splits or (200 if a.quick else 500)
     sz = (wk.Sizes(a.mib or 16, 8, 1000, 10000, 1000, "common decompress", 80000, 1500, 10000) if a.quick else
@@ -405,6 +410,27 @@ def main() -> int:
         if wl.skip:
             log(f"=== {wl.key}: skipped: {wl.skip}")
 
+    machine = h.machine_info(REPO, [
+        ("lopi binary", lopi_line), *wk.versions(),
+        ("scratch directory", f"{work} ({h._cmd(['stat', '-f', '-c', '%T', str(work)])})"),
+        *h.load_and_time(load_start, t_start)])
+    for wl in wls:
+        all_res[wl.key]["skip"] = wl.skip
+    meta = {"runs": n, "quick": a.quick, "sizes": dataclasses.asdict(sz), "corpus_sha256": corpus_sha,
+            "mpbench": cals, "mpbench_path": str(mpbench), "zstd_src": a.zstd_src, "whatif_timeout_s": a.timeout,
+            "cpus": ncpu, "work": str(work), "machine": machine}
+    raw = a.out.with_suffix(".runs.json")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps({"meta": meta, "workloads": all_res}, indent=1, default=str))  # before rendering
+    shutil.rmtree(work, ignore_errors=True)
+    render(a.out, meta, all_res, wls)
+    log(f"wrote {a.out} and {raw.name}")
+    return 0
+
+
+def render(out: Path, meta: dict, all_res: dict, wls: list[Workload]) -> None:
+    """bench/results/mp.md from a run's results (ALL_RES) and META."""
+    n, ncpu, cals = meta["runs"], meta["cpus"], meta["mpbench"]
     sections, figs = [], {}
     for wl in wls:
         md, figs[wl.key] = workload_section(wl, all_res[wl.key], ncpu)
@@ -412,27 +438,31 @@ def main() -> int:
     akmd = ak.summary([(wl.key, {"skip": wl.skip} if wl.skip else
                         whatif_fig(all_res[wl.key].get("whatif", {}).get(ak.KERNEL), ak.KERNEL), wl.timed)
                        for wl in wls if ak.KERNEL in wl.kernels], ncpu, n)
-    machine = h.machine_info(REPO, [
-        ("lopi binary", lopi_line), *wk.versions(),
-        ("scratch directory", f"{work} ({h._cmd(['stat', '-f', '-c', '%T', str(work)])})"),
-        *h.load_and_time(load_start, t_start)])
     md = h.results_head("Multiprocessor analysis: lopi scale, lopi report --breakdown and lopi whatif, predictions "
-                        "checked against measurement", "bench/mp/run.sh", a.quick, machine)
+                        "checked against measurement", "bench/mp/run.sh", meta["quick"], meta["machine"])
     by_key = {wl.key: all_res[wl.key] for wl in wls if not wl.skip}
     cal_of = {key: f"`mpbench --calibrate {cms} {pct}`: ROUNDS {r}, USER_ITERS {i}" for key, pct, cms, r, i in cals}
-    md += ["", *method(n, ncpu, a.timeout, cals, sz, corpus_sha), *predict.section(wls, all_res, ncpu),
+    md += ["", *method(n, ncpu, meta["whatif_timeout_s"], cals, wk.Sizes(**meta["sizes"]), meta["corpus_sha256"]),
+           *predict.section(wls, all_res, ncpu),
            *(thesis.section(by_key["mpbench"], by_key.get("mpbench-20"), ncpu, cal_of["mpbench"],
                             cal_of["mpbench-20"]) if "mpbench" in by_key else []),
            *summary(wls, figs, ncpu), *whatif.summary(wls, all_res, figs, ncpu, n), *akmd, *sections]
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text("\n".join(md))
-    raw = a.out.with_suffix(".runs.json")
-    meta = {"runs": n, "sizes": dataclasses.asdict(sz), "corpus_sha256": corpus_sha, "mpbench": cals,
-            "whatif_timeout_s": a.timeout, "cpus": ncpu, "work": str(work), "machine": machine}
-    raw.write_text(json.dumps({"meta": meta, "workloads": all_res}, indent=1, default=str))
-    print("\n".join(md))
-    log(f"wrote {a.out} and {raw.name}")
-    shutil.rmtree(work, ignore_errors=True)
+    out.write_text("\n".join(md))
+
+
+def rerender(runs_json: Path, out: Path) -> int:
+    """--render: mp.md anew from a run's mp.runs.json (the tables' code changed, the figures did not)."""
+    data = json.loads(runs_json.read_text())
+    meta, all_res = data["meta"], data["workloads"]
+    with tempfile.TemporaryDirectory() as tmp:  # the workloads' scripts are written there, and not used
+        sz = wk.Sizes(**meta["sizes"])
+        wls = (wk.mpbench_workloads(Path(meta["mpbench_path"]), [(k, p, r, i) for k, p, _, r, i in meta["mpbench"]])
+               + wk.real_workloads(Path(tmp), sz, Path(tmp, "corpus"), Path(tmp, "xz-corpus"), meta["zstd_src"]))
+    wls = [wl for wl in wls if wl.key in all_res]
+    for wl in wls:
+        wl.skip = all_res[wl.key].get("skip", "")
+    render(out, meta, all_res, wls)
+    log(f"wrote {out} from {runs_json}")
     return 0
 
 

@@ -65,7 +65,7 @@ def why(res: dict, ncpu: int, pred: float, meas: float, spread: tuple[float, flo
         return "no recorded run on the most CPUs to look into"
     rep, tot = run_n["report"], run_n["report"]["total"]
     wall = tot["wall_ns"] or 1
-    threads = rep["threads"]
+    threads = [t for t in rep["threads"] if t["cpu_known"]]
     facts = []
     blocked = tot["syscall_blocked_ns"] / wall
     top = [c for c in run_n.get("syscalls", {}).get("top", []) if c["total_ns"] / wall >= 0.05][:3]
@@ -92,7 +92,7 @@ def why(res: dict, ncpu: int, pred: float, meas: float, spread: tuple[float, flo
     if not hidden and w_blocked > 0.2:
         facts.append(f"the {len(working)} threads that used the CPU (of {len(threads)}) spent {pct(w_blocked)} of "
                      f"their time blocked in system calls (the record's longest: {top_txt})")
-    if run_1 is not None:
+    if run_1 is not None and not hidden:
         c1, cn = cpu_ns(run_1["report"]["total"]), cpu_ns(tot)
         if c1 and cn / c1 >= 1.10:
             facts.append(f"the threads' CPU time is x{cn / c1:.2f} on {ncpu} CPUs what it is on 1 (user "
