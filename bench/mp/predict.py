@@ -16,6 +16,8 @@ import harness as h
 LIMIT = 15.0  # % error past which the table says why
 EXTRA = (4, 8)  # CPU counts extrapolated to
 SPAWN = ("clone", "clone3", "fork", "vfork")
+FD_WAITS = ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2", "recvfrom",
+            "recvmsg", "accept", "accept4")
 
 
 def digest(sc: dict) -> dict:
@@ -90,8 +92,11 @@ def why(res: dict, ncpu: int, pred: float, meas: float, spread: tuple[float, flo
     working = [t for t in threads if cpu_ns(t) >= 0.1 * t["wall_ns"]]
     w_blocked = sum(t["syscall_blocked_ns"] for t in working) / (sum(t["wall_ns"] for t in working) or 1)
     if not hidden and w_blocked > 0.2:
+        io = [c["name"] for c in top if c["name"] in FD_WAITS]
         facts.append(f"the {len(working)} threads that used the CPU (of {len(threads)}) spent {pct(w_blocked)} of "
-                     f"their time blocked in system calls (the record's longest: {top_txt})")
+                     f"their time blocked in system calls (the record's longest: {top_txt})" +
+                     (f"; {' and '.join(io)} wait for file descriptors, such as a server's answers, whose work runs "
+                      "in a process lopi does not record" if io else ""))
     if run_1 is not None and not hidden:
         c1, cn = cpu_ns(run_1["report"]["total"]), cpu_ns(tot)
         if c1 and cn / c1 >= 1.10:
