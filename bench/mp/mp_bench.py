@@ -23,6 +23,7 @@ sys.dont_write_bytecode = True  # no __pycache__ beside bench/lib's harness
 
 import argparse
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -416,7 +417,8 @@ def main() -> int:
         *h.load_and_time(load_start, t_start)])
     for wl in wls:
         all_res[wl.key]["skip"] = wl.skip
-    meta = {"runs": n, "quick": a.quick, "sizes": dataclasses.asdict(sz), "corpus_sha256": corpus_sha,
+    meta = {"runs": n, "quick": a.quick, "generated": datetime.datetime.now().isoformat(timespec="minutes"),
+            "sizes": dataclasses.asdict(sz), "corpus_sha256": corpus_sha,
             "mpbench": cals, "mpbench_path": str(mpbench), "zstd_src": a.zstd_src, "whatif_timeout_s": a.timeout,
             "cpus": ncpu, "work": str(work), "machine": machine}
     raw = a.out.with_suffix(".runs.json")
@@ -439,7 +441,8 @@ def render(out: Path, meta: dict, all_res: dict, wls: list[Workload]) -> None:
                         whatif_fig(all_res[wl.key].get("whatif", {}).get(ak.KERNEL), ak.KERNEL), wl.timed)
                        for wl in wls if ak.KERNEL in wl.kernels], ncpu, n)
     md = h.results_head("Multiprocessor analysis: lopi scale, lopi report --breakdown and lopi whatif, predictions "
-                        "checked against measurement", "bench/mp/run.sh", meta["quick"], meta["machine"])
+                        "checked against measurement", "bench/mp/run.sh", meta["quick"], meta["machine"],
+                        datetime.datetime.fromisoformat(meta["generated"]))
     by_key = {wl.key: all_res[wl.key] for wl in wls if not wl.skip}
     cal_of = {key: f"`mpbench --calibrate {cms} {pct}`: ROUNDS {r}, USER_ITERS {i}" for key, pct, cms, r, i in cals}
     md += ["", *method(n, ncpu, meta["whatif_timeout_s"], cals, wk.Sizes(**meta["sizes"]), meta["corpus_sha256"]),
@@ -454,6 +457,8 @@ def rerender(runs_json: Path, out: Path) -> int:
     """--render: mp.md anew from a run's mp.runs.json (the tables' code changed, the figures did not)."""
     data = json.loads(runs_json.read_text())
     meta, all_res = data["meta"], data["workloads"]
+    meta.setdefault("generated", datetime.datetime.fromtimestamp(runs_json.stat().st_mtime).isoformat(
+        timespec="minutes"))  # written when the run ended
     with tempfile.TemporaryDirectory() as tmp:  # the workloads' scripts are written there, and not used
         sz = wk.Sizes(**meta["sizes"])
         wls = (wk.mpbench_workloads(Path(meta["mpbench_path"]), [(k, p, r, i) for k, p, _, r, i in meta["mpbench"]])

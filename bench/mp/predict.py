@@ -86,9 +86,9 @@ def why(res: dict, ncpu: int, pred: float, meas: float, spread: tuple[float, flo
         ready = sum(min(int(k), ncpu) * v for k, v in par["shares"].items())
         if ready - rep["average_parallelism"] >= 0.25:
             facts.append(f"{ready:.2f} of its threads were ready to run on average (at most {ncpu} counted) but "
-                         f"only {rep['average_parallelism']:.2f} CPUs busy with them: the rest of the time they "
-                         f"waited for a CPU ({pct(tot['runnable_ns'] / wall)} of the threads' time runnable), which "
-                         "went to other work on the machine; the prediction assumes the CPUs are the program's")
+                         f"only {rep['average_parallelism']:.2f} CPUs busy with them: they waited for a CPU "
+                         f"({pct(tot['runnable_ns'] / wall)} of the threads' time runnable, not running), taken by "
+                         "other programs or by the kernel switching threads, which the prediction leaves out")
     working = [t for t in threads if cpu_ns(t) >= 0.1 * t["wall_ns"]]
     w_blocked = sum(t["syscall_blocked_ns"] for t in working) / (sum(t["wall_ns"] for t in working) or 1)
     if not hidden and w_blocked > 0.2:
@@ -100,12 +100,14 @@ def why(res: dict, ncpu: int, pred: float, meas: float, spread: tuple[float, flo
     if run_1 is not None and not hidden:
         c1, cn = cpu_ns(run_1["report"]["total"]), cpu_ns(tot)
         if c1 and cn / c1 >= 1.10:
+            t1 = run_1["report"]["total"]
             facts.append(f"the threads' CPU time is x{cn / c1:.2f} on {ncpu} CPUs what it is on 1 (user "
-                         f"x{tot['user_ns'] / max(run_1['report']['total']['user_ns'], 1):.2f}): the same work costs "
+                         f"x{tot['user_ns'] / max(t1['user_ns'], 1):.2f}, kernel "
+                         f"x{tot['kernel_ns'] / max(t1['kernel_ns'], 1):.2f}): the same work costs "
                          "more CPU with more CPUs (memory bus, caches, coherence traffic, spinning), which a serial "
                          "fraction does not model")
     lock = rep.get("lock_bound")
-    if tot["lock_wait_ns"] / wall >= 0.02 or (lock and lock["bound"] < 2 * ncpu):
+    if tot["lock_wait_ns"] / wall >= 0.02 or (lock and lock["bound"] < 1.25 * ncpu):
         facts.append(f"lock waits {pct(tot['lock_wait_ns'] / wall)} of the threads' time" +
                      (f"; most-held lock {lock['lock']} held {lock['hold_ns'] / 1e6:,.1f} ms, a bound of "
                       f"{lock['bound']:.2f}" if lock else ""))
