@@ -25,8 +25,8 @@
 # Installs pigz, zstd, xz-utils, postmark, sysbench, memcached and libmemcached-tools with apt-get when
 # missing (not postgresql, whose package starts a system cluster); a workload that cannot run is shown as
 # skipped, with why. lopi is $LOPI, else built here with `cargo build --release -p lopi-cli`.
-# Full: --runs 3, mpbench 1 s (its other splits 500 ms), 64 MiB corpus (xz 16), ~15 min on 2 CPUs.
-# --quick: --runs 2, 300 ms (200 ms), 16 MiB (xz 8), about half the other work, ~7 min. A lopi whatif call
+# Full: --runs 3, mpbench 1 s (its other splits 500 ms), 64 MiB corpus (xz 16), ~8 min on 2 CPUs (478 s).
+# --quick: --runs 2, 300 ms (200 ms), 16 MiB (xz 8), about half the other work, ~3.5 min. A lopi whatif call
 # that takes over 600 s counts as hung.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
