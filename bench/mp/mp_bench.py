@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""lopi's multiprocessor analysis on the thesis's benchmark and on real Debian programs: `lopi scale
---breakdown` (the program uninstrumented on 1, 2, ... CPUs, then up to three recorded runs for the serial
-fraction) and `lopi run -q --probe syscall,locks` + `lopi report --breakdown` on 1 CPU (taskset -c 0)
-and on all CPUs, every recorded run's output checked against plain runs of the same command; then
-`lopi whatif --kernel giant-lock`, `--kernel subsystem-locks` and `--kernel app-kernel` (the program recorded
-natively and under an emulated kernel on 1 CPU and on all; app_kernel.py renders the last one's figures), plus
-mpbench at 30% user under the giant lock.
+"""lopi's multiprocessor analysis on the thesis's benchmark and on real Debian programs, and how well lopi's
+predictions match what it measures. Per workload: `lopi scale --breakdown` (the program uninstrumented on 1,
+2, ... CPUs, then three recorded runs for the serial fraction and Amdahl's bound) and `lopi run -q --probe
+syscall,locks` + `lopi report --breakdown` and `--syscalls` on 1 CPU (taskset -c 0) and on all CPUs, every
+recorded run's output checked against plain runs of the same command; for some, `lopi whatif --kernel
+giant-lock`, `subsystem-locks` and `app-kernel` (the program recorded natively and under an emulated kernel on
+1 CPU and on all).
 
-Workloads: mpbench (lopi's mpbench.c, the thesis's synthetic benchmark, calibrated on one CPU for
-1000 ms at 64% user), `pigz -p CPUS` and `zstd -TCPUS -3` of a deterministic corpus, postmark
-(single-threaded, system-call heavy), `sysbench threads`; bench/results/mp.md's Method says more.
-Run through run.sh; `mp_bench.py --help` lists the knobs.
+Workloads (workloads.py): mpbench (lopi's mpbench.c, the thesis's synthetic benchmark) calibrated on one CPU
+to 64% user (the thesis's split) and to 80, 50 and 20%; pigz, zstd and xz of a deterministic corpus; make -jN
+of zstd's library; memcached under memcaslap; sysbench oltp_read_only against PostgreSQL; postmark
+(single-threaded); sysbench threads. predict.py writes the Predicted vs measured table, thesis.py the
+thesis's tables side by side, whatif.py and app_kernel.py the emulated kernels' tables; bench/results/mp.md's
+Method says more. Run through run.sh; `mp_bench.py --help` lists the knobs.
 """
 
 from __future__ import annotations
@@ -21,16 +23,16 @@ sys.dont_write_bytecode = True  # no __pycache__ beside bench/lib's harness
 
 import argparse
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -38,35 +40,18 @@ sys.path[:0] = [str(REPO / "bench" / "lib"), str(REPO / "bench" / "locks")]
 import harness as h  # noqa: E402
 from locks_bench import make_corpus  # noqa: E402  (bench/locks's corpus: the same bytes)
 import app_kernel as ak  # noqa: E402  (this directory's: lopi whatif --kernel app-kernel's figures)
+import predict  # noqa: E402
+import thesis  # noqa: E402
+import whatif  # noqa: E402
+import workloads as wk  # noqa: E402
+from whatif import cpu_share, f2, rng, run_whatif, whatif_fig, whatif_table  # noqa: E402
+from workloads import Workload  # noqa: E402
 
 BUILD = REPO / "work-real" / "bench-build" / "mp"
 MPBENCH_SRC = REPO / "crates" / "lopi-cli" / "src" / "mpbench.c"
 log = h.log
 PARTS = [("user_ns", "user"), ("kernel_ns", "kernel"), ("syscall_blocked_ns", "blocked"),
          ("lock_spin_ns", "lock spin"), ("lock_blocked_ns", "lock blocked"), ("other_ns", "other")]
-
-
-@dataclasses.dataclass
-class Workload:
-    key: str
-    title: str
-    argv: Callable[[str], list[str]]  # the program's argv for a CPU count ("{cpus}" for lopi scale)
-    check: Callable[[bytes], str]  # stdout -> what every run of one configuration must print alike
-    workers: str = ""  # thread name of the workers (a breakdown row of their own)
-    timed: str = ""  # what of its run time the program prints (its bytes differ from run to run)
-    threads: int = 0  # 1: single-threaded whatever the CPUs
-    whatif_note: str = ""  # said under the What-if table when an emulated kernel spins > 20% of the CPU time
-    skip: str = ""
-
-
-def postmark_check(out: bytes) -> str:
-    """postmark's report without its timings (lines with `seconds` dropped, `(N per second)` rates cut):
-    its counts, and the sha256 of the whole report so cut."""
-    text = "\n".join(re.sub(r"\s*\([^)]*per second\)", "", ln) for ln in out.decode(errors="replace").splitlines()
-                     if "seconds" not in ln)
-    counts = re.findall(r"^\s*([0-9.]+ (?:created|read|appended|deleted|megabytes read|megabytes written))$",
-                        text, re.M)
-    return f"{', '.join(counts)} (report sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]})"
 
 
 def run(argv: list[str], env: dict, out: Path, cwd: Path) -> dict:
@@ -97,37 +82,10 @@ def run_scale(argv: list[str], work: Path, env: dict) -> dict:
     return dict(out, wall_s=time.perf_counter() - t0)
 
 
-def run_whatif(argv: list[str], work: Path, env: dict, timeout: int) -> dict:
-    """`lopi whatif ... --format json`: {argv, wall_s, json} or {argv, wall_s, error}; lopi and the program
-    (its own session) are killed after TIMEOUT s, a hang reported as such."""
-    t0 = time.perf_counter()
-    out: dict = {"argv": argv}
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work,
-                         env=dict(os.environ, **env), start_new_session=True)
-    try:
-        so, se = p.communicate(timeout=timeout)
-        last = (se.strip().splitlines() or [""])[-1][:300]
-        if p.returncode != 0:
-            out["error"] = f"exit {p.returncode}: {last}"
-        else:
-            try:
-                out["json"] = json.loads(so)
-            except ValueError as e:
-                out["error"] = f"unreadable JSON ({e}): {so[:200]!r}"
-        out["stderr"] = se[-2000:]
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, 9)
-        except ProcessLookupError:
-            pass
-        p.communicate()
-        out["error"] = f"HANG: no answer after {timeout} s (killed)"
-    return dict(out, wall_s=time.perf_counter() - t0)
-
-
 def breakdown_runs(wl: Workload, lopi: Path, work: Path, env: dict, ncpu: int, n: int) -> dict:
     """n rounds of {plain, lopi} x {1 CPU, all CPUs}, interleaved, order rotated each round:
-    {config: {variant: [run dicts]}}; lopi's runs carry their `lopi report --breakdown` JSON."""
+    {config: {variant: [run dicts]}}; lopi's runs carry their `lopi report --breakdown` JSON and a digest of
+    their `--syscalls` JSON (predict.digest)."""
     configs = {"1": (["taskset", "-c", "0"], wl.argv("1")), str(ncpu): ([], wl.argv(str(ncpu)))}
     combos = [(c, v) for c in configs for v in ("plain", "lopi")]
     res: dict = {c: {"plain": [], "lopi": []} for c in configs}
@@ -147,6 +105,10 @@ def breakdown_runs(wl: Workload, lopi: Path, work: Path, env: dict, ncpu: int, n
                 r["data_bytes"] = data.stat().st_size if data.exists() else None
                 r.update({"report": json.loads(p.stdout)} if p.returncode == 0 else
                          {"report_error": f"lopi report exit {p.returncode}: {p.stderr.strip()[-300:]}"})
+                p = subprocess.run([str(lopi), "report", str(data), "--syscalls", "--format", "json"],
+                                   capture_output=True, text=True, timeout=600, env=dict(os.environ, **env))
+                if p.returncode == 0:
+                    r["syscalls"] = predict.digest(json.loads(p.stdout))
             data.unlink(missing_ok=True)
             res[c][v].append(dict(r, round=rnd, argv=cmd))
             line.append(f"{v}@{c}cpu={r['wall_s']:.3f}s" + ("" if r["rc"] == 0 else f"(exit {r['rc']})"))
@@ -175,77 +137,6 @@ def summarize(rep: dict, workers: str) -> dict:
             "avg_par": rep["average_parallelism"], "serial": rep["serial_fraction"],
             "addup": max(dev) if dev else None, "unknown": rep["threads_without_cpu_times"],
             "cpu_over_capacity": (tot["user_ns"] + tot["kernel_ns"] + tot["lock_spin_ns"]) / cap if cap else None}
-
-
-def f2(x: Optional[float], fmt: str = "{:.2f}") -> str:
-    return "-" if x is None else fmt.format(x)
-
-
-def rng(vals: list[float], fmt: str = "{:.3f}") -> str:
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return "-"
-    med = fmt.format(statistics.median(vals))
-    return med if len(vals) == 1 else f"{med} [{fmt.format(min(vals))}–{fmt.format(max(vals))}]"
-
-
-KERNELS = ("giant-lock", "subsystem-locks", "app-kernel")
-LOCKS = KERNELS[:2]  # the kernels the summary's lock table compares (the app kernel has a table of its own)
-KNAME = {"native": "native", "giant-lock": "giant lock", "subsystem-locks": "subsystem locks",
-         "app-kernel": "app kernel"}
-
-
-def cpu_share(k: dict, *keys: str) -> Optional[float]:
-    """Keys' share of the CPU time (user + kernel + program-lock spin + kernel-lock spin), in %."""
-    cpu = k["user_ns"] + k["kernel_ns"] + k["lock_spin_ns"] + k["kernel_lock_spin_ns"]
-    return 100 * sum(k[x] for x in keys) / cpu if cpu else None
-
-
-def whatif_fig(wi: Optional[dict], kernel: str) -> dict:
-    """One `lopi whatif` call's figures on the most CPUs: {error} or {native, kernel, slowdown, ...}."""
-    if not wi:
-        return {"error": "not run"}
-    if "json" not in wi:
-        return {"error": wi.get("error", "?")}
-    j = wi["json"]
-    nat, emu = j.get("native"), j.get(kernel)
-    if not nat or not emu:
-        return {"error": f"no `native` or `{kernel}` in lopi whatif's JSON"}
-    return {"native": nat, "kernel": emu, "identical": j.get("output_identical"),
-            "slowdown": emu["wall_ns"] / nat["wall_ns"] if nat["wall_ns"] else None,
-            "slowdown1": (emu["one_cpu"]["wall_ns"] / nat["one_cpu"]["wall_ns"] if nat["one_cpu"]["wall_ns"]
-                          else None),
-            "amdahl": j.get("amdahl_bound"), "kshare": j.get("kernel_share_one_cpu")}
-
-
-def whatif_table(calls: dict, ncpu: int) -> list[str]:
-    """The key numbers of each `lopi whatif` call (kernel -> run dict) as Markdown."""
-    rows, notes = [], []
-    for kernel, wi in calls.items():
-        f = whatif_fig(wi, kernel)
-        shown = wi["shown"] if wi else kernel
-        if "error" in f:
-            notes.append(f"- `{shown}` FAILED after {wi['wall_s'] if wi else 0:.1f} s: {f['error']}")
-            continue
-        for name, k in (("native", f["native"]), (kernel, f["kernel"])):
-            null = (ak.null_cell(k) if name == ak.KERNEL else
-                    f"{k['null_syscall_ns']:.0f} ({k['null_syscall_cycles']:.0f} cycles)")
-            for cpus, p in ((1, k["one_cpu"]), (k["cpus"], k)):
-                sp = f"{p['speedup']:.2f}"
-                rows.append([f"--kernel {kernel}", KNAME[name], str(cpus), f"{p['wall_ns'] / 1e6:,.1f}", sp,
-                             f2(cpu_share(p, "user_ns"), "{:.1f}"), f2(cpu_share(p, "kernel_ns"), "{:.1f}"),
-                             f2(cpu_share(p, "kernel_lock_spin_ns"), "{:.1f}"),
-                             f2(cpu_share(p, "lock_spin_ns"), "{:.1f}"),
-                             null if cpus == 1 else ""])
-        ks = f2(100 * f["kshare"] if f["kshare"] is not None else None, "{:.1f}")
-        notes.append(f"- `{shown}` ({wi['wall_s']:.1f} s): {ncpu}-CPU wall time under {KNAME[kernel]} "
-                     f"x{f2(f['slowdown'])} native's; Amdahl bound with the kernel serial {f2(f['amdahl'])} "
-                     f"(native kernel share on 1 CPU {ks}%); "
-                     f"output {'identical' if f['identical'] else 'DIFFERS'} (lopi whatif: every run's standard "
-                     "output, byte for byte)" + ("; " + ak.call_note(f["kernel"]) if kernel == ak.KERNEL else ""))
-    head = ["call", "kernel", "CPUs", "wall ms (median)", "speedup vs native on 1 CPU", "user %", "kernel %",
-            "kernel-lock spin %", "program-lock spin %", "null syscall ns"]
-    return ([h.markdown_table(head, rows), ""] if rows else []) + notes + [""]
 
 
 def workload_section(wl: Workload, res: dict, ncpu: int) -> tuple[list[str], dict]:
@@ -333,184 +224,32 @@ def workload_section(wl: Workload, res: dict, ncpu: int) -> tuple[list[str], dic
     return md, fig
 
 
-def thesis_section(fig: dict, ncpu: int, res: dict, cal3070: tuple[int, str, str]) -> list[str]:
-    one, many = fig.get("1"), fig.get(str(ncpu))
-    if not one or not many:
-        return ["No thesis comparison: the mpbench breakdowns are missing.", ""]
-    w1, wn = one["median"]["workers"], many["median"]["workers"]
-    k1 = 100 - statistics.median(one["user_share"])
-    gl = 1 / (k1 / 100 + (1 - k1 / 100) / ncpu)
-    g = whatif_fig((res.get("whatif") or {}).get("giant-lock"), "giant-lock")
-    if "error" in g:
-        g_shares = g_speed = f"`lopi whatif --kernel giant-lock` FAILED: {g['error']}"
-        g_amdahl, g_near = "", "no figure, the call failed"
-    else:
-        k = g["kernel"]
-        g_shares = (f"{f2(cpu_share(k, 'user_ns'), '{:.1f}')} / {f2(cpu_share(k, 'kernel_ns'), '{:.1f}')} / "
-                    f"{f2(cpu_share(k, 'kernel_lock_spin_ns', 'lock_spin_ns'), '{:.1f}')} (emulated giant lock, "
-                    "`lopi whatif`, % of all threads' CPU time)")
-        g_speed = (f"{k['speedup']:.2f} (emulated giant lock, `lopi whatif`; native in the same call "
-                   f"{g['native']['speedup']:.2f})")
-        g_near = f"{k['speedup']:.2f}"
-        g_amdahl = f"; `lopi whatif`'s, from its native 1-CPU kernel share {100 * g['kshare']:.1f}%: {f2(g['amdahl'])}"
-    rows = [
-        ["workers' user : kernel on 1 CPU, user/(user+kernel)", "64 : 36",
-         f"{rng(one['user_share'], '{:.1f}')} : {100 - statistics.median(one['user_share']):.1f}"],
-        ["workers' lock spin on 1 CPU, % of wall", "< 0.1", f"{w1['lock_spin_ns']:.2f}"],
-        [f"user / kernel / spin on {ncpu} CPUs, giant lock", "55–59 / 20–22 / 20–23 (workers, % of time)",
-         g_shares],
-        [f"workers' user / kernel / spin on {ncpu} CPUs natively, % of wall", "-",
-         f"{wn['user_ns']:.1f} / {wn['kernel_ns']:.1f} / {wn['lock_spin_ns']:.2f} "
-         f"(native Linux; user share {rng(many['user_share'], '{:.1f}')}%)"],
-        [f"speedup on {ncpu} CPUs, giant lock", "1.20", g_speed],
-        [f"speedup on {ncpu} CPUs natively", "-", f2(fig.get("speedup"), "{:.3f}") + " (`lopi scale`, uninstrumented)"],
-        [f"Amdahl bound on {ncpu} CPUs", "1.47 (kernel share serial)",
-         f"{f2(fig.get('amdahl'))} from scale's serial fraction {f2(fig.get('scale_serial'), '{:.3f}')}; "
-         f"{gl:.2f} if the kernel share were serial, 1 / (k + (1 − k) / {ncpu}) with lopi's 1-CPU k = {k1:.1f}% "
-         f"(the thesis's k = 36% gives its 1.47){g_amdahl}"],
-        ["serial fraction", "-", f"Karp-Flatt from the speedup {f2(fig.get('kf'), '{:.3f}')}; lopi's breakdown on "
-         f"{ncpu} CPUs {rng(many['serial'])}"],
-        *ak.thesis_rows(whatif_fig((res.get("whatif") or {}).get(ak.KERNEL), ak.KERNEL), ncpu),
-    ]
-    ms, rounds, iters = cal3070
-    md = ["Beside the thesis's own figures (Paper II: its synthetic benchmark on 2 CPUs with a kernel under one "
-          "giant lock). lopi's giant lock is emulated: `lopi whatif --kernel giant-lock` takes a spinlock around "
-          "each of the program's system calls that cannot sleep (here every read of /dev/zero); native is "
-          "Linux's fine-grained kernel. lopi's shares are of the CPU time summed over all threads, the main "
-          "thread (asleep in pthread_join, almost no CPU) included. The application kernel (Paper III) is emulated "
-          "too: `lopi whatif --kernel app-kernel` has each thread's system calls made by a proxy thread on CPU 0.",
-          "",
-          h.markdown_table(["figure", "thesis", "lopi (this run)"], rows), "",
-          "At 64 : 36 an ideal spinlock lets one thread's kernel phase overlap the other's user phase, so two "
-          f"threads can nearly double (lopi's emulated giant lock in this run: {g_near}), whereas the thesis's "
-          "real giant-locked kernel reached 1.20: it also serialised interrupts and paid for the lock's cache "
-          "line. Amdahl's 1.47 treats the kernel time as serial against everything, user time included: a "
-          "pessimistic model rather than a ceiling. A lock that serialises only the kernel caps the speedup at "
-          f"min({ncpu}, 1 / k) instead, with k the kernel share on 1 CPU.", ""]
-    v = res.get("whatif_3070")
-    md += [f"A kernel-heavy variant, where one lock should bite: mpbench calibrated for 30% user / 70% kernel "
-           f"(`taskset -c 0 mpbench --calibrate {ms} 30`: ROUNDS {rounds}, USER_ITERS {iters}), "
-           "`lopi whatif --kernel giant-lock` only:", ""]
-    md += whatif_table(v, ncpu) if v else ["(not run: mpbench --calibrate printed nothing)", ""]
-    for name, calls in (("64 : 36", res.get("whatif")), ("30 : 70", v)):
-        f = whatif_fig((calls or {}).get("giant-lock"), "giant-lock")
-        if "error" not in f and f["kshare"]:
-            md.append(f"- {name}: under the emulated giant lock {f['kernel']['speedup']:.2f} on {ncpu} CPUs; "
-                      f"Amdahl with the kernel serial {f2(f['amdahl'])}; the one-lock ceiling "
-                      f"min({ncpu}, 1 / k) = {min(ncpu, 1 / f['kshare']):.2f} (k = {100 * f['kshare']:.1f}%).")
-    return md + [""]
+def run_workload(wl: Workload, res: dict, lopi: Path, work: Path, env: dict, ncpu: int, n: int, timeout: int,
+                 mpbench: str) -> None:
+    """lopi scale, the breakdown runs and the workload's lopi whatif calls, into RES."""
+    log(f"=== {wl.key}: lopi scale")
+    res["scale"] = run_scale(res["scale_argv"], work, env)
+    log(f"  scale: {res['scale'].get('error') or 'ok'} in {res['scale']['wall_s']:.1f} s")
+    log(f"=== {wl.key}: breakdown runs (plain and lopi run, 1 and {ncpu} CPUs)")
+    res["breakdown"] = breakdown_runs(wl, lopi, work, env, ncpu, n)
+    res["whatif_runs"], res["whatif"] = n, {}
+    for kernel in wl.kernels:
+        log(f"=== {wl.key}: lopi whatif --kernel {kernel}")
+        wi = run_whatif([str(lopi), "whatif", "--kernel", kernel, "--runs", str(n), "--format", "json", "--",
+                         *wl.argv("{cpus}")], work, env, timeout)
+        wi["shown"] = " ".join(["lopi", *wi["argv"][1:]]).replace(mpbench, "mpbench")
+        res["whatif"][kernel] = wi
+        f = whatif_fig(wi, kernel)
+        log(f"  {kernel}: {f['error']}" if "error" in f else
+            f"  {kernel}: speedup native {f['native']['speedup']:.2f}, {kernel} {f['kernel']['speedup']:.2f}; "
+            + (f"{f['kernel']['forwarded']:,} calls forwarded, {f['kernel']['in_place']:,} in place; "
+               if kernel == ak.KERNEL else
+               f"spin {f2(cpu_share(f['kernel'], 'kernel_lock_spin_ns'), '{:.1f}')}%; ")
+            + f"output {'identical' if f['identical'] else 'DIFFERS'}; {wi['wall_s']:.1f} s")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="--runs 2, 300 ms mpbench (and 30:70 variant), 16 MiB corpus, half the postmark and "
-                    "sysbench work")
-    ap.add_argument("--runs", type=int, help="lopi scale --runs, lopi whatif --runs, and rounds of breakdown runs "
-                    "(default 3, quick 2)")
-    ap.add_argument("--ms", type=int, help="mpbench calibration in ms on one CPU (default 1000, quick 300)")
-    ap.add_argument("--ms3070", type=int,
-                    help="calibration of the 30%% user / 70%% kernel mpbench variant, ms (default 600, quick 300)")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds before a lopi whatif call counts as hung")
-    ap.add_argument("--mib", type=int, help="pigz/zstd corpus in MiB (default 64, quick 16)")
-    ap.add_argument("--only", help="comma-separated workload keys (mpbench,pigz,zstd,postmark,sysbench)")
-    ap.add_argument("--work", type=Path, help="scratch directory, emptied first (default /dev/shm/lopi-bench-mp)")
-    ap.add_argument("--lopi", type=Path, default=Path(os.environ.get("LOPI", REPO / "target/release/lopi")))
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "mp.md")
-    a = ap.parse_args()
-    n, ms, mib = a.runs or (2 if a.quick else 3), a.ms or (300 if a.quick else 1000), a.mib or (16 if a.quick else 64)
-    ms3070 = a.ms3070 or (300 if a.quick else 600)
-    pm_files, pm_tx, events = (1000, 10000, 1000) if a.quick else (2000, 20000, 2000)
-    t_start, load_start = time.time(), h.loadavg()
-    ncpu = len(os.sched_getaffinity(0))
-    work = a.work or (Path("/dev/shm/lopi-bench-mp") if os.access("/dev/shm", os.W_OK) else BUILD / "work")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    env = {"XDG_CACHE_HOME": str(work / "cache"), "TMPDIR": str(work)}  # lopi's plan cache, scale's data file
-    lopi, lopi_line = h.find_lopi(a.lopi, BUILD)
-    if lopi is None:
-        raise SystemExit(f"lopi not found at {a.lopi}")
-
-    mpbench = h.build("mpbench", ["-O2", "-pthread", str(MPBENCH_SRC)], [MPBENCH_SRC])
-    cal = subprocess.run(["taskset", "-c", "0", str(mpbench), "--calibrate", str(ms), "64"],
-                         capture_output=True, text=True).stdout.split()
-    rounds, iters = (cal + ["0", "0"])[:2]
-    log(f"mpbench calibrated for {ms} ms at 64% user on one CPU: ROUNDS {rounds} USER_ITERS {iters}")
-    cal = subprocess.run(["taskset", "-c", "0", str(mpbench), "--calibrate", str(ms3070), "30"],
-                         capture_output=True, text=True).stdout.split()
-    rounds30, iters30 = (cal + ["0", "0"])[:2]
-    log(f"mpbench calibrated for {ms3070} ms at 30% user on one CPU: ROUNDS {rounds30} USER_ITERS {iters30}")
-    corpus = work / f"corpus-{mib}M.bin"
-    corpus_sha = make_corpus(corpus, mib)
-    (pm_dir := work / "postmark").mkdir()
-    pm_cfg = work / "postmark.cfg"
-    pm_cfg.write_text(f"set location {pm_dir}\nset number {pm_files}\nset transactions {pm_tx}\nrun\nquit\n")
-
-    def which(cmd: str) -> str:  # the Debian packages are named as their commands
-        return "" if shutil.which(cmd) else f"{cmd} not installed (Debian's `{cmd}` package)"
-    sha = lambda out: f"{len(out):,} bytes, sha256 {hashlib.sha256(out).hexdigest()[:16]}"  # noqa: E731
-    wls = [
-        Workload("mpbench", f"mpbench (the thesis's benchmark): {rounds} rounds of {iters} user iterations + "
-                 "read(/dev/zero, 64 KiB), threads = CPUs", lambda c: [str(mpbench), c, rounds, iters],
-                 lambda o: o.decode(errors="replace").strip(), workers="worker",
-                 skip="" if rounds != "0" else "mpbench --calibrate printed nothing"),
-        Workload("pigz", f"pigz -p CPUS -c of a {mib} MiB corpus", lambda c: ["pigz", "-p", c, "-c", str(corpus)], sha,
-                 skip=which("pigz")),
-        Workload("zstd", f"zstd -T CPUS -q -c -3 of a {mib} MiB corpus",
-                 lambda c: ["zstd", f"-T{c}", "-q", "-c", "-3", str(corpus)], sha, skip=which("zstd")),
-        Workload("postmark", f"postmark: {pm_files:,} files, {pm_tx:,} transactions (single-threaded)",
-                 lambda c: ["postmark", str(pm_cfg)], postmark_check, skip=which("postmark"),
-                 timed="its run time in whole seconds and rates per second", threads=1),
-        Workload("sysbench", f"sysbench threads, --events={events}",
-                 lambda c: ["sysbench", "threads", f"--threads={c}", "--thread-yields=100", "--thread-locks=4",
-                            "--time=0", f"--events={events}", "run"],
-                 lambda o: (f"events {m.group(1).decode()}" if (m := re.search(rb"total number of events:\s+(\d+)", o))
-                            else "no event count"),
-                 skip=which("sysbench"), timed="its total time and latencies",
-                 whatif_note="each event calls sched_yield 100 times; the emulation runs sched_yield without its "
-                 "lock (a kernel drops its lock when it switches), as it does every call that gives the CPU away."),
-    ]
-    if a.only:
-        wls = [w for w in wls if w.key in a.only.split(",")]
-    all_res: dict = {}
-    for wl in wls:
-        res: dict = {"scale_argv": [str(lopi), "scale", "--runs", str(n), "--breakdown", "--format", "json", "--",
-                                    *wl.argv("{cpus}")], "breakdown": {}}
-        res["scale_shown"] = " ".join(["lopi", *res["scale_argv"][1:]]).replace(str(mpbench), "mpbench")
-        all_res[wl.key] = res
-        if wl.skip:
-            log(f"=== {wl.key}: skipped: {wl.skip}")
-            continue
-        log(f"=== {wl.key}: lopi scale")
-        res["scale"] = run_scale(res["scale_argv"], work, env)
-        log(f"  scale: {res['scale'].get('error') or 'ok'} in {res['scale']['wall_s']:.1f} s")
-        log(f"=== {wl.key}: breakdown runs (plain and lopi run, 1 and {ncpu} CPUs)")
-        res["breakdown"] = breakdown_runs(wl, lopi, work, env, ncpu, n)
-        res["whatif_runs"], res["whatif"] = n, {}
-        variants = [("whatif", k, wl.argv("{cpus}")) for k in KERNELS]
-        if wl.key == "mpbench" and rounds30 != "0":
-            res["whatif_3070"] = {}
-            variants.append(("whatif_3070", "giant-lock", [str(mpbench), "{cpus}", rounds30, iters30]))
-        for slot, kernel, argv in variants:
-            log(f"=== {wl.key}: lopi whatif --kernel {kernel}" + (" (30:70 variant)" if slot != "whatif" else ""))
-            wi = run_whatif([str(lopi), "whatif", "--kernel", kernel, "--runs", str(n), "--format", "json", "--",
-                             *argv], work, env, a.timeout)
-            wi["shown"] = " ".join(["lopi", *wi["argv"][1:]]).replace(str(mpbench), "mpbench")
-            res[slot][kernel] = wi
-            f = whatif_fig(wi, kernel)
-            log(f"  {kernel}: {f['error']}" if "error" in f else
-                f"  {kernel}: speedup native {f['native']['speedup']:.2f}, {kernel} {f['kernel']['speedup']:.2f}; "
-                + (f"{f['kernel']['forwarded']:,} calls forwarded, {f['kernel']['in_place']:,} in place; "
-                   if kernel == ak.KERNEL else
-                   f"spin {f2(cpu_share(f['kernel'], 'kernel_lock_spin_ns'), '{:.1f}')}%; ")
-                + f"output {'identical' if f['identical'] else 'DIFFERS'}; {wi['wall_s']:.1f} s")
-
-    sections, figs = [], {}
-    for wl in wls:
-        md, figs[wl.key] = workload_section(wl, all_res[wl.key], ncpu)
-        if wl.key == "mpbench" and not wl.skip:
-            md[2:2] = thesis_section(figs[wl.key], ncpu, all_res[wl.key], (ms3070, rounds30, iters30))
-        sections += md
+def summary(wls: list[Workload], figs: dict, ncpu: int) -> list[str]:
+    """The Summary table: each workload's speedup and serial fractions, and where they disagree."""
     rows, odd = [], []
     for wl in wls:
         f = figs[wl.key]
@@ -525,152 +264,210 @@ def main() -> int:
         ser = [x for x in many.get("serial", []) if x is not None]
         if f.get("kf") is not None and ser and abs(statistics.median(ser) - f["kf"]) > 0.1:
             odd.append(f"- {wl.key}: lopi's breakdown finds an average parallelism of {rng(many['avg_par'], '{:.2f}')} "
-                       f"on {ncpu} CPUs, so a serial fraction of {rng(ser)}, while the speedup measured by scale, "
-                       f"{f['speedup']:.3f}, implies {f['kf']:.3f} (Karp-Flatt). The recorded runs took "
-                       f"x{many.get('slowdown') or 0:.2f} plain's wall time: lopi's own work in the probes (parallel) "
-                       "dilutes a serial part, and what the program does before lopi's first record (loading, "
-                       "start-up) is outside its wall time.")
-    wrows, wnotes = [], []
+                       f"on {ncpu} CPUs and a serial fraction of {rng(ser)}, while the speedup measured by scale, "
+                       f"{f['speedup']:.3f}, implies {f['kf']:.3f} (Karp-Flatt); the recorded runs took "
+                       f"x{many.get('slowdown') or 0:.2f} plain's wall time. The Predicted vs measured table says "
+                       "what lopi's data shows where the two disagree.")
+    return ["## Summary", "",
+            h.markdown_table(["workload", f"speedup on {ncpu} CPUs (scale)", "Karp-Flatt from the speedup",
+                              "serial fraction, scale's recorded runs (median)",
+                              f"serial fraction, breakdown runs on {ncpu} CPUs", f"average parallelism on {ncpu} CPUs",
+                              f"Amdahl bound on {ncpu} CPUs (scale)", "outputs under lopi run"], rows), "",
+            *odd, *([""] if odd else [])]
+
+
+def method(n: int, ncpu: int, timeout: int, cals: list, sz: wk.Sizes, corpus_sha: str) -> list[str]:
+    """The Method section."""
+    cal_txt = "; ".join(f"{key} at {pct}% user: `mpbench --calibrate {ms} {pct}` (ROUNDS {r}, USER_ITERS {i})"
+                        for key, pct, ms, r, i in cals)
+    return [
+        "## Method", "",
+        f"- `lopi scale --runs {n} --breakdown --format json -- PROG ARGS`: PROG uninstrumented, pinned by lopi to "
+        f"1, ..., {ncpu} CPUs (`{{cpus}}` in ARGS becomes the count), one warm-up run on the most CPUs then {n} runs "
+        "per count interleaved; median wall time [min–max], speedup and efficiency against 1 CPU, Karp-Flatt from "
+        "the measured speedup; `--breakdown` adds three runs recorded under lopi on the most CPUs whose breakdowns' "
+        "median serial fraction gives Amdahl's bound. PROG's standard output is discarded by lopi scale.",
+        f"- Breakdown runs: {n} rounds, each running PROG plain and under `lopi run -q --probe syscall,locks` "
+        f"on 1 CPU (`taskset -c 0`, `{{cpus}}` = 1) and on all {ncpu} CPUs, the four in an order rotated each "
+        "round; lopi's data goes to a fresh `$LOPI_OUTPUT` per run in the scratch directory, read with `lopi "
+        "report DATA --breakdown --format json` and `--syscalls --format json` (kept: the six calls that took the "
+        "most time, and the clone/fork count), then deleted. The tables show the recorded run with the median "
+        "process wall time; the notes give the range over all runs. Parts: user, kernel (CPU), blocked (in system "
+        "calls, off the CPU), lock spin / lock blocked (acquisition waits), other (the rest: runnable, page "
+        "faults); they should sum to each thread's wall time (column `max |parts − wall| / wall`, worst thread). "
+        "`CPU / (wall × CPUs)`: the threads' user + kernel + spin time over what the CPUs could run in the "
+        "process's wall time (must be ≤ 1). lopi records the program it starts (and its forked children), not the "
+        "programs that one executes: for make and the memcached script it records make and the shell.",
+        "- Output identity: every run's standard output against the plain runs of the same command: the sha256 "
+        "of the compressors' output, mpbench's checksum line, the checksum of make's objects, memcaslap's "
+        "operation count, sysbench's event (and read query) counts, postmark's report with the lines that contain "
+        "`seconds` dropped and the `(N per second)` rates cut from the others (timings vary from run to run).",
+        f"- What-if kernels (`lopi whatif --kernel K --runs {n} --format json -- PROG ARGS`, one call per kernel, "
+        f"hung after {timeout} s): mpbench at 64% under giant-lock, subsystem-locks and app-kernel, mpbench at 20% "
+        "under giant-lock, and pigz, zstd, postmark and sysbench threads under all three. PROG is recorded "
+        f"(`lopi run --probe syscall,locks`) natively and under the emulated kernel, on 1 CPU and on {ncpu}, "
+        f"{n} runs each (the median process wall time counts), plus a getppid loop for the null system call on 1 "
+        "CPU. The lock kernels are a spinlock that the system-call probes hold around each call that cannot sleep "
+        "(one for all calls: giant-lock; one per subsystem — file system, network, memory, processes, time, IPC: "
+        "subsystem-locks); a call that may sleep (futex, poll, waits, fork/clone/exec, pipes, sockets, terminals) "
+        "runs without it and takes and drops it on return; a waiter that spun 20 µs yields its CPU, so that a "
+        "holder preempted on its CPU runs on (a kernel's holder is never preempted), and the time off the CPU is "
+        "not spin. Not modelled: page faults and interrupts (not system calls), the real kernel's own locks (still "
+        "there underneath), vDSO calls (clock_gettime and the like), and the system calls of a vfork child. The "
+        "application kernel (app-kernel, the thesis's Paper III) has every system call of a thread made by a "
+        "proxy thread of its own, through a mailbox, all proxies pinned to CPU 0 and the program's threads to the "
+        "other CPUs (on 1 CPU they share it), the proxy and its thread spinning while they wait (`--proxy-wait "
+        "spin`, the default); calls about the calling thread (exit, clone, fork, exec, its signal mask, ...) and a "
+        "signal handler's call during a forwarded one run in place, and its null system call is measured on 2 "
+        "CPUs (proxy and caller apart), both spinning and waiting in futex. Not modelled there: a signal does not "
+        "interrupt a forwarded call, the proxies are visible in /proc/self/task. lopi whatif checks output identity "
+        "on every run's standard output, byte for byte, per CPU count.",
+        f"- mpbench: [mpbench.c](../../crates/lopi-cli/src/mpbench.c) built `gcc -O2 -pthread`, calibrated once "
+        f"per split on CPU 0 (`taskset -c 0`): {cal_txt}; workers are the threads named `worker`.",
+        f"- pigz and zstd compress bench/locks's deterministic corpus ({sz.mib} MiB, sha256 {corpus_sha[:16]}) on "
+        f"tmpfs, xz its first {sz.xz_mib} MiB. make builds zstd's library from Debian's source (bench/lib/"
+        f"fetch_zstd.sh; directories {sz.make_dirs} of lib/) at -O0 into the scratch directory, every object each "
+        "run (a FORCE prerequisite instead of `make clean`), then prints the objects' sha256. memcached: a shell "
+        f"script starts `memcached -t CPUS` on a free TCP port of 127.0.0.1, runs `memcaslap -T CPUS -c 32 -x "
+        f"{sz.mc_ops} -X 100` against it and kills it, all on lopi scale's CPUs (memcached rather than redis: "
+        "redis's I/O threads busy-wait, so `--io-threads N` on N CPUs shared with the client starves the "
+        "client). sysbench-oltp: a PostgreSQL cluster made for the run in the scratch directory (Unix socket, "
+        "fsync off, autovacuum off), `sysbench oltp_read_only` prepared once (2 tables of "
+        f"{sz.oltp_rows:,} rows), then `--threads=CPUS --events={sz.oltp_events}` through a script that first "
+        "moves the server's processes onto sysbench's CPUs (sysbench's init hook), so that the server and its "
+        f"client share lopi scale's CPUs and lopi records sysbench itself. postmark ({sz.pm_files:,} files, "
+        f"{sz.pm_tx:,} transactions) is single-threaded: `{{cpus}}` is unused and its speedup should stay ~1. "
+        "lopi's plan cache (XDG_CACHE_HOME) and scale's data file (TMPDIR) are in the scratch directory.", ""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="--runs 2, mpbench 300 ms (its other splits 200 ms), 16 MiB corpus (xz 8), about half "
+                    "the work of the other workloads, make of two of zstd's library directories")
+    ap.add_argument("--runs", type=int, help="lopi scale --runs, lopi whatif --runs, and rounds of breakdown runs "
+                    "(default 3, quick 2)")
+    ap.add_argument("--ms", type=int, help="mpbench's calibration at 64%% user, ms on one CPU (default 1000, "
+                    "quick 300)")
+    ap.add_argument("--ms-splits", type=int, help="mpbench's calibration at 80, 50 and 20%% user, ms on one CPU "
+                    "(default 500, quick 200)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds before a lopi whatif call counts as hung")
+    ap.add_argument("--mib", type=int, help="pigz/zstd corpus in MiB (default 64, quick 16)")
+    ap.add_argument("--zstd-src", default="", help="zstd's source tree, for make (run.sh: bench/lib/fetch_zstd.sh)")
+    ap.add_argument("--only", help="comma-separated workload keys (mpbench,mpbench-80,mpbench-50,mpbench-20,pigz,"
+                    "zstd,xz,make,memcached,sysbench-oltp,postmark,sysbench)")
+    ap.add_argument("--work", type=Path, help="scratch directory, emptied first (default /dev/shm/lopi-bench-mp)")
+    ap.add_argument("--lopi", type=Path, default=Path(os.environ.get("LOPI", REPO / "target/release/lopi")))
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "mp.md")
+    ap.add_argument("--render", type=Path, metavar="RUNS_JSON",
+                    help="run nothing: write --out anew from a run's mp.runs.json")
+    a = ap.parse_args()
+    if a.render:
+        return rerender(a.render, a.out)
+    n, ms = a.runs or (2 if a.quick else 3), a.ms or (300 if a.quick else 1000)
+    ms_splits = a.ms_splits or (200 if a.quick else 500)
+    sz = (wk.Sizes(a.mib or 16, 8, 1000, 10000, 1000, "common decompress", 80000, 1500, 10000) if a.quick else
+          wk.Sizes(a.mib or 64, 16, 2000, 20000, 2000, "common compress decompress dictBuilder legacy deprecated",
+                   200000, 4000, 20000))
+    t_start, load_start = time.time(), h.loadavg()
+    ncpu = len(os.sched_getaffinity(0))
+    work = a.work or (Path("/dev/shm/lopi-bench-mp") if os.access("/dev/shm", os.W_OK) else BUILD / "work")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    env = {"XDG_CACHE_HOME": str(work / "cache"), "TMPDIR": str(work)}  # lopi's plan cache, scale's data file
+    lopi, lopi_line = h.find_lopi(a.lopi, BUILD)
+    if lopi is None:
+        raise SystemExit(f"lopi not found at {a.lopi}")
+
+    mpbench = h.build("mpbench", ["-O2", "-pthread", str(MPBENCH_SRC)], [MPBENCH_SRC])
+    cals = []
+    for key, pct, cms in (("mpbench", 64, ms), ("mpbench-80", 80, ms_splits), ("mpbench-50", 50, ms_splits),
+                          ("mpbench-20", 20, ms_splits)):
+        out = subprocess.run(["taskset", "-c", "0", str(mpbench), "--calibrate", str(cms), str(pct)],
+                             capture_output=True, text=True).stdout.split()
+        cals.append((key, pct, cms, *(out + ["0", "0"])[:2]))
+        log(f"mpbench calibrated for {cms} ms at {pct}% user on one CPU: ROUNDS {cals[-1][3]} USER_ITERS {cals[-1][4]}")
+    corpus, xz_corpus = work / f"corpus-{sz.mib}M.bin", work / f"corpus-{sz.xz_mib}M.bin"
+    corpus_sha = make_corpus(corpus, sz.mib)
+    make_corpus(xz_corpus, sz.xz_mib)
+    wls = (wk.mpbench_workloads(mpbench, [(key, pct, r, i) for key, pct, _, r, i in cals])
+           + wk.real_workloads(work, sz, corpus, xz_corpus, a.zstd_src))
+    if a.only:
+        wls = [w for w in wls if w.key in a.only.split(",")]
+    all_res: dict = {}
     for wl in wls:
-        res = all_res[wl.key]
+        res: dict = {"scale_argv": [str(lopi), "scale", "--runs", str(n), "--breakdown", "--format", "json", "--",
+                                    *wl.argv("{cpus}")], "breakdown": {}}
+        res["scale_shown"] = " ".join(["lopi", *res["scale_argv"][1:]]).replace(str(mpbench), "mpbench")
+        all_res[wl.key] = res
+        if not wl.skip:
+            log(f"=== {wl.key}: starting")
+            try:
+                wl.skip = wl.start()
+                if not wl.skip:
+                    run_workload(wl, res, lopi, work, env, ncpu, n, a.timeout, str(mpbench))
+            finally:
+                wl.stop()
         if wl.skip:
-            wrows.append([wl.key, "skipped: " + wl.skip, *[""] * 8])
-            continue
-        variants = [(wl.key, res.get("whatif", {}))]
-        if "whatif_3070" in res:
-            variants.append(("mpbench 30:70 (giant lock only)", res["whatif_3070"]))
-        for label, calls in variants:
-            fs = {k: whatif_fig(calls.get(k), k) for k in LOCKS if k in calls or label == wl.key}
-            ok = {k: f for k, f in fs.items() if "error" not in f}
-            cell = lambda k, fn: (fn(ok[k]) if k in ok else ("FAILED" if k in fs else "not run"))  # noqa: E731
-            both = lambda fn: " / ".join(cell(k, fn) for k in LOCKS)  # noqa: E731
-            natives = lambda fn: " / ".join(fn(f) for f in ok.values()) or "-"  # noqa: E731
-            spin = both(lambda f: f2(cpu_share(f["kernel"], "kernel_lock_spin_ns"), "{:.1f}"))
-            null = (natives(lambda f: f"{f['native']['null_syscall_ns']:.0f}") + " → "
-                    + both(lambda f: f"{f['kernel']['null_syscall_ns']:.0f}"))
-            wrows.append([
-                label,
-                natives(lambda f: f"{f['native']['speedup']:.2f}"),
-                cell("giant-lock", lambda f: f"{f['kernel']['speedup']:.2f}"),
-                cell("subsystem-locks", lambda f: f"{f['kernel']['speedup']:.2f}"),
-                spin,
-                both(lambda f: "x" + f2(f["slowdown"])),
-                both(lambda f: "x" + f2(f["slowdown1"])),
-                null,
-                both(lambda f: "yes" if f["identical"] else "NO"),
-            ])
-            for k, f in fs.items():
-                if "error" in f:
-                    wnotes.append(f"- {label}, {k}: `{calls[k]['shown'] if k in calls else k}` FAILED: {f['error']}")
-            differ = [KNAME[k] for k, f in ok.items() if not f["identical"]]
-            if differ:
-                plain = [r for vs in res["breakdown"].values() for r in vs["plain"] if r["rc"] == 0]
-                why = (f" {wl.key} prints {wl.timed}, so its bytes differ between any two runs: its {len(plain)} plain "
-                       f"breakdown runs printed {len({r['raw_sha256'] for r in plain})} different byte strings, and "
-                       f"{len({r['check'] for r in plain})} once the timings are cut (the breakdown's check, "
-                       + ("which also passed under lopi run)." if figs[wl.key].get("identical") else
-                          "which FAILED under lopi run: see the workload's section).") if wl.timed else "")
-                wnotes.append(f"- {label}: output NOT identical natively and under {' and '.join(differ)}, as lopi "
-                              f"whatif compares it (every run's standard output, byte for byte).{why}")
-            if label == wl.key and wl.threads == 1 and ok:
-                one = natives(lambda f: f"{f['native']['one_cpu']['wall_ns'] / 1e6:,.1f}")
-                wnotes.append(
-                    f"- {label} is single-threaded: no second thread contends for the emulated lock (spin {spin}% "
-                    f"on {ncpu} CPUs); what the emulation costs it is the uncontended lock in its probes (null "
-                    f"system call {null} ns): wall time {both(lambda f: 'x' + f2(f['slowdown1']))} native's on 1 "
-                    f"CPU, {both(lambda f: 'x' + f2(f['slowdown']))} on {ncpu} (for scale, native's 1-CPU wall "
-                    f"time in the two calls: {one} ms).")
-            spins = [cpu_share(f["kernel"], "kernel_lock_spin_ns") or 0 for f in ok.values()]
-            if label == wl.key and wl.whatif_note and spins and max(spins) > 20:
-                wnotes.append(f"- {label}: {wl.whatif_note}")
-    akmd = ak.summary([(wl.key, {"skip": wl.skip} if wl.skip else
-                        whatif_fig(all_res[wl.key].get("whatif", {}).get(ak.KERNEL), ak.KERNEL), wl.timed)
-                       for wl in wls], ncpu, n)
+            log(f"=== {wl.key}: skipped: {wl.skip}")
+
     machine = h.machine_info(REPO, [
-        ("lopi binary", lopi_line),
-        *((pkg, (h._cmd(["dpkg-query", "-W", "-f", "${Version}", pkg]) or "not installed"))
-          for pkg in ("pigz", "zstd", "postmark", "sysbench", "util-linux")),
+        ("lopi binary", lopi_line), *wk.versions(),
         ("scratch directory", f"{work} ({h._cmd(['stat', '-f', '-c', '%T', str(work)])})"),
         *h.load_and_time(load_start, t_start)])
-    md = h.results_head("Multiprocessor analysis: lopi scale, lopi report --breakdown and lopi whatif",
-                        "bench/mp/run.sh",
-                        a.quick, machine)
-    md += ["", "## Method", "",
-           f"- `lopi scale --runs {n} --breakdown --format json -- PROG ARGS`: PROG uninstrumented, pinned by lopi to "
-           f"1, ..., {ncpu} CPUs (`{{cpus}}` in ARGS becomes the count), one warm-up run on the most CPUs then "
-           f"{n} runs "
-           "per count interleaved; median wall time [min–max], speedup and efficiency against 1 CPU, Karp-Flatt from "
-           "the measured speedup; `--breakdown` adds one run recorded under lopi on the most CPUs whose breakdown "
-           "gives the serial fraction and Amdahl's bound. PROG's standard output is discarded by lopi scale.",
-           f"- Breakdown runs: {n} rounds, each running PROG plain and under `lopi run -q --probe syscall,locks` "
-           f"on 1 CPU (`taskset -c 0`, 1 thread) and on all {ncpu} CPUs ({ncpu} threads), the four in an order "
-           "rotated each round; lopi's data goes to a fresh `$LOPI_OUTPUT` per run in the scratch directory, read "
-           "with `lopi report DATA --breakdown --format json`, then deleted. The table shows the recorded run with "
-           "the median process wall time; the notes give the range over all runs. Parts: user, kernel (CPU), "
-           "blocked (in system calls, off the CPU), lock spin / lock blocked (acquisition waits), other (the rest: "
-           "runnable, page faults); they should sum to each thread's wall time (column `max |parts − wall| / wall`, "
-           "worst thread). `CPU / (wall × CPUs)`: the threads' user + kernel + spin time over what the CPUs could "
-           "run in the process's wall time (must be ≤ 1).",
-           "- Output identity: every run's standard output (its sha256 for pigz and zstd) against the plain runs "
-           "of the same command: mpbench's checksum line, sysbench's `total number of events`, postmark's report "
-           "with the lines that contain `seconds` dropped and the `(N per second)` rates cut from the others "
-           "(timings vary from run to run).",
-           f"- What-if kernels: `lopi whatif --kernel giant-lock|subsystem-locks|app-kernel --runs {n} --format json "
-           "-- PROG ARGS`, "
-           f"one call per kernel (hung after {a.timeout} s): PROG recorded (`lopi run --probe syscall,locks`) natively "
-           f"and under the emulated kernel, on 1 CPU and on {ncpu}, {n} runs each (the median process wall time "
-           "counts), plus a getppid loop for the null system call on 1 CPU. The lock kernels are a spinlock that "
-           "the system-call probes hold around each call that cannot sleep (one for all calls: giant-lock; one per "
-           "subsystem — file system, network, memory, processes, time, IPC: subsystem-locks); a call that may sleep "
-           "(futex, poll, waits, fork/clone/exec, pipes, sockets, terminals) runs without it and takes and drops it "
-           "on return. Not modelled: page faults and interrupts (not system calls), the real kernel's own locks "
-           "(still there underneath), vDSO calls (clock_gettime and the like: not system calls), and the system "
-           "calls of a vfork child (run unemulated). The application kernel (app-kernel, the thesis's Paper III) "
-           "has every system call of a thread made by a proxy thread of its own, through a mailbox, all proxies "
-           "pinned to CPU 0 and the program's threads to the other CPUs (on 1 CPU they share it), the proxy and "
-           "its thread spinning while they wait (lopi whatif's default `--proxy-wait spin`); calls about the "
-           "calling thread (exit, clone, fork, exec, its signal mask, ...) and a signal handler's call during a "
-           "forwarded one run in place, and its null system call is measured on 2 CPUs (proxy and caller apart), "
-           "both spinning and waiting in futex. Not modelled there: a signal does not interrupt a forwarded call, "
-           "the proxies are visible in /proc/self/task, and page faults and interrupts are not system calls. "
-           "lopi whatif checks output identity on every run's standard "
-           "output, byte for byte. mpbench also runs as a 30% user / 70% kernel variant "
-           f"(`mpbench --calibrate {ms3070} 30`) under the giant lock only.",
-           f"- mpbench: [mpbench.c](../../crates/lopi-cli/src/mpbench.c) built `gcc -O2 -pthread`, calibrated once "
-           f"with `taskset -c 0 mpbench --calibrate {ms} 64` (ROUNDS {rounds}, USER_ITERS {iters}); workers are the "
-           "threads named `worker`. pigz and zstd compress bench/locks's deterministic corpus "
-           f"({mib} MiB, sha256 {corpus_sha[:16]}) on tmpfs; postmark works in a fresh directory of the scratch "
-           f"directory ({pm_files:,} files, {pm_tx:,} transactions); it is single-threaded, so `{{cpus}}` is unused "
-           "and its speedup should stay ~1. lopi's plan cache (XDG_CACHE_HOME) and scale's data file (TMPDIR) "
-           "are in the scratch directory.",
-           "", "## Summary", "",
-           h.markdown_table(["workload", f"speedup on {ncpu} CPUs (scale)", "Karp-Flatt from the speedup",
-                             "serial fraction, scale's recorded runs (median)", f"serial fraction, breakdown runs on {ncpu} CPUs",
-                             f"average parallelism on {ncpu} CPUs", f"Amdahl bound on {ncpu} CPUs (scale)",
-                             "outputs under lopi run"], rows), "", *odd, *([""] if odd else []),
-           "### What-if kernels", "",
-           f"`lopi whatif --kernel K --runs {n} --format json` per workload and lock kernel K (native measured anew in "
-           f"each call, so native's figures come in pairs: giant-lock call / subsystem-locks call; pairs of the other "
-           f"columns: giant lock / subsystem locks). Speedup: the {ncpu}-CPU wall time against the same kernel's on "
-           f"1 CPU. Spin: waiting for the emulated kernel lock, % of the threads' CPU time on {ncpu} CPUs. Wall ÷ "
-           "native's: the wall time under the emulated kernel over native's in the same call. Null system call: "
-           "getppid on 1 CPU.", "",
-           h.markdown_table(["workload", f"speedup on {ncpu} CPUs natively", "under giant lock",
-                             "under subsystem locks", f"kernel-lock spin % of CPU on {ncpu} CPUs",
-                             f"{ncpu}-CPU wall ÷ native's", "1-CPU wall ÷ native's",
-                             "null syscall ns, native → emulated",
-                             "output identical"], wrows), "", *wnotes, *([""] if wnotes else []), *akmd, *sections]
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text("\n".join(md))
+    for wl in wls:
+        all_res[wl.key]["skip"] = wl.skip
+    meta = {"runs": n, "quick": a.quick, "generated": datetime.datetime.now().isoformat(timespec="minutes"),
+            "sizes": dataclasses.asdict(sz), "corpus_sha256": corpus_sha,
+            "mpbench": cals, "mpbench_path": str(mpbench), "zstd_src": a.zstd_src, "whatif_timeout_s": a.timeout,
+            "cpus": ncpu, "work": str(work), "machine": machine}
     raw = a.out.with_suffix(".runs.json")
-    meta = {"runs": n, "ms": ms, "mib": mib, "corpus_sha256": corpus_sha, "mpbench": [rounds, iters],
-            "mpbench_3070": [ms3070, rounds30, iters30], "whatif_timeout_s": a.timeout,
-            "postmark": [pm_files, pm_tx], "sysbench_events": events, "cpus": ncpu, "work": str(work),
-            "machine": machine}
-    raw.write_text(json.dumps({"meta": meta, "workloads": all_res}, indent=1, default=str))
-    print("\n".join(md))
-    log(f"wrote {a.out} and {raw.name}")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps({"meta": meta, "workloads": all_res}, indent=1, default=str))  # before rendering
     shutil.rmtree(work, ignore_errors=True)
+    render(a.out, meta, all_res, wls)
+    log(f"wrote {a.out} and {raw.name}")
+    return 0
+
+
+def render(out: Path, meta: dict, all_res: dict, wls: list[Workload]) -> None:
+    """bench/results/mp.md from a run's results (ALL_RES) and META."""
+    n, ncpu, cals = meta["runs"], meta["cpus"], meta["mpbench"]
+    sections, figs = [], {}
+    for wl in wls:
+        md, figs[wl.key] = workload_section(wl, all_res[wl.key], ncpu)
+        sections += md
+    akmd = ak.summary([(wl.key, {"skip": wl.skip} if wl.skip else
+                        whatif_fig(all_res[wl.key].get("whatif", {}).get(ak.KERNEL), ak.KERNEL), wl.timed)
+                       for wl in wls if ak.KERNEL in wl.kernels], ncpu, n)
+    md = h.results_head("Multiprocessor analysis: lopi scale, lopi report --breakdown and lopi whatif, predictions "
+                        "checked against measurement", "bench/mp/run.sh", meta["quick"], meta["machine"],
+                        datetime.datetime.fromisoformat(meta["generated"]))
+    by_key = {wl.key: all_res[wl.key] for wl in wls if not wl.skip}
+    cal_of = {key: f"`mpbench --calibrate {cms} {pct}`: ROUNDS {r}, USER_ITERS {i}" for key, pct, cms, r, i in cals}
+    md += ["", *method(n, ncpu, meta["whatif_timeout_s"], cals, wk.Sizes(**meta["sizes"]), meta["corpus_sha256"]),
+           *predict.section(wls, all_res, ncpu),
+           *(thesis.section(by_key["mpbench"], by_key.get("mpbench-20"), ncpu, cal_of["mpbench"],
+                            cal_of["mpbench-20"]) if "mpbench" in by_key else []),
+           *summary(wls, figs, ncpu), *whatif.summary(wls, all_res, figs, ncpu, n), *akmd, *sections]
+    out.write_text("\n".join(md))
+
+
+def rerender(runs_json: Path, out: Path) -> int:
+    """--render: mp.md anew from a run's mp.runs.json (the tables' code changed, the figures did not)."""
+    data = json.loads(runs_json.read_text())
+    meta, all_res = data["meta"], data["workloads"]
+    meta.setdefault("generated", datetime.datetime.fromtimestamp(runs_json.stat().st_mtime).isoformat(
+        timespec="minutes"))  # written when the run ended
+    with tempfile.TemporaryDirectory() as tmp:  # the workloads' scripts are written there, and not used
+        sz = wk.Sizes(**meta["sizes"])
+        wls = (wk.mpbench_workloads(Path(meta["mpbench_path"]), [(k, p, r, i) for k, p, _, r, i in meta["mpbench"]])
+               + wk.real_workloads(Path(tmp), sz, Path(tmp, "corpus"), Path(tmp, "xz-corpus"), meta["zstd_src"]))
+    wls = [wl for wl in wls if wl.key in all_res]
+    for wl in wls:
+        wl.skip = all_res[wl.key].get("skip", "")
+    render(out, meta, all_res, wls)
+    log(f"wrote {out} from {runs_json}")
     return 0
 
 
