@@ -205,7 +205,7 @@ impl Selection {
                 (Point::Block(_), _) => {
                     let access = counter_access(&layout, block_counters[&index]);
                     let flags_dead = lopi_x86::flags_dead(&site.relocated);
-                    lopi_x86::block_counting_trampoline(&access, &body, flags_dead, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
+                    lopi_x86::counting_trampoline(&access, lopi_x86::Counted::Block { flags_dead }, &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }
                 (Point::Entry(_), stubs) => {
                     let counter = entry_count;
@@ -227,9 +227,9 @@ impl Selection {
                             lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
                         }
                         (Some(stubs), Action::Count) if self.probes_entry(site.function) => {
-                            lopi_x86::probing_counting_trampoline(stubs.point.0, counter, &access, &body, trampoline.0)
+                            lopi_x86::counting_trampoline(&access, lopi_x86::Counted::ProbedEntry { stub: stubs.point.0, counter }, &body, trampoline.0)
                         }
-                        _ => lopi_x86::counting_trampoline(&access, &body, trampoline.0),
+                        _ => lopi_x86::counting_trampoline(&access, lopi_x86::Counted::Entry, &body, trampoline.0),
                     }
                     .map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }

@@ -133,7 +133,7 @@ fn counting_trampoline_layout() {
     let access = ACCESS;
     // push rbp; mov rbp,rsp (moved body), resume at FROM+4
     let body: Vec<_> = decode(&[0x55, 0x48, 0x89, 0xe5], FROM).collect();
-    let t = counting_trampoline(&access, &Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 4), syscalls: None }, TO).unwrap();
+    let t = counting_trampoline(&access, Counted::Entry, &Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 4), syscalls: None }, TO).unwrap();
     let s = t.section;
     let sig_at = (s.abort - TO - 4) as usize;
     assert_eq!(&t.bytes[sig_at..sig_at + 4], &RSEQ_SIG.to_le_bytes(), "signature right before the abort handler");
@@ -254,13 +254,13 @@ fn a_loop_back_to_a_blocks_start_runs_its_probe_again() {
     let body: Vec<_> = decode(&[0x48, 0x83, 0xe8, 0x01, 0x75, 0xfa], FROM).collect();
     assert_eq!(body[1].near_branch_target(), FROM);
     let moved = Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 6), syscalls: None };
-    let t = block_counting_trampoline(&ACCESS, &moved, false, TO).unwrap();
+    let t = counting_trampoline(&ACCESS, Counted::Block { flags_dead: false }, &moved, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     let jne = insns.iter().find(|i| i.mnemonic() == iced_x86::Mnemonic::Jne && i.near_branch_target() >= FROM && i.near_branch_target() < TO);
     assert_eq!(jne.map(|i| i.near_branch_target()), Some(FROM), "the loop goes back through the site: {insns:?}");
     // A function moved whole (its loop reaches its entry) runs the loop in the copy.
     let whole = Body { loops_in_copy: true, ..moved };
-    let t = counting_trampoline(&ACCESS, &whole, TO).unwrap();
+    let t = counting_trampoline(&ACCESS, Counted::Entry, &whole, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     let sub = insns.iter().find(|i| i.mnemonic() == iced_x86::Mnemonic::Sub).unwrap().ip();
     assert!(insns.iter().any(|i| i.mnemonic() == iced_x86::Mnemonic::Jne && i.near_branch_target() == sub), "{insns:?}");
@@ -274,7 +274,7 @@ fn moved_code_that_takes_its_own_address_gets_the_original() {
     assert_eq!(rip_relative_address(&body[0]), Some(FROM));
     for loops_in_copy in [false, true] {
         let moved = Body { insns: &body, loops_in_copy, exits: &[], resume: Some(FROM + 11), syscalls: None };
-        let t = block_counting_trampoline(&ACCESS, &moved, false, TO).unwrap();
+        let t = counting_trampoline(&ACCESS, Counted::Block { flags_dead: false }, &moved, TO).unwrap();
         let insns: Vec<_> = decode(&t.bytes, TO).collect();
         // rax = what the moved code computes before its add.
         let add = insns.iter().position(|i| i.mnemonic() == iced_x86::Mnemonic::Add && i.op0_register() == iced_x86::Register::RAX && i.immediate32() == 26).unwrap();
@@ -308,9 +308,9 @@ fn counting_code_goes_on_into_the_moved_copy() {
     let moved = Body { insns: &body, loops_in_copy: false, exits: &[], resume: Some(FROM + 4), syscalls: None };
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100, entry_tag: 0 };
     let trampolines = [
-        ("counting", counting_trampoline(&ACCESS, &moved, TO).unwrap()),
-        ("probing counting", probing_counting_trampoline(TO + 0x40_0080, 7, &ACCESS, &moved, TO).unwrap()),
-        ("block counting", block_counting_trampoline(&ACCESS, &moved, false, TO).unwrap()),
+        ("counting", counting_trampoline(&ACCESS, Counted::Entry, &moved, TO).unwrap()),
+        ("probing counting", counting_trampoline(&ACCESS, Counted::ProbedEntry { stub: TO + 0x40_0080, counter: 7 }, &moved, TO).unwrap()),
+        ("block counting", counting_trampoline(&ACCESS, Counted::Block { flags_dead: false }, &moved, TO).unwrap()),
         ("timed", timed_trampoline(&timed, &moved, None, TO).unwrap()),
     ];
     for (kind, t) in trampolines {

@@ -383,8 +383,30 @@ fn timed_code(t: &TimedEntry, body: &Body<'_>, copy_at: Option<u64>, ip: u64) ->
     encode_with_section(&insns, body.insns, ip)
 }
 
-/// Builds the trampoline at `ip`: the counting code, then the body.
-pub fn counting_trampoline(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+/// Where a counting trampoline counts, and what runs there before it counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// A function's entry: the red zone is free and the flags are dead.
+    Entry,
+    /// A function's entry whose script probes run first, through the runtime's point stub at
+    /// `stub`, with the function's counter index.
+    ProbedEntry { stub: u64, counter: u32 },
+    /// A basic block's start inside a function: below the red zone, with the flags saved
+    /// unless `flags_dead`.
+    Block { flags_dead: bool },
+}
+
+/// Builds the counting trampoline at `ip` for a probe `at`: the counting code, then the body.
+pub fn counting_trampoline(c: &CounterAccess, at: Counted, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    match at {
+        Counted::Entry => entry_counting(c, body, ip),
+        Counted::ProbedEntry { stub, counter } => probed_entry_counting(stub, counter, c, body, ip),
+        Counted::Block { flags_dead } => block_counting(c, body, flags_dead, ip),
+    }
+}
+
+/// The counting code, then the body.
+fn entry_counting(c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
     let mut insns = counting_code(c, body_label(body)?)?;
     insns.extend(body_with_exits(body, None)?);
     insns.extend(abort_code()?);
@@ -444,7 +466,7 @@ pub fn marking_trampoline(mark: u64, retire: Option<&Retire<'_>>, body: &Body<'_
 /// The same for a probe inside a function (a basic block's start), where the red zone may hold
 /// the function's data and the flags may be live: the counting code runs 128 bytes lower, with
 /// the flags saved unless `flags_dead` (the body sets them all before it reads any).
-pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead: bool, ip: u64) -> Result<Trampoline, RelocError> {
+fn block_counting(c: &CounterAccess, body: &Body<'_>, flags_dead: bool, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
     let mut insns = vec![Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-RED_ZONE)).map_err(err)?];
@@ -467,7 +489,7 @@ pub fn block_counting_trampoline(c: &CounterAccess, body: &Body<'_>, flags_dead:
 /// A counted function entry that runs a script's entry probes (the function is not timed:
 /// its exits cannot all be probed): the runtime's point stub, called below the red zone with
 /// the function's counter, then the counting code and the moved instructions.
-pub fn probing_counting_trampoline(stub: u64, counter: u32, c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+fn probed_entry_counting(stub: u64, counter: u32, c: &CounterAccess, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
     let err = |e: iced_x86::IcedError| RelocError::Encode(e.to_string());
     let mut insns = crate::syscall::stub_call(stub, counter).map_err(err)?.to_vec();
     insns.extend(counting_code(c, body_label(body)?)?);
