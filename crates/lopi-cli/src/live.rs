@@ -288,7 +288,7 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) ->
     let planned = lopi_live::plan(pid, &spec, None, &bar);
     drop(bar);
     let mut plan = planned.with_context(|| format!("planning probes for process {pid}"))?;
-    if probes.recording.sample_hz != 0 && handles_signal(pid, lopi_rt_abi::SAMPLE_SIGNAL) {
+    if probes.recording.sample_hz != 0 && lopi_live::procfs::handles_signal(pid, lopi_rt_abi::SAMPLE_SIGNAL) {
         bail!("process {pid} handles SIGURG, the signal of sampled time's timers: attach with --time exact");
     }
     let started = Instant::now();
@@ -382,14 +382,6 @@ impl Attached {
 
 /// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
 /// or its exit, then takes every probe out again.
-/// True when process `pid` has a handler of its own for signal `signal` (`SigCgt` in its
-/// status).
-fn handles_signal(pid: i32, signal: u32) -> bool {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
-    caught & (1 << (signal - 1)) != 0
-}
-
 pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
     let attached = attach_start(probes, pid, false, &|_| Ok(()))?;
     match duration {

@@ -394,12 +394,7 @@ impl Target {
             return Ok(removal);
         }
 
-        let maps = procfs::maps(self.pid()).map_err(LiveError::io("reading the process's mappings"))?;
-        let exe = procfs::exe(self.pid()).map(|p| p.display().to_string()).unwrap_or_default();
-        let gadget = self.place_gadget(&maps, &exe)?;
-        let result = self.unmap(installation, &maps, gadget, &mut removal);
-        self.restore_gadget(gadget)?;
-        result?;
+        self.with_gadget(|target, maps, gadget| target.unmap(installation, maps, gadget, &mut removal))?;
         Ok(removal)
     }
 

@@ -74,6 +74,14 @@ pub fn task_tracer(pid: i32, tid: i32) -> Option<i32> {
     line["TracerPid:".len()..].trim().parse().ok().filter(|&t| t != 0)
 }
 
+/// True when process `pid` has a handler of its own for `signal` (`SigCgt:` in
+/// `/proc/PID/status`).
+pub fn handles_signal(pid: i32, signal: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    caught & (1 << (signal - 1)) != 0
+}
+
 /// `start_brk` (field 47 of `/proc/PID/stat`): where the heap starts growing.
 pub fn start_brk(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -1,45 +1,35 @@
 //! Sampled time at a detach: the threads' CPU-time timers deleted and the action of their
-//! signal (`SAMPLE_SIGNAL`, `SIGURG`) put back before the runtime's handler is unmapped, so that no signal reaches code that is gone.
+//! signal (`SAMPLE_SIGNAL`, `SIGURG`) put back before the runtime's handler is unmapped, so
+//! that no signal reaches code that is gone.
 use crate::error::LiveError;
 use crate::glibc::LOPI_TCB_WORDS;
 use crate::install::Installation;
-use crate::procfs;
-use crate::target::{Gadget, Target};
+use crate::target::{sys, Gadget, Target};
 use lopi_rt_abi::{RuntimeVars, ThreadHeader, PAGE_SIZE, SAMPLE_SIGNAL, THREAD_MAGIC};
 use std::mem::offset_of;
 
-const RT_SIGACTION: u64 = 13;
-const TIMER_DELETE: u64 = 226;
 const SIG_IGN: u64 = 1;
 
 impl Target {
-    /// [`Target::stop_sampling`] for the timed modules of `installation`, through a system-call
-    /// gadget of its own. A detach does it first, before it waits for threads to leave lopi's
-    /// code: a thread whose timer still fired would be stopped again by each signal (the
-    /// tracer holds signals back) and could stay inside for good.
+    /// With sampled time in any timed module of `installation`: the signal ignored first
+    /// (which also drops signals already pending), every live thread's timer deleted, then the
+    /// action the runtime replaced put back (the default when none of these modules installed
+    /// it), through a system-call gadget of its own. Timers of threads that have ended stay:
+    /// their clocks are gone with them, so they never fire. A detach does it first, before it
+    /// waits for threads to leave lopi's code: a thread whose timer still fired would be
+    /// stopped again by each signal (the tracer holds signals back) and could stay inside for
+    /// good.
     pub(crate) fn stop_sampling_of(&mut self, installation: &Installation) -> Result<(), LiveError> {
-        let vars: Vec<u64> = installation.modules.iter().filter(|m| m.timed).map(|m| m.vars).collect();
-        if vars.is_empty() {
-            return Ok(());
-        }
-        let maps = procfs::maps(self.pid()).map_err(LiveError::io("reading the process's mappings"))?;
-        let exe = procfs::exe(self.pid()).map(|p| p.display().to_string()).unwrap_or_default();
-        let gadget = self.place_gadget(&maps, &exe)?;
-        let result = self.stop_sampling(&vars, gadget);
-        self.restore_gadget(gadget)?;
-        result
-    }
-
-    /// With sampled time in any of the modules at `vars` (their runtime variables): the signal
-    /// ignored first (which also drops signals already pending), every live thread's timer
-    /// deleted, then the action the runtime replaced put back (the default when none of these
-    /// modules installed it). Timers of threads that have ended stay: their clocks are gone
-    /// with them, so they never fire.
-    pub(crate) fn stop_sampling(&mut self, vars: &[u64], gadget: Gadget) -> Result<(), LiveError> {
         let read = |at: u64| self.mem.read_u64(at).unwrap_or(0);
+        let vars: Vec<u64> = installation.modules.iter().filter(|m| m.timed).map(|m| m.vars).collect();
         if !vars.iter().any(|&v| read(v + offset_of!(RuntimeVars, sample_hz) as u64) != 0) {
             return Ok(());
         }
+        self.with_gadget(|target, _, gadget| target.stop_sampling(&vars, gadget))
+    }
+
+    fn stop_sampling(&mut self, vars: &[u64], gadget: Gadget) -> Result<(), LiveError> {
+        let read = |at: u64| self.mem.read_u64(at).unwrap_or(0);
         let installer = vars.iter().copied().find(|&v| read(v + offset_of!(RuntimeVars, sample_handler_installed) as u64) != 0);
         let timers: Vec<u64> = self.threads.tids().into_iter().filter_map(|tid| self.sample_timer(tid)).collect();
         // The actions are written below the leader's stack pointer, past its red zone: no code
@@ -48,9 +38,9 @@ impl Target {
         let scratch = (self.threads.regs(leader)?.rsp - 1024) & !15;
         let ignore: Vec<u8> = [SIG_IGN, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
         self.mem.write(scratch, &ignore).map_err(LiveError::io("writing a signal action into the process"))?;
-        self.syscall(gadget, RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), scratch, 0, 8, 0, 0])?;
+        self.syscall(gadget, sys::RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), scratch, 0, 8, 0, 0])?;
         for id in timers {
-            self.syscall(gadget, TIMER_DELETE, [id, 0, 0, 0, 0, 0])?;
+            self.syscall(gadget, sys::TIMER_DELETE, [id, 0, 0, 0, 0, 0])?;
         }
         let old = match installer {
             Some(v) => v + offset_of!(RuntimeVars, sample_old_action) as u64,
@@ -59,7 +49,7 @@ impl Target {
                 scratch
             }
         };
-        self.syscall(gadget, RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), old, 0, 8, 0, 0])?;
+        self.syscall(gadget, sys::RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), old, 0, 8, 0, 0])?;
         Ok(())
     }
 

@@ -28,6 +28,8 @@ pub(crate) mod sys {
     pub const MMAP: u64 = 9;
     pub const MPROTECT: u64 = 10;
     pub const MUNMAP: u64 = 11;
+    pub const RT_SIGACTION: u64 = 13;
+    pub const TIMER_DELETE: u64 = 226;
     pub const PROT_READ: u64 = 1;
     pub const PROT_WRITE: u64 = 2;
     pub const PROT_EXEC: u64 = 4;
@@ -184,6 +186,17 @@ impl Target {
 
     pub(crate) fn restore_gadget(&self, gadget: Gadget) -> Result<(), LiveError> {
         self.mem.write(gadget.at, &gadget.saved).map_err(LiveError::io("restoring the executable's code"))
+    }
+
+    /// Runs `work` with a system-call gadget placed (see [`Target::place_gadget`]) and the
+    /// process's mappings it was placed by; the gadget's bytes are put back whatever `work` gives.
+    pub(crate) fn with_gadget<T>(&mut self, work: impl FnOnce(&mut Self, &[Mapping], Gadget) -> Result<T, LiveError>) -> Result<T, LiveError> {
+        let maps = procfs::maps(self.pid()).map_err(LiveError::io("reading the process's mappings"))?;
+        let exe = procfs::exe(self.pid()).map(|p| p.display().to_string()).unwrap_or_default();
+        let gadget = self.place_gadget(&maps, &exe)?;
+        let result = work(self, &maps, gadget);
+        self.restore_gadget(gadget)?;
+        result
     }
 }
 

@@ -15,7 +15,9 @@ use std::collections::HashMap;
 pub fn pprof(t: &Timing) -> Vec<u8> {
     let mut builder = PprofBuilder::new(t);
     let calls = builder.value_type("calls", "count");
-    let period_ns = t.threads.iter().map(|th| th.sampling.as_ref().map(|s| s.period_ns)).reduce(|a, b| a.zip(b).map(|(a, _)| a)).flatten();
+    // Sampled when every thread's time was (a mixed record keeps exact time's layout).
+    let periods: Option<Vec<f64>> = t.threads.iter().map(|th| th.sampling.as_ref().map(|s| s.period_ns)).collect();
+    let period_ns = periods.and_then(|p| p.first().copied());
     let sampled = period_ns.map(|p| (builder.value_type("samples", "count"), p));
     let time = if sampled.is_some() { builder.value_type("cpu", "nanoseconds") } else { builder.value_type("time", "nanoseconds") };
     let (pid_key, tid_key, open_key) = (builder.strings.intern("pid"), builder.strings.intern("tid"), builder.strings.intern("open"));

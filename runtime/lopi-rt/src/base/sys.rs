@@ -32,6 +32,9 @@ pub const CLOCK_GETTIME: usize = 228;
 pub const GETCPU: usize = 309;
 pub const PROCESS_VM_READV: usize = 310;
 pub const FALLOCATE: usize = 285;
+pub const RT_SIGACTION: usize = 13;
+pub const TIMER_CREATE: usize = 222;
+pub const TIMER_SETTIME: usize = 223;
 
 /// `-ESRCH`: no such process or thread.
 pub const ESRCH: isize = -3;

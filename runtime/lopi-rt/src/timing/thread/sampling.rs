@@ -11,9 +11,6 @@ use crate::base::vars::vars;
 use core::arch::global_asm;
 use core::ptr::{read_volatile, write_volatile};
 
-const RT_SIGACTION: usize = 13;
-const TIMER_CREATE: usize = 222;
-const TIMER_SETTIME: usize = 223;
 const CLOCK_THREAD_CPUTIME_ID: usize = 3;
 const SIGEV_THREAD_ID: i32 = 4;
 const SA_SIGINFO: u64 = 4;
@@ -61,7 +58,7 @@ extern "C" {
 pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> bool {
     let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
     // SAFETY: rt_sigaction reading the current action into `old` (sigsetsize 8).
-    let r = unsafe { sys::call6(RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, 0, &mut old as *mut _ as usize, 8, 0, 0) };
+    let r = unsafe { sys::call6(sys::RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, 0, &mut old as *mut _ as usize, 8, 0, 0) };
     if r < 0 {
         write_stderr(b"lopi: cannot read SIGURG's action; time is not sampled\n");
         return false;
@@ -82,7 +79,7 @@ pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> b
         mask: 0,
     };
     // SAFETY: rt_sigaction installing `act`, whose handler and restorer are this blob's code.
-    let r = unsafe { sys::call6(RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, &act as *const _ as usize, 0, 8, 0, 0) };
+    let r = unsafe { sys::call6(sys::RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, &act as *const _ as usize, 0, 8, 0, 0) };
     if r < 0 {
         write_stderr(b"lopi: cannot install the SIGURG handler; time is not sampled\n");
         return false;
@@ -138,7 +135,7 @@ pub(crate) unsafe fn start(v: &RuntimeVars, h: &mut ThreadHeader) {
     }
     let mut id: i32 = -1;
     // SAFETY: timer_create with a valid sigevent and a place for the id.
-    let r = unsafe { sys::call3(TIMER_CREATE, CLOCK_THREAD_CPUTIME_ID, ev.as_ptr() as usize, &mut id as *mut i32 as usize) };
+    let r = unsafe { sys::call3(sys::TIMER_CREATE, CLOCK_THREAD_CPUTIME_ID, ev.as_ptr() as usize, &mut id as *mut i32 as usize) };
     if r < 0 {
         h.sample_error = -r as i32;
         return;
@@ -152,7 +149,7 @@ pub(crate) unsafe fn start(v: &RuntimeVars, h: &mut ThreadHeader) {
         unsafe { write_volatile(words.add(i), value) };
     }
     // SAFETY: timer_settime of the timer just made, with a valid itimerspec.
-    let r = unsafe { sys::call6(TIMER_SETTIME, id as usize, 0, spec.as_ptr() as usize, 0, 0, 0) };
+    let r = unsafe { sys::call6(sys::TIMER_SETTIME, id as usize, 0, spec.as_ptr() as usize, 0, 0, 0) };
     if r < 0 {
         h.sample_error = -r as i32;
         return;
