@@ -2,12 +2,13 @@
 use crate::exports::{ExportFormat, ProfileArg, WeightArg};
 use crate::output::Format;
 use crate::report::View;
+use crate::probe_arg::{self, probe_set, Probe};
 use crate::{coverage, demo, handler, live, whatif};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use lopi_cache::PlanCache;
 use lopi_image::Recording;
-use lopi_patch::{Filter, Probes};
+use lopi_patch::{Filter, Measure, Place, Probes};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -322,8 +323,10 @@ pub(crate) struct Select {
     /// Where probes go: `entry` counts calls; `entry,exit` also times them (per thread,
     /// with calling contexts); `syscall` counts and times every system call the code makes;
     /// `locks` times every lock, semaphore, condition-variable and barrier call in libc (see
-    /// `lopi report --locks`).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
+    /// `lopi report --locks`); `block` counts every basic block, `coverage` marks those that
+    /// ran; `entry:mark` marks the functions that ran (`lopi coverage`). PLACE:MEASURE spells
+    /// any of them: entry:count, entry:time, entry:mark, block:count, block:mark.
+    #[arg(long, value_delimiter = ',', default_value = "entry", value_parser = probe_arg::parse)]
     probe: Vec<Probe>,
 }
 
@@ -339,8 +342,9 @@ pub(crate) struct LiveSelect {
     #[arg(long = "exclude", value_name = "[LIB:]GLOB")]
     exclude: Vec<String>,
     /// Where probes go: `entry` counts calls; `entry,exit` also times them; `syscall` counts
-    /// and times every system call, in the executable and every loaded library.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "entry")]
+    /// and times every system call, in the executable and every loaded library; `locks`,
+    /// `block`, `coverage` and `entry:mark` as for `lopi rewrite` (PLACE:MEASURE spells any).
+    #[arg(long, value_delimiter = ',', default_value = "entry", value_parser = probe_arg::parse)]
     probe: Vec<Probe>,
     /// Compile this C file (`lopi handler-header` prints the lopi.h it includes) into the
     /// probes: its lopi_enter and lopi_leave run at every selected function's entry and
@@ -352,8 +356,9 @@ pub(crate) struct LiveSelect {
 impl LiveSelect {
     pub(crate) fn probes(self, trace: bool, timing: Timing, cache: Option<PlanCache>) -> Result<live::Probes> {
         let mut probes = probe_set(&self.probe)?;
-        probes.exits |= trace;
-        probes.entries |= trace;
+        if trace {
+            probes = probes.union(Probes::TIME);
+        }
         let script = match &self.handler {
             Some(path) => {
                 let spec = lopi_image::script::ScriptSpec::handler(handler::build(path)?);
@@ -365,28 +370,6 @@ impl LiveSelect {
         let recording = timing.recording(trace, probes, script.is_some())?;
         Ok(live::Probes { include: self.include, exclude: self.exclude, probes, recording, cache, script, count_only: Vec::new(), record: None })
     }
-}
-
-/// `--probe` as a set.
-fn probe_set(probe: &[Probe]) -> Result<Probes> {
-    let probes = Probes {
-        entries: probe.contains(&Probe::Entry),
-        exits: probe.contains(&Probe::Exit),
-        syscalls: probe.contains(&Probe::Syscall),
-        locks: probe.contains(&Probe::Locks),
-        blocks: probe.contains(&Probe::Block),
-        coverage: probe.contains(&Probe::Coverage),
-    };
-    if probes.blocks && probe.iter().any(|&p| p != Probe::Block) {
-        bail!("--probe block counts every block of the selected functions; it does not combine with other probes yet (the entry block counts the calls)");
-    }
-    if probes.coverage && probe.iter().any(|&p| p != Probe::Coverage) {
-        bail!("--probe coverage records which blocks of the selected functions ran; it does not combine with other probes");
-    }
-    if probes.exits && !probes.entries {
-        bail!("--probe exit needs `entry`: exits are timed against their entries (use --probe entry,exit)");
-    }
-    Ok(probes)
 }
 
 /// `--budget` and `--time`: how much timing may slow the program down, and how it measures.
@@ -419,7 +402,7 @@ impl Timing {
     /// What the probes record, checked against the probes chosen (`scripted`: a probe script
     /// or C handler runs in them).
     pub(crate) fn recording(self, trace: bool, probes: Probes, scripted: bool) -> Result<Recording> {
-        let timed = probes.exits;
+        let timed = probes.is(Place::Entries, Measure::Time);
         if self.budget.is_some() && !timed {
             bail!("--budget limits the cost of timing: use it with --probe entry,exit");
         }
@@ -430,7 +413,7 @@ impl Timing {
                     (!timed, "it times calls: use it with --probe entry,exit"),
                     (self.budget.is_some(), "it needs no --budget: its cost does not grow with the calls timed"),
                     (trace, "a trace's timestamps need exact time"),
-                    (probes.syscalls || probes.locks, "system-call and lock probes time waits, which CPU-time samples do not see: use --time exact"),
+                    (probes.has(Place::Syscalls) || probes.has(Place::LockFunctions), "system-call and lock probes time waits, which CPU-time samples do not see: use --time exact"),
                     (scripted, "scripts and handlers read exact durations: use --time exact"),
                 ];
                 if let Some((_, why)) = clash.iter().find(|(bad, _)| *bad) {
@@ -451,20 +434,6 @@ fn parse_budget(text: &str) -> Result<u32, String> {
         _ => Err(format!("{text:?} is not a percentage between 0 and 100 (such as 5%)")),
     }
 }
-
-#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub(crate) enum Probe {
-    Entry,
-    Exit,
-    Syscall,
-    Locks,
-    /// Every basic block of the selected functions: executions counted.
-    Block,
-    /// Whether each basic block of the selected functions ran: a one-byte mark per set of
-    /// blocks that run together (`lopi coverage`).
-    Coverage,
-}
-
 
 impl Select {
     pub(crate) fn filter(&self) -> Result<Filter> {

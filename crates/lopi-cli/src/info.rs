@@ -6,6 +6,7 @@ use crate::planning::plan;
 use crate::{blocks, progress, show, syscalls};
 use anyhow::Result;
 use lopi_cache::{Lookup, PlanCache};
+use lopi_patch::Place;
 use std::path::Path;
 
 /// Plans `prog` as `select` asks and shows the outcome.
@@ -19,7 +20,7 @@ pub(crate) fn run(prog: &Path, select: &Select, format: Format, cache: Option<&P
     let (selection, lookup) = plan(&file, debug.as_ref(), &mut module, &select.filter()?, probes, cache, &bar);
     drop(bar);
     note(&lookup);
-    if probes.blocks || probes.coverage {
+    if probes.has(Place::Blocks) {
         return match format {
             Format::Json => print_json(&blocks::info_json(&module, &selection.blocks)),
             Format::Text => print(&blocks::info_text(&selection.blocks)),
@@ -29,15 +30,15 @@ pub(crate) fn run(prog: &Path, select: &Select, format: Format, cache: Option<&P
     match format {
         Format::Json => {
             let mut info = show::info_json(prog, &module, &selection, &summary);
-            if probes.syscalls || probes.locks {
+            if probes.has(Place::Syscalls) || probes.has(Place::LockFunctions) {
                 info["syscalls"] = syscalls::info_json(&module, &selection.syscalls);
             }
             print_json(&info)
         }
-        Format::Text if probes.entries || probes.locks => print(&show::info_text(&module, &selection, &summary)),
+        Format::Text if probes.has(Place::Entries) || probes.has(Place::LockFunctions) => print(&show::info_text(&module, &selection, &summary)),
         Format::Text => Ok(()),
     }?;
-    if (probes.syscalls || probes.locks) && format == Format::Text {
+    if (probes.has(Place::Syscalls) || probes.has(Place::LockFunctions)) && format == Format::Text {
         print(&syscalls::info_text(&module, &selection.syscalls))?;
     }
     Ok(())

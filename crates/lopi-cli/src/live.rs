@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use crate::progress::{self, Bar};
 use lopi_cache::PlanCache;
 use lopi_live::{Installation, ModuleRequest, Plan, Spec, Target};
-use lopi_patch::{Filter, Probes as ProbeSet};
+use lopi_patch::{Filter, Place, Probes as ProbeSet};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::collections::BTreeMap;
@@ -45,7 +45,7 @@ impl Probes {
         }
         // A script names its functions itself (none: only lopi's own begin/end/interval).
         let names_functions = self.script.as_ref().is_some_and(|s| s.handler.is_none());
-        if self.include.is_empty() && !names_functions && (self.probes.entries || self.probes.blocks || self.probes.coverage) {
+        if self.include.is_empty() && !names_functions && (self.probes.has(Place::Entries) || self.probes.has(Place::Blocks)) {
             modules.insert(None, Filter::default());
         }
         // A script's instruction points are the executable's.
@@ -73,7 +73,7 @@ impl Probes {
                     ModuleRequest { library, filter, probes: self.probes, count_only, scripted: self.script.is_some() }
                 })
                 .collect(),
-            everywhere: ProbeSet { entries: false, exits: false, blocks: false, coverage: false, ..self.probes },
+            everywhere: self.probes.without(Place::Entries).without(Place::Blocks),
             recording: self.recording,
             env,
             cache: self.cache.clone(),
@@ -181,7 +181,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
     let install_ms = lopi_live::millis(installed);
     target.release();
     // Records for the multiprocessor breakdown get its parallelism profile.
-    let sampler = (probes.probes.syscalls || probes.probes.locks).then(|| crate::parallelism::Sampler::start(pid));
+    let sampler = (probes.probes.has(Place::Syscalls) || probes.probes.has(Place::LockFunctions)).then(|| crate::parallelism::Sampler::start(pid));
     if !quiet {
         eprintln!("lopi: recording pid {pid} to {output}");
         if let Some(plan) = &plan {

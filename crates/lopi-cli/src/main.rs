@@ -19,6 +19,7 @@ mod names;
 mod output;
 mod parallelism;
 mod planning;
+mod probe_arg;
 mod progress;
 mod report;
 mod rewrite;

@@ -5,7 +5,7 @@ use crate::planning::plan;
 use crate::{blocks, handler, progress, show, syscalls, trace};
 use anyhow::{bail, Context, Result};
 use lopi_cache::{Lookup, PlanCache};
-use lopi_patch::{Filter, Probes};
+use lopi_patch::{Filter, Place, Probes};
 use std::path::{Path, PathBuf};
 
 /// What `lopi rewrite` was asked.
@@ -27,8 +27,9 @@ pub(crate) struct Request {
 pub(crate) fn run(request: Request) -> Result<()> {
     let Request { prog, output, select, trace, timing, script, script_expr, handler, cache } = request;
     let mut probes = select.probes()?;
-    probes.entries |= trace;
-    probes.exits |= trace;
+    if trace {
+        probes = probes.union(Probes::TIME);
+    }
     let recording = timing.recording(trace, probes, script.is_some() || script_expr.is_some() || handler.is_some())?;
     let script = match (script, script_expr) {
         (Some(path), _) => Some((std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string())),
@@ -136,11 +137,11 @@ pub(crate) fn rewrite(
     }
     let mode = std::fs::metadata(prog)?.permissions().mode() & 0o7777;
     lopi_rewrite::write_atomically(output, &rewritten.image, mode).with_context(|| format!("writing {}", output.display()))?;
-    let mut summary = if probes.entries || probes.locks { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
-    if probes.blocks || probes.coverage {
+    let mut summary = if probes.has(Place::Entries) || probes.has(Place::LockFunctions) { show::Summary::new(&module, &rewritten.plan.outcomes, &rewritten.plan.timing).to_string() } else { String::new() };
+    if probes.has(Place::Blocks) {
         summary = blocks::summary(&rewritten.plan.blocks);
     }
-    if probes.syscalls || probes.locks {
+    if probes.has(Place::Syscalls) || probes.has(Place::LockFunctions) {
         let syscalls = syscalls::Summary::new(&rewritten.plan.syscalls);
         summary = if summary.is_empty() { syscalls.to_string() } else { format!("{summary}; {syscalls}") };
     }

@@ -47,13 +47,14 @@ impl ScriptSpec {
 
     /// `probes` with what its points need: functions' entries and exits timed, system calls
     /// probed (for system-call and thread points), locks probed.
-    pub fn add_probes(&self, mut probes: lopi_patch::Probes) -> lopi_patch::Probes {
-        let functions = self.probes_functions();
-        probes.entries |= functions;
-        probes.exits |= functions;
-        probes.syscalls |= self.probes_system_calls() || self.probes_threads();
-        probes.locks |= self.probes_locks();
-        probes
+    pub fn add_probes(&self, probes: lopi_patch::Probes) -> lopi_patch::Probes {
+        use lopi_patch::{Measure, Place, Probes};
+        let asked = [
+            (self.probes_functions(), Place::Entries),
+            (self.probes_system_calls() || self.probes_threads(), Place::Syscalls),
+            (self.probes_locks(), Place::LockFunctions),
+        ];
+        asked.into_iter().filter(|&(needed, _)| needed).fold(probes, |set, (_, place)| set.union(Probes::NONE.with(place, Measure::Time)))
     }
 
     /// The addresses of its instruction points, each once.

@@ -7,7 +7,7 @@
 //! snapshots anew (see `lopi-snapshot`).
 use lopi_elf::ElfModule;
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
-use lopi_patch::{Filter, Probes};
+use lopi_patch::{Filter, Measure, Place, Probes};
 use lopi_rt_abi::{ModuleDescriptor, DESCRIPTOR_LEN};
 use lopi_snapshot::{Places, Snapshot};
 use lopi_trace::{MetaAction, MetaPoint, ModuleMeta};
@@ -166,13 +166,13 @@ fn tiny_time_with_a_budget() {
 
 #[test]
 fn redzone_entries_exits_syscalls_blocks() {
-    let probes = Probes { syscalls: true, blocks: true, ..Probes::TIME };
+    let probes = Probes::TIME.with(Place::Syscalls, Measure::Time).with(Place::Blocks, Measure::Count);
     check("syscalls-redzone-O2-all", "syscalls/redzone.c", O2, probes, 0);
 }
 
 #[test]
 fn jumptable_coverage() {
-    let probes = Probes { coverage: true, ..Probes::default() };
+    let probes = Probes::NONE.with(Place::Blocks, Measure::Mark);
     check("jumptable-O3-cet-coverage", "jumptable.c", &["-O3", "-fPIE", "-pie", "-fcf-protection=full"], probes, 0);
 }
 
@@ -182,6 +182,6 @@ fn jumptable_coverage() {
 fn libc_locks() {
     let path = lopi_snapshot::system_libc();
     let data = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let probes = Probes { locks: true, ..Probes::default() };
+    let probes = Probes::NONE.with(Place::LockFunctions, Measure::Time);
     check_file("libc-locks", "libc.so.6", "the probe image of the system's libc.so.6 for --probe locks", vec![lopi_snapshot::version_line("ldd")], &data, probes, 0);
 }

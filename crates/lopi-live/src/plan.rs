@@ -9,7 +9,7 @@ use crate::spec::{load_bias, module_path, EnvBlock, ModuleRequest, Spec};
 use lopi_elf::{ElfModule, Svma};
 use lopi_image::{ModuleNames, ProbeImage, Recording, Request};
 use lopi_cache::{Key, Lookup, ModuleFile, PlanCache};
-use lopi_patch::{Filter, Probes, Progress, Selection};
+use lopi_patch::{Filter, Progress, Selection};
 use lopi_rt_abi::{page_align, PAGE_SIZE};
 use std::time::{Duration, Instant};
 
@@ -204,7 +204,7 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
                 lookup = Lookup::NotStored(why);
             }
         }
-        if image.plan.probes.is_empty() && !request.probes.entries {
+        if image.plan.probes.is_empty() && !request.probes.has(lopi_patch::Place::Entries) {
             // Only system calls, locks or blocks were asked for, and it has none.
             continue;
         }
@@ -234,11 +234,10 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
     let mut out = Vec::new();
     for request in &spec.modules {
         let mut request = request.clone();
-        request.probes.syscalls |= spec.everywhere.syscalls;
-        request.probes.locks |= spec.everywhere.locks;
+        request.probes = request.probes.union(spec.everywhere);
         out.push((request.clone(), module_path(maps, exe, request.library.as_deref())?));
     }
-    if spec.everywhere.syscalls || spec.everywhere.locks {
+    if !spec.everywhere.is_empty() {
         let mut others: Vec<&str> = maps
             .iter()
             .filter(|m| m.executable && (m.path.starts_with('/') || m.path == VDSO) && out.iter().all(|(_, p)| *p != m.path))
@@ -248,7 +247,7 @@ fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleReque
         others.dedup();
         for path in others {
             let library = (path != exe).then(|| path.to_string());
-            let probes = Probes { syscalls: spec.everywhere.syscalls, locks: spec.everywhere.locks, ..Probes::default() };
+            let probes = spec.everywhere;
             // A script with probes of system calls, lock or thread events goes wherever those
             // are probed.
             let scripted = spec.script.as_ref().is_some_and(|s| s.probes_libc());

@@ -191,13 +191,9 @@ impl Selection {
             let loops_in_copy = site.point == Point::Entry(Tactic::WholeFunction);
             let body = lopi_x86::Body { insns: &site.relocated, loops_in_copy, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
             let encoded = match (site.point, layout.stubs) {
-                (Point::Block(_), _) if site.action == Action::Mark => {
-                    // Into the counter's shared slot, without a critical section: a one-byte store
-                    // is never torn, and two threads storing 1 leave 1.
-                    let mark = layout.counters.0 + 8 * u64::from(block_counters[&index]);
-                    let retire = retire_record(module, &layout, site, &bounces);
-                    let retire = retire.as_ref().map(|(stub, jump_len, original)| lopi_x86::Retire { stub: stub.0, site: site.patch_at.0, jump_len: *jump_len, original });
-                    lopi_x86::marking_trampoline(mark, retire.as_ref(), &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
+                (Point::Block(_) | Point::Entry(_), _) if site.action == Action::Mark => {
+                    let counter = if site.is_entry() { entry_count } else { block_counters[&index] };
+                    marking(module, &layout, site, counter, &bounces, &body, trampoline).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
                 }
                 (Point::Block(_), Some(stubs)) if site.action == Action::Probe => {
                     lopi_x86::point_trampoline(stubs.point.0, block_counters[&index], &body, trampoline.0).map(|t| (t.bytes, Some(t.section), t.syscall_returns, t.counting))
@@ -279,6 +275,7 @@ impl Selection {
             match (site.point, section) {
                 (Point::Entry(tactic), Some(section)) => {
                     let action = match (layout.stubs, site.action) {
+                        (_, Action::Mark) => Action::Mark,
                         (None, _) => Action::Count,
                         (Some(_), Action::Count) if self.probes_entry(site.function) => Action::Probe,
                         (Some(_), action) => action,
@@ -370,6 +367,16 @@ fn counter_access(layout: &Layout, counter: u32) -> lopi_x86::CounterAccess {
         index: counter,
         cs: layout.rseq_table.0 + RSEQ_CS_SIZE * u64::from(counter),
     }
+}
+
+/// A marking probe's trampoline: the mark goes into the counter's shared slot, without a
+/// critical section (a one-byte store is never torn, and two threads storing 1 leave 1), and
+/// the probe takes itself out once it fired where the runtime can do that safely.
+fn marking(module: &ElfModule<'_>, layout: &Layout, site: &Site, counter: u32, bounces: &[u64], body: &lopi_x86::Body<'_>, at: Svma) -> Result<lopi_x86::Trampoline, lopi_x86::RelocError> {
+    let mark = layout.counters.0 + 8 * u64::from(counter);
+    let retire = retire_record(module, layout, site, bounces);
+    let retire = retire.as_ref().map(|(stub, jump_len, original)| lopi_x86::Retire { stub: stub.0, site: site.patch_at.0, jump_len: *jump_len, original });
+    lopi_x86::marking_trampoline(mark, retire.as_ref(), body, at.0)
 }
 
 /// What a coverage probe's trampoline needs to put `site`'s original code back once it has

@@ -23,6 +23,7 @@ mod gaps;
 mod layout;
 mod lend;
 mod points;
+mod probe_set;
 mod locks;
 mod progress;
 mod select;
@@ -32,6 +33,7 @@ mod targets;
 mod timed;
 
 pub use exits::UntimedReason;
+pub use probe_set::{Measure, Place, Probes};
 pub use progress::{Progress, Stage};
 pub use select::{select, select_with};
 pub use stored::StoredError;
@@ -278,35 +280,6 @@ impl Stubs {
             Action::Lock(_) => (self.lock_enter.0, self.lock_exit.0),
             _ => (self.enter.0, self.exit.0),
         }
-    }
-}
-
-/// Which probes the planner places.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Probes {
-    /// Entries of the functions the filter selects: calls counted.
-    pub entries: bool,
-    /// Their exits too: calls timed (with `entries`).
-    pub exits: bool,
-    /// Every `syscall` instruction: system calls counted and timed.
-    pub syscalls: bool,
-    /// The lock functions (`locks.rs`), each call timed as a lock operation; with them the
-    /// `futex` system calls, which tell time blocked from time spinning.
-    pub locks: bool,
-    /// Every basic block of the functions the filter selects: executions counted.
-    pub blocks: bool,
-    /// Whether each basic block ran, with a probe per set of blocks that run together.
-    pub coverage: bool,
-}
-
-impl Probes {
-    pub const COUNT: Probes = Probes { entries: true, exits: false, syscalls: false, locks: false, blocks: false, coverage: false };
-    pub const TIME: Probes = Probes { entries: true, exits: true, syscalls: false, locks: false, blocks: false, coverage: false };
-
-    /// As `--probe` spells it: `entry,exit,syscall,locks`.
-    pub fn name(self) -> String {
-        let parts = [(self.entries, "entry"), (self.exits, "exit"), (self.syscalls, "syscall"), (self.locks, "locks"), (self.blocks, "block"), (self.coverage, "coverage")];
-        parts.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(",")
     }
 }
 

@@ -6,7 +6,7 @@ use crate::gaps::Gaps;
 use crate::progress::PROGRESS_EVERY;
 use crate::timed::{plan_timing, Timing};
 use crate::{blocks, lend, locks, syscalls};
-use crate::{Action, Analysis, Filter, Outcome, Point, Probes, Progress, Selection, SkipReason, Stage, Tactic, TimingOutcome};
+use crate::{Action, Analysis, Filter, Measure, Outcome, Place, Point, Probes, Progress, Selection, SkipReason, Stage, Tactic, TimingOutcome};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeSet, HashSet};
@@ -23,16 +23,18 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     let mut gaps = Gaps::find(module, targets);
     let mut outcomes = vec![Outcome::NotSelected; module.functions.len()];
     let ends = function_ends(module);
-    let lock_ops: Vec<_> = module.functions.iter().map(|f| if probes.locks { locks::op_of(&names_of(f)) } else { None }).collect();
-    let lock_parts = if probes.locks { locks::tail_parts(module, &ends, &lock_ops, targets) } else { HashSet::new() };
+    let locks = probes.has(Place::LockFunctions);
+    let entries = probes.at(Place::Entries);
+    let lock_ops: Vec<_> = module.functions.iter().map(|f| if locks { locks::op_of(&names_of(f)) } else { None }).collect();
+    let lock_parts = if locks { locks::tail_parts(module, &ends, &lock_ops, targets) } else { HashSet::new() };
     let mut sites = Vec::new();
     let mut need_bounce = Vec::new();
     let functions = module.functions.len() as u64;
-    for (index, function) in module.functions.iter().enumerate().filter(|_| probes.entries || probes.locks) {
+    for (index, function) in module.functions.iter().enumerate().filter(|_| entries.is_some() || locks) {
         if index % PROGRESS_EVERY == 0 {
             progress.update(Stage::Entries, index as u64, functions);
         }
-        if lock_ops[index].is_none() && !(probes.entries && filter.selects(&names_of(function))) {
+        if lock_ops[index].is_none() && !(entries.is_some() && filter.selects(&names_of(function))) {
             continue;
         }
         if lock_parts.contains(&function.addr.0) && lock_ops[index].is_none() {
@@ -70,20 +72,26 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
             None => outcomes[index] = Outcome::Skipped(SkipReason::NoBounceSpace),
         }
     }
+    if entries == Some(Measure::Mark) {
+        for site in sites.iter_mut().filter(|s| s.is_entry()) {
+            site.action = Action::Mark;
+        }
+    }
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
-    if (probes.entries && probes.exits) || probes.locks {
-        let timing = Timing { ends: &ends, lock_ops: &lock_ops, time_others: probes.entries && probes.exits, syscalls: probes.syscalls || probes.locks };
+    let time_others = entries == Some(Measure::Time);
+    if time_others || locks {
+        let timing = Timing { ends: &ends, lock_ops: &lock_ops, time_others, syscalls: probes.has(Place::Syscalls) || locks };
         plan_timing(module, &timing, targets, &mut gaps, &mut sites, &mut timing_outcomes, progress);
     }
-    let syscalls = match (probes.syscalls, probes.locks) {
+    let syscalls = match (probes.has(Place::Syscalls), locks) {
         (true, _) => syscalls::plan(module, targets, &mut gaps, &mut sites, |_| true),
         // Locks alone: the `futex` calls (blocking), the calls that end a thread (its end),
         // and those whose number is set out of sight.
         (false, true) => syscalls::plan(module, targets, &mut gaps, &mut sites, |nr| nr.is_none_or(|n| LOCK_SYSCALLS.contains(&n))),
         (false, false) => Vec::new(),
     };
-    let blocks = if probes.blocks || probes.coverage {
-        let action = if probes.coverage { Action::Mark } else { Action::Count };
+    let blocks = if let Some(measure) = probes.at(Place::Blocks) {
+        let action = if measure == Measure::Mark { Action::Mark } else { Action::Count };
         let (block_sites, blocks) = blocks::select(module, targets, filter, &mut gaps, action);
         sites.extend(block_sites);
         blocks

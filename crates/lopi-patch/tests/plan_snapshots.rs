@@ -7,7 +7,7 @@
 //! the snapshots anew (see `lopi-snapshot`).
 use lopi_elf::{ElfModule, Svma};
 use lopi_patch::blocks::{implications, BlockOutcome};
-use lopi_patch::{Action, Analysis, Filter, Layout, Outcome, PatchPlan, PointError, ProbePoint, Probes, Selection, Stubs, SyscallOutcome, TimingOutcome};
+use lopi_patch::{Action, Analysis, Filter, Layout, Measure, Outcome, PatchPlan, Place, PointError, ProbePoint, Probes, Selection, Stubs, SyscallOutcome, TimingOutcome};
 use lopi_snapshot::{Places, Snapshot};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
@@ -34,14 +34,14 @@ const ALL: &[Kind] = &[Count, Time, Syscall, Locks, Block, Coverage, Points];
 
 impl Kind {
     fn probes(self) -> Probes {
-        let none = Probes::default();
+        let none = Probes::NONE;
         match self {
             Count | Points => Probes::COUNT,
             Time => Probes::TIME,
-            Syscall => Probes { syscalls: true, ..none },
-            Locks => Probes { locks: true, ..none },
-            Block => Probes { blocks: true, ..none },
-            Coverage => Probes { coverage: true, ..none },
+            Syscall => none.with(Place::Syscalls, Measure::Time),
+            Locks => none.with(Place::LockFunctions, Measure::Time),
+            Block => none.with(Place::Blocks, Measure::Count),
+            Coverage => none.with(Place::Blocks, Measure::Mark),
         }
     }
 
@@ -123,7 +123,7 @@ fn layout(module: &ElfModule<'_>, selection: &Selection, budget: bool) -> Layout
 fn add_points(module: &ElfModule<'_>, analysis: &Analysis, selection: &mut Selection) -> Vec<(u64, String)> {
     let Some(main) = module.functions.iter().position(|f| f.name == "main") else { return Vec::new() };
     let only_main = Filter { include: vec![glob::Pattern::new("main").expect("a glob")], exclude: Vec::new() };
-    let graph = lopi_patch::select(module, analysis, &only_main, Probes { blocks: true, ..Probes::default() });
+    let graph = lopi_patch::select(module, analysis, &only_main, Probes::NONE.with(Place::Blocks, Measure::Count));
     let entry = module.functions[main].addr.0;
     let starts = graph.blocks.iter().flat_map(|f| f.blocks.iter().flatten().map(|(b, _)| b.start)).filter(|&s| s != entry);
     let mut refused = Vec::new();

@@ -159,7 +159,7 @@ pub fn run(request: Request) -> Result<()> {
         include: function_globs(&spec),
         count_only: count_only(&spec, &module),
         exclude: Vec::new(),
-        probes: spec.add_probes(ProbeSet { entries: true, exits: true, ..ProbeSet::default() }),
+        probes: spec.add_probes(ProbeSet::TIME),
         recording: lopi_image::Recording::default(),
         cache: request.cache.clone(),
         script: Some(spec.clone()),
