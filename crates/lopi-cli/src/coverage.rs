@@ -3,7 +3,10 @@
 //! (see lopi-patch's `implied.rs`); a block without a probe that nothing decides is "not known"
 //! and counts for neither side. Lines come from the DWARF line tables of the file or of its
 //! separate debug file. Formats: text, JSON, lcov (`.info`, for genhtml) and drcov (for
-//! Lighthouse, bncov).
+//! Lighthouse, bncov). A record made with `--probe entry:mark` gets its functions instead
+//! (`functions.rs`).
+mod functions;
+
 use anyhow::{bail, Context, Result};
 use lopi_elf::lines::Line;
 use lopi_trace::{DataFile, ModuleBlocks};
@@ -60,7 +63,7 @@ fn modules(data: &DataFile) -> Result<Vec<Module>> {
         out.push(Module { source: m.source, base, blocks, has_lines });
     }
     if out.is_empty() {
-        bail!("no block counts in this record: record it with --probe block (lopi run, rewrite or attach)");
+        bail!("no block counts or function marks in this record: record it with --probe coverage, block or entry:mark (lopi run, rewrite or attach)");
     }
     Ok(out)
 }
@@ -126,6 +129,11 @@ fn functions(modules: &[Module]) -> BTreeMap<(String, String), Tally> {
 }
 
 pub fn run(data: &DataFile, format: Format, output: Option<&Path>) -> Result<()> {
+    if ModuleBlocks::from_data(data).is_empty() {
+        if let Ok(ran) = <lopi_trace::FunctionsRan as lopi_trace::View>::read(data) {
+            return functions::run(&ran, format, output);
+        }
+    }
     let modules = modules(data)?;
     let text = match format {
         Format::Text => text(&modules),

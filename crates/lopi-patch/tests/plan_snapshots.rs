@@ -23,6 +23,8 @@ enum Kind {
     Locks,
     Block,
     Coverage,
+    /// Whether each function ran: a marking probe at its entry.
+    EntryMark,
     /// A script's instruction points at the starts of `main`'s blocks (and one byte into it),
     /// and `main`'s counted entry running its probes.
     Points,
@@ -30,7 +32,7 @@ enum Kind {
 
 use Kind::*;
 
-const ALL: &[Kind] = &[Count, Time, Syscall, Locks, Block, Coverage, Points];
+const ALL: &[Kind] = &[Count, Time, Syscall, Locks, Block, Coverage, EntryMark, Points];
 
 impl Kind {
     fn probes(self) -> Probes {
@@ -42,6 +44,7 @@ impl Kind {
             Locks => none.with(Place::LockFunctions, Measure::Time),
             Block => none.with(Place::Blocks, Measure::Count),
             Coverage => none.with(Place::Blocks, Measure::Mark),
+            EntryMark => none.with(Place::Entries, Measure::Mark),
         }
     }
 

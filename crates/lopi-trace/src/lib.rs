@@ -10,6 +10,7 @@ mod blocks;
 mod breakdown;
 mod data;
 mod export;
+mod functions_ran;
 mod locks;
 mod meta;
 mod open;
@@ -23,6 +24,7 @@ mod timing;
 mod view;
 
 pub use blocks::{BlockCount, ModuleBlocks};
+pub use functions_ran::{FunctionRan, FunctionsRan, ModuleFunctions};
 pub use breakdown::{amdahl, profile_serial_fraction, Breakdown, Parts, ThreadBreakdown};
 pub use data::{Damage, DataError, DataFile, EndedCpu, Parallelism, ProcessEnd, ProcessMaps, Record, ThreadChunk, ThreadName};
 pub use open::{EndSeen, Ended, OpenCall};

@@ -136,7 +136,8 @@ impl Profile {
             if !modules.contains(&record.meta.module) {
                 modules.push(record.meta.module.clone());
             }
-            for (counter, f, action) in record.meta.functions() {
+            // A marked entry tells that its function ran, not how often: not a call count.
+            for (counter, f, action) in record.meta.functions().filter(|&(_, _, a)| a != crate::MetaAction::Mark) {
                 let entry = totals.entry((record.meta.module.clone(), f.addr)).or_insert_with(|| FunctionCount {
                     name: f.name.clone(),
                     module: record.meta.module.clone(),

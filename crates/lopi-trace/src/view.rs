@@ -1,7 +1,7 @@
 //! Views of a data file, read by one trait: each view is built from the file, or refused with
 //! what the file lacks and the probes that record it. `lopi report` shows the views as text or
 //! JSON (lopi-cli), the exports write them for other tools.
-use crate::{DataFile, Locks, Profile, Syscalls, Threads};
+use crate::{DataFile, FunctionsRan, Locks, Profile, Syscalls, Threads};
 
 /// A view of a data file.
 pub trait View: Sized {
@@ -17,10 +17,15 @@ pub struct Missing {
     pub record: &'static str,
 }
 
-/// The functions and their calls: any record has them.
+/// The functions and their calls: any record has them, but one that only marks which
+/// functions ran (`--probe entry:mark`).
 impl View for Profile {
     fn read(data: &DataFile) -> Result<Self, Missing> {
-        Ok(Profile::from_data(data))
+        let profile = Profile::from_data(data);
+        if profile.functions.is_empty() && FunctionsRan::read(data).is_ok() {
+            return Err(Missing { what: "call counts (it marks which functions ran: `lopi coverage` lists them)", record: "--probe entry" });
+        }
+        Ok(profile)
     }
 }
 
