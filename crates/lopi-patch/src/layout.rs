@@ -220,7 +220,7 @@ impl Selection {
                                 },
                             };
                             let copy = site.copy.as_deref().filter(|_| layout.budget);
-                            lopi_x86::timed_trampoline(&timed, &body, copy, trampoline.0)
+                            lopi_x86::timing_trampoline(lopi_x86::Timed::Entry { entry: &timed, copy }, &body, trampoline.0)
                         }
                         (Some(stubs), Action::Count) if self.probes_entry(site.function) => {
                             lopi_x86::counting_trampoline(&access, lopi_x86::Counted::ProbedEntry { stub: stubs.point.0, counter }, &body, trampoline.0)
@@ -236,10 +236,10 @@ impl Selection {
                     };
                     let mark_tail = site.action == Action::Time;
                     let probe = lopi_x86::ExitProbe { stub: stubs.of(site.action).1, counter, mode: counter.map(|c| layout.mode_of(c)), mark_tail };
-                    lopi_x86::exit_trampoline(&body, probe, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None))
+                    lopi_x86::timing_trampoline(lopi_x86::Timed::Exit(probe), &body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None))
                 }
                 (Point::Exit, None) => return Err(Failed::Exit(index)),
-                (Point::Syscall(_), Some(_)) => lopi_x86::syscall_trampoline(&body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None)),
+                (Point::Syscall(_), Some(_)) => lopi_x86::timing_trampoline(lopi_x86::Timed::Syscall, &body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None)),
                 (Point::Syscall(_), None) => return Err(Failed::Syscall(index, SyscallSkip::RelocationFailed)),
             };
             let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));

@@ -7,7 +7,7 @@ use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, MemoryOp
 pub use iced_x86::Instruction as Insn;
 pub use syscall::{is_syscall, sets_rax, SyscallProbes};
 pub use trampoline::{
-    counting_trampoline, exit_trampoline, flags_dead, marking_trampoline, point_trampoline, Counted, Retire, syscall_trampoline, timed_trampoline, Body, CounterAccess, ExitKind, ExitProbe, RseqSection,
+    counting_trampoline, flags_dead, marking_trampoline, point_trampoline, timing_trampoline, Counted, Retire, Timed, Body, CounterAccess, ExitKind, ExitProbe, RseqSection,
     TimedEntry, Trampoline, RSEQ_SIG,
 };
 

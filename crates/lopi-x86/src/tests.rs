@@ -157,7 +157,7 @@ fn exit_probes_run_before_each_exit() {
     // pop rbx; ret
     let ret: Vec<_> = decode(&[0x5b, 0xc3], FROM).collect();
     let probe = ExitProbe { stub: STUB, counter: Some(3), mode: None, mark_tail: true };
-    let bytes = exit_trampoline(&Body { insns: &ret, loops_in_copy: false, exits: &[(FROM + 1, ExitKind::Return)], resume: None, syscalls: None }, probe, TO).unwrap().bytes;
+    let bytes = timing_trampoline(Timed::Exit(probe), &Body { insns: &ret, loops_in_copy: false, exits: &[(FROM + 1, ExitKind::Return)], resume: None, syscalls: None }, TO).unwrap().bytes;
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
     use iced_x86::Mnemonic::*;
@@ -172,7 +172,7 @@ fn exit_probes_run_before_each_exit() {
     assert_eq!(jcc[1].near_branch_target(), target);
     let body = Body { insns: &jcc, loops_in_copy: false, exits: &[(FROM + 2, ExitKind::ConditionalTailJump)], resume: Some(FROM + 8), syscalls: None };
     // A site several functions share names none of them.
-    let bytes = exit_trampoline(&body, ExitProbe { stub: STUB, counter: None, mode: None, mark_tail: true }, TO).unwrap().bytes;
+    let bytes = timing_trampoline(Timed::Exit(ExitProbe { stub: STUB, counter: None, mode: None, mark_tail: true }), &body, TO).unwrap().bytes;
     let insns: Vec<_> = decode(&bytes, TO).collect();
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
     assert_eq!(names, [Test, Jne, Jmp, Push, Call, Jmp]);
@@ -189,7 +189,7 @@ fn timed_entry_pushes_the_counter_and_calls_the_stub() {
     let body: Vec<_> = decode(&[0x31, 0xc0, 0xc3], FROM).collect();
     let mode = TO + 0x20_0100;
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode, entry_tag: 0 };
-    let t = timed_trampoline(&timed, &Body { insns: &body, loops_in_copy: false, exits: &[(FROM + 2, ExitKind::Return)], resume: None, syscalls: None }, None, TO).unwrap();
+    let t = timing_trampoline(Timed::Entry { entry: &timed, copy: None }, &Body { insns: &body, loops_in_copy: false, exits: &[(FROM + 2, ExitKind::Return)], resume: None, syscalls: None }, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
     let names: Vec<_> = insns.iter().map(|i| i.mnemonic()).collect();
@@ -232,7 +232,7 @@ fn a_switched_leaf_runs_its_clean_copy() {
     let body: Vec<_> = decode(&[0x8d, 0x47, 0x01, 0xc3], FROM).collect();
     let timed = TimedEntry { enter_stub: TO + 0x40_0000, exit_stub: TO + 0x40_0040, counter: ACCESS, mode: TO + 0x20_0100, entry_tag: 0 };
     let with_probes = Body { insns: &body, loops_in_copy: false, exits: &[(FROM + 3, ExitKind::Return)], resume: None, syscalls: None };
-    let t = timed_trampoline(&timed, &with_probes, Some(&body), TO).unwrap();
+    let t = timing_trampoline(Timed::Entry { entry: &timed, copy: Some(&body) }, &with_probes, TO).unwrap();
     let insns: Vec<_> = decode(&t.bytes, TO).collect();
     use iced_x86::Mnemonic::*;
     // The copy is the last code: the function itself, without probes, 16-byte aligned.
@@ -311,7 +311,7 @@ fn counting_code_goes_on_into_the_moved_copy() {
         ("counting", counting_trampoline(&ACCESS, Counted::Entry, &moved, TO).unwrap()),
         ("probing counting", counting_trampoline(&ACCESS, Counted::ProbedEntry { stub: TO + 0x40_0080, counter: 7 }, &moved, TO).unwrap()),
         ("block counting", counting_trampoline(&ACCESS, Counted::Block { flags_dead: false }, &moved, TO).unwrap()),
-        ("timed", timed_trampoline(&timed, &moved, None, TO).unwrap()),
+        ("timed", timing_trampoline(Timed::Entry { entry: &timed, copy: None }, &moved, TO).unwrap()),
     ];
     for (kind, t) in trampolines {
         let insns: Vec<_> = decode(&t.bytes, TO).collect();

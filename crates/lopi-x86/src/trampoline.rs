@@ -257,16 +257,27 @@ impl ExitProbe {
     }
 }
 
-/// Builds an exit-site trampoline at `ip`: the moved instructions with exit probes (and a
-/// moved `syscall` with its probes). Its `section` is empty (it counts nothing).
-pub fn exit_trampoline(body: &Body<'_>, probe: ExitProbe, ip: u64) -> Result<Trampoline, RelocError> {
-    encode_without_section(&body_with_exits(body, Some(probe))?, body.insns, ip)
+/// Where a timing trampoline times, and what with.
+#[derive(Clone, Copy, Debug)]
+pub enum Timed<'a> {
+    /// A timed function's entry (see [`TimedEntry`]); with `copy` (the whole function, a small
+    /// leaf), a call the budget switched to counting runs a clean copy of it.
+    Entry { entry: &'a TimedEntry, copy: Option<&'a [Instruction]> },
+    /// An exit site of timed functions: the moved instructions with exit probes (and a moved
+    /// `syscall` with its probes). Its `section` is empty (it counts nothing).
+    Exit(ExitProbe),
+    /// A system-call site: the moved instructions, the `syscall` among them wrapped in the
+    /// system-call probes. Its `section` is empty (it counts nothing).
+    Syscall,
 }
 
-/// Builds a system-call site's trampoline at `ip`: the moved instructions, the `syscall`
-/// among them wrapped in the system-call probes. Its `section` is empty (it counts nothing).
-pub fn syscall_trampoline(body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
-    encode_without_section(&body_with_exits(body, None)?, body.insns, ip)
+/// Builds the timing trampoline at `ip` for a probe `at`.
+pub fn timing_trampoline(at: Timed<'_>, body: &Body<'_>, ip: u64) -> Result<Trampoline, RelocError> {
+    match at {
+        Timed::Entry { entry, copy } => timed_entry(entry, body, copy, ip),
+        Timed::Exit(probe) => encode_without_section(&body_with_exits(body, Some(probe))?, body.insns, ip),
+        Timed::Syscall => encode_without_section(&body_with_exits(body, None)?, body.insns, ip),
+    }
 }
 
 /// Encodes `insns` at `ip` with iced's `BlockEncoder`, each RIP-relative memory operand that
@@ -326,7 +337,7 @@ fn syscall_returns(insns: &[Instruction], offsets: &[u32], ip: u64) -> Vec<(u64,
         .collect()
 }
 
-/// Builds a timed function's trampoline at `ip`: the entry probe, then the body with exit
+/// A timed function's trampoline at `ip`: the entry probe, then the body with exit
 /// probes; once the budget switched the function to counting (its mode word is non-zero),
 /// the entry counts as a counting trampoline does and the exit probes are skipped. With
 /// `copy` (the whole function, a small leaf), a switched call runs a clean copy of it placed
@@ -341,7 +352,7 @@ fn syscall_returns(insns: &[Instruction], offsets: &[u32], ip: u64) -> Vec<(u64,
 ///         jmp resume
 /// top:    <counting code, see the module docs> ; jmp body
 /// ```
-pub fn timed_trampoline(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruction]>, ip: u64) -> Result<Trampoline, RelocError> {
+fn timed_entry(t: &TimedEntry, body: &Body<'_>, copy: Option<&[Instruction]>, ip: u64) -> Result<Trampoline, RelocError> {
     let Some(copy) = copy else { return timed_code(t, body, None, ip) };
     // The copy follows the trampoline, whose length depends (through the jump's encoding) on
     // where the copy is: place it until that settles.
