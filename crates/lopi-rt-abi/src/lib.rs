@@ -505,3 +505,11 @@ pub mod syscall_name;
 #[path = "thread.rs"]
 mod thread;
 pub use thread::*;
+#[path = "budget.rs"]
+mod budget;
+pub use budget::*;
+#[path = "tree.rs"]
+mod tree;
+pub use tree::*;
+#[path = "fields.rs"]
+mod fields;
