@@ -3,6 +3,9 @@
 # (every block counted) written into a copy of the program by `lopi rewrite`, and coverage spliced in
 # at start-up by `lopi run -q`, next to the native program, gcc's `--coverage` build (gcov) and
 # valgrind (lackey --basic-counts=yes, callgrind --collect-jumps=yes; full mode only, once each).
+# At the function level: `--probe entry:mark` (whether each function ran), rewritten and under
+# `lopi run -q`, beside `--probe entry` (every call counted); which functions ran is checked against
+# coverage mode's entry blocks (functions_ran.py).
 #
 #   bench/coverage/run.sh [--quick] [extra coverage.py options]
 #
