@@ -17,9 +17,9 @@
 # lopi is $LOPI, else built here with `cargo build --release -p lopi-cli` (target/release/lopi).
 # Writes bench/results/coverage.md (+ coverage.runs.json with every run).
 # Full: n=5, speedtest1 --size 120 (~1.5 s), 64 MiB corpus, valgrind once per workload, every block of
-# coverage mode checked against block mode's counts; ~15 min on 2 CPUs. --quick: n=3,
-# --size 40, 16 MiB, no valgrind, blocks screened by function totals; ~1 min. (First run: + the
-# builds, ~2 min on 2 CPUs.)
+# coverage mode checked against block mode's counts; ~15 min on 2 CPUs (33 min on a slower Xeon,
+# 20 of them valgrind's lackey). --quick: n=3, --size 40, 16 MiB, no valgrind, blocks screened by
+# function totals; ~2 min. (First run: + the builds, ~2 min on 2 CPUs.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
