@@ -3,7 +3,9 @@
 probe, probes only on blocks whose running the others do not imply) and `--probe block` (every block
 counted), written into a copy of the program (`lopi rewrite`) and spliced in at start-up (`lopi run`),
 next to gcc's `--coverage` build (gcov's compiled-in arc counters) and valgrind (lackey's basic-block
-counts and callgrind with --collect-jumps=yes).
+counts and callgrind with --collect-jumps=yes). At the function level (functions_ran.py): `--probe
+entry:mark` (whether each function ran: a one-byte mark at its entry), rewritten and under `lopi run`,
+beside `--probe entry` (every call counted); their answers checked against coverage mode's entry blocks.
 
 Workloads:
   speedtest1  sqlite's `speedtest1 --memdb --size S` (full 120, quick 40), the amalgamation from Debian's
@@ -48,13 +50,14 @@ from locks_bench import make_corpus  # noqa: E402  (bench/locks's and bench/mp's
 import zstd_bench  # noqa: E402  (bench/zstd's build of Debian's zstd source package)
 sys.path.insert(0, str(HERE))
 from answers import callgrind_counts, consistency  # noqa: E402
+import functions_ran as fr  # noqa: E402
 
 BUILD = REPO / "work-real" / "bench-build" / "coverage"
 log = h.log
 
 BASE, COV, BLK, LIVE, SRC, GCOV, LACKEY, CALLGRIND = (
     "baseline", "lopi-coverage", "lopi-block", "lopi-coverage-live", "native-src", "gcov", "lackey", "callgrind")
-LOPI_STATIC = {COV: ["--probe", "coverage"], BLK: ["--probe", "block"]}
+LOPI_STATIC = {COV: ["--probe", "coverage"], BLK: ["--probe", "block"], **fr.STATIC}
 LOPI_CFGS = (COV, BLK, LIVE)
 VALGRIND = {LACKEY: ["valgrind", "--tool=lackey", "--basic-counts=yes"],
             CALLGRIND: ["valgrind", "--tool=callgrind", "--collect-jumps=yes", "--dump-instr=yes", "--compress-pos=no",
@@ -80,6 +83,7 @@ def label(cfg: str, wl: dict) -> str:
         GCOV: f"gcov: `--coverage` build ({wl['gcov_what']})",
         LACKEY: "valgrind `--tool=lackey --basic-counts=yes`",
         CALLGRIND: "valgrind `--tool=callgrind --collect-jumps=yes --dump-instr=yes`",
+        **fr.LABELS,
     }[cfg]
 
 
@@ -223,16 +227,20 @@ def make_variants(wl: dict, bins: dict, skip: dict, lopi: Optional[Path], scratc
     for cfg in cfgs:
         out = scratch / f"{wl['key']}{tag}-{cfg}.out" if wl["to_file"] else None
         hooks = [output_file_hooks(out) if out else stdout_hooks(wl["check"], wl.get("timer"))]
-        if cfg in LOPI_CFGS:
-            hooks.append(lopi_cov_hooks(lopi, data / cfg, keep=cfg in (COV, BLK)) if lopi else (None, None))
+        if cfg in LOPI_CFGS and lopi:  # coverage mode's entry blocks first: LIVE's hook deletes its data
+            hooks += [fr.entry_blocks_hook(lopi)] if cfg != BLK else []
+            hooks.append(lopi_cov_hooks(lopi, data / cfg, keep=cfg in (COV, BLK)))
+        if cfg in fr.CFGS and lopi:
+            hooks.append(fr.hooks(cfg, lopi, data / cfg, {str(bins.get(cfg)): str(bins[BASE])}))
         if cfg == GCOV:
             hooks.append(gcov_hooks(scratch / f"gcov-{wl['key']}{tag}"))
         if cfg in VALGRIND:
             hooks.append((None, valgrind_after))
         if cfg == CALLGRIND:
             hooks.append(callgrind_hooks(scratch / "callgrind.out", str(bins[BASE])))
-        if cfg == LIVE:
-            argv = [str(lopi), "run", "-q", "--probe", "coverage", "--", str(bins[BASE]), *argv_tail]
+        if cfg in (LIVE, fr.MARK_LIVE):
+            probe = ["--probe", "coverage"] if cfg == LIVE else fr.LIVE_PROBE
+            argv = [str(lopi), "run", "-q", *probe, "--", str(bins[BASE]), *argv_tail]
         elif cfg in VALGRIND:
             extra = [f"--callgrind-out-file={scratch / 'callgrind.out'}"] if cfg == CALLGRIND else []
             argv = [*VALGRIND[cfg], *extra, str(bins[BASE]), *argv_tail]
@@ -291,7 +299,7 @@ def ran_cell(runs: list[h.RunResult]) -> str:
     vals = sorted({(r.extra["ran"], r.extra["unknown"]) for r in runs if r.ok and "ran" in r.extra})
     if not vals:
         return "-"
-    text = " / ".join(f"{ran:,} ran, {unk:,} not known" for ran, unk in vals)
+    text = " / ".join(f"{ran:,} blocks ran, {unk:,} not known" for ran, unk in vals)
     return text + (" (runs differ)" if len(vals) > 1 else "")
 
 
@@ -304,8 +312,9 @@ def data_note(runs: list[h.RunResult]) -> str:
     return f"{what} {h.fmt_bytes(int(statistics.median(sizes)))}" + (f" in {n_files} files" if n_files else "")
 
 
-def workload_table(wl: dict, variants: list[h.Variant], res: dict, vres: dict, said: dict) -> tuple[list[str], dict]:
-    """The workload's table and {config: ratio to its reference}."""
+def workload_table(wl: dict, variants: list[h.Variant], res: dict, vres: dict, said: dict,
+                   cmp: dict) -> tuple[list[str], dict]:
+    """The workload's table and {config: ratio to its reference}; CMP: fr.compare's per configuration."""
     base = h.stats(res.get(BASE, []))
     src = h.stats(res.get(SRC, []))
     outs = {**verdicts(res), **verdicts({BASE: res.get(BASE, []), **vres})}
@@ -324,7 +333,7 @@ def workload_table(wl: dict, variants: list[h.Variant], res: dict, vres: dict, s
         st = h.stats(runs)
         if v.skip_reason or not st:
             why = v.skip_reason or h.failure_note(runs) or "no run"
-            rows.append([label(v.name, wl), "-", "-", *(["-"] if timer else []), "-", "-",
+            rows.append([label(v.name, wl), "-", "-", *(["-"] if timer else []), "-", "-", "-",
                          "skipped: " + why if v.skip_reason else "FAILED: " + why])
             continue
         ref, ref_name = (src, "source build") if v.name == GCOV and wl["key"] == "zstd" else (base, "native")
@@ -355,9 +364,12 @@ def workload_table(wl: dict, variants: list[h.Variant], res: dict, vres: dict, s
             if o and ref_own:
                 ratios[v.name + ":own"] = o / ref_own
         output = outs.get(v.name, "-" if v.name != BASE else "(reference)")
-        rows.append([label(v.name, wl), rng, ratio, *own_cell, output, ran_cell(runs), "; ".join(notes)])
+        ran = fr.ran_cell(v.name, runs) if v.name in fr.CFGS else ran_cell(runs)
+        vs = fr.vs_cell(cmp.get(v.name)) if v.name in fr.CFGS else "-"
+        rows.append([label(v.name, wl), rng, ratio, *own_cell, output, ran, vs, "; ".join(notes)])
     header = ["configuration", "wall time median [min–max]", "x native", *([timer] if timer else []), "output",
-              "blocks ran (lopi's data)", "notes"]
+              "ran (lopi's data)", "mismatches: function ran vs its entry block ran (coverage mode)",
+              "notes"]
     return [h.markdown_table(header, rows)], ratios
 
 
@@ -504,14 +516,14 @@ def main() -> int:
          "to_file": False, "check": h.w2_check, "native_what": f"gcc {' '.join(h.W2_FLAGS)}",
          "timer": h.TOTAL, "timer_name": "its own TOTAL: median, x native",
          "gcov_what": f"gcc {' '.join(h.W2_FLAGS)} --coverage",
-         "cfgs": [BASE, COV, BLK, LIVE, GCOV], "vsame": vsize == size, "deterministic": True,
+         "cfgs": [BASE, COV, BLK, LIVE, *fr.CFGS, GCOV], "vsame": vsize == size, "deterministic": True,
          "vtitle": f"--size {vsize}"},
         {"key": "zstd", "title": f"zstd -q -T1 -3 -c, {mib} MiB corpus (Debian's /usr/bin/zstd)", "bins": zstd_bins,
          "skip": zstd_skip, "argv": ["-q", "-T1", "-3", "-c", str(corpus)],
          "vargv": ["-q", "-T1", "-3", "-c", str(vcorpus)],
          "trivial": ["-q", "-T1", "-3", "-c", str(empty)], "trivial_shown": ["zstd", "-q", "-T1", "-3", "-c", "EMPTY"],
          "to_file": True, "check": None, "native_what": f"Debian's {a.zstd}",
-         "gcov_what": "zstd's source, Debian's flags", "cfgs": [BASE, COV, BLK, LIVE, SRC, GCOV],
+         "gcov_what": "zstd's source, Debian's flags", "cfgs": [BASE, COV, BLK, LIVE, *fr.CFGS, SRC, GCOV],
          "vsame": vmib == mib, "vtitle": f"{vmib} MiB corpus", "deterministic": False},
     ]
 
@@ -531,9 +543,9 @@ def main() -> int:
                 bins.update(rb)
                 skip.update(rskip)
                 for cfg, s in summ.items():
-                    said[cfg] = [f"rewrite {s['rewrite_s']:.2f} s"]
+                    said[cfg] = [h.rewrite_note(s["line"], s["rewrite_s"])]
                 if not lopi:
-                    skip[LIVE] = f"lopi binary not found ({a.lopi})"
+                    skip[LIVE] = skip[fr.MARK_LIVE] = f"lopi binary not found ({a.lopi})"
             wl["summ"] = summ
             vs = make_variants(wl, bins, skip, lopi, scratch, wl["cfgs"], wl["argv"])
             log(f"{wl['title']}: n={n} (+1 warm-up), interleaved")
@@ -588,17 +600,20 @@ def main() -> int:
         ("valgrind", h.tool_version(["valgrind", "--version"])),
         ("corpus", f"{mib} MiB, sha256 {corpus_sha[:16]}… (bench/locks's generator, in /dev/shm)"),
         *h.load_and_time(load_start, t_start)])
-    md = h.results_head("Basic-block probes: lopi coverage and block counts next to gcov and valgrind",
+    md = h.results_head("Basic-block and function-entry probes: lopi coverage, block counts and entry:mark next to "
+                        "gcov and valgrind",
                         "bench/coverage/run.sh", a.quick, machine)
     sections: list[str] = []
-    target_cells = []
+    target_cells, fn_cells = [], []
     for wl in workloads:
         m = meta_wl.get(wl["key"])
         sections += [f"## {wl['title']}", ""]
         if not m:
             sections += ["Not run.", ""]
             continue
-        table, ratios = workload_table(wl, m["vs"], m["res"], m["vres"], m["said"])
+        cmp = {c: fr.compare(m["res"].get(c, []), m["res"].get(COV, []) + m["res"].get(LIVE, []), lopi)
+               for c in fr.CFGS}
+        table, ratios = workload_table(wl, m["vs"], m["res"], m["vres"], m["said"], cmp)
         sections += table + [""]
         s = wl["summ"]
         if s:
@@ -616,13 +631,15 @@ def main() -> int:
                       None) if wl["vsame"] else None  # callgrind's counts, when it ran the same input
         sections += consistency(m["res"].get(COV, []), m["res"].get(BLK, []), lopi, check_blocks,
                                 wl["deterministic"], oracle)
+        sections += fr.summary_lines(cmp)
         outs = verdicts(m["res"])
-        lopi_outs = {c: outs.get(c) for c in LOPI_CFGS if outs.get(c)}
+        lopi_outs = {c: outs.get(c) for c in LOPI_CFGS + fr.CFGS if outs.get(c)}
         if lopi_outs:
             same = all(v == "identical" for v in lopi_outs.values())
             sections.append("- Output byte-identical to native for every lopi configuration: "
                             + ("yes" if same else "NO") + " ("
                             + ", ".join(f"{c}: {v}" for c, v in lopi_outs.items()) + ").")
+        fn_cells.append((wl["key"], ratios, cmp))
         if COV in ratios:
             target_cells.append((wl["key"], ratios[COV], ratios.get(LIVE)))
         sections += [""] + startup_lines(wl, m["svs"], m["sres"]) + [""] + live_vs_static(m, ratios) + [""]
@@ -633,7 +650,8 @@ def main() -> int:
                           + (f", live x{lv:.2f} (start-up included)" if lv else "") for k, r, lv in target_cells)
               + f". **{'Met' if met else 'Not met'}**"
               + ("" if met else " (the target counts the static rewrite)") + ".")
-    md += ["", target, "",
+    fn_line, fn_meta = fr.headline(fn_cells)
+    md += ["", target, *(["", fn_line] if fn_line else []), "",
            f"Reference only, not measured here: bcov (static binary rewriting for coverage, Ben Khadra et al., "
            f"ESEC/FSE 2020) reports an average overhead of {BCOV_PUBLISHED} in its paper; bcov is not installed.",
            "", "## Method", "",
@@ -658,6 +676,7 @@ def main() -> int:
            "start-up: planning from the plan cache, which the warm-up round fills, and installing every site). "
            "Every lopi run writes to a fresh `$LOPI_OUTPUT`; *blocks ran* = `lopi coverage DATA --format json` "
            "summed over functions (then the data is deleted).",
+           fr.METHOD,
            "- gcov: the same source built with `--coverage` (gcc's arc counters compiled in, `.gcda` files written at "
            "exit under a fresh `GCOV_PREFIX` per run, so no run merges into an earlier one's counters). speedtest1: "
            "the W2 flags + `--coverage`; zstd: Debian's source package built with Debian's flags "
@@ -696,7 +715,7 @@ def main() -> int:
     meta = {"n": n, "size": size, "corpus_mib": mib, "corpus_sha256": corpus_sha, "valgrind": use_valgrind,
             "valgrind_size": vsize, "valgrind_mib": vmib, "machine": machine, "target": TARGET,
             "target_ratios": {k: {"coverage": r, "coverage_live": lv} for k, r, lv in target_cells},
-            "target_met": met,
+            "target_met": met, "functions_ran": fn_meta,
             "probes": {wl["key"]: wl.get("summ", {}) for wl in workloads},
             "argv": {wl["key"]: {v.name: v.argv for v in meta_wl[wl["key"]]["vs"] + wl.get("valgrind_variants", [])}
                      for wl in workloads if wl["key"] in meta_wl},
@@ -705,8 +724,8 @@ def main() -> int:
     for res in all_res.values():  # per-function answers: used above (consistency), too big to keep
         for runs in res.values():
             for r in runs:
-                r.extra.pop("fn_ran", None)
-                r.extra.pop("insn_counts", None)
+                for k in ("fn_ran", "insn_counts", *fr.DROP):
+                    r.extra.pop(k, None)
     h.dump_raw(raw, meta, all_res)
     print(text)
     shown = a.out.relative_to(REPO) if a.out.is_relative_to(REPO) else a.out

@@ -3,6 +3,9 @@
 # (every block counted) written into a copy of the program by `lopi rewrite`, and coverage spliced in
 # at start-up by `lopi run -q`, next to the native program, gcc's `--coverage` build (gcov) and
 # valgrind (lackey --basic-counts=yes, callgrind --collect-jumps=yes; full mode only, once each).
+# At the function level: `--probe entry:mark` (whether each function ran), rewritten and under
+# `lopi run -q`, beside `--probe entry` (every call counted); which functions ran is checked against
+# coverage mode's entry blocks (functions_ran.py).
 #
 #   bench/coverage/run.sh [--quick] [extra coverage.py options]
 #
@@ -14,9 +17,9 @@
 # lopi is $LOPI, else built here with `cargo build --release -p lopi-cli` (target/release/lopi).
 # Writes bench/results/coverage.md (+ coverage.runs.json with every run).
 # Full: n=5, speedtest1 --size 120 (~1.5 s), 64 MiB corpus, valgrind once per workload, every block of
-# coverage mode checked against block mode's counts; ~15 min on 2 CPUs. --quick: n=3,
-# --size 40, 16 MiB, no valgrind, blocks screened by function totals; ~1 min. (First run: + the
-# builds, ~2 min on 2 CPUs.)
+# coverage mode checked against block mode's counts; ~15 min on 2 CPUs (33 min on a slower Xeon,
+# 20 of them valgrind's lackey). --quick: n=3, --size 40, 16 MiB, no valgrind, blocks screened by
+# function totals; ~2 min. (First run: + the builds, ~2 min on 2 CPUs.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
