@@ -55,10 +55,9 @@ fn recursion_deeper_than_shadow_stack() {
 
 /// paths.c needs about 153,000 calling-context nodes: the tree grows past its first 16,384
 /// and every call is in it. With LOPI_NODES=4096 it reaches its limit: later paths are timed
-/// per function under [merged call paths], calls stay exact, none is untimed, and each
-/// function's total time and leaf()'s self time stay close to the full tree's (as shares of
-/// the run, within 10 points). main's self time stays small: merged calls' time is not moved
-/// to their callers.
+/// per function under [merged call paths], calls stay exact, none is untimed, and leaf()'s
+/// time, nearly all of the program's, stays close to the uninstrumented program's run time.
+/// main's self time stays small: merged calls' time is not moved to their callers.
 #[test]
 fn tree_grows_and_merges_paths_at_its_limit() {
     for cfg in configs() {
@@ -72,10 +71,15 @@ fn tree_grows_and_merges_paths_at_its_limit() {
             b.check_thread_counter(&p.report, field, 0);
         }
 
-        // Times against the full tree's, as medians over runs of each: a thread descheduled
-        // for milliseconds in one run moves its times more than any error of lopi's could.
+        // leaf()'s own time under merged paths against the uninstrumented program's run time
+        // (leaf() is nearly all of it), as medians over runs of each: a thread descheduled for
+        // milliseconds in one run moves its times more than any error of lopi's could. Not
+        // against the full tree's: on some hosts (an Intel Xeon VM) the full tree (153,000
+        // nodes, 10 MB) slows leaf()'s own loop by a sixth and adds more to its time (issue 27),
+        // where 4,096 nodes stay in the cache; a merged call's own time is what is claimed exact.
         let mut fulls = vec![p.report];
         let mut mergeds = Vec::new();
+        let mut natives = Vec::new();
         let mut last = None;
         for round in 0..2 {
             for _ in 0..if round == 0 { 3 } else { 2 } {
@@ -83,26 +87,30 @@ fn tree_grows_and_merges_paths_at_its_limit() {
                 b.same_behaviour(&p.want, &got);
                 mergeds.push(b.report(&data));
                 last = Some(data);
+                let began = std::time::Instant::now();
+                b.run_original();
+                natives.push(began.elapsed().as_secs_f64() * 1e9);
                 if fulls.len() < mergeds.len() {
                     let (_, _, again) = b.run_rewritten(&[]);
                     fulls.push(b.report(&again));
                 }
             }
-            // leaf()'s own times, which no lookup of the tree is part of: its callers' totals
-            // also hold what the tree's lookups cost them beyond the calibrated probe cost, and
-            // the full tree (153,000 nodes, 10 MB) misses the cache where 4,096 nodes do not,
-            // which adds 30-45 ns to each call of a node function here; a merged call's own
-            // time is what is claimed exact.
             let median = |reports: &[Report], name: &str, field: &str| {
                 let mut v: Vec<f64> = reports.iter().map(|r| r.num(name, field)).collect();
                 v.sort_by(f64::total_cmp);
                 v[v.len() / 2]
             };
             let mut off = Vec::new();
+            let native = {
+                let mut v = natives.clone();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
             for field in ["total_ns", "self_ns"] {
-                let (want, got) = (median(&fulls, "leaf", field), median(&mergeds, "leaf", field));
-                if !close(got, want, 0.1, 0.0) {
-                    off.push(format!("leaf: {field} is {got:.0} merged, {want:.0} with the full tree (medians of {} runs)", mergeds.len()));
+                let got = median(&mergeds, "leaf", field);
+                // The run time also holds start-up, exit and the node functions' own time.
+                if !(0.7 * native..=1.05 * native).contains(&got) {
+                    off.push(format!("leaf: {field} is {got:.0} merged, against the program's uninstrumented run time of {native:.0} (medians of {} runs)", mergeds.len()));
                 }
             }
             if b.is_timed("main") {

@@ -9,7 +9,7 @@
 //!   LOPI_TEST_TIMEOUT=secs    watchdog for each process (default 120)
 
 // Each test binary uses part of the harness.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 /// A test on the rewritten file (`$name`) and the same test under `lopi run` (`$live`), both
 /// running `$body(live)`.
