@@ -3,7 +3,7 @@
 //! calls for its other threads, forks, execs, takes SIGPIPE, runs a signal handler that
 //! writes while its thread waits in a forwarded read, makes many short threads and lets its
 //! main thread end first behaves exactly as natively; `lopi whatif` reports the forwarding
-//! and a null system call slower than the native one.
+//! and a null system call slower than the native one, with more threads than CPUs too.
 mod common;
 
 use common::{build_c, build_mpbench, cleanup, fresh_dir, lopi_bin, run};
@@ -150,5 +150,29 @@ fn whatif_reports_the_forwarding_and_a_slower_null_system_call() {
     assert!(k["null_syscall_ns_spin"].as_f64().unwrap() > native, "{json}");
     // Sleeping proxies are woken for every call: several times the native call.
     assert!(k["null_syscall_ns_futex"].as_f64().unwrap() > 3.0 * native, "{json}");
+    cleanup(&dir);
+}
+
+/// More threads than CPUs: four threads' proxies share the kernel CPU, spinning or asleep,
+/// and every call still goes through them with the program's output unchanged.
+#[test]
+fn proxies_of_more_threads_than_cpus_forward_every_call() {
+    let dir = fresh_dir("appkernel_oversubscribed");
+    let prog = build_mpbench(&dir);
+    for wait in ["spin", "futex"] {
+        let out = run(
+            Command::new(lopi_bin()).args(["whatif", "--kernel", "app-kernel", "--proxy-wait", wait, "--runs", "1", "--format", "json", "--"]).arg(&prog).args(["4", "8000", "100"]),
+            common::default_timeout(),
+        )
+        .unwrap();
+        assert!(out.status.success(), "{wait}: lopi whatif failed: {}\n{}", out.describe_status(), out.stderr_str());
+        let json: Json = serde_json::from_str(&out.stdout_str()).unwrap();
+        assert_eq!(json["output_identical"], true, "{wait}: {json}");
+        let k = &json["app-kernel"];
+        assert_eq!(k["proxy_wait"], wait, "{json}");
+        assert_eq!(k["proxy_failed"], false, "{wait}: {json}");
+        assert!(k["forwarded"].as_u64().unwrap() >= 8000, "{wait}: {json}");
+        assert!(k["round_trip_ns"].as_f64().unwrap() > k["proxy_ns"].as_f64().unwrap(), "{wait}: {json}");
+    }
     cleanup(&dir);
 }
