@@ -31,7 +31,8 @@ const CASES: &[(&str, &str, usize, usize)] = &[
     ("begin { $a = 1; unroll(5) { } }", "loops are not allowed: `unroll` could run without bound, and a probe must finish in bounded time", 1, 17),
     ("begin { if (1) { do { } } }", "loops are not allowed: `do` could run without bound, and a probe must finish in bounded time", 1, 18),
     // Probe points.
-    ("kprobe:do_sys_open { }", "unknown probe type `kprobe`; expected func, addr, syscall, lock, begin, end, interval or thread", 1, 1),
+    ("kprobe:do_sys_open { }", "`kprobe:` points are the kernel's; lopi probes user space (func:, syscall:, lock:, thread:, addr:)", 1, 1),
+    ("nosuch:do_sys_open { }", "unknown probe type `nosuch`; expected func, addr, syscall, lock, begin, end, interval or thread", 1, 1),
     ("interval:500us { }", "interval `500us` is shorter than the minimum, 1ms", 1, 10),
     ("interval:10 { }", "`10` needs a unit: s, ms, us or ns", 1, 10),
     ("interval:10m { }", "unknown unit `m`; expected s, ms, us or ns", 1, 12),

@@ -2,6 +2,7 @@
 //! the probe points). The first syntax error ends parsing: what follows one says little.
 //! Nesting is counted here against [`MAX_DEPTH`], so that neither the parser nor anything
 //! walking its tree can recurse without bound.
+mod bpftrace_point;
 mod expr;
 mod point;
 

@@ -7,18 +7,18 @@ use crate::diag::{Issue, Span};
 use crate::limits::MIN_INTERVAL_NS;
 
 /// A `:`-separated part of a point.
-struct Part<'a> {
-    text: &'a str,
-    span: Span,
+pub(super) struct Part<'a> {
+    pub(super) text: &'a str,
+    pub(super) span: Span,
 }
 
 impl Part<'_> {
-    fn name(&self) -> Name {
+    pub(super) fn name(&self) -> Name {
         Name { text: self.text.to_string(), span: self.span }
     }
 
     /// The part's bytes `from..to`.
-    fn sub(&self, from: usize, to: usize) -> Part<'_> {
+    pub(super) fn sub(&self, from: usize, to: usize) -> Part<'_> {
         Part { text: &self.text[from..to], span: Span::new(self.span.start + from, self.span.start + to) }
     }
 }
@@ -50,7 +50,7 @@ pub(crate) fn point(src: &str, start: usize) -> Result<(Point, usize), Issue> {
         i += 1;
         let part_start = i;
         let rest = &src[i..];
-        let path = kind.text == "func" && parts.is_empty() && (rest.starts_with('/') || rest.starts_with("./") || rest.starts_with("../"));
+        let path = matches!(kind.text, "func" | "uprobe" | "uretprobe") && parts.is_empty() && (rest.starts_with('/') || rest.starts_with("./") || rest.starts_with("../"));
         while i < bytes.len() && if path { !b":,{".contains(&bytes[i]) && !bytes[i].is_ascii_whitespace() } else { is_point_char(bytes[i]) } {
             i += 1;
         }
@@ -70,7 +70,10 @@ fn spec(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
         "func" => func(kind, parts)?,
         "addr" => PointSpec::Addr(number(one(kind, parts, "addr:0x401000")?)?),
         "syscall" => syscall(kind, parts)?,
-        "interval" => PointSpec::Interval { ns: duration(one(kind, parts, "interval:500ms")?)? },
+        "interval" => match super::bpftrace_point::interval(kind, parts) {
+            Some(ns) => PointSpec::Interval { ns: ns? },
+            None => PointSpec::Interval { ns: duration(one(kind, parts, "interval:500ms")?)? },
+        },
         "lock" => {
             let part = one(kind, parts, "lock:acquire")?;
             let event = LockEvent::ALL.into_iter().find(|e| e.name() == part.text);
@@ -85,6 +88,7 @@ fn spec(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
             Part { text: "exit", .. } => PointSpec::ThreadExit,
             part => return Err(Issue::new(part.span, format!("unknown thread event `{}`; expected start or exit", part.text))),
         },
+        _ if let Some(spec) = super::bpftrace_point::spec(kind, parts) => spec?,
         other => {
             let message = format!("unknown probe type `{other}`; expected func, addr, syscall, lock, begin, end, interval or thread");
             return Err(Issue::new(kind.span, message));
@@ -113,7 +117,7 @@ fn is_return(part: &Part) -> Option<bool> {
 
 /// `func:GLOB`, `func:GLOB:KIND`, `func:LIB:GLOB`, `func:LIB:GLOB:KIND`, `func:[LIB:]NAME+OFF`:
 /// with two parts, a last part `entry` or `return` makes it `GLOB:KIND`.
-fn func(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
+pub(super) fn func(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
     let (lib, target, ret) = match parts {
         [] => return Err(Issue::new(kind.span, "`func` needs a function, as in `func:main` or `func:libc.so.6:malloc:return`")),
         [f] => (None, f, None),
@@ -169,7 +173,7 @@ fn syscall(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
 
 /// Checks that `part` is a glob over `what` names: name characters, `*`, `?` and closed,
 /// non-empty `[...]` classes.
-fn glob(part: &Part, what: &str) -> Result<(), Issue> {
+pub(super) fn glob(part: &Part, what: &str) -> Result<(), Issue> {
     if part.text.is_empty() {
         return Err(Issue::new(part.span, format!("expected a {what} name or glob")));
     }
@@ -216,7 +220,7 @@ fn number(part: &Part) -> Result<u64, Issue> {
 }
 
 /// `1s`, `500ms`, `100us`, `2000000ns`: at least [`MIN_INTERVAL_NS`].
-fn duration(part: &Part) -> Result<u64, Issue> {
+pub(super) fn duration(part: &Part) -> Result<u64, Issue> {
     let digits = part.text.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(part.text.len());
     let (value, unit) = (part.sub(0, digits), part.sub(digits, part.text.len()));
     if value.text.is_empty() {
@@ -275,7 +279,8 @@ mod tests {
         assert!(spec_of("interval:5").unwrap_err().contains("needs a unit"));
         assert!(spec_of("func:foo[a").unwrap_err().contains("unclosed"));
         assert!(spec_of("func:f*+4").unwrap_err().contains("not a glob"));
-        assert!(spec_of("kprobe:x").unwrap_err().contains("unknown probe type"));
+        assert!(spec_of("kprobe:x").unwrap_err().contains("the kernel's"));
+        assert!(spec_of("nosuch:x").unwrap_err().contains("unknown probe type"));
         assert!(spec_of("begin:x").unwrap_err().contains("takes no"));
         assert!(spec_of("func:a:b:c").unwrap_err().contains("expected `entry` or `return`"));
         assert!(spec_of("func:f[]").unwrap_err().contains("empty `[]`"));
