@@ -86,7 +86,7 @@ pub(crate) fn rewrite(
             Some(spec)
         }
         Some(Script::Text(source, name)) => {
-            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::Functions::new(trace::all_names(&module), trace::needed_libraries(prog)))?;
+            let spec = trace::compile_script(&source, &name, None, trace::RING_LEN, trace::Functions::new(trace::all_names(&module), trace::needed_libraries(prog)).of_program(prog))?;
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::FuncEntry { lib: Some(_), .. } | lopi_script::ir::Point::FuncReturn { lib: Some(_), .. })) {
                 bail!("a rewritten file probes its own functions only: func:LIB:GLOB points need lopi trace");
             }

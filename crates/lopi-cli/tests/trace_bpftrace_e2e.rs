@@ -1,6 +1,7 @@
 //! bpftrace's spellings of points (`BEGIN`, `uprobe:`, `uretprobe:`, `tracepoint:syscalls:`,
 //! `tracepoint:raw_syscalls:`, `interval:ms:N`) give exactly what lopi's own spellings of the
-//! same script give, in a library and in the program; kernel points are refused in one line.
+//! same script give, in a library and in the program (named alone or by its path); kernel
+//! points are refused in one line.
 mod common;
 
 use common::*;
@@ -21,7 +22,7 @@ int main(void) {
 "#;
 
 const BPFTRACE: &str = r#"BEGIN { printf("go\n"); }
-uprobe:used { @calls = count(); }
+uprobe:PROG:used { @calls = count(); }
 uretprobe:used { @ret = sum(retval); }
 uprobe:libc.so.6:getpid { @getpid = count(); }
 tracepoint:syscalls:sys_enter_write { @writes = count(); }
@@ -47,7 +48,8 @@ fn bpftrace_spellings_trace_what_lopis_do() {
         assert!(out.status.success(), "{}", out.stderr_str());
         (out.stdout_str(), std::fs::read_to_string(dir.join("script.out")).unwrap())
     };
-    let (bpftrace_stdout, bpftrace) = trace(BPFTRACE);
+    // The program named by its path, as bpftrace's scripts name it.
+    let (bpftrace_stdout, bpftrace) = trace(&BPFTRACE.replace("PROG", &prog.to_string_lossy()));
     let (lopi_stdout, lopi) = trace(LOPI);
     assert_eq!(bpftrace_stdout, lopi_stdout);
     assert_eq!(bpftrace, lopi, "the same script in both spellings");

@@ -81,9 +81,10 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
         program.set_max_entries(entries);
     }
     // A library named by path, as the process maps it: planning and hooks compare the text.
+    // The program named as a library is the program.
     for point in program.probes.iter_mut().flat_map(|p| &mut p.points) {
-        if let Point::FuncEntry { lib: Some(lib), .. } | Point::FuncReturn { lib: Some(lib), .. } = point {
-            *lib = resolve::canonical_library(lib);
+        if let Point::FuncEntry { lib, .. } | Point::FuncReturn { lib, .. } | Point::FuncOffset { lib, .. } = point {
+            *lib = lib.take().filter(|l| !resolver.is_program(l)).map(|l| resolve::canonical_library(&l));
         }
     }
     for point in program.probes.iter().flat_map(|p| &p.points) {
@@ -152,7 +153,7 @@ pub fn run(request: Request) -> Result<()> {
         Some(pid) => resolve::mapped_libraries(pid),
         None => resolve::needed_libraries(&path),
     };
-    let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries))?;
+    let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries).of_program(&path))?;
     spec.point_addrs = resolve::instruction_points(&spec.program, &module)?;
     let spec = Arc::new(spec);
     let probes = Probes {

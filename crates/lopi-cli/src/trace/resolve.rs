@@ -13,16 +13,29 @@ pub struct Functions<'a> {
     /// Every library point names something: the script was checked against the libraries when
     /// it ran (`lopi report --script` reads it again).
     libraries_known: bool,
+    /// The traced program's file: a point may name it as its library (bpftrace's
+    /// `uprobe:/path/to/prog:main`), which means the program's own functions.
+    program: Option<PathBuf>,
 }
 
 impl<'a> Functions<'a> {
     pub fn new(names: Vec<&'a str>, libraries: Vec<PathBuf>) -> Functions<'a> {
-        Functions { names, libraries, read: RefCell::default(), libraries_known: false }
+        Functions { names, libraries, read: RefCell::default(), libraries_known: false, program: None }
     }
 
     /// As `new`, for a script checked before: its library points are taken as they are.
     pub fn checked(names: Vec<&'a str>) -> Functions<'a> {
-        Functions { names, libraries: Vec::new(), read: RefCell::default(), libraries_known: true }
+        Functions { names, libraries: Vec::new(), read: RefCell::default(), libraries_known: true, program: None }
+    }
+
+    /// With `program` the traced program's file (see [`names_program`]).
+    pub fn of_program(self, program: &Path) -> Functions<'a> {
+        Functions { program: Some(program.to_path_buf()), ..self }
+    }
+
+    /// Whether `lib` names the traced program rather than a library.
+    pub fn is_program(&self, lib: &str) -> bool {
+        self.program.as_deref().is_some_and(|p| names_program(lib, p))
     }
 
     /// The one library `name` names, if exactly one does.
@@ -39,6 +52,16 @@ impl<'a> Functions<'a> {
         let mut read = self.read.borrow_mut();
         let names = read.entry(path.to_path_buf()).or_insert_with(|| function_names(path).unwrap_or_default());
         names.len()
+    }
+}
+
+/// Whether `lib` (a path, or a file name) names the file `program`.
+pub fn names_program(lib: &str, program: &Path) -> bool {
+    if lib.contains('/') {
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        canonical(Path::new(lib)) == canonical(program)
+    } else {
+        program.file_name().is_some_and(|name| name == lib)
     }
 }
 
@@ -59,6 +82,7 @@ fn function_names(path: &Path) -> Option<Vec<String>> {
 impl lopi_script::Resolver for Functions<'_> {
     fn functions_matching(&self, lib: Option<&str>, glob: &str) -> usize {
         match lib {
+            Some(lib) if self.is_program(lib) => self.functions_matching(None, glob),
             None => self.names.iter().filter(|n| lopi_script::glob_match(glob, n)).count(),
             Some(_) if self.libraries_known => 1,
             Some(lib) => {
