@@ -1,7 +1,7 @@
 //! bpftrace's spellings of the points lopi has: `BEGIN`, `END`, `uprobe:PATH:FUNC`,
 //! `uretprobe:PATH:FUNC`, `uprobe:PATH:FUNC+OFF`, `tracepoint:syscalls:sys_enter_NAME` and
 //! `sys_exit_NAME`, `tracepoint:raw_syscalls:sys_enter` and `sys_exit`, `interval:s:N` (and
-//! `ms`, `us`). Kernel points are refused in one line: lopi probes user space.
+//! `ms`, `us`, `hz`). Kernel points are refused in one line: lopi probes user space.
 use super::point::{duration, func, glob, Part};
 use crate::ast::{Name, PointSpec};
 use crate::diag::Issue;
@@ -60,15 +60,27 @@ fn tracepoint(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
     }
 }
 
-/// bpftrace's `interval:UNIT:N` (`s`, `ms`, `us`) as a period in ns.
+/// bpftrace's `interval:UNIT:N` (`s`, `ms`, `us`, or `hz`: N times a second) as a period in ns.
 pub(super) fn interval(kind: &Part, parts: &[Part]) -> Option<Result<u64, Issue>> {
     let [unit, count] = parts else { return None };
     let text = format!("{}{}", count.text, unit.text);
     let period = Part { text: &text, span: count.span };
     Some(match unit.text {
         "s" | "ms" | "us" => duration(&period).map_err(|e| Issue::new(count.span, e.message)),
-        "hz" => Err(Issue::new(unit.span, "`interval:hz:N`: give the period instead, as `interval:ms:N`")),
-        _ => Err(Issue::new(unit.span, format!("unknown unit `{}` in `{}:UNIT:N`; expected s, ms or us", unit.text, kind.text))),
+        // N times a second: the period, rounded down to whole ns.
+        "hz" => match super::point::number(count) {
+            Ok(0) => Err(Issue::new(count.span, "`interval:hz:0` never fires")),
+            Ok(hz) => {
+                let ns = 1_000_000_000 / hz;
+                if ns < crate::limits::MIN_INTERVAL_NS {
+                    Err(Issue::new(count.span, format!("`interval:hz:{hz}` is shorter than the minimum period, 1ms (1000 hz)")))
+                } else {
+                    Ok(ns)
+                }
+            }
+            Err(e) => Err(e),
+        },
+        _ => Err(Issue::new(unit.span, format!("unknown unit `{}` in `{}:UNIT:N`; expected s, ms, us or hz", unit.text, kind.text))),
     })
 }
 
@@ -109,7 +121,9 @@ mod tests {
         assert!(spec_of("tracepoint:syscalls:sys_foo").unwrap_err().contains("sys_enter_NAME"));
         assert!(spec_of("uretprobe:/bin/x:f+4").unwrap_err().contains("not at an offset"));
         assert!(spec_of("uprobe:/bin/x:0x1234").unwrap_err().contains("addr:0xADDR"));
-        assert!(spec_of("interval:hz:99").unwrap_err().contains("period"));
+        assert_eq!(spec_of("interval:hz:4").unwrap(), PointSpec::Interval { ns: 250_000_000 });
+        assert!(spec_of("interval:hz:5000").unwrap_err().contains("minimum period"));
+        assert!(spec_of("interval:hz:0").unwrap_err().contains("never fires"));
         assert!(spec_of("interval:ms:0").unwrap_err().contains("minimum"));
         assert!(spec_of("profile:hz:99").unwrap_err().contains("not supported yet"));
     }

@@ -206,7 +206,7 @@ pub(super) fn glob(part: &Part, what: &str) -> Result<(), Issue> {
 }
 
 /// A decimal or `0x` number with optional `_` separators.
-fn number(part: &Part) -> Result<u64, Issue> {
+pub(super) fn number(part: &Part) -> Result<u64, Issue> {
     let (digits, radix) = match part.text.get(..2) {
         Some("0x" | "0X") => (&part.text[2..], 16),
         _ => (part.text, 10),
