@@ -42,13 +42,28 @@ struct Block {
     lines: Vec<Line>,
 }
 
-fn modules(data: &DataFile) -> Result<Vec<Module>> {
+/// A recorded program's file and, when it has one, its separate debug file: the line tables
+/// are in the second when it is there.
+fn read_with_debug(source: &str) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    let file = std::fs::read(source).with_context(|| format!("reading {source} (the recorded program) for its addresses and lines"))?;
+    let debug = lopi_elf::DebugFile::find(Path::new(source), &file, &lopi_elf::debug_dir()).and_then(|d| std::fs::read(&d.path).ok());
+    Ok((file, debug))
+}
+
+/// `text` to `output`, or to stdout.
+fn write_out(text: &str, output: Option<&Path>) -> Result<()> {
+    match output {
+        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display())),
+        None => crate::output::print(text),
+    }
+}
+
+fn modules(blocks: Vec<ModuleBlocks>) -> Result<Vec<Module>> {
     let mut out = Vec::new();
-    for m in ModuleBlocks::from_data(data) {
-        let file = std::fs::read(&m.source).with_context(|| format!("reading {} (the recorded program) for its addresses and lines", m.source))?;
+    for m in blocks {
+        let (file, debug) = read_with_debug(&m.source)?;
         let elf = lopi_elf::ElfModule::parse(&file).with_context(|| m.source.clone())?;
         let base = elf.segments.iter().map(|s| s.vaddr.0).min().unwrap_or(0);
-        let debug = lopi_elf::DebugFile::find(Path::new(&m.source), &file, &lopi_elf::debug_dir()).and_then(|d| std::fs::read(&d.path).ok());
         let ranges: Vec<(u64, u64)> = m.blocks.iter().map(|b| (b.addr, b.end)).collect();
         let lines = lopi_elf::lines::lines_of(debug.as_deref().unwrap_or(&file), &ranges);
         let has_lines = lines.is_some();
@@ -129,12 +144,13 @@ fn functions(modules: &[Module]) -> BTreeMap<(String, String), Tally> {
 }
 
 pub fn run(data: &DataFile, format: Format, output: Option<&Path>) -> Result<()> {
-    if ModuleBlocks::from_data(data).is_empty() {
+    let blocks = ModuleBlocks::from_data(data);
+    if blocks.is_empty() {
         if let Ok(ran) = <lopi_trace::FunctionsRan as lopi_trace::View>::read(data) {
             return functions::run(&ran, format, output);
         }
     }
-    let modules = modules(data)?;
+    let modules = modules(blocks)?;
     let text = match format {
         Format::Text => text(&modules),
         Format::Json => serde_json::to_string_pretty(&json_value(&modules))? + "\n",
@@ -147,10 +163,7 @@ pub fn run(data: &DataFile, format: Format, output: Option<&Path>) -> Result<()>
             };
         }
     };
-    match output {
-        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display())),
-        None => crate::output::print(&text),
-    }
+    write_out(&text, output)
 }
 
 fn text(modules: &[Module]) -> String {

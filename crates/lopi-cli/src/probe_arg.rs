@@ -14,12 +14,9 @@ pub(crate) enum Probe {
     At(Place, Option<Measure>),
 }
 
-const PLACES: [Place; 4] = [Place::Entries, Place::Syscalls, Place::LockFunctions, Place::Blocks];
-const MEASURES: [Measure; 3] = [Measure::Count, Measure::Time, Measure::Mark];
-
 /// Parses one value (clap's value parser).
 pub(crate) fn parse(text: &str) -> Result<Probe, String> {
-    let place_named = |name: &str| PLACES.into_iter().find(|p| p.name() == name);
+    let place_named = |name: &str| Place::ALL.into_iter().find(|p| p.name() == name);
     let (place, measure) = match text.split_once(':') {
         None if text == "exit" => return Ok(Probe::Exit),
         None if text == "coverage" => return Ok(Probe::At(Place::Blocks, Some(Measure::Mark))),
@@ -29,7 +26,7 @@ pub(crate) fn parse(text: &str) -> Result<Probe, String> {
     let known = "entry, exit, syscall, locks, block, coverage, or PLACE:MEASURE (entry:count, entry:time, entry:mark, block:count, block:mark)";
     let Some(place) = place_named(place) else { return Err(format!("{text:?}: not a probe; one of {known}")) };
     let Some(measure) = measure else { return Ok(Probe::At(place, None)) };
-    match MEASURES.into_iter().find(|m| m.name() == measure) {
+    match Measure::ALL.into_iter().find(|m| m.name() == measure) {
         Some(m) if place.measures().contains(&m) => Ok(Probe::At(place, Some(m))),
         _ => {
             let can: Vec<&str> = place.measures().iter().map(|m| m.name()).collect();

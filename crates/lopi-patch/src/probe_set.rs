@@ -18,7 +18,7 @@ pub enum Place {
 }
 
 impl Place {
-    const ALL: [Place; 4] = [Place::Entries, Place::Syscalls, Place::LockFunctions, Place::Blocks];
+    pub const ALL: [Place; 4] = [Place::Entries, Place::Syscalls, Place::LockFunctions, Place::Blocks];
 
     /// As `--probe` spells it.
     pub fn name(self) -> &'static str {
@@ -54,6 +54,8 @@ pub enum Measure {
 }
 
 impl Measure {
+    pub const ALL: [Measure; 3] = [Measure::Mark, Measure::Count, Measure::Time];
+
     pub fn name(self) -> &'static str {
         match self {
             Measure::Mark => "mark",

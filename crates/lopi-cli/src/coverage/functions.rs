@@ -2,7 +2,7 @@
 //! each function at the source line of its entry (`FN`/`FNDA`, for genhtml's function table);
 //! drcov, a list of basic blocks, needs `--probe coverage`.
 use super::Format;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use lopi_trace::{FunctionsRan, ModuleFunctions};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,10 +14,7 @@ pub(super) fn run(ran: &FunctionsRan, format: Format, output: Option<&Path>) -> 
         Format::Lcov => lcov(ran)?,
         Format::Drcov => bail!("drcov lists the basic blocks that ran: record the program with --probe coverage"),
     };
-    match output {
-        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display())),
-        None => crate::output::print(&text),
-    }
+    super::write_out(&text, output)
 }
 
 fn ran_count(m: &ModuleFunctions) -> usize {
@@ -41,8 +38,7 @@ fn text(ran: &FunctionsRan) -> String {
 fn lcov(ran: &FunctionsRan) -> Result<String> {
     let mut files: std::collections::BTreeMap<String, Vec<(u32, &str, bool)>> = Default::default();
     for m in &ran.modules {
-        let file = std::fs::read(&m.source).with_context(|| format!("reading {} (the recorded program) for its source lines", m.source))?;
-        let debug = lopi_elf::DebugFile::find(Path::new(&m.source), &file, &lopi_elf::debug_dir()).and_then(|d| std::fs::read(&d.path).ok());
+        let (file, debug) = super::read_with_debug(&m.source)?;
         let entries: Vec<(u64, u64)> = m.functions.iter().map(|f| (f.addr, f.addr + 1)).collect();
         let Some(lines) = lopi_elf::lines::lines_of(debug.as_deref().unwrap_or(&file), &entries) else { continue };
         for (f, lines) in m.functions.iter().zip(lines) {
