@@ -272,7 +272,6 @@ int main(int argc, char **argv) {
 /// what the probes recorded stays.
 #[test]
 fn coverage_probes_take_themselves_out_once_they_fired() {
-    use std::io::BufRead;
     let dir = fresh_dir("blocks_retire");
     let prog = build_c(&dir, "hot", HOT, &["-O2"]);
     let rewritten = dir.join("hot.cov");
@@ -290,17 +289,7 @@ fn coverage_probes_take_themselves_out_once_they_fired() {
         } else {
             Command::new(&rewritten)
         };
-        let mut child = cmd.arg("3000000").env("LOPI_OUTPUT", &data).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(fields.len(), 3, "{mode}: {line:?}");
-        let pid: i32 = fields[1].parse().unwrap();
-        let at = u64::from_str_radix(fields[2].trim_start_matches("0x"), 16).unwrap();
-        let differences = common::code_differences(pid, mapped, &prog);
-        drop(child.stdin.take());
-        assert!(child.wait().unwrap().success(), "{mode}");
-        let inside: Vec<u64> = differences.unwrap().into_iter().filter(|&d| d >= at && d < at + step.size).map(|d| d - at).collect();
+        let inside = common::patched_after_work(cmd.arg("3000000").env("LOPI_OUTPUT", &data), mapped, &prog, step.size, mode);
         assert!(inside.is_empty(), "{mode}: step still patched at offsets {inside:x?}");
         let blocks = block_counts(&data, "step");
         assert!(blocks.len() >= 3 && blocks.iter().all(|b| b["ran"] == true), "{mode}: {blocks:?}");

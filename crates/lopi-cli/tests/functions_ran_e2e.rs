@@ -177,7 +177,6 @@ int main(int argc, char **argv) {
 
 #[test]
 fn a_mark_that_fired_takes_its_probe_out() {
-    use std::io::BufRead;
     let dir = fresh_dir("functions_ran_retire");
     let prog = build_c(&dir, "hot", HOT, &["-O2"]);
     let rewritten = dir.join("hot.marked");
@@ -195,17 +194,7 @@ fn a_mark_that_fired_takes_its_probe_out() {
         } else {
             Command::new(&rewritten)
         };
-        let mut child = cmd.env("LOPI_OUTPUT", &data).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(fields.len(), 3, "{mode}: {line:?}");
-        let pid: i32 = fields[1].parse().unwrap();
-        let at = u64::from_str_radix(fields[2].trim_start_matches("0x"), 16).unwrap();
-        let differences = common::code_differences(pid, mapped, &prog);
-        drop(child.stdin.take());
-        assert!(child.wait().unwrap().success(), "{mode}");
-        let inside: Vec<u64> = differences.unwrap().into_iter().filter(|&d| d >= at && d < at + step.size).map(|d| d - at).collect();
+        let inside = common::patched_after_work(cmd.env("LOPI_OUTPUT", &data), mapped, &prog, step.size, mode);
         assert!(inside.is_empty(), "{mode}: step still patched at offsets {inside:x?}");
         assert_eq!(functions_ran(&data, &prog).get("step"), Some(&true), "{mode}");
     }

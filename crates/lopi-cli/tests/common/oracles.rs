@@ -75,3 +75,23 @@ pub fn callgrind_counts(prog: &Path, args: &[&str], dir: &Path) -> HashMap<u64, 
     }
     counts
 }
+
+/// Runs `cmd`, a program that prints `RESULT PID ADDR` once its work is done and then waits for
+/// its input to end, and returns the offsets from ADDR below `size` at which the code of
+/// `mapped` in it differs from `original` at that moment (probes that took themselves out
+/// leave none). The program must then exit successfully; `what` names the run in failures.
+pub fn patched_after_work(cmd: &mut Command, mapped: &Path, original: &Path, size: u64, what: &str) -> Vec<u64> {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{what}: {line:?}");
+    let pid: i32 = fields[1].parse().unwrap();
+    let at = u64::from_str_radix(fields[2].trim_start_matches("0x"), 16).unwrap();
+    let differences = code_differences(pid, mapped, original);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success(), "{what}");
+    differences.unwrap().into_iter().filter(|&d| d >= at && d < at + size).map(|d| d - at).collect()
+}
