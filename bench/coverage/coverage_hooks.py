@@ -52,10 +52,19 @@ def stdout_hooks(check, timer):
     return None, after
 
 
-def lopi_cov_hooks(lopi: Path, datadir: Path, keep: bool = False):
+def coverage_json(lopi: Path, path: Path) -> dict:
+    """`lopi coverage DATA --format json`, parsed; RuntimeError with lopi's message when it fails."""
+    p = subprocess.run([str(lopi), "coverage", str(path), "--format", "json"], capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"lopi coverage exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    return json.loads(p.stdout)
+
+
+def lopi_data_hooks(datadir: Path, read, keep: bool = False):
     """(before, after) of a lopi configuration: a fresh `$LOPI_OUTPUT` per run; after it, the data's
-    size and the blocks that ran / are not known by `lopi coverage DATA --format json` (the data is
-    then deleted, unless KEEP: block_mismatches reads it, the benchmark deletes it at the end)."""
+    size and what READ(path) adds, then the data is deleted (unless KEEP: the path is kept in the
+    run's extra fields, and whoever reads it deletes it)."""
     datadir.mkdir(parents=True, exist_ok=True)
 
     def before(idx: int) -> dict:
@@ -67,16 +76,8 @@ def lopi_cov_hooks(lopi: Path, datadir: Path, keep: bool = False):
         path = Path(env["LOPI_OUTPUT"])
         if not path.exists():
             return {"after_error": f"no data written to LOPI_OUTPUT ({path})"}
-        extra = {"data_bytes": path.stat().st_size}
-        p = subprocess.run([str(lopi), "coverage", str(path), "--format", "json"], capture_output=True, text=True,
-                           timeout=600)
-        if p.returncode != 0:
-            extra["after_error"] = f"lopi coverage exit {p.returncode}: {p.stderr.strip()[-300:]}"
-        else:
-            fns = json.loads(p.stdout)["functions"]
-            extra.update(blocks=sum(f["blocks"] for f in fns), ran=sum(f["covered"] for f in fns),
-                         unknown=sum(f["unknown"] for f in fns),
-                         fn_ran={f"{Path(f['module']).name}:{f['name']}": [f["covered"], f["unknown"]] for f in fns})
+        extra: dict = {"data_bytes": path.stat().st_size}
+        extra.update(read(path))
         if keep:
             extra["data_path"] = str(path)
         else:
@@ -84,6 +85,22 @@ def lopi_cov_hooks(lopi: Path, datadir: Path, keep: bool = False):
         return extra
 
     return before, after
+
+
+def lopi_cov_hooks(lopi: Path, datadir: Path, keep: bool = False):
+    """lopi_data_hooks reading the blocks that ran / are not known by `lopi coverage DATA --format
+    json` (KEEP: block_mismatches reads the data, the benchmark deletes it at the end)."""
+
+    def read(path: Path) -> dict:
+        try:
+            fns = coverage_json(lopi, path)["functions"]
+        except RuntimeError as e:
+            return {"after_error": str(e)}
+        return dict(blocks=sum(f["blocks"] for f in fns), ran=sum(f["covered"] for f in fns),
+                    unknown=sum(f["unknown"] for f in fns),
+                    fn_ran={f"{Path(f['module']).name}:{f['name']}": [f["covered"], f["unknown"]] for f in fns})
+
+    return lopi_data_hooks(datadir, read, keep)
 
 
 def gcov_hooks(prefix: Path):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import harness as h
+from coverage_hooks import coverage_json, lopi_data_hooks
 
 MARK, MARK_LIVE, ENTRY = "lopi-entry-mark", "lopi-entry-mark-live", "lopi-entry-count"
 CFGS = (MARK, MARK_LIVE, ENTRY)
@@ -37,42 +38,28 @@ METHOD = (
 
 
 def hooks(cfg: str, lopi: Path, datadir: Path, aliases: dict[str, str]):
-    """(before, after) of a function-level configuration: a fresh `$LOPI_OUTPUT` per run; after it, the
-    data's size, how many functions it holds and ran, and each one's answer by (file, address) (a
-    rewritten file's records name it: ALIASES maps it to the original), then the data is deleted."""
-    datadir.mkdir(parents=True, exist_ok=True)
+    """lopi_data_hooks of a function-level configuration, reading how many functions the data holds
+    and ran, and each one's answer by (file, address) (a rewritten file's records name it: ALIASES
+    maps it to the original)."""
 
-    def before(idx: int) -> dict:
-        path = datadir / f"run{idx}.lopi-data"
-        path.unlink(missing_ok=True)
-        return {"LOPI_OUTPUT": str(path)}
-
-    def after(idx: int, stdout: str, stderr: str, env: dict) -> dict:
-        path = Path(env["LOPI_OUTPUT"])
-        if not path.exists():
-            return {"after_error": f"no data written to LOPI_OUTPUT ({path})"}
-        extra: dict = {"data_bytes": path.stat().st_size}
+    def read(path: Path) -> dict:
         try:
             if cfg == ENTRY:
                 c = h.lopi_report(lopi, path)
                 fns = c["report"]["functions"]
                 ans = {(aliases.get(f["module"], f["module"]), int(f["addr"], 16)): (f["name"], f["calls"] > 0)
                        for f in fns}
-                extra["calls"] = c["calls"]
+                extra: dict = {"calls": c["calls"]}
             else:
-                p = subprocess.run([str(lopi), "coverage", str(path), "--format", "json"], capture_output=True,
-                                   text=True, timeout=600)
-                if p.returncode != 0:
-                    raise RuntimeError(f"lopi coverage exit {p.returncode}: {p.stderr.strip()[-300:]}")
                 ans = {(m["source"], f["addr"]): (f["name"], f["ran"])
-                       for m in json.loads(p.stdout)["modules"] for f in m["functions"]}
+                       for m in coverage_json(lopi, path)["modules"] for f in m["functions"]}
+                extra = {}
             extra.update(fns=len(ans), fns_ran=sum(ran for _, ran in ans.values()), fn_ans=ans)
+            return extra
         except (RuntimeError, ValueError, KeyError) as e:
-            extra["after_error"] = str(e)
-        path.unlink(missing_ok=True)
-        return extra
+            return {"after_error": str(e)}
 
-    return before, after
+    return lopi_data_hooks(datadir, read)
 
 
 def drcov_ran(path: Path) -> dict[str, set[int]]:
