@@ -413,7 +413,7 @@ impl Timing {
                     (!timed, "it times calls: use it with --probe entry,exit"),
                     (self.budget.is_some(), "it needs no --budget: its cost does not grow with the calls timed"),
                     (trace, "a trace's timestamps need exact time"),
-                    (probes.has(Place::Syscalls) || probes.has(Place::LockFunctions), "system-call and lock probes time waits, which CPU-time samples do not see: use --time exact"),
+                    (probes.probes_system_calls(), "system-call and lock probes time waits, which CPU-time samples do not see: use --time exact"),
                     (scripted, "scripts and handlers read exact durations: use --time exact"),
                 ];
                 if let Some((_, why)) = clash.iter().find(|(bad, _)| *bad) {

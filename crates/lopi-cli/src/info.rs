@@ -30,7 +30,7 @@ pub(crate) fn run(prog: &Path, select: &Select, format: Format, cache: Option<&P
     match format {
         Format::Json => {
             let mut info = show::info_json(prog, &module, &selection, &summary);
-            if probes.has(Place::Syscalls) || probes.has(Place::LockFunctions) {
+            if probes.probes_system_calls() {
                 info["syscalls"] = syscalls::info_json(&module, &selection.syscalls);
             }
             print_json(&info)
@@ -38,7 +38,7 @@ pub(crate) fn run(prog: &Path, select: &Select, format: Format, cache: Option<&P
         Format::Text if probes.has(Place::Entries) || probes.has(Place::LockFunctions) => print(&show::info_text(&module, &selection, &summary)),
         Format::Text => Ok(()),
     }?;
-    if (probes.has(Place::Syscalls) || probes.has(Place::LockFunctions)) && format == Format::Text {
+    if probes.probes_system_calls() && format == Format::Text {
         print(&syscalls::info_text(&module, &selection.syscalls))?;
     }
     Ok(())

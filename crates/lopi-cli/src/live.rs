@@ -181,7 +181,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
     let install_ms = lopi_live::millis(installed);
     target.release();
     // Records for the multiprocessor breakdown get its parallelism profile.
-    let sampler = (probes.probes.has(Place::Syscalls) || probes.probes.has(Place::LockFunctions)).then(|| crate::parallelism::Sampler::start(pid));
+    let sampler = probes.probes.probes_system_calls().then(|| crate::parallelism::Sampler::start(pid));
     if !quiet {
         eprintln!("lopi: recording pid {pid} to {output}");
         if let Some(plan) = &plan {

@@ -141,7 +141,7 @@ pub(crate) fn rewrite(
     if probes.has(Place::Blocks) {
         summary = blocks::summary(&rewritten.plan.blocks);
     }
-    if probes.has(Place::Syscalls) || probes.has(Place::LockFunctions) {
+    if probes.probes_system_calls() {
         let syscalls = syscalls::Summary::new(&rewritten.plan.syscalls);
         summary = if summary.is_empty() { syscalls.to_string() } else { format!("{summary}; {syscalls}") };
     }

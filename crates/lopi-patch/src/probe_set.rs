@@ -119,6 +119,12 @@ impl Probes {
         Place::ALL.into_iter().filter_map(move |p| Some((p, self.at(p)?)))
     }
 
+    /// Whether `syscall` instructions get probes: asked for, or for the lock functions, whose
+    /// `futex` calls tell time blocked from time spinning.
+    pub fn probes_system_calls(self) -> bool {
+        self.has(Place::Syscalls) || self.has(Place::LockFunctions)
+    }
+
     pub fn is_empty(self) -> bool {
         self.pairs().next().is_none()
     }

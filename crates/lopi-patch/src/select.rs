@@ -80,7 +80,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
     let mut timing_outcomes = vec![TimingOutcome::Off; module.functions.len()];
     let time_others = entries == Some(Measure::Time);
     if time_others || locks {
-        let timing = Timing { ends: &ends, lock_ops: &lock_ops, time_others, syscalls: probes.has(Place::Syscalls) || locks };
+        let timing = Timing { ends: &ends, lock_ops: &lock_ops, time_others, syscalls: probes.probes_system_calls() };
         plan_timing(module, &timing, targets, &mut gaps, &mut sites, &mut timing_outcomes, progress);
     }
     let syscalls = match (probes.has(Place::Syscalls), locks) {
