@@ -72,8 +72,9 @@ fn tree_grows_and_merges_paths_at_its_limit() {
         }
 
         // leaf()'s own time under merged paths against the uninstrumented program's run time
-        // (leaf() is nearly all of it), as medians over runs of each: a thread descheduled for
-        // milliseconds in one run moves its times more than any error of lopi's could. Not
+        // (leaf() is nearly all of it), the fastest run of each: a thread descheduled for
+        // milliseconds in one run (this VM's steal time) only ever adds, and moves a median of
+        // five more than any error of lopi's could. Not
         // against the full tree's: on some hosts (an Intel Xeon VM) the full tree (153,000
         // nodes, 10 MB) slows leaf()'s own loop by a sixth and adds more to its time (issue 27),
         // where 4,096 nodes stay in the cache; a merged call's own time is what is claimed exact.
@@ -95,22 +96,19 @@ fn tree_grows_and_merges_paths_at_its_limit() {
                     fulls.push(b.report(&again));
                 }
             }
-            let median = |reports: &[Report], name: &str, field: &str| {
-                let mut v: Vec<f64> = reports.iter().map(|r| r.num(name, field)).collect();
+            let middle = |mut v: Vec<f64>| {
                 v.sort_by(f64::total_cmp);
                 v[v.len() / 2]
             };
+            let median = |reports: &[Report], name: &str, field: &str| middle(reports.iter().map(|r| r.num(name, field)).collect());
             let mut off = Vec::new();
-            let native = {
-                let mut v = natives.clone();
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
+            let fastest = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
+            let native = fastest(natives.clone());
             for field in ["total_ns", "self_ns"] {
-                let got = median(&mergeds, "leaf", field);
+                let got = fastest(mergeds.iter().map(|r| r.num("leaf", field)).collect());
                 // The run time also holds start-up, exit and the node functions' own time.
                 if !(0.7 * native..=1.05 * native).contains(&got) {
-                    off.push(format!("leaf: {field} is {got:.0} merged, against the program's uninstrumented run time of {native:.0} (medians of {} runs)", mergeds.len()));
+                    off.push(format!("leaf: {field} is {got:.0} merged, against the program's uninstrumented run time of {native:.0} (fastest of {} runs)", mergeds.len()));
                 }
             }
             if b.is_timed("main") {
