@@ -77,6 +77,8 @@ pub(crate) enum Command {
         top: usize,
         #[command(flatten)]
         views: ReportViews,
+        #[command(flatten)]
+        select: crate::processes::ProcessSelect,
     },
     /// Draw a flame graph (SVG) of the timed call paths in a data file.
     Flamegraph {
@@ -118,6 +120,10 @@ pub(crate) enum Command {
         /// Print nothing; lopi exits as the program did (same code or signal).
         #[arg(short, long)]
         quiet: bool,
+        /// Probe only PROG's own process (and its forks until they exec): programs it
+        /// executes run without probes and without ptrace [default: the whole tree is followed].
+        #[arg(long)]
+        no_follow: bool,
         /// The program's argv[0] (default: PROG as given), as `exec -a` does: for programs that
         /// behave by the name they are called by (a wrapper passes its own `$0`).
         #[arg(long, value_name = "NAME")]
@@ -283,6 +289,10 @@ pub(crate) struct ReportViews {
     /// timing cost it, then every function switched to counting, when and at what call rate.
     #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script"])]
     budget: bool,
+    /// Show the processes `lopi run` followed: each one's parent, wall time, how it ended,
+    /// its command line, and the system calls made before its probes went live.
+    #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script", "budget"])]
+    processes: bool,
 }
 
 impl ReportViews {
@@ -302,6 +312,8 @@ impl ReportViews {
             View::Syscalls
         } else if self.budget {
             View::Budget
+        } else if self.processes {
+            View::Processes
         } else if let Some(func) = self.callers {
             View::Callers(func)
         } else if let Some(func) = self.callees {
@@ -368,7 +380,7 @@ impl LiveSelect {
             None => None,
         };
         let recording = timing.recording(trace, probes, script.is_some())?;
-        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, recording, cache, script, count_only: Vec::new(), record: None })
+        Ok(live::Probes { include: self.include, exclude: self.exclude, probes, recording, cache, script, count_only: Vec::new(), record: None, follow: false })
     }
 }
 

@@ -26,11 +26,13 @@ pub struct Probes {
     pub count_only: Vec<String>,
     /// The data file (`%p`: the pid), instead of `LOPI_OUTPUT` or `NAME.PID.lopi`.
     pub record: Option<PathBuf>,
+    /// `lopi run` follows the program's forks and execs (`--no-follow`: not).
+    pub follow: bool,
 }
 
 impl Probes {
     /// `GLOB` goes to the main executable, `LIB:GLOB` to the loaded library `LIB`.
-    fn spec(&self, output: &str) -> Result<Spec> {
+    pub(crate) fn spec(&self, output: &str) -> Result<Spec> {
         let mut modules: BTreeMap<Option<String>, Filter> = BTreeMap::new();
         let split = |arg: &str| -> (Option<String>, String) {
             match arg.split_once(':') {
@@ -132,9 +134,11 @@ fn describe(installation: &Installation, plan: &Plan) -> String {
     out + &notes
 }
 
-/// A program launched with probes in it, running free.
+/// A program launched with probes in it, running free (or, followed, under lopi's eye).
 pub struct Launched {
     pub child: std::process::Child,
+    /// The followed tree of processes, when the program is followed.
+    tree: Option<lopi_live::Tree>,
     /// The data file.
     pub output: String,
     pub installation: Installation,
@@ -147,8 +151,9 @@ pub struct Launched {
 /// that cannot run are refused).
 pub type Check<'a> = &'a dyn Fn(&Installation) -> Result<()>;
 
-/// Launches PROG, installs the probes at its entry point and lets it run without ptrace, once
-/// `check` accepts them (else the program is killed before it ran any of its own code).
+/// Launches PROG, installs the probes at its entry point and lets it run (without ptrace, or
+/// followed: see [`crate::follow`]), once `check` accepts them (else the program is killed
+/// before it ran any of its own code).
 pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, check: Check<'_>) -> Result<Launched> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else { bail!("lopi needs a program to run: -- PROG ARGS") };
@@ -158,7 +163,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
         cmd.arg0(name);
     }
     let started = Instant::now();
-    let (mut target, mut child) = lopi_live::launch(cmd)?;
+    let (mut target, mut child) = lopi_live::launch(cmd, probes.follow)?;
     let pid = target.pid();
     let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
     let spec = probes.spec(&output)?;
@@ -179,7 +184,12 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
         return Err(e);
     }
     let install_ms = lopi_live::millis(installed);
-    target.release();
+    let tree = if probes.follow {
+        Some(lopi_live::Tree::new(target, command.iter().map(|a| a.to_string_lossy().into_owned()).collect()))
+    } else {
+        target.release();
+        None
+    };
     // Records for the multiprocessor breakdown get its parallelism profile.
     let sampler = probes.probes.probes_system_calls().then(|| crate::parallelism::Sampler::start(pid));
     if !quiet {
@@ -197,7 +207,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
     blocked.add(Signal::SIGINT);
     blocked.add(Signal::SIGQUIT);
     blocked.thread_block().context("blocking SIGINT")?;
-    Ok(Launched { child, output, installation, sampler, blocked })
+    Ok(Launched { child, tree, output, installation, sampler, blocked })
 }
 
 /// Kills a launched program that must not run, before lopi lets go of it: released first, it
@@ -209,12 +219,23 @@ fn refuse(target: lopi_live::Target, child: &mut std::process::Child) {
 }
 
 impl Launched {
-    /// Once the program has ended: records its end (its threads' calls still open end there)
-    /// and adds the parallelism profile, if one was sampled.
+    /// Waits until the program (followed: every process of its tree) has ended.
+    pub fn wait(&mut self, probes: &Probes, quiet: bool) -> Result<std::process::ExitStatus> {
+        match &mut self.tree {
+            Some(tree) => crate::follow::follow(tree, probes, &self.output, quiet),
+            None => self.child.wait().context("waiting for the program"),
+        }
+    }
+
+    /// Once the program has ended: records its end (its threads' calls still open end there;
+    /// a followed tree's processes are recorded as they end) and adds the parallelism profile,
+    /// if one was sampled.
     pub fn finish(&mut self) {
-        let ended = crate::ends::record(&self.output, self.child.id() as i32, lopi_rt_abi::END_EXITED, (0, 0));
-        if let Err(e) = ended {
-            eprintln!("lopi: recording the program's end: {e:#}");
+        if self.tree.is_none() {
+            let ended = crate::ends::record(&self.output, self.child.id() as i32, lopi_rt_abi::END_EXITED, (0, 0));
+            if let Err(e) = ended {
+                eprintln!("lopi: recording the program's end: {e:#}");
+            }
         }
         if let Some(Err(e)) = self.sampler.take().map(|s| s.finish(&self.output)) {
             eprintln!("lopi: {}", crate::output::one_line(&e));
@@ -225,7 +246,7 @@ impl Launched {
 /// `lopi run -- PROG ARGS`: launches PROG with the probes in and exits with its status.
 pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
     let mut launched = launch(probes, command, arg0, quiet, &|_| Ok(()))?;
-    let status = launched.child.wait().context("waiting for the program")?;
+    let status = launched.wait(probes, quiet)?;
     launched.finish();
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {}`", launched.output);

@@ -11,6 +11,7 @@ mod demo;
 mod ends;
 mod exports;
 mod files;
+mod follow;
 mod handler;
 mod info;
 mod live;
@@ -20,6 +21,7 @@ mod output;
 mod parallelism;
 mod planning;
 mod probe_arg;
+mod processes;
 mod progress;
 mod report;
 mod rewrite;
@@ -57,11 +59,12 @@ fn run(cli: Cli) -> Result<()> {
             rewrite::run(rewrite::Request { prog, output, select, trace, timing, script, script_expr, handler, cache })
         }
         Command::Coverage { data, format, output } => coverage::run(&read_data(&data)?, format, output.as_deref()),
-        Command::Report { data, format, top, views } => report::run(&data, views.view(), format, top),
+        Command::Report { data, format, top, views, select } => report::run(&data, views.view(), &select, format, top),
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
         Command::Export { data, format, output, weight, profile } => exports::export(&data, &output, format, weight, profile),
-        Command::Run { select, trace, timing, quiet, arg0, command } => {
-            live::run(&select.probes(trace, timing, cache)?, &command, arg0, quiet)
+        Command::Run { select, trace, timing, quiet, no_follow, arg0, command } => {
+            let probes = live::Probes { follow: !no_follow, ..select.probes(trace, timing, cache)? };
+            live::run(&probes, &command, arg0, quiet)
         }
         Command::Attach { pid, select, trace, timing, duration } => live::attach(&select.probes(trace, timing, cache)?, pid, duration),
         Command::HandlerHeader => print(handler::HEADER),

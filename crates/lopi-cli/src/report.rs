@@ -2,6 +2,7 @@
 //! it shows, and its text or JSON.
 use crate::files::read_data;
 use crate::output::{print, print_json, Format};
+use crate::processes::ProcessSelect;
 use crate::{blocks, breakdown, show, trace};
 use anyhow::{anyhow, bail, Result};
 use lopi_trace::DataFile;
@@ -23,6 +24,7 @@ pub(crate) enum View {
     Blocks(String),
     Script,
     Budget,
+    Processes,
 }
 
 /// Where a view is shown from: the data file, its path (notes name it) and `--top`.
@@ -40,26 +42,31 @@ pub(crate) trait Shown: lopi_trace::View {
     fn json(&self, from: &Source<'_>) -> Result<()>;
 }
 
-/// Shows `view` of the data file at `data`.
-pub(crate) fn run(data: &Path, view: View, format: Format, top: usize) -> Result<()> {
+/// Shows `view` of the processes `select` chooses in the data file at `data`.
+pub(crate) fn run(data: &Path, view: View, select: &ProcessSelect, format: Format, top: usize) -> Result<()> {
+    let read = || -> Result<DataFile> {
+        let mut file = read_data(data)?;
+        select.apply(&mut file)?;
+        Ok(file)
+    };
     match view {
         // It reads the file itself.
         View::Script => trace::report(data, format == Format::Json),
-        View::Blocks(func) => blocks_view(&read_data(data)?, &func, format),
-        View::Breakdown => show::<breakdown::ThreadTimes>(data, format, top),
-        View::Threads => show::<lopi_trace::Threads>(data, format, top),
-        View::Locks => show::<lopi_trace::Locks>(data, format, top),
-        View::Syscalls => show::<lopi_trace::Syscalls>(data, format, top),
-        View::Budget => show::<show::Budget>(data, format, top),
-        View::Callers(name) => edges_view(data, &read_data(data)?, name, true, format),
-        View::Callees(name) => edges_view(data, &read_data(data)?, name, false, format),
-        View::Functions => show::<lopi_trace::Profile>(data, format, top),
+        View::Blocks(func) => blocks_view(&read()?, &func, format),
+        View::Breakdown => show::<breakdown::ThreadTimes>(data, read()?, format, top),
+        View::Threads => show::<lopi_trace::Threads>(data, read()?, format, top),
+        View::Locks => show::<lopi_trace::Locks>(data, read()?, format, top),
+        View::Syscalls => show::<lopi_trace::Syscalls>(data, read()?, format, top),
+        View::Budget => show::<show::Budget>(data, read()?, format, top),
+        View::Processes => show::<lopi_trace::Processes>(data, read()?, format, top),
+        View::Callers(name) => edges_view(data, &read()?, name, true, format),
+        View::Callees(name) => edges_view(data, &read()?, name, false, format),
+        View::Functions => show::<lopi_trace::Profile>(data, read()?, format, top),
     }
 }
 
-/// Reads view `V` of the data file at `path` and prints it.
-fn show<V: Shown>(path: &Path, format: Format, top: usize) -> Result<()> {
-    let file = read_data(path)?;
+/// Reads view `V` of `file`, the data file at `path`, and prints it.
+fn show<V: Shown>(path: &Path, file: DataFile, format: Format, top: usize) -> Result<()> {
     let view = V::read(&file).map_err(|missing| anyhow!("{} {missing}", path.display()))?;
     let from = Source { file: &file, path, top };
     match format {

@@ -26,6 +26,7 @@ pub mod procfs;
 mod spec;
 mod target;
 mod tracee;
+mod tree;
 
 pub use clock::{millis, tsc};
 pub use error::{start_failure, LiveError};
@@ -33,3 +34,4 @@ pub use install::{InstalledModule, Installation, Removal};
 pub use plan::{plan, ModulePlan, Plan};
 pub use spec::{library_named, ModuleRequest, Spec};
 pub use target::{launch, preflight, Target};
+pub use tree::{Ended, Process, Tree, TreeEvent};

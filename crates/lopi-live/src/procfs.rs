@@ -62,6 +62,18 @@ pub fn thread_ended(pid: i32, tid: i32) -> bool {
     }
 }
 
+/// The process (thread group) thread `tid` belongs to (`Tgid:` in `/proc/TID/status`).
+pub fn thread_group(tid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// Process `pid`'s command line (`/proc/PID/cmdline`), an argument a string.
+pub fn command_line(pid: i32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+}
+
 /// The pid of the process tracing `pid`, if any (`TracerPid:` in `/proc/PID/status`).
 pub fn tracer(pid: i32) -> Option<i32> {
     task_tracer(pid, pid)

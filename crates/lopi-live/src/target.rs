@@ -56,8 +56,9 @@ pub fn preflight(pid: i32) -> Result<(), LiveError> {
 }
 
 /// Starts `command` under ptrace and takes it over at its entry point (see
-/// [`Target::adopt_launched`]). The child is killed if that fails.
-pub fn launch(mut command: std::process::Command) -> Result<(Target, std::process::Child), LiveError> {
+/// [`Target::adopt_launched`]); `followed`: its forks and execs are followed too (see
+/// [`crate::Tree`]). The child is killed if that fails.
+pub fn launch(mut command: std::process::Command, followed: bool) -> Result<(Target, std::process::Child), LiveError> {
     use std::os::unix::process::CommandExt;
     let program = command.get_program().to_string_lossy().into_owned();
     // SAFETY: the closure runs in the forked child before exec and makes only the
@@ -67,7 +68,7 @@ pub fn launch(mut command: std::process::Command) -> Result<(Target, std::proces
         command.pre_exec(|| nix::sys::ptrace::traceme().map_err(std::io::Error::from));
     }
     let mut child = command.spawn().map_err(|e| LiveError::Start { why: start_failure(&program, &e), program })?;
-    match Target::adopt_launched(child.id() as i32) {
+    match Target::adopt_launched(child.id() as i32, followed) {
         Ok(target) => Ok((target, child)),
         Err(e) => {
             let _ = child.kill();
@@ -93,10 +94,9 @@ impl Target {
         Ok(Target { threads, mem, entry: None, injected: BTreeMap::new() })
     }
 
-    /// Takes over a child launched with `PTRACE_TRACEME` and stopped at its `exec`: runs it
-    /// to its entry point, where every library is loaded and initialised (glibc's TLS and
-    /// rseq registration included) and the program's own code has not run.
-    pub fn adopt_launched(pid: i32) -> Result<Self, LiveError> {
+    /// Takes over a child launched with `PTRACE_TRACEME`, once stopped at its `exec` (see
+    /// [`Target::at_exec`]).
+    pub fn adopt_launched(pid: i32, followed: bool) -> Result<Self, LiveError> {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
         let child = nix::unistd::Pid::from_raw(pid);
         match waitpid(child, Some(WaitPidFlag::__WALL)) {
@@ -104,12 +104,19 @@ impl Target {
             Ok(other) => return Err(LiveError::Module(format!("the launched program did not stop at exec ({other:?})"))),
             Err(e) => return Err(LiveError::ptrace("waiting for", pid, e)),
         }
+        Self::at_exec(pid, followed)
+    }
+
+    /// Takes over process `pid`, stopped at its `exec` with its one thread: runs it to its
+    /// entry point, where every library is loaded and initialised (glibc's TLS and rseq
+    /// registration included) and the program's own code has not run.
+    pub fn at_exec(pid: i32, followed: bool) -> Result<Self, LiveError> {
         check_architecture(pid)?;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
         let entry = procfs::auxv(pid, 9).ok_or_else(|| LiveError::Module("no AT_ENTRY in the program's auxiliary vector".into()))?;
         let original = mem.read(entry, 1).map_err(LiveError::io("reading the entry point"))?;
         mem.write(entry, &[0xcc]).map_err(LiveError::io("writing a breakpoint at the entry point"))?;
-        let mut threads = Threads::adopt(pid)?;
+        let mut threads = Threads::adopt(pid, followed)?;
         let regs = threads.regs(pid)?;
         let reached = threads.run_injected(pid, regs, entry);
         mem.write(entry, &original).map_err(LiveError::io("restoring the entry point"))?;
@@ -135,7 +142,7 @@ impl Target {
         self.threads.tids().len()
     }
 
-    /// Lets every thread go.
+    /// Lets every thread go (still traced when the process is followed).
     pub fn release(self) {
         self.threads.release();
     }

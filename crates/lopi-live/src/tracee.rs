@@ -20,6 +20,14 @@ const INJECTED_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub type Regs = user_regs_struct;
 
+/// The ptrace options of a followed process tree: its threads, forks, vforks and execs stop
+/// for lopi (`strace -f`'s), and system-call stops are told apart from `SIGTRAP`s.
+pub const FOLLOWED: Options = Options::PTRACE_O_TRACECLONE
+    .union(Options::PTRACE_O_TRACEFORK)
+    .union(Options::PTRACE_O_TRACEVFORK)
+    .union(Options::PTRACE_O_TRACEEXEC)
+    .union(Options::PTRACE_O_TRACESYSGOOD);
+
 /// Every thread of a process, each in a ptrace stop.
 pub struct Threads {
     pub pid: i32,
@@ -27,21 +35,27 @@ pub struct Threads {
     held: BTreeMap<i32, Vec<Signal>>,
     /// Threads the kernel attached for us (clone events) that have not reported yet.
     arriving: Vec<i32>,
+    /// Its threads stay traced when let go (`lopi run` following a process tree): dropped,
+    /// they are continued, not detached.
+    followed: bool,
 }
 
 impl Threads {
     /// Seizes and stops every thread of `pid`, including threads created meanwhile.
     pub fn stop_all(pid: i32) -> Result<Self, LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new() };
+        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed: false };
         threads.stop_new_threads()?;
         Ok(threads)
     }
 
-    /// Takes over a freshly launched process whose only thread is already in a ptrace stop
-    /// (`PTRACE_TRACEME`), then stops any thread its libraries' constructors started.
-    pub fn adopt(pid: i32) -> Result<Self, LiveError> {
-        ptrace::setoptions(Pid::from_raw(pid), Options::PTRACE_O_TRACECLONE).map_err(|e| LiveError::ptrace("setting options on", pid, e))?;
-        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new() };
+    /// Takes over a process whose only thread is already in a ptrace stop at its `exec`
+    /// (`PTRACE_TRACEME`, or an exec event of a followed tree), then stops any thread its
+    /// libraries' constructors started. A `followed` process's forks and execs are reported
+    /// to lopi too, and its threads stay traced when let go.
+    pub fn adopt(pid: i32, followed: bool) -> Result<Self, LiveError> {
+        let options = if followed { FOLLOWED } else { Options::PTRACE_O_TRACECLONE };
+        ptrace::setoptions(Pid::from_raw(pid), options).map_err(|e| LiveError::ptrace("setting options on", pid, e))?;
+        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed };
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -264,6 +278,9 @@ impl Threads {
     }
 
     fn release_all(&mut self) {
+        if self.followed {
+            return self.continue_all();
+        }
         let mut undelivered = Vec::new();
         for (tid, signals) in std::mem::take(&mut self.held) {
             undelivered.extend(Self::let_go(Pid::from_raw(tid), signals.first().copied()));
@@ -284,6 +301,18 @@ impl Threads {
 }
 
 impl Threads {
+    /// Lets every held thread of a followed process run on, still traced, with the signals it
+    /// received while held: the tree's supervisor sees its next stops.
+    fn continue_all(&mut self) {
+        for (tid, signals) in std::mem::take(&mut self.held) {
+            let mut signals = signals.into_iter().filter(|s| !matches!(s, Signal::SIGSTOP | Signal::SIGTRAP));
+            let _ = ptrace::cont(Pid::from_raw(tid), signals.next());
+            for signal in signals {
+                let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), signal);
+            }
+        }
+    }
+
     /// Detaches `thread`, delivering `signal`. One not in a stop (left running, by a wait for it
     /// to leave lopi's code) is stopped first: a thread not detached stays traced by lopi until
     /// lopi exits, and the next attach finds it taken. Returns a signal it stopped to receive

@@ -138,6 +138,19 @@ pub const END_EXITED: u32 = 1;
 /// lopi took its probes out.
 pub const END_DETACHED: u32 = 2;
 
+/// First bytes of a record `lopi run` appends for each process of a followed tree when it
+/// ends: the magic, the record's length (a multiple of `PAGE_SIZE`), the pid (`u32`), its
+/// parent's (`u32`, 0 for the program lopi launched), its wait status (`i32`, as `waitpid`
+/// gives it), the programs it executed (`u32`), the TSC when it started (`u64`) and when it
+/// ended (`u64`), the number of start-up entries (`u32`), the command line's length (`u32`),
+/// 8 bytes of padding; then [`PROCESS_CALL_LEN`]-byte start-up entries, system calls made
+/// before the probes went live in a program it executed (the dynamic loader's, library
+/// constructors'), counted by lopi through ptrace: number (`u32`), 4 bytes of padding, calls
+/// (`u64`); then the command line of its last program, arguments separated by NUL bytes.
+pub const PROCESS_MAGIC: [u8; 8] = *b"LOPIPROC";
+pub const PROCESS_HEADER_LEN: u64 = 64;
+pub const PROCESS_CALL_LEN: u64 = 16;
+
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).
 #[repr(C)]

@@ -146,6 +146,8 @@ pub struct DataFile {
     pub names: Vec<ThreadName>,
     /// Samples of how many threads were ready to run (`lopi run`'s parallelism profile).
     pub parallelism: Option<Parallelism>,
+    /// The processes of a followed tree, in the order they ended.
+    pub processes: Vec<crate::ProcessRun>,
     /// True when a record was left unfinished (its process died while registering: its
     /// header is still zeros).
     pub truncated: bool,
@@ -166,7 +168,7 @@ fn damaged(kind: &'static str, what: impl Into<String>) -> Skip {
 }
 
 /// The magics of the items a data file holds after its header page.
-const ITEM_MAGICS: [[u8; 8]; 9] = [
+const ITEM_MAGICS: [[u8; 8]; 10] = [
     RECORD_MAGIC,
     THREAD_MAGIC,
     MAPS_MAGIC,
@@ -176,6 +178,7 @@ const ITEM_MAGICS: [[u8; 8]; 9] = [
     PARALLELISM_MAGIC,
     EXTENSION_MAGIC,
     lopi_rt_abi::script::SCRIPT_AREA_MAGIC,
+    lopi_rt_abi::PROCESS_MAGIC,
 ];
 
 /// The first page-aligned offset after `offset` where an item starts (items are appended
@@ -262,6 +265,11 @@ impl DataFile {
         if rest.starts_with(&END_MAGIC) {
             let len = chunk("process-end record")?;
             self.ends.extend(process_end(&rest[..len as usize]));
+            return Ok(len);
+        }
+        if rest.starts_with(&lopi_rt_abi::PROCESS_MAGIC) {
+            let len = chunk("process record")?;
+            self.processes.extend(crate::processes::process_run(&rest[..len as usize]));
             return Ok(len);
         }
         if rest.starts_with(&PARALLELISM_MAGIC) {

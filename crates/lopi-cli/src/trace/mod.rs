@@ -165,6 +165,8 @@ pub fn run(request: Request) -> Result<()> {
         cache: request.cache.clone(),
         script: Some(spec.clone()),
         record: Some(request.record.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("lopi-trace-{}.%p.lopi", std::process::id())))),
+        // A script's functions are its program's.
+        follow: false,
     };
     let keep = request.record.is_some();
     let out: Box<dyn Write> = match &request.output {

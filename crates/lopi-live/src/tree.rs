@@ -1,0 +1,213 @@
+//! Following a process tree, as `strace -f` does: every thread, fork, vfork and clone of a
+//! program `lopi run` launched stays traced, and every `exec` stops for lopi, which puts the
+//! probes into the new program before its first instruction of its own (see
+//! [`Target::at_exec`]). Between those events the tree runs free; ptrace costs only a stop per
+//! event and per signal delivered.
+//!
+//! Tracees are attached by the kernel (`PTRACE_O_TRACEFORK` and friends) from a root started
+//! with `PTRACE_TRACEME`, so they are not seized: a new one's first stop is a `SIGSTOP`, and a
+//! group stop (`SIGTSTP` from a terminal) cannot be kept (`PTRACE_LISTEN` needs a seized
+//! tracee): the tracee is let run on, as strace does without `--seize`.
+use crate::error::LiveError;
+use crate::Target;
+use nix::errno::Errno;
+use nix::sys::ptrace::{self, Event};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A process of the tree, as lopi saw it.
+#[derive(Clone, Debug)]
+pub struct Process {
+    pub pid: i32,
+    /// The process it was forked from (0 for the root).
+    pub parent: i32,
+    /// Its command line at its last `exec` (its parent's, until it executes one).
+    pub command: Vec<String>,
+    /// The TSC when it was forked (or launched).
+    pub started: u64,
+    /// The programs it executed (the root's first is the one lopi launched).
+    pub execs: u32,
+    /// System calls its programs made before their probes went live, by number.
+    pub startup: BTreeMap<u64, u64>,
+}
+
+/// How a process ended: a wait status (`WIFEXITED`/`WIFSIGNALED` of `status`).
+#[derive(Clone, Debug)]
+pub struct Ended {
+    pub process: Process,
+    pub status: i32,
+    /// The TSC when lopi saw it end.
+    pub at: u64,
+}
+
+/// What happened in the tree that lopi must act on.
+pub enum TreeEvent {
+    /// A process executed a program and is held at that program's entry point, every library
+    /// loaded: install probes, then [`Target::release`] it (it stays traced).
+    Exec(Target, Process),
+    /// A process executed a program lopi could not take over (a static or 32-bit one, or it
+    /// died on the way): it runs on without probes.
+    ExecUnprobed(Process, LiveError),
+    /// A process ended.
+    Ended(Ended),
+    /// Every process has ended; the root's wait status.
+    Done(i32),
+}
+
+/// A launched program and everything it started, under ptrace.
+pub struct Tree {
+    root: i32,
+    /// Traced threads: the process (thread group) of each.
+    threads: HashMap<i32, i32>,
+    /// Threads attached by a fork or clone event whose first stop (`SIGSTOP`) is to come.
+    newborn: HashSet<i32>,
+    /// Threads whose first stop came before the event that made them.
+    early: HashSet<i32>,
+    processes: BTreeMap<i32, Process>,
+    root_status: i32,
+}
+
+impl Tree {
+    /// The tree of `target`, a process launched followed (see [`crate::launch`]), which lopi
+    /// holds at its entry point: its threads are let go, still traced.
+    pub fn new(target: Target, command: Vec<String>) -> Tree {
+        let root = target.pid();
+        let threads = target.threads.tids().into_iter().map(|t| (t, root)).collect();
+        target.release();
+        let process = Process { pid: root, parent: 0, command, started: crate::tsc(), execs: 1, startup: BTreeMap::new() };
+        Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), root_status: 0 }
+    }
+
+    /// Runs the tree until something happens that lopi must act on.
+    pub fn next(&mut self) -> Result<TreeEvent, LiveError> {
+        loop {
+            if self.processes.is_empty() {
+                return Ok(TreeEvent::Done(self.root_status));
+            }
+            let status = match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL)) {
+                Ok(status) => status,
+                Err(Errno::EINTR) => continue,
+                Err(Errno::ECHILD) => {
+                    self.processes.clear();
+                    continue;
+                }
+                Err(e) => return Err(LiveError::ptrace("waiting for", self.root, e)),
+            };
+            match status {
+                WaitStatus::Exited(tid, code) => {
+                    if let Some(ended) = self.died(tid.as_raw(), (code & 0xff) << 8) {
+                        return Ok(TreeEvent::Ended(ended));
+                    }
+                }
+                WaitStatus::Signaled(tid, signal, core) => {
+                    if let Some(ended) = self.died(tid.as_raw(), signal as i32 | if core { 0x80 } else { 0 }) {
+                        return Ok(TreeEvent::Ended(ended));
+                    }
+                }
+                WaitStatus::PtraceEvent(tid, _, event) => {
+                    if let Some(event) = self.event(tid.as_raw(), event) {
+                        return Ok(event);
+                    }
+                }
+                WaitStatus::Stopped(tid, signal) => self.stopped(tid.as_raw(), signal),
+                WaitStatus::PtraceSyscall(tid) => resume(tid.as_raw(), None),
+                _ => {}
+            }
+        }
+    }
+
+    /// The root process.
+    pub fn root(&self) -> i32 {
+        self.root
+    }
+
+    /// A thread died: the end of its process when it was the process's leader.
+    fn died(&mut self, tid: i32, status: i32) -> Option<Ended> {
+        self.threads.remove(&tid);
+        self.newborn.remove(&tid);
+        let process = self.processes.remove(&tid)?;
+        self.threads.retain(|_, pid| *pid != tid);
+        if tid == self.root {
+            self.root_status = status;
+        }
+        Some(Ended { process, status, at: crate::tsc() })
+    }
+
+    fn event(&mut self, tid: i32, event: i32) -> Option<TreeEvent> {
+        let forked = [Event::PTRACE_EVENT_FORK, Event::PTRACE_EVENT_VFORK, Event::PTRACE_EVENT_CLONE].map(|e| e as i32);
+        if forked.contains(&event) {
+            if let Ok(child) = ptrace::getevent(Pid::from_raw(tid)) {
+                self.born(child as i32, tid);
+            }
+        } else if event == Event::PTRACE_EVENT_EXEC as i32 {
+            return Some(self.executed(tid));
+        }
+        resume(tid, None);
+        None
+    }
+
+    /// `child` was made by thread `by`: a thread of its process, or a new process.
+    fn born(&mut self, child: i32, by: i32) {
+        let parent = self.threads.get(&by).copied().unwrap_or(by);
+        let group = crate::procfs::thread_group(child).unwrap_or(child);
+        self.threads.insert(child, group);
+        if !self.early.remove(&child) {
+            self.newborn.insert(child);
+        }
+        if group == child {
+            let command = self.processes.get(&parent).map(|p| p.command.clone()).unwrap_or_default();
+            self.processes.insert(child, Process { pid: child, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new() });
+        }
+    }
+
+    /// Process `pid` executed a program (by any of its threads: the kernel gave that thread
+    /// the process's id, and the others are gone).
+    fn executed(&mut self, pid: i32) -> TreeEvent {
+        if let Ok(former) = ptrace::getevent(Pid::from_raw(pid)) {
+            self.threads.remove(&(former as i32));
+        }
+        self.threads.retain(|tid, group| *group != pid || *tid == pid);
+        self.threads.insert(pid, pid);
+        let process = self.processes.entry(pid).or_insert_with(|| Process { pid, parent: 0, command: Vec::new(), started: crate::tsc(), execs: 0, startup: BTreeMap::new() });
+        process.execs += 1;
+        process.command = crate::procfs::command_line(pid).unwrap_or_default();
+        let process = process.clone();
+        match Target::at_exec(pid, true) {
+            Ok(target) => TreeEvent::Exec(target, process),
+            Err(e) => {
+                // Not taken over: it runs on, unprobed, if it still can.
+                resume(pid, None);
+                TreeEvent::ExecUnprobed(process, e)
+            }
+        }
+    }
+
+    /// A signal stopped `tid`: a new thread's first stop, a signal to deliver, or a group stop.
+    fn stopped(&mut self, tid: i32, signal: Signal) {
+        if signal == Signal::SIGSTOP {
+            if self.newborn.remove(&tid) {
+                return resume(tid, None);
+            }
+            if !self.threads.contains_key(&tid) {
+                // Its parent's fork or clone event is still to come.
+                self.early.insert(tid);
+                self.threads.insert(tid, crate::procfs::thread_group(tid).unwrap_or(tid));
+                return resume(tid, None);
+            }
+        }
+        let stopping = matches!(signal, Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU);
+        if stopping && ptrace::getsiginfo(Pid::from_raw(tid)) == Err(Errno::EINVAL) {
+            // A group stop: it cannot be kept without a seized tracee; run on.
+            return resume(tid, None);
+        }
+        resume(tid, Some(signal));
+    }
+}
+
+/// Lets `tid` run on from its stop, delivering `signal` (a tracee gone meanwhile is no error:
+/// its death is reported next).
+fn resume(tid: i32, signal: Option<Signal>) {
+    let _ = ptrace::cont(Pid::from_raw(tid), signal);
+}
