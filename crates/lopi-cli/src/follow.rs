@@ -13,7 +13,7 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
     let spec = probes.spec(output)?;
     let (mut probed, mut unprobed) = (0usize, 0usize);
     loop {
-        match tree.next()? {
+        match tree.next_event()? {
             TreeEvent::Exec(mut target, process) => {
                 let planned = lopi_live::plan(process.pid, &spec, target.entry(), &crate::progress::Bar::new("", false));
                 match planned.and_then(|mut plan| target.install(&mut plan)) {

@@ -81,7 +81,7 @@ impl Tree {
     }
 
     /// Runs the tree until something happens that lopi must act on.
-    pub fn next(&mut self) -> Result<TreeEvent, LiveError> {
+    pub fn next_event(&mut self) -> Result<TreeEvent, LiveError> {
         loop {
             if self.processes.is_empty() {
                 return Ok(TreeEvent::Done(self.root_status));
