@@ -458,12 +458,12 @@ mod tests {
 
     #[test]
     fn library_patterns_go_to_their_library() {
-        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, recording: lopi_image::Recording::default(), cache: None, script: None, count_only: Vec::new(), record: None };
+        let probes = Probes { include: vec!["libc.so.6:malloc".into(), "work_*".into()], exclude: vec![], probes: ProbeSet::COUNT, recording: lopi_image::Recording::default(), cache: None, script: None, count_only: Vec::new(), record: None, follow: false };
         let spec = probes.spec("/tmp/x").unwrap();
         assert_eq!(spec.modules.len(), 2);
         assert_eq!(spec.modules[0].library, None);
         assert_eq!(spec.modules[1].library.as_deref(), Some("libc.so.6"));
-        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, recording: lopi_image::Recording::default(), cache: None, script: None, count_only: Vec::new(), record: None };
+        let only_lib = Probes { include: vec!["libc:free".into()], exclude: vec![], probes: ProbeSet::COUNT, recording: lopi_image::Recording::default(), cache: None, script: None, count_only: Vec::new(), record: None, follow: false };
         assert_eq!(only_lib.spec("/tmp/x").unwrap().modules.len(), 1);
     }
 }
