@@ -17,7 +17,10 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
             TreeEvent::Exec(mut target, process) => {
                 let planned = lopi_live::plan(process.pid, &spec, target.entry(), &crate::progress::Bar::new("", false));
                 match planned.and_then(|mut plan| target.install(&mut plan)) {
-                    Ok(_) => probed += 1,
+                    Ok(_) => {
+                        probed += 1;
+                        tree.probed(process.pid);
+                    }
                     Err(e) => {
                         unprobed += 1;
                         if !quiet {

@@ -170,7 +170,11 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
     if report.syscalls.iter().any(|c| c.open > 0) {
         let _ = writeln!(out, "\nnote: `open at the end`: calls still in progress when their thread's recording ended (its process's end, or lopi's detach), counted with their time up to then");
     }
-    let untimed: u64 = report.syscalls.iter().map(|c| c.untimed).sum();
+    let startup: u64 = report.syscalls.iter().map(|c| c.startup).sum();
+    let untimed = report.syscalls.iter().map(|c| c.untimed).sum::<u64>() - startup;
+    if startup > 0 {
+        let _ = writeln!(out, "\nnote: {startup} calls were made before the probes went live (each program's dynamic loader and library constructors, and execve calls no probe saw); lopi counted them through ptrace, without a time");
+    }
     if untimed > 0 {
         let _ = writeln!(out, "\nnote: {untimed} calls were counted without a time (made before lopi's runtime was ready, inside a probe, or by a vfork child); they are named by the number their site sets");
     }

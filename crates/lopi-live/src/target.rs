@@ -19,6 +19,9 @@ pub struct Target {
     /// and TSC ticks (the time the thread was held for them) by number. They are lopi's own,
     /// as its runtime's are (`lopi_rt_abi::own_calls`).
     pub(crate) injected: BTreeMap<u64, (u64, u64)>,
+    /// The system calls a followed program made between its `exec` and its entry point (the
+    /// dynamic loader's, its libraries' constructors'): calls by number.
+    startup: BTreeMap<u64, u64>,
 }
 
 /// `syscall; int3`, written where injected system calls run.
@@ -91,7 +94,7 @@ impl Target {
             e => e,
         })?;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
-        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new() })
+        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new(), startup: BTreeMap::new() })
     }
 
     /// Takes over a child launched with `PTRACE_TRACEME`, once stopped at its `exec` (see
@@ -117,8 +120,12 @@ impl Target {
         let original = mem.read(entry, 1).map_err(LiveError::io("reading the entry point"))?;
         mem.write(entry, &[0xcc]).map_err(LiveError::io("writing a breakpoint at the entry point"))?;
         let mut threads = Threads::adopt(pid, followed)?;
+        if followed {
+            threads.counted_calls = Some(BTreeMap::new());
+        }
         let regs = threads.regs(pid)?;
         let reached = threads.run_injected(pid, regs, entry);
+        let startup = threads.counted_calls.take().unwrap_or_default();
         mem.write(entry, &original).map_err(LiveError::io("restoring the entry point"))?;
         let mut at_entry = reached?;
         // run_injected put the exec-stop registers back; the program continues from its entry.
@@ -126,11 +133,16 @@ impl Target {
         threads.set_regs(pid, at_entry)?;
         // Library constructors may have started threads.
         threads.stop_new_threads()?;
-        Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new() })
+        Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new(), startup })
     }
 
     pub fn pid(&self) -> i32 {
         self.threads.pid
+    }
+
+    /// The system calls a followed program made before its entry point, by number; taken once.
+    pub fn take_startup_calls(&mut self) -> BTreeMap<u64, u64> {
+        std::mem::take(&mut self.startup)
     }
 
     /// Where `lopi run` stopped the program (its entry point), for [`plan`](crate::plan()).

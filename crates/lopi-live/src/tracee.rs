@@ -38,12 +38,15 @@ pub struct Threads {
     /// Its threads stay traced when let go (`lopi run` following a process tree): dropped,
     /// they are continued, not detached.
     followed: bool,
+    /// While set, code run to a trap stops at each system call, counted here by number: what
+    /// a followed program does between its `exec` and its entry point, before any probe.
+    pub counted_calls: Option<BTreeMap<u64, u64>>,
 }
 
 impl Threads {
     /// Seizes and stops every thread of `pid`, including threads created meanwhile.
     pub fn stop_all(pid: i32) -> Result<Self, LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed: false };
+        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed: false, counted_calls: None };
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -55,7 +58,7 @@ impl Threads {
     pub fn adopt(pid: i32, followed: bool) -> Result<Self, LiveError> {
         let options = if followed { FOLLOWED } else { Options::PTRACE_O_TRACECLONE };
         ptrace::setoptions(Pid::from_raw(pid), options).map_err(|e| LiveError::ptrace("setting options on", pid, e))?;
-        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed };
+        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed, counted_calls: None };
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -184,7 +187,9 @@ impl Threads {
     fn run_to_trap(&mut self, tid: i32, trap: u64) -> Result<Regs, LiveError> {
         let pid = Pid::from_raw(tid);
         let started = Instant::now();
-        ptrace::cont(pid, None).map_err(|e| LiveError::ptrace("running", tid, e))?;
+        let counting = self.counted_calls.is_some();
+        let run = |pid| if counting { ptrace::syscall(pid, None) } else { ptrace::cont(pid, None) };
+        run(pid).map_err(|e| LiveError::ptrace("running", tid, e))?;
         loop {
             let status = match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {
@@ -216,12 +221,20 @@ impl Threads {
                     self.held.entry(tid).or_default().push(signal);
                 }
                 WaitStatus::PtraceEvent(_, _, event) if event == Event::PTRACE_EVENT_CLONE as i32 => self.note_clone(tid),
+                WaitStatus::PtraceSyscall(_) => {
+                    // At a call's entry the kernel has set rax to -ENOSYS; at its exit rax
+                    // holds the result (the first stop after an exec is execve's exit).
+                    let regs = self.regs(tid)?;
+                    if regs.rax == -(Errno::ENOSYS as i64) as u64 {
+                        *self.counted_calls.get_or_insert_with(BTreeMap::new).entry(regs.orig_rax).or_default() += 1;
+                    }
+                }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                     return Err(self.gone(tid).err().unwrap_or(LiveError::TargetExited(self.pid)))
                 }
                 _ => {}
             }
-            ptrace::cont(pid, None).map_err(|e| LiveError::ptrace("running", tid, e))?;
+            run(pid).map_err(|e| LiveError::ptrace("running", tid, e))?;
         }
     }
 

@@ -17,6 +17,8 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+const EXECVE: u64 = 59;
+
 /// A process of the tree, as lopi saw it.
 #[derive(Clone, Debug)]
 pub struct Process {
@@ -31,6 +33,8 @@ pub struct Process {
     pub execs: u32,
     /// System calls its programs made before their probes went live, by number.
     pub startup: BTreeMap<u64, u64>,
+    /// Its program has probes (see [`Tree::probed`]): they count its next `execve`.
+    probed: bool,
 }
 
 /// How a process ended: a wait status (`WIFEXITED`/`WIFSIGNALED` of `status`).
@@ -72,11 +76,14 @@ pub struct Tree {
 impl Tree {
     /// The tree of `target`, a process launched followed (see [`crate::launch`]), which lopi
     /// holds at its entry point: its threads are let go, still traced.
-    pub fn new(target: Target, command: Vec<String>) -> Tree {
+    pub fn new(mut target: Target, command: Vec<String>) -> Tree {
         let root = target.pid();
         let threads = target.threads.tids().into_iter().map(|t| (t, root)).collect();
+        let mut startup = target.take_startup_calls();
+        // The root's execve, made by lopi's child before the program existed: strace counts it.
+        *startup.entry(EXECVE).or_default() += 1;
         target.release();
-        let process = Process { pid: root, parent: 0, command, started: crate::tsc(), execs: 1, startup: BTreeMap::new() };
+        let process = Process { pid: root, parent: 0, command, started: crate::tsc(), execs: 1, startup, probed: true };
         Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), root_status: 0 }
     }
 
@@ -118,9 +125,12 @@ impl Tree {
         }
     }
 
-    /// The root process.
-    pub fn root(&self) -> i32 {
-        self.root
+    /// Process `pid`'s program got its probes (after an [`TreeEvent::Exec`]): they count the
+    /// system calls it makes, its next `execve` included.
+    pub fn probed(&mut self, pid: i32) {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.probed = true;
+        }
     }
 
     /// A thread died: the end of its process when it was the process's leader.
@@ -157,8 +167,8 @@ impl Tree {
             self.newborn.insert(child);
         }
         if group == child {
-            let command = self.processes.get(&parent).map(|p| p.command.clone()).unwrap_or_default();
-            self.processes.insert(child, Process { pid: child, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new() });
+            let (command, probed) = self.processes.get(&parent).map(|p| (p.command.clone(), p.probed)).unwrap_or_default();
+            self.processes.insert(child, Process { pid: child, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new(), probed });
         }
     }
 
@@ -170,16 +180,24 @@ impl Tree {
         }
         self.threads.retain(|tid, group| *group != pid || *tid == pid);
         self.threads.insert(pid, pid);
-        let process = self.processes.entry(pid).or_insert_with(|| Process { pid, parent: 0, command: Vec::new(), started: crate::tsc(), execs: 0, startup: BTreeMap::new() });
+        let process = self.processes.entry(pid).or_insert_with(|| Process { pid, parent: 0, command: Vec::new(), started: crate::tsc(), execs: 0, startup: BTreeMap::new(), probed: false });
         process.execs += 1;
         process.command = crate::procfs::command_line(pid).unwrap_or_default();
-        let process = process.clone();
+        if !std::mem::take(&mut process.probed) {
+            // No probe saw the call that got here.
+            *process.startup.entry(EXECVE).or_default() += 1;
+        }
         match Target::at_exec(pid, true) {
-            Ok(target) => TreeEvent::Exec(target, process),
+            Ok(mut target) => {
+                for (nr, calls) in target.take_startup_calls() {
+                    *process.startup.entry(nr).or_default() += calls;
+                }
+                TreeEvent::Exec(target, process.clone())
+            }
             Err(e) => {
                 // Not taken over: it runs on, unprobed, if it still can.
                 resume(pid, None);
-                TreeEvent::ExecUnprobed(process, e)
+                TreeEvent::ExecUnprobed(process.clone(), e)
             }
         }
     }

@@ -25,6 +25,10 @@ pub struct SyscallStats {
     /// their time up to then).
     #[serde(skip_serializing_if = "is_zero")]
     pub open: u64,
+    /// Calls a followed program made before its probes went live (the dynamic loader's,
+    /// constructors'), counted by lopi through ptrace (included in `calls` and `untimed`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub startup: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -86,6 +90,13 @@ impl ByNumber {
         s.untimed += untimed;
     }
 
+    fn add_startup(&mut self, nr: u64, calls: u64) {
+        self.add(nr, calls, 0, 0.0, 0.0, calls, 0);
+        if let Some(s) = self.0.get_mut(&nr) {
+            s.startup += calls;
+        }
+    }
+
     fn sorted(self) -> Vec<SyscallStats> {
         let mut v: Vec<SyscallStats> = self.0.into_values().collect();
         v.sort_by(|a, b| b.total_ns.total_cmp(&a.total_ns).then(b.calls.cmp(&a.calls)).then(a.nr.cmp(&b.nr)));
@@ -143,6 +154,9 @@ impl Syscalls {
                 let nr = site.nr.map_or(lopi_rt_abi::syscall_name::NR_OTHER, u64::from);
                 total.add(nr, n, 0, 0.0, 0.0, n, 0);
             }
+        }
+        for &(nr, calls) in data.processes.iter().flat_map(|p| &p.startup) {
+            total.add_startup(nr, calls);
         }
         let mut sites: Vec<SiteStats> = sites.into_values().collect();
         sites.sort_by(|a, b| b.total_ns.total_cmp(&a.total_ns).then(b.calls.cmp(&a.calls)).then(a.addr.cmp(&b.addr)));
