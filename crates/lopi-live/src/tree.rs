@@ -67,7 +67,7 @@ pub struct Tree {
     threads: HashMap<i32, i32>,
     /// Threads attached by a fork or clone event whose first stop (`SIGSTOP`) is to come.
     newborn: HashSet<i32>,
-    /// Threads whose first stop came before the event that made them.
+    /// Threads whose first stop came before the event that made them: held until it comes.
     early: HashSet<i32>,
     processes: BTreeMap<i32, Process>,
     root_status: i32,
@@ -137,6 +137,7 @@ impl Tree {
     fn died(&mut self, tid: i32, status: i32) -> Option<Ended> {
         self.threads.remove(&tid);
         self.newborn.remove(&tid);
+        self.early.remove(&tid);
         let process = self.processes.remove(&tid)?;
         self.threads.retain(|_, pid| *pid != tid);
         if tid == self.root {
@@ -163,12 +164,14 @@ impl Tree {
         let parent = self.threads.get(&by).copied().unwrap_or(by);
         let group = crate::procfs::thread_group(child).unwrap_or(child);
         self.threads.insert(child, group);
-        if !self.early.remove(&child) {
-            self.newborn.insert(child);
-        }
         if group == child {
             let (command, probed) = self.processes.get(&parent).map(|p| (p.command.clone(), p.probed)).unwrap_or_default();
             self.processes.insert(child, Process { pid: child, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new(), probed });
+        }
+        if self.early.remove(&child) {
+            resume(child, None);
+        } else {
+            self.newborn.insert(child);
         }
     }
 
@@ -209,10 +212,10 @@ impl Tree {
                 return resume(tid, None);
             }
             if !self.threads.contains_key(&tid) {
-                // Its parent's fork or clone event is still to come.
+                // Its parent's fork or clone event is still to come: it waits for it, so that
+                // lopi knows its parent before it can exec.
                 self.early.insert(tid);
-                self.threads.insert(tid, crate::procfs::thread_group(tid).unwrap_or(tid));
-                return resume(tid, None);
+                return;
             }
         }
         let stopping = matches!(signal, Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU);

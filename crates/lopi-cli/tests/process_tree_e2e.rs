@@ -1,0 +1,236 @@
+//! `lopi run` follows the process tree (issue 30): commands that fork, vfork and exec (a shell
+//! script with pipes, `tar` through `gzip`, `make -j2` of a small C project, Python's
+//! `subprocess`, a program that `dlopen`s a plugin which starts a program, `git commit` with a
+//! hook) under `lopi run --probe syscall` count what `strace -f -c` counts, name by name, for
+//! the whole tree, start-up included; `lopi report --processes` shows the tree and `--comm`
+//! narrows a view to one program.
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// Calls that never return: `strace -c` counts a call when it returns.
+const NEVER_RETURN: [&str; 2] = ["exit_group", "exit"];
+
+/// Calls per name from `strace -f -c -o`'s table.
+fn strace_table(text: &str) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // % time, seconds, usecs/call, calls, [errors,] syscall
+        if fields.len() < 5 || fields[0].parse::<f64>().is_err() || fields.last() == Some(&"total") {
+            continue;
+        }
+        if let Ok(calls) = fields[3].parse::<u64>() {
+            counts.insert(fields[fields.len() - 1].to_string(), calls);
+        }
+    }
+    counts
+}
+
+/// `command` (run in `dir`, after `prepare`) under strace and under `lopi run --probe
+/// syscall`; the problems: a different exit status or output, or a system call whose counts
+/// differ (but those in `varies`, which differ between any two runs of the command).
+fn compare(label: &str, dir: &Path, command: &[&str], varies: &[&str], prepare: &dyn Fn()) -> Vec<String> {
+    let mut problems = Vec::new();
+    let log = dir.join("strace.txt");
+    let strace = require("strace", "strace");
+    prepare();
+    let traced = run(Command::new(strace).args(["-f", "-c", "-o"]).arg(&log).args(command).current_dir(dir), default_timeout()).expect("strace");
+    let data = dir.join("tree.lopi");
+    let _ = std::fs::remove_file(&data);
+    prepare();
+    let lopi = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall", "--"]).args(command).current_dir(dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+    if lopi.status.code() != traced.status.code() || lopi.stdout != traced.stdout {
+        problems.push(format!("{label}: lopi run's status or output differ from strace's run ({}; {})\n{}", lopi.describe_status(), traced.describe_status(), lopi.stderr_str()));
+    }
+    let want = strace_table(&std::fs::read_to_string(&log).unwrap_or_default());
+    assert!(!want.is_empty(), "{label}: strace wrote no table");
+    let seen = by_syscall(&syscall_report(&data)["syscalls"], "calls");
+    let names: std::collections::BTreeSet<&String> = want.keys().chain(seen.keys()).collect();
+    let mut equal = 0;
+    for name in names {
+        let (a, b) = (want.get(name).copied().unwrap_or(0), seen.get(name).copied().unwrap_or(0));
+        if NEVER_RETURN.contains(&name.as_str()) || varies.contains(&name.as_str()) {
+            continue;
+        }
+        if a == b {
+            equal += 1;
+        } else {
+            problems.push(format!("{label}: {name}: strace -f -c {a}, lopi {b}"));
+        }
+    }
+    eprintln!("{label}: {equal} system calls' counts equal strace -f -c's, {} differ", problems.len());
+    problems
+}
+
+fn check(label: &str, dir: &Path, command: &[&str], varies: &[&str]) {
+    let problems = compare(label, dir, command, varies, &|| ());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+fn check_with(label: &str, dir: &Path, command: &[&str], varies: &[&str], prepare: &dyn Fn()) {
+    let problems = compare(label, dir, command, varies, prepare);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+fn report(data: &Path, args: &[&str]) -> String {
+    let out = run(Command::new(lopi_bin()).arg("report").arg(data).args(args), default_timeout()).expect("lopi report");
+    assert!(out.status.success(), "lopi report {args:?}: {}", out.stderr_str());
+    out.stdout_str()
+}
+
+#[test]
+fn a_shell_script_with_pipes() {
+    let dir = fresh_dir("tree-shell");
+    std::fs::write(dir.join("in.txt"), "one\ntwo\nthree\n").unwrap();
+    let script = "cat in.txt | sort | tr a-z A-Z > out.txt; ls > /dev/null; wc -l < in.txt; (echo sub; false) || echo failed";
+    check("sh", &dir, &["sh", "-c", script], &[]);
+    // The tree: sh and its children, each with its parent and how it ended.
+    let data = dir.join("tree.lopi");
+    let tree: serde_json::Value = serde_json::from_str(&report(&data, &["--processes", "--format", "json"])).unwrap();
+    let rows = tree["processes"].as_array().unwrap();
+    let root = rows[0]["pid"].as_u64().unwrap();
+    let programs: Vec<&str> = rows.iter().map(|r| r["program"].as_str().unwrap()).collect();
+    for program in ["sh", "cat", "sort", "tr", "ls", "wc"] {
+        assert!(programs.contains(&program), "no {program} in the tree: {programs:?}");
+    }
+    assert!(rows.iter().skip(1).all(|r| r["parent"].as_u64() != Some(0)), "{rows:?}");
+    assert!(rows.iter().filter(|r| r["parent"].as_u64() == Some(root)).count() >= 5, "{rows:?}");
+    assert!(rows.iter().any(|r| r["ended"] == "exit 1"), "false's exit 1 is not in the tree: {rows:?}");
+    assert!(report(&data, &["--processes"]).contains("PARENT"));
+    // One program's view: sort's system calls only.
+    let sort: serde_json::Value = serde_json::from_str(&report(&data, &["--syscalls", "--comm", "sort", "--format", "json"])).unwrap();
+    let all = syscall_report(&data);
+    let calls = |v: &serde_json::Value| by_syscall(&v["syscalls"], "calls").values().sum::<u64>();
+    assert!(calls(&sort) > 0 && calls(&sort) < calls(&all) / 3, "sort alone: {} of {} calls", calls(&sort), calls(&all));
+    cleanup(&dir);
+}
+
+#[test]
+fn tar_through_gzip() {
+    let dir = fresh_dir("tree-tar");
+    std::fs::create_dir_all(dir.join("files")).unwrap();
+    for i in 0..20 {
+        std::fs::write(dir.join(format!("files/f{i}.txt")), format!("file {i}\n").repeat(50)).unwrap();
+    }
+    require("gzip", "gzip");
+    // gzip reads what tar writes through a pipe: how the bytes are split into reads and
+    // writes depends on the scheduling, in any run.
+    check("tar czf", &dir, &["tar", "czf", "files.tgz", "files"], &["read", "write"]);
+    let data = dir.join("tree.lopi");
+    assert!(report(&data, &["--processes"]).contains("gzip"), "gzip is not in the tree");
+    cleanup(&dir);
+}
+
+#[test]
+fn python_subprocess() {
+    let python = require("python3", "python3");
+    let dir = fresh_dir("tree-python");
+    let code = "import subprocess; subprocess.run(['true']); print(subprocess.check_output(['echo', 'hi']).decode().strip())";
+    check("python3 subprocess", &dir, &[python.to_str().unwrap(), "-c", code], &[]);
+    cleanup(&dir);
+}
+
+const PLUGIN: &str = r#"
+#include <stdlib.h>
+#include <unistd.h>
+int plugin_work(int n) {
+    int sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += getppid() > 0;
+    return sum + system("true");
+}
+"#;
+
+const HOST: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    void *plugin = dlopen(argv[1], RTLD_NOW);
+    if (!plugin) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    int (*work)(int) = (int (*)(int))dlsym(plugin, "plugin_work");
+    printf("%d\n", work(50));
+    return dlclose(plugin);
+}
+"#;
+
+#[test]
+fn a_program_that_dlopens_a_plugin() {
+    let dir = fresh_dir("tree-dlopen");
+    std::fs::write(dir.join("plugin.c"), PLUGIN).unwrap();
+    compile(Command::new("gcc").args(["-O2", "-shared", "-fPIC", "-o"]).arg(dir.join("plugin.so")).arg(dir.join("plugin.c"))).expect("plugin");
+    let host = build_c(&dir, "host", HOST, &["-O2"]);
+    let plugin = dir.join("plugin.so");
+    check("dlopen", &dir, &[host.to_str().unwrap(), plugin.to_str().unwrap()], &[]);
+    cleanup(&dir);
+}
+
+#[test]
+fn make_j2_builds_a_c_project() {
+    require("make", "make");
+    let dir = fresh_dir("tree-make");
+    for i in 0..4 {
+        std::fs::write(dir.join(format!("part{i}.c")), format!("int part{i}(int x) {{ return x * {i} + {i}; }}\n")).unwrap();
+    }
+    std::fs::write(dir.join("main.c"), "#include <stdio.h>\nint part0(int), part1(int), part2(int), part3(int);\nint main(void) { printf(\"%d\\n\", part0(1) + part1(2) + part2(3) + part3(4)); return 0; }\n").unwrap();
+    std::fs::write(dir.join("Makefile"), "OBJS = main.o part0.o part1.o part2.o part3.o\nprog: $(OBJS)\n\tgcc -o $@ $(OBJS)\n%.o: %.c\n\tgcc -O2 -c -o $@ $<\nclean:\n\trm -f prog $(OBJS)\n").unwrap();
+    let make = |args: &[&str]| assert!(run(Command::new("make").args(args).current_dir(&dir), default_timeout()).unwrap().status.success());
+    check_with("make -j2", &dir, &["make", "-s", "-j2"], &[], &|| make(&["clean"]));
+    let processes = report(&dir.join("tree.lopi"), &["--processes"]);
+    for program in ["make", "gcc", "cc1", "as", "collect2", "ld"] {
+        assert!(processes.lines().any(|l| l.split_whitespace().any(|w| w.rsplit('/').next() == Some(program))), "no {program} in the tree:\n{processes}");
+    }
+    cleanup(&dir);
+}
+
+#[test]
+fn make_j2_profiles_every_compiler_process() {
+    require("make", "make");
+    let dir = fresh_dir("tree-make-profile");
+    for i in 0..3 {
+        std::fs::write(dir.join(format!("part{i}.c")), format!("int part{i}(int x) {{ return x * {i} + {i}; }}\n")).unwrap();
+    }
+    std::fs::write(dir.join("Makefile"), "all: part0.o part1.o part2.o\n%.o: %.c\n\tgcc -O2 -c -o $@ $<\n").unwrap();
+    let data = dir.join("profile.lopi");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "entry,exit", "--", "make", "-s", "-j2"]).current_dir(&dir).env("LOPI_OUTPUT", &data), default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let tree: serde_json::Value = serde_json::from_str(&report(&data, &["--processes", "--format", "json"])).unwrap();
+    let cc1: Vec<u64> = tree["processes"].as_array().unwrap().iter().filter(|p| p["program"] == "cc1").map(|p| p["pid"].as_u64().unwrap()).collect();
+    assert_eq!(cc1.len(), 3, "one cc1 per file: {tree}");
+    // Each compiler process has a timed profile of its own.
+    for pid in cc1 {
+        let profile: serde_json::Value = serde_json::from_str(&report(&data, &["--pid", &pid.to_string(), "--format", "json"])).unwrap();
+        let calls: u64 = profile["functions"].as_array().unwrap().iter().map(|f| f["calls"].as_u64().unwrap_or(0)).sum();
+        assert!(calls > 1000, "cc1 {pid}: {calls} calls");
+    }
+    cleanup(&dir);
+}
+
+#[test]
+fn git_commit_with_a_hook() {
+    require("git", "git");
+    let dir = fresh_dir("tree-git");
+    let git = |args: &[&str]| {
+        let out = run(Command::new("git").args(args).current_dir(&dir), default_timeout()).unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", out.stderr_str());
+    };
+    git(&["init", "-q"]);
+    for (key, value) in [("user.email", "t@example.com"), ("user.name", "T"), ("maintenance.auto", "false"), ("gc.auto", "0")] {
+        git(&["config", key, value]);
+    }
+    let hook = dir.join(".git/hooks/pre-commit");
+    std::fs::write(&hook, "#!/bin/sh\ngit diff --cached --name-only > /dev/null\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Each run commits a change of the same size.
+    let version = std::cell::Cell::new(0);
+    let change = || {
+        version.set(version.get() + 1);
+        std::fs::write(dir.join("file.txt"), format!("version {}\n", version.get())).unwrap();
+        git(&["add", "file.txt"]);
+    };
+    check_with("git commit", &dir, &["git", "commit", "-q", "-m", "change"], &[], &change);
+    cleanup(&dir);
+}
