@@ -12,9 +12,6 @@ pub struct Fixture {
     pub cxx: bool,
     /// `lopi-expect`: entry counts of the program's own functions.
     pub expect: Vec<(String, u64)>,
-    /// `lopi-expect-live`: entry counts under `lopi run`, where they differ (probes spliced
-    /// into one process image are gone after `exec`).
-    pub expect_live: Option<Vec<(String, u64)>>,
     /// `lopi-expect-lib`: entry counts of the shared library's functions.
     pub expect_lib: Vec<(String, u64)>,
     /// `lopi-exit` / `lopi-signal`: how the original program terminates.
@@ -71,7 +68,6 @@ impl Fixture {
             match key.trim() {
                 "lopi-expect" => fx.expect = parse_pairs(file, val),
                 "lopi-expect-lib" => fx.expect_lib = parse_pairs(file, val),
-                "lopi-expect-live" => fx.expect_live = Some(parse_pairs(file, val)),
                 "lopi-exit" => fx.exit = Some(val.parse().expect("lopi-exit")),
                 "lopi-signal" => fx.signal = Some(val.parse().expect("lopi-signal")),
                 "lopi-cflags" => fx.cflags = val.split_whitespace().map(String::from).collect(),

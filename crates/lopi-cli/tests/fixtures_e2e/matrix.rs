@@ -248,7 +248,7 @@ fn check_variant(
     };
 
     let entries = case.report(&data)?;
-    let expect = if variant == Variant::Live { fx.expect_live.as_ref().unwrap_or(&fx.expect) } else { &fx.expect };
+    let expect = &fx.expect;
     check_counts(
         &mut problems,
         &entries,
