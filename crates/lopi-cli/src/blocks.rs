@@ -3,7 +3,8 @@
 use anyhow::{bail, Context, Result};
 use lopi_elf::ElfModule;
 use lopi_trace::{BlockCount, ModuleBlocks};
-use lopi_patch::blocks::{BlockOutcome, Edge, FunctionBlocks};
+use lopi_patch::blocks::{Edge, FunctionBlocks};
+use lopi_patch::Outcome;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -30,8 +31,9 @@ fn totals(plan: &[FunctionBlocks]) -> Totals {
                 t.implied += lopi_patch::blocks::implications(f).values().filter(|i| !i.by.is_empty()).count();
                 for (_, outcome) in blocks {
                     match outcome {
-                        BlockOutcome::Probed(tactic) => *t.probed.entry(tactic.name()).or_default() += 1,
-                        BlockOutcome::Skipped(reason) => *t.skipped.entry(reason.key()).or_default() += 1,
+                        Outcome::Probed(tactic) => *t.probed.entry(tactic.name()).or_default() += 1,
+                        Outcome::Skipped(reason) => *t.skipped.entry(reason.key()).or_default() += 1,
+                        Outcome::Moved | Outcome::NotSelected => {}
                     }
                 }
             }
@@ -109,8 +111,9 @@ pub fn info_json(module: &ElfModule<'_>, plan: &[FunctionBlocks]) -> Value {
                     "address": format!("{:#x}", function.addr.0),
                     "blocks": blocks.iter().map(|(b, outcome)| {
                         let (probe, reason) = match outcome {
-                            BlockOutcome::Probed(tactic) => (Some(tactic.name()), None),
-                            BlockOutcome::Skipped(reason) => (None, Some(reason.key())),
+                            Outcome::Probed(tactic) => (Some(tactic.name()), None),
+                            Outcome::Skipped(reason) => (None, Some(reason.key())),
+                            Outcome::Moved | Outcome::NotSelected => (None, None),
                         };
                         json!({"start": format!("{:#x}", b.start), "end": format!("{:#x}", b.end), "instructions": b.instructions, "edges": b.edges.iter().map(edge_json).collect::<Vec<_>>(), "probe": probe, "skipped": reason})
                     }).collect::<Vec<_>>(),

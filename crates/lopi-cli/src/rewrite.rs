@@ -122,7 +122,7 @@ pub(crate) fn rewrite(
         let counted = trace::count_only(spec, &module);
         for (f, function) in module.functions.iter().enumerate() {
             if counted.contains(&function.name) {
-                selection.count_only(f, lopi_patch::UntimedReason::ScriptCounts);
+                selection.count_only(f, lopi_patch::Refusal::ScriptCounts);
             }
         }
     }

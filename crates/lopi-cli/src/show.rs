@@ -2,7 +2,7 @@
 use crate::output::print_json;
 use crate::report::{Shown, Source};
 use lopi_elf::ElfModule;
-use lopi_patch::{Outcome, Selection, TimingOutcome};
+use lopi_patch::{Outcome, PointKind, Selection, TimingOutcome};
 use lopi_trace::Profile;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,7 +46,7 @@ impl Summary {
         }
         for outcome in outcomes {
             match outcome {
-                Outcome::Probed(_) => s.probed += 1,
+                Outcome::Probed(_) | Outcome::Moved => s.probed += 1,
                 Outcome::Skipped(r) => *s.skipped_by_reason.entry(r.key()).or_default() += 1,
                 Outcome::NotSelected => continue,
             }
@@ -93,7 +93,8 @@ impl fmt::Display for Summary {
 fn outcome_fields(outcome: &Outcome) -> (&'static str, Option<&'static str>, Option<String>) {
     match outcome {
         Outcome::Probed(t) => ("probed", Some(t.name()), None),
-        Outcome::Skipped(r) => ("skipped", None, Some(format!("{}: {r}", r.key()))),
+        Outcome::Moved => ("moved", None, None),
+        Outcome::Skipped(r) => ("skipped", None, Some(format!("{}: {}", r.key(), r.describe(PointKind::Entry)))),
         Outcome::NotSelected => ("not-selected", None, None),
     }
 }
@@ -102,7 +103,7 @@ fn timing_field(t: &TimingOutcome) -> Option<String> {
     match t {
         TimingOutcome::Off => None,
         TimingOutcome::Timed => Some("timed".into()),
-        TimingOutcome::Untimed(r) => Some(format!("counted only, {}: {r}", r.key())),
+        TimingOutcome::Untimed(r) => Some(format!("counted only, {}: {}", r.key(), r.describe(PointKind::Exit))),
     }
 }
 

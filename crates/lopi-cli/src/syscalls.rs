@@ -3,7 +3,7 @@
 use crate::output::print_json;
 use crate::report::{Shown, Source};
 use lopi_elf::ElfModule;
-use lopi_patch::{SyscallOutcome, SyscallSite};
+use lopi_patch::{Outcome, PointKind, SyscallSite};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -20,8 +20,9 @@ impl Summary {
         let mut s = Summary { found: sites.len(), probed: 0, skipped_by_reason: BTreeMap::new() };
         for site in sites {
             match site.outcome {
-                SyscallOutcome::Probed(_) | SyscallOutcome::Moved => s.probed += 1,
-                SyscallOutcome::Skipped(r) => *s.skipped_by_reason.entry(r.key()).or_default() += 1,
+                Outcome::Probed(_) | Outcome::Moved => s.probed += 1,
+                Outcome::Skipped(r) => *s.skipped_by_reason.entry(r.key()).or_default() += 1,
+                Outcome::NotSelected => {}
             }
         }
         s
@@ -46,9 +47,10 @@ fn function_name<'m>(module: &'m ElfModule<'_>, site: &SyscallSite) -> &'m str {
 
 fn how(site: &SyscallSite) -> (String, Option<String>) {
     match site.outcome {
-        SyscallOutcome::Probed(t) => (t.name().to_string(), None),
-        SyscallOutcome::Moved => ("moved".to_string(), None),
-        SyscallOutcome::Skipped(r) => ("skipped".to_string(), Some(format!("{}: {r}", r.key()))),
+        Outcome::Probed(t) => (t.name().to_string(), None),
+        Outcome::Moved => ("moved".to_string(), None),
+        Outcome::Skipped(r) => ("skipped".to_string(), Some(format!("{}: {}", r.key(), r.describe(PointKind::Syscall)))),
+        Outcome::NotSelected => ("not-selected".to_string(), None),
     }
 }
 

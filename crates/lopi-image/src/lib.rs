@@ -230,7 +230,7 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
                 blocks
                     .iter()
                     .filter_map(|(b, outcome)| match outcome {
-                        lopi_patch::blocks::BlockOutcome::Skipped(reason) => Some(MetaUnprobedBlock {
+                        lopi_patch::Outcome::Skipped(reason) => Some(MetaUnprobedBlock {
                             addr: b.start,
                             end: b.end,
                             function: name.clone(),
@@ -239,7 +239,7 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
                             needs: implied.get(&b.start).map(|i| i.needs.clone()).unwrap_or_default(),
                             exactly: implied.get(&b.start).is_some_and(|i| i.exactly),
                         }),
-                        lopi_patch::blocks::BlockOutcome::Probed(_) => None,
+                        _ => None,
                     })
                     .collect::<Vec<_>>()
             })

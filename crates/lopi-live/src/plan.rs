@@ -81,11 +81,11 @@ impl Source {
         });
         let at_entry = |f: &lopi_elf::Function| self.entry.is_some_and(|e| f.addr.0 <= e && e < f.addr.0 + f.size.max(1));
         if let Some(f) = module.functions.iter().position(at_entry) {
-            selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
+            selection.count_only(f, lopi_patch::Refusal::EntryPoint);
         }
         for (f, function) in module.functions.iter().enumerate() {
             if self.request.count_only.contains(&function.name) {
-                selection.count_only(f, lopi_patch::UntimedReason::ScriptCounts);
+                selection.count_only(f, lopi_patch::Refusal::ScriptCounts);
             }
         }
         (selection, lookup)

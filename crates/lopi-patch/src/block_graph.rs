@@ -1,8 +1,7 @@
 //! A function's basic blocks as the planner finds them and the coverage analysis reads them:
 //! the types both `blocks.rs` (which finds them and places their probes) and `implied.rs`
 //! (which tells which blocks need no probe of their own) use, below both.
-use crate::exits::UntimedReason;
-use crate::{SkipReason, Tactic};
+use crate::{Outcome, Refusal};
 
 /// Where control goes from a block's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -27,13 +26,6 @@ pub struct Block {
     pub calls: bool,
 }
 
-/// What a probe at a block's start would be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum BlockOutcome {
-    Probed(Tactic),
-    Skipped(SkipReason),
-}
-
 /// A function's blocks, in address order (its entry first when it lies lowest), or why its
 /// graph is not known.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -41,7 +33,8 @@ pub struct FunctionBlocks {
     pub function: usize,
     /// The function's address: its entry block's start.
     pub entry: u64,
-    pub blocks: Result<Vec<(Block, BlockOutcome)>, UntimedReason>,
+    /// Each block with what a probe at its start is (`Probed` or `Skipped`).
+    pub blocks: Result<Vec<(Block, Outcome)>, Refusal>,
     /// Where its indirect jumps may go (its jump tables' entries): the targets of `Edge::Table`.
     pub table: Vec<u64>,
 }

@@ -4,23 +4,23 @@
 //! entries, landing pads) and after every branch; and the tactic a probe at each block's start
 //! would take, from the same ladder as function entries. A block's probe may move only the
 //! block's own instructions: it stops at the next block's start, branch target or not.
-use crate::exits::{self, CodeMap, Region, UntimedReason};
+use crate::exits::{self, CodeMap, Region};
 use crate::gaps::Gaps;
 use crate::targets::Targets;
 use crate::entry::{patch_instructions, Choice, Entry};
-use crate::{Action, Filter, Point, Site, SkipReason, Tactic};
+use crate::{Action, Filter, Outcome, Point, Refusal, Site, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeSet;
 
-pub use crate::block_graph::{Block, BlockOutcome, Edge, FunctionBlocks};
+pub use crate::block_graph::{Block, Edge, FunctionBlocks};
 pub use crate::implied::{implications, Implication};
 
 /// The control-flow graph of the function at `index` (ending at `end`).
-pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, index: usize, end: u64) -> Result<(Vec<Block>, Vec<u64>), UntimedReason> {
+pub(crate) fn graph(module: &ElfModule<'_>, targets: &Targets, map: &CodeMap, index: usize, end: u64) -> Result<(Vec<Block>, Vec<u64>), Refusal> {
     let function = &module.functions[index];
     if function.size == 0 {
-        return Err(UntimedReason::UnknownSize);
+        return Err(Refusal::UnknownSize);
     }
     let found = exits::find(module, Region { start: function.addr.0, end }, map, targets, false)?;
     let regions: Vec<Region> = found.code.values().map(|(r, _)| *r).collect();
@@ -112,17 +112,17 @@ pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter,
                 .zip(own)
                 .map(|(b, own)| {
                     let outcome = match own.then(|| direct_site(module, targets, &starts, &b, gaps, action == Action::Mark)) {
-                        None => BlockOutcome::Skipped(SkipReason::Implied),
+                        None => Outcome::Skipped(Refusal::Implied),
                         Some(Ok(Choice::Direct(site))) => {
                             let tactic = site_tactic(&site);
                             sites.push(Site { function: index, action, ..site });
-                            BlockOutcome::Probed(tactic)
+                            Outcome::Probed(tactic)
                         }
                         Some(Ok(Choice::NeedsBounce(entry))) => {
                             bounces.push((out.len(), b.start, index, entry));
-                            BlockOutcome::Probed(Tactic::Jmp8ViaBounce)
+                            Outcome::Probed(Tactic::Jmp8ViaBounce)
                         }
-                        Some(Err(reason)) => BlockOutcome::Skipped(reason),
+                        Some(Err(reason)) => Outcome::Skipped(reason),
                     };
                     (b, outcome)
                 })
@@ -138,14 +138,14 @@ pub(crate) fn select(module: &ElfModule<'_>, targets: &Targets, filter: &Filter,
                 let covered = entry.len;
                 sites.push(Site { action, ..as_block(entry.into_site(function, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce)))) });
             }
-            None => set_outcome(&mut out[f], start, BlockOutcome::Skipped(SkipReason::NoBounceSpace)),
+            None => set_outcome(&mut out[f], start, Outcome::Skipped(Refusal::NoBounceSpace)),
         }
     }
     (sites, out)
 }
 
 /// Records that the block at `start` of `f` is probed or skipped after all.
-fn set_outcome(f: &mut FunctionBlocks, start: u64, outcome: BlockOutcome) {
+fn set_outcome(f: &mut FunctionBlocks, start: u64, outcome: Outcome) {
     if let Ok(blocks) = &mut f.blocks {
         if let Some((_, o)) = blocks.iter_mut().find(|(b, _)| b.start == start) {
             *o = outcome;
@@ -154,7 +154,7 @@ fn set_outcome(f: &mut FunctionBlocks, start: u64, outcome: BlockOutcome) {
 }
 
 /// The same for the block a probe at `patch_at` is in (past its `endbr64`).
-pub(crate) fn set_outcome_at(f: &mut FunctionBlocks, patch_at: u64, outcome: BlockOutcome) {
+pub(crate) fn set_outcome_at(f: &mut FunctionBlocks, patch_at: u64, outcome: Outcome) {
     if let Some(start) = start_of(f, patch_at) {
         set_outcome(f, start, outcome);
     }
@@ -186,7 +186,7 @@ fn site_tactic(site: &Site) -> Tactic {
 /// A block's probe moves only the block's own instructions. With `fit_line` (a coverage
 /// probe), a jump that would span two cache lines moves past the block's first instructions
 /// if it can (see [`later_in_line`]).
-fn direct_site(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>, block: &Block, gaps: &mut Gaps, fit_line: bool) -> Result<Choice, SkipReason> {
+fn direct_site(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>, block: &Block, gaps: &mut Gaps, fit_line: bool) -> Result<Choice, Refusal> {
     let stop = |ip: u64| targets.contains(&ip) || starts.contains(&ip);
     let mut entry = patch_instructions(module, Svma(block.start), block.end, targets, &stop, JMP32_LEN)?;
     if fit_line && entry.len >= JMP32_LEN && !within_line(entry.patch_at.0, JMP32_LEN) {
@@ -203,7 +203,7 @@ fn direct_site(module: &ElfModule<'_>, targets: &Targets, starts: &BTreeSet<u64>
         return Ok(Choice::Direct(as_block(entry.into_site(0, Tactic::Jmp32IntoPadding, JMP32_LEN, None))));
     }
     if entry.len < JMP8_LEN {
-        return Err(SkipReason::TooShort);
+        return Err(Refusal::TooShort);
     }
     Ok(Choice::NeedsBounce(entry))
 }

@@ -2,7 +2,7 @@
 //! patches them (a whole function, a jump into padding, a bounce).
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{Action, Point, Site, SkipReason, Tactic};
+use crate::{Action, Point, Refusal, Site, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 /// The instructions at a patch point that may be moved: stops before a branch target, after
@@ -70,7 +70,7 @@ pub(crate) fn entry_instructions(
     end: u64,
     targets: &Targets,
     want: usize,
-) -> Result<Entry, SkipReason> {
+) -> Result<Entry, Refusal> {
     patch_instructions(module, function.addr, end, targets, &|ip| targets.contains(&ip), want)
 }
 
@@ -84,8 +84,8 @@ pub(crate) fn patch_instructions(
     targets: &Targets,
     stop: &dyn Fn(u64) -> bool,
     want: usize,
-) -> Result<Entry, SkipReason> {
-    let bytes = module.bytes_from(at).ok_or(SkipReason::NotInFile)?;
+) -> Result<Entry, Refusal> {
+    let bytes = module.bytes_from(at).ok_or(Refusal::NotInFile)?;
     let skip = if lopi_x86::is_endbr64(bytes) { 4 } else { 0 };
     let patch_at = at + skip as u64;
     let limit = end.saturating_sub(patch_at.0).min(bytes.len().saturating_sub(skip) as u64) as usize;
@@ -99,19 +99,19 @@ pub(crate) fn patch_instructions(
         }
         let Some(insn) = lopi_x86::decode_one(&code[entry.len..], ip) else {
             if entry.len == 0 {
-                return Err(if code.is_empty() { SkipReason::TooShort } else { SkipReason::Undecodable });
+                return Err(if code.is_empty() { Refusal::TooShort } else { Refusal::Undecodable });
             }
             break;
         };
         let next = ip + insn.len() as u64;
         if targets.range(ip + 1..next).next().is_some() {
-            return Err(SkipReason::OverlappingCode);
+            return Err(Refusal::OverlappingCode);
         }
         if matches!(lopi_x86::flow(&insn), Flow::Call | Flow::IndirectCall) {
             // A moved call becomes push-return-address + jmp; the callee returns to the
             // original code right after it, so those bytes stay live: nothing past it moves.
             let Some(emulation) = lopi_x86::emulate_call(&insn) else {
-                return Err(if entry.len == 0 { SkipReason::CallAtEntry } else { SkipReason::TooShort });
+                return Err(if entry.len == 0 { Refusal::CallAtEntry } else { Refusal::TooShort });
             };
             entry.len += insn.len();
             entry.insns.extend(emulation);
@@ -139,7 +139,7 @@ pub(crate) fn entry_site(
     end: u64,
     targets: &Targets,
     gaps: &mut Gaps,
-) -> Result<Choice, SkipReason> {
+) -> Result<Choice, Refusal> {
     let function = &module.functions[index];
     let entry = entry_instructions(module, function, end, targets, JMP32_LEN)?;
     if targets.loops.contains(&entry.patch_at.0) || targets.loops.contains(&function.addr.0) {
@@ -160,7 +160,7 @@ pub(crate) fn entry_site(
         return Ok(Choice::Direct(entry.into_site(index, Tactic::Jmp32IntoPadding, JMP32_LEN, None)));
     }
     if entry.len < JMP8_LEN {
-        return Err(SkipReason::TooShort);
+        return Err(Refusal::TooShort);
     }
     Ok(Choice::NeedsBounce(entry))
 }
@@ -173,24 +173,24 @@ const MAX_WHOLE_FUNCTION: u64 = 4096;
 ///
 /// The copy starts at the function's first byte (an `endbr64` included) so that a loop
 /// reaching either the entry or the patch point is redirected into the copy.
-pub(crate) fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64, targets: &Targets) -> Result<Site, SkipReason> {
+pub(crate) fn whole_function(module: &ElfModule<'_>, index: usize, patch_at: Svma, end: u64, targets: &Targets) -> Result<Site, Refusal> {
     let start = module.functions[index].addr;
     let len = end.saturating_sub(start.0);
     if module.functions[index].size == 0 || end < patch_at.0 + JMP32_LEN as u64 || len > MAX_WHOLE_FUNCTION {
-        return Err(SkipReason::LoopAtEntry);
+        return Err(Refusal::LoopAtEntry);
     }
     // Targets under the jump must be the function's own (they follow the copy).
     let covered = patch_at.0 + 1..patch_at.0 + JMP32_LEN as u64;
     if targets.range(covered).any(|t| !targets.loops.contains(t)) {
-        return Err(SkipReason::LoopAtEntry);
+        return Err(Refusal::LoopAtEntry);
     }
-    let bytes = module.bytes_from(start).and_then(|b| b.get(..len as usize)).ok_or(SkipReason::NotInFile)?;
+    let bytes = module.bytes_from(start).and_then(|b| b.get(..len as usize)).ok_or(Refusal::NotInFile)?;
     let insns: Vec<Insn> = lopi_x86::decode(bytes, start.0).collect();
     let decoded: usize = insns.iter().map(|i| i.len()).sum();
     let movable = insns.iter().all(|i| !matches!(lopi_x86::flow(i), Flow::Call | Flow::IndirectCall | Flow::IndirectJump));
     let ends_terminal = insns.last().is_some_and(|i| lopi_x86::flow(i).is_terminal());
     if decoded != bytes.len() || !movable || !ends_terminal {
-        return Err(SkipReason::LoopAtEntry);
+        return Err(Refusal::LoopAtEntry);
     }
     Ok(Site {
         function: index,

@@ -11,56 +11,10 @@
 //! all its exits can be probed: a missed exit would leave its frame open.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{Action, Point, Site};
+use crate::{Action, Point, Refusal, Site};
 use lopi_elf::{Cfa, ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeMap, HashSet};
-
-/// Why a probed function's calls are counted but not timed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, thiserror::Error)]
-#[serde(rename_all = "kebab-case")]
-pub enum UntimedReason {
-    #[error("an exit (ret or tail jump) has fewer than 2 movable bytes before it and no padding after it")]
-    ExitTooShort,
-    #[error("an exit needs a bounce and there is no free padding within 127 bytes")]
-    NoBounceSpace,
-    #[error("the function jumps into code outside any known function or fragment, so its exits are unknown")]
-    JumpsIntoOtherCode,
-    #[error("the function's code does not decode to its end")]
-    Undecodable,
-    #[error("the function's size is unknown")]
-    UnknownSize,
-    #[error("the function's address does not fit the entry probe's 31-bit immediate")]
-    AddressTooHigh,
-    #[error("an exit's instructions cannot be re-encoded in the trampoline area")]
-    RelocationFailed,
-    #[error("a thread of the running process was stopped inside an exit site and could not be moved out")]
-    ThreadInside,
-    #[error("the program's entry point never returns and runs before any timing in a rewritten file, so it is counted only")]
-    EntryPoint,
-    #[error("the probe script only counts its calls, which its plain counting probe does")]
-    ScriptCounts,
-    #[error("the call goes on, by a tail jump, in another lock function, whose probes time it as the lock operation")]
-    ContinuesInLock,
-}
-
-impl UntimedReason {
-    pub fn key(self) -> &'static str {
-        match self {
-            UntimedReason::ExitTooShort => "exit-too-short",
-            UntimedReason::NoBounceSpace => "exit-no-bounce-space",
-            UntimedReason::JumpsIntoOtherCode => "jumps-into-other-code",
-            UntimedReason::Undecodable => "undecodable",
-            UntimedReason::UnknownSize => "unknown-size",
-            UntimedReason::AddressTooHigh => "address-too-high",
-            UntimedReason::RelocationFailed => "relocation-failed",
-            UntimedReason::ThreadInside => "thread-inside",
-            UntimedReason::EntryPoint => "entry-point",
-            UntimedReason::ScriptCounts => "script-counts",
-            UntimedReason::ContinuesInLock => "continues-in-lock",
-        }
-    }
-}
 
 /// A stretch of code with a known extent: a function or a fragment of one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -190,7 +144,7 @@ pub(crate) struct FunctionExits {
 
 /// Finds every exit of the function in `function` and of the fragments it jumps into (and,
 /// with `follow`, of the functions it tail-jumps to).
-pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targets: &Targets, follow: bool) -> Result<FunctionExits, UntimedReason> {
+pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targets: &Targets, follow: bool) -> Result<FunctionExits, Refusal> {
     let mut out = FunctionExits { code: BTreeMap::new(), exits: Vec::new() };
     let mut todo = vec![function];
     while let Some(region) = todo.pop() {
@@ -200,10 +154,10 @@ pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targ
         let bytes = module
             .bytes_from(Svma(region.start))
             .and_then(|b| b.get(..(region.end - region.start) as usize))
-            .ok_or(UntimedReason::Undecodable)?;
+            .ok_or(Refusal::Undecodable)?;
         let insns: Vec<Insn> = lopi_x86::decode(bytes, region.start).collect();
         if insns.iter().map(|i| i.len() as u64).sum::<u64>() != region.end - region.start {
-            return Err(UntimedReason::Undecodable);
+            return Err(Refusal::Undecodable);
         }
         let has_indirect = targets.indirect.range(region.start..region.end).next().is_some()
             || targets.indirect.range(function.start..function.end).next().is_some();
@@ -213,8 +167,8 @@ pub(crate) fn find(module: &ElfModule<'_>, function: Region, map: &CodeMap, targ
                 Class::Inside => {}
                 Class::Exit(kind) => out.exits.push(ExitAt { region, index, kind }),
                 Class::Fragment(f) => todo.push(f),
-                Class::Foreign => return Err(UntimedReason::JumpsIntoOtherCode),
-                Class::IntoLock => return Err(UntimedReason::ContinuesInLock),
+                Class::Foreign => return Err(Refusal::JumpsIntoOtherCode),
+                Class::IntoLock => return Err(Refusal::ContinuesInLock),
             }
         }
         out.code.insert(region.start, (region, insns));
@@ -249,7 +203,7 @@ pub(crate) fn site(
     targets: &Targets,
     gaps: &mut Gaps,
     syscalls: bool,
-) -> Result<Site, UntimedReason> {
+) -> Result<Site, Refusal> {
     let last = &insns[exit.index];
     let mut first = exit.index;
     let mut len = last.len();
@@ -300,12 +254,12 @@ pub(crate) fn site(
         covered = JMP8_LEN;
     }
     if covered < JMP8_LEN {
-        return Err(UntimedReason::ExitTooShort);
+        return Err(Refusal::ExitTooShort);
     }
     let from = patch_at.0 + JMP8_LEN as u64;
     let bounce = gaps
         .take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN)
-        .ok_or(UntimedReason::NoBounceSpace)?;
+        .ok_or(Refusal::ExitNoBounceSpace)?;
     Ok(site(covered, Some(Svma(bounce))))
 }
 

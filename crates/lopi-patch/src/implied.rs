@@ -13,7 +13,8 @@
 //! blocks it dominates did (every path from it stays among the blocks it dominates until a probe,
 //! and a loop's way back leaves the block it starts from, so it has a probe). Coverage probes
 //! (`--probe coverage`) go only where that does not hold.
-use crate::block_graph::{Block, BlockOutcome, Edge, FunctionBlocks};
+use crate::block_graph::{Block, Edge, FunctionBlocks};
+use crate::Outcome;
 use std::collections::HashMap;
 
 /// What the probed blocks tell of a block without a probe.
@@ -34,11 +35,11 @@ pub fn implications(f: &FunctionBlocks) -> HashMap<u64, Implication> {
     let plain: Vec<Block> = blocks.iter().map(|(b, _)| b.clone()).collect();
     if !complete(&plain) {
         // An edge to no block would make every conclusion doubtful: claim nothing.
-        return blocks.iter().filter(|(_, o)| !matches!(o, BlockOutcome::Probed(_))).map(|(b, _)| (b.start, Implication::default())).collect();
+        return blocks.iter().filter(|(_, o)| !matches!(o, Outcome::Probed(_))).map(|(b, _)| (b.start, Implication::default())).collect();
     }
     let graph = Graph::new(&plain, &f.table, f.entry);
     let dom = graph.dominators();
-    let probed = |i: usize| matches!(blocks[i].1, BlockOutcome::Probed(_));
+    let probed = |i: usize| matches!(blocks[i].1, Outcome::Probed(_));
     let own = graph.needs_own_probe(&dom);
     let covered_below = graph.covered_below(&dom, &own, &probed);
     // Walked from each block up its dominators and along its straight way on: linear in the
@@ -292,7 +293,7 @@ fn dominates(idom: &[Option<usize>], u: usize, p: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{SkipReason, Tactic};
+    use crate::{Refusal, Tactic};
 
     fn block(start: u64, edges: Vec<Edge>, calls: bool) -> Block {
         Block { start, end: start + 1, instructions: 1, edges, calls }
@@ -306,7 +307,7 @@ mod tests {
             block(3, vec![Edge::Next(4)], true),
             block(4, vec![Edge::Leaves], false),
         ];
-        let outcome = |b: &Block| if probed.contains(&b.start) { BlockOutcome::Probed(Tactic::Jmp32) } else { BlockOutcome::Skipped(SkipReason::TooShort) };
+        let outcome = |b: &Block| if probed.contains(&b.start) { Outcome::Probed(Tactic::Jmp32) } else { Outcome::Skipped(Refusal::TooShort) };
         FunctionBlocks { function: 0, entry: 1, blocks: Ok(blocks.into_iter().map(|b| (b.clone(), outcome(&b))).collect()), table: Vec::new() }
     }
 

@@ -2,9 +2,7 @@
 //! numbered (function entries first, then system-call sites), and the patches over the
 //! original code. A site that cannot be encoded is given up with a reason, never patched
 //! half-way.
-use crate::syscalls::{SyscallOutcome, SyscallSkip};
-use crate::blocks::BlockOutcome;
-use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, Probe, ProbePoint, Selection, Site, SkipReason, Tactic, TimingOutcome, UntimedReason, RSEQ_CS_SIZE};
+use crate::{lend, Action, CodePatch, CodeSwap, SwitchPatches, Layout, Outcome, PatchPlan, Point, Probe, ProbePoint, Refusal, Selection, Site, Tactic, TimingOutcome, RSEQ_CS_SIZE};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::HashMap;
@@ -33,10 +31,7 @@ impl Selection {
         loop {
             match self.try_lay_out(module, layout) {
                 Ok(plan) => return plan,
-                Err(Failed::Exit(site)) => self.demote(site, UntimedReason::RelocationFailed),
-                Err(Failed::Entry(site, reason)) => self.remove_entry(site, reason),
-                Err(Failed::Syscall(site, reason)) => self.remove_syscall_site(site, reason),
-                Err(Failed::Block(site, reason)) => self.remove_block(site, reason),
+                Err(Failed { site, refusal }) => self.give_up(site, refusal),
             }
         }
     }
@@ -47,30 +42,37 @@ impl Selection {
     /// Returns false when no site patches there.
     pub fn withdraw(&mut self, patch_at: Svma) -> bool {
         let Some(index) = self.sites.iter().position(|s| s.patch_at == patch_at) else { return false };
-        match self.sites[index].point {
-            Point::Exit => self.demote(index, UntimedReason::ThreadInside),
-            Point::Entry(_) => self.remove_entry(index, SkipReason::ThreadInside),
-            Point::Syscall(_) => self.remove_syscall_site(index, SyscallSkip::ThreadInside),
-            Point::Block(_) => self.remove_block(index, SkipReason::ThreadInside),
-        }
+        self.give_up(index, Refusal::ThreadInside);
         true
     }
 
+    /// Gives up the site at `index` for `refusal`, with what that means at its point: an
+    /// entry's function is skipped, an exit's functions are counted but not timed, a
+    /// `syscall` or a block stays without a probe.
+    fn give_up(&mut self, index: usize, refusal: Refusal) {
+        match self.sites[index].point {
+            Point::Exit => self.demote(index, refusal),
+            Point::Entry(_) => self.remove_entry(index, refusal),
+            Point::Syscall(_) => self.remove_syscall_site(index, refusal),
+            Point::Block(_) => self.remove_block(index, refusal),
+        }
+    }
+
     /// Gives up the block site at `index`: its block is counted as skipped for `reason`.
-    fn remove_block(&mut self, index: usize, reason: SkipReason) {
+    fn remove_block(&mut self, index: usize, reason: Refusal) {
         let site = self.sites.remove(index);
         for f in self.blocks.iter_mut().filter(|f| f.function == site.function) {
-            crate::blocks::set_outcome_at(f, site.patch_at.0, BlockOutcome::Skipped(reason));
+            crate::blocks::set_outcome_at(f, site.patch_at.0, Outcome::Skipped(reason));
         }
     }
 
     /// Gives up the entry site at `index`: its function is skipped for `reason` and no longer
     /// needs its exit sites; sites whose bounce was in its moved bytes (see `lend.rs`) go too.
-    fn remove_entry(&mut self, index: usize, reason: SkipReason) {
+    fn remove_entry(&mut self, index: usize, reason: Refusal) {
         let site = self.sites.remove(index);
         // Its moved `syscall`s stay in place, unprobed: they cannot get a site of their own
         // once the layout has begun.
-        self.skip_syscalls(&site.syscalls, SyscallSkip::Covered);
+        self.skip_syscalls(&site.syscalls, Refusal::Covered);
         self.outcomes[site.function] = Outcome::Skipped(reason);
         self.timing[site.function] = TimingOutcome::Off;
         for s in &mut self.sites {
@@ -80,9 +82,9 @@ impl Selection {
         let lent = site.patch_at.0..site.patch_at.0 + site.covered as u64;
         while let Some(i) = self.sites.iter().position(|s| s.bounce.is_some_and(|b| lent.contains(&b.0))) {
             if self.sites[i].is_entry() {
-                self.remove_entry(i, SkipReason::NoBounceSpace);
+                self.remove_entry(i, Refusal::NoBounceSpace);
             } else {
-                self.demote(i, UntimedReason::NoBounceSpace);
+                self.demote(i, Refusal::ExitNoBounceSpace);
             }
         }
     }
@@ -91,24 +93,24 @@ impl Selection {
     fn retain_sites(&mut self, keep: impl Fn(&Site) -> bool) {
         let dropped: Vec<u64> = self.sites.iter().filter(|s| !keep(s)).flat_map(|s| s.syscalls.iter().copied()).collect();
         self.sites.retain(keep);
-        self.skip_syscalls(&dropped, SyscallSkip::Covered);
+        self.skip_syscalls(&dropped, Refusal::Covered);
     }
 
     /// Gives up a system-call site.
-    fn remove_syscall_site(&mut self, index: usize, reason: SyscallSkip) {
+    fn remove_syscall_site(&mut self, index: usize, reason: Refusal) {
         let site = self.sites.remove(index);
         self.skip_syscalls(&site.syscalls, reason);
     }
 
-    fn skip_syscalls(&mut self, ips: &[u64], reason: SyscallSkip) {
+    fn skip_syscalls(&mut self, ips: &[u64], reason: Refusal) {
         for s in self.syscalls.iter_mut().filter(|s| ips.contains(&s.at.0)) {
-            s.outcome = SyscallOutcome::Skipped(reason);
+            s.outcome = Outcome::Skipped(reason);
         }
     }
 
     /// Counts `function` without timing it (its entry stops calling the entry probe; exit
     /// sites only it needed go).
-    pub fn count_only(&mut self, function: usize, reason: UntimedReason) {
+    pub fn count_only(&mut self, function: usize, reason: Refusal) {
         if self.timing.get(function) != Some(&TimingOutcome::Timed) {
             return;
         }
@@ -125,7 +127,7 @@ impl Selection {
 
     /// Takes a failed exit site's functions off timing: their entry sites stop calling the
     /// entry probe and their other exit sites go.
-    fn demote(&mut self, failed: usize, reason: UntimedReason) {
+    fn demote(&mut self, failed: usize, reason: Refusal) {
         let owners = self.sites[failed].owners.clone();
         for &f in &owners {
             self.timing[f] = TimingOutcome::Untimed(reason);
@@ -149,13 +151,15 @@ impl Selection {
 
     /// Lays out every site, or says which site failed.
     fn try_lay_out(&self, module: &ElfModule<'_>, layout: Layout) -> Result<PatchPlan, Failed> {
-        if let Some(index) = self.overlapping() {
-            return Err(match self.sites[index].point {
-                Point::Exit => Failed::Exit(index),
-                Point::Entry(_) => Failed::Entry(index, SkipReason::OverlappingCode),
-                Point::Syscall(_) => Failed::Syscall(index, SyscallSkip::Covered),
-                Point::Block(_) => Failed::Block(index, SkipReason::OverlappingCode),
-            });
+        if let Some(site) = self.overlapping() {
+            // In each point's words: a `syscall`'s bytes are covered by the other site; timing
+            // has no word for overlapping code, and says its exit failed to relocate.
+            let refusal = match self.sites[site].point {
+                Point::Exit => Refusal::RelocationFailed,
+                Point::Entry(_) | Point::Block(_) => Refusal::OverlappingCode,
+                Point::Syscall(_) => Refusal::Covered,
+            };
+            return Err(Failed { site, refusal });
         }
         // Counter indices follow the entry sites' order; exit sites name their function's.
         let counters: HashMap<usize, u32> =
@@ -238,19 +242,16 @@ impl Selection {
                     let probe = lopi_x86::ExitProbe { stub: stubs.of(site.action).1, counter, mode: counter.map(|c| layout.mode_of(c)), mark_tail };
                     lopi_x86::timing_trampoline(lopi_x86::Timed::Exit(probe), &body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None))
                 }
-                (Point::Exit, None) => return Err(Failed::Exit(index)),
+                (Point::Exit, None) => return Err(Failed { site: index, refusal: Refusal::RelocationFailed }),
                 (Point::Syscall(_), Some(_)) => lopi_x86::timing_trampoline(lopi_x86::Timed::Syscall, &body, trampoline.0).map(|t| (t.bytes, None, t.syscall_returns, None)),
-                (Point::Syscall(_), None) => return Err(Failed::Syscall(index, SyscallSkip::RelocationFailed)),
+                (Point::Syscall(_), None) => return Err(Failed { site: index, refusal: Refusal::RelocationFailed }),
             };
             let placed = encoded.ok().and_then(|e| Some((e, site_patches(module, site, trampoline)?)));
             let Some(((bytes, section, returns, counting), patches)) = placed else {
-                let out_of_range = site_patches(module, site, trampoline).is_none();
-                return Err(match site.point {
-                    Point::Exit => Failed::Exit(index),
-                    Point::Entry(_) => Failed::Entry(index, if out_of_range { SkipReason::OutOfRange } else { SkipReason::RelocationFailed }),
-                    Point::Syscall(_) => Failed::Syscall(index, if out_of_range { SyscallSkip::OutOfRange } else { SyscallSkip::RelocationFailed }),
-                    Point::Block(_) => Failed::Block(index, if out_of_range { SkipReason::OutOfRange } else { SkipReason::RelocationFailed }),
-                });
+                // Timing tells no out-of-range exit from one that failed to relocate.
+                let out_of_range = site.point != Point::Exit && site_patches(module, site, trampoline).is_none();
+                let refusal = if out_of_range { Refusal::OutOfRange } else { Refusal::RelocationFailed };
+                return Err(Failed { site: index, refusal });
             };
             for (ip, returns_to) in returns {
                 let Some(&(_, counter)) = syscall_counters.iter().find(|&&(at, _)| at == ip) else { continue };
@@ -327,16 +328,11 @@ impl Selection {
     }
 }
 
-/// A site that could not be laid out: the layout starts again without it.
-enum Failed {
-    /// An exit site: its functions are counted but not timed.
-    Exit(usize),
-    /// An entry site: its function is skipped.
-    Entry(usize, SkipReason),
-    /// A system-call site: its `syscall` stays unprobed.
-    Syscall(usize, SyscallSkip),
-    /// A block site: its block has no probe.
-    Block(usize, SkipReason),
+/// A site that could not be laid out, and why: the layout starts again without it (its point
+/// decides what that means, see [`Selection::give_up`]).
+struct Failed {
+    site: usize,
+    refusal: Refusal,
 }
 
 /// Of `spans` (start, end, site), a site whose span overlaps another's without lying inside

@@ -24,6 +24,7 @@ mod layout;
 mod lend;
 mod points;
 mod probe_set;
+mod refusal;
 mod locks;
 mod progress;
 mod select;
@@ -32,12 +33,12 @@ mod syscalls;
 mod targets;
 mod timed;
 
-pub use exits::UntimedReason;
 pub use probe_set::{Measure, Place, Probes};
+pub use refusal::{PointKind, Refusal};
 pub use progress::{Progress, Stage};
 pub use select::{select, select_with};
 pub use stored::StoredError;
-pub use syscalls::{SyscallOutcome, SyscallSite, SyscallSkip};
+pub use syscalls::SyscallSite;
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{ExitKind, Insn};
 use std::collections::BTreeSet;
@@ -65,61 +66,17 @@ impl Tactic {
     }
 }
 
-/// Why a function has no probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, thiserror::Error)]
-#[serde(rename_all = "kebab-case")]
-pub enum SkipReason {
-    #[error("entry instructions cover fewer than 2 bytes before a branch target or the next function")]
-    TooShort,
-    #[error("fewer than 5 bytes before a branch target or the next function, and no padding within 127 bytes for a bounce")]
-    NoBounceSpace,
-    #[error("the entry has a call through the stack pointer, which cannot be moved")]
-    CallAtEntry,
-    #[error("entry bytes do not decode as x86-64")]
-    Undecodable,
-    #[error("entry bytes are not in the file")]
-    NotInFile,
-    #[error("a branch targets the middle of an entry instruction")]
-    OverlappingCode,
-    #[error("displaced instructions cannot be re-encoded in the trampoline area")]
-    RelocationFailed,
-    #[error("trampoline area is out of jmp rel32 range")]
-    OutOfRange,
-    #[error("the function's own loop jumps to its entry and the function cannot be moved whole (too large, calls, or indirect jumps)")]
-    LoopAtEntry,
-    #[error("a thread of the running process was stopped inside the entry bytes and could not be moved out")]
-    ThreadInside,
-    #[error("a lock function tail-jumps into it: its returns end lock calls (--probe locks)")]
-    PartOfLockFunction,
-    #[error("a block whose running the probed blocks it dominates tell needs no probe of its own (--probe coverage)")]
-    Implied,
-}
-
-impl SkipReason {
-    pub fn key(self) -> &'static str {
-        match self {
-            SkipReason::TooShort => "too-short",
-            SkipReason::NoBounceSpace => "no-bounce-space",
-            SkipReason::CallAtEntry => "call-at-entry",
-            SkipReason::Undecodable => "undecodable",
-            SkipReason::NotInFile => "not-in-file",
-            SkipReason::OverlappingCode => "overlapping-code",
-            SkipReason::RelocationFailed => "relocation-failed",
-            SkipReason::OutOfRange => "out-of-range",
-            SkipReason::LoopAtEntry => "loop-at-entry",
-            SkipReason::ThreadInside => "thread-inside",
-            SkipReason::PartOfLockFunction => "part-of-lock-function",
-            SkipReason::Implied => "implied",
-        }
-    }
-}
-
-/// What happens to one discovered function.
+/// What happens to one probe point: a function's entry, a `syscall` instruction, a basic
+/// block's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
+    /// A site of its own, patched with this tactic.
     Probed(Tactic),
-    Skipped(SkipReason),
-    /// Left out by `--functions` / `--exclude`.
+    /// A `syscall` moved by the site of its function's entry or of an exit, whose trampoline
+    /// probes it.
+    Moved,
+    Skipped(Refusal),
+    /// A function left out by `--functions` / `--exclude`.
     NotSelected,
 }
 
@@ -149,7 +106,7 @@ pub enum TimingOutcome {
     Off,
     Timed,
     /// Counted only.
-    Untimed(UntimedReason),
+    Untimed(Refusal),
 }
 
 /// What the runtime does at a probed function's entry and exits.

@@ -6,9 +6,9 @@
 //! which runs the probes hooked to the site's counter (a block counter, after the blocks').
 //! A function's entry that is counted, not timed, runs its own counter's probes the same way
 //! before it counts ([`Selection::probe_entries`]).
-use crate::exits::{CodeMap, UntimedReason};
+use crate::exits::CodeMap;
 use crate::entry::patch_instructions;
-use crate::{Action, Analysis, Point, Selection, SkipReason, Tactic};
+use crate::{Action, Analysis, Point, PointKind, Refusal, Selection, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::JMP32_LEN;
 use std::collections::BTreeSet;
@@ -20,12 +20,14 @@ pub enum PointError {
     NoFunction(u64),
     #[error("{0:#x} is not where an instruction of {1} starts")]
     NotAnInstruction(u64, String),
-    #[error("the code of {0} is not known well enough to probe inside it ({1})")]
-    NoGraph(String, UntimedReason),
+    /// Its control-flow graph cannot be read (it is read as a timed function's exits are, so
+    /// the refusal is told in their words).
+    #[error("the code of {0} is not known well enough to probe inside it ({why})", why = .1.describe(PointKind::Exit))]
+    NoGraph(String, Refusal),
     #[error("a probe at {0:#x} would cover the bytes of another probe (a function's entry or exit, or a system call's)")]
     Shared(u64),
-    #[error("no probe fits at {0:#x}: {1}")]
-    Skipped(u64, SkipReason),
+    #[error("no probe fits at {0:#x}: {why}", why = .1.describe(PointKind::Block))]
+    Skipped(u64, Refusal),
 }
 
 impl Selection {
@@ -49,10 +51,10 @@ impl Selection {
             let entry = patch_instructions(module, Svma(addr), block.end, targets, &stop, JMP32_LEN).map_err(|r| PointError::Skipped(addr, r))?;
             // An `endbr64` stays where it is: the probe would go after it.
             if entry.patch_at.0 != addr {
-                return Err(PointError::Skipped(addr, SkipReason::OverlappingCode));
+                return Err(PointError::Skipped(addr, Refusal::OverlappingCode));
             }
             if entry.len < JMP32_LEN {
-                return Err(PointError::Skipped(addr, SkipReason::TooShort));
+                return Err(PointError::Skipped(addr, Refusal::TooShort));
             }
             let covered = entry.len;
             let site = entry.into_site(index, Tactic::Jmp32, covered, None);

@@ -6,7 +6,7 @@ use crate::gaps::Gaps;
 use crate::progress::PROGRESS_EVERY;
 use crate::timed::{plan_timing, Timing};
 use crate::{blocks, lend, locks, syscalls};
-use crate::{Action, Analysis, Filter, Measure, Outcome, Place, Point, Probes, Progress, Selection, SkipReason, Stage, Tactic, TimingOutcome};
+use crate::{Action, Analysis, Filter, Measure, Outcome, Place, Point, Probes, Progress, Refusal, Selection, Stage, Tactic, TimingOutcome};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{JMP32_LEN, JMP8_LEN};
 use std::collections::{BTreeSet, HashSet};
@@ -38,7 +38,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
             continue;
         }
         if lock_parts.contains(&function.addr.0) && lock_ops[index].is_none() {
-            outcomes[index] = Outcome::Skipped(SkipReason::PartOfLockFunction);
+            outcomes[index] = Outcome::Skipped(Refusal::PartOfLockFunction);
             continue;
         }
         let end = ends[index];
@@ -69,7 +69,7 @@ pub fn select_with(module: &ElfModule<'_>, analysis: &Analysis, filter: &Filter,
                 let covered = entry.len;
                 sites.push(entry.into_site(index, Tactic::Jmp8ViaBounce, covered, Some(Svma(bounce))));
             }
-            None => outcomes[index] = Outcome::Skipped(SkipReason::NoBounceSpace),
+            None => outcomes[index] = Outcome::Skipped(Refusal::NoBounceSpace),
         }
     }
     if entries == Some(Measure::Mark) {

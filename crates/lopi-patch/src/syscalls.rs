@@ -9,54 +9,13 @@
 //! A `syscall` already among an entry or exit site's moved instructions gets its probe there.
 use crate::gaps::Gaps;
 use crate::targets::Targets;
-use crate::{Action, Point, Site, Tactic};
+use crate::{Action, Outcome, Point, Refusal, Site, Tactic};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{Flow, Insn, JMP32_LEN, JMP8_LEN};
 use std::collections::BTreeMap;
 
 /// `Site::function` of a system-call site outside every known function.
 pub(crate) const NO_FUNCTION: usize = usize::MAX;
-
-/// Why a `syscall` instruction has no probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, thiserror::Error)]
-#[serde(rename_all = "kebab-case")]
-pub enum SyscallSkip {
-    #[error("decoding its function from the start does not reach it (it lies inside another instruction)")]
-    Misaligned,
-    #[error("fewer than 5 movable bytes in its basic block, no padding after it and no padding within 127 bytes for a bounce")]
-    NoBounceSpace,
-    #[error("its bytes are already covered by another probe's patch that does not move it")]
-    Covered,
-    #[error("its instructions cannot be re-encoded in the trampoline area")]
-    RelocationFailed,
-    #[error("the trampoline area is out of jmp rel32 range")]
-    OutOfRange,
-    #[error("a thread of the running process was stopped inside the site's bytes and could not be moved out")]
-    ThreadInside,
-}
-
-impl SyscallSkip {
-    pub fn key(self) -> &'static str {
-        match self {
-            SyscallSkip::Misaligned => "misaligned",
-            SyscallSkip::NoBounceSpace => "no-bounce-space",
-            SyscallSkip::Covered => "covered",
-            SyscallSkip::RelocationFailed => "relocation-failed",
-            SyscallSkip::OutOfRange => "out-of-range",
-            SyscallSkip::ThreadInside => "thread-inside",
-        }
-    }
-}
-
-/// How a `syscall` instruction is probed, or why not.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum SyscallOutcome {
-    /// A site of its own, patched with this tactic.
-    Probed(Tactic),
-    /// Moved by the site of its function's entry or of an exit, whose trampoline probes it.
-    Moved,
-    Skipped(SyscallSkip),
-}
 
 /// One `syscall` instruction of the module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -66,7 +25,8 @@ pub struct SyscallSite {
     pub function: Option<usize>,
     /// The system call number when the code sets it right before (`mov eax, N`).
     pub nr: Option<u32>,
-    pub outcome: SyscallOutcome,
+    /// `Probed`, `Moved` or `Skipped`.
+    pub outcome: Outcome,
 }
 
 /// The stretch of decoded code a `syscall` lies in: its function, or fragment, or the code
@@ -133,7 +93,7 @@ pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, s
         let Some(region) = region_of(module, &starts, ip) else { continue };
         let insns = decode_to(module, region.start, region.end);
         let Some(k) = insns.iter().position(|i| i.ip() == ip && lopi_x86::is_syscall(i)) else {
-            out.push(SyscallSite { at: Svma(ip), function: region.function, nr: None, outcome: SyscallOutcome::Skipped(SyscallSkip::Misaligned) });
+            out.push(SyscallSite { at: Svma(ip), function: region.function, nr: None, outcome: Outcome::Skipped(Refusal::Misaligned) });
             continue;
         };
         let nr = static_number(&insns, k, targets);
@@ -142,17 +102,17 @@ pub(crate) fn plan(module: &ElfModule<'_>, targets: &Targets, gaps: &mut Gaps, s
         }
         let outcome = if let Some(&by) = moved_by.get(&ip) {
             sites[by].syscalls.push(ip);
-            SyscallOutcome::Moved
+            Outcome::Moved
         } else if occupied.overlaps(ip, ip + 2) {
-            SyscallOutcome::Skipped(SyscallSkip::Covered)
+            Outcome::Skipped(Refusal::Covered)
         } else {
             match site(module, region.function.unwrap_or(NO_FUNCTION), &insns, k, &occupied, targets, gaps) {
                 Ok((site, tactic)) => {
                     occupied.add(&site);
                     sites.push(site);
-                    SyscallOutcome::Probed(tactic)
+                    Outcome::Probed(tactic)
                 }
-                Err(reason) => SyscallOutcome::Skipped(reason),
+                Err(reason) => Outcome::Skipped(reason),
             }
         };
         out.push(SyscallSite { at: Svma(ip), function: region.function, nr, outcome });
@@ -182,7 +142,7 @@ fn static_number(insns: &[Insn], k: usize, targets: &Targets) -> Option<u32> {
 }
 
 /// Plans the site of the `syscall` at `insns[k]`, and says how it is patched.
-fn site(module: &ElfModule<'_>, function: usize, insns: &[Insn], k: usize, occupied: &Occupied, targets: &Targets, gaps: &mut Gaps) -> Result<(Site, Tactic), SyscallSkip> {
+fn site(module: &ElfModule<'_>, function: usize, insns: &[Insn], k: usize, occupied: &Occupied, targets: &Targets, gaps: &mut Gaps) -> Result<(Site, Tactic), Refusal> {
     let (mut first, mut last) = (k, k);
     let mut len = insns[k].len();
     // Before it: plain instructions of the same block.
@@ -241,6 +201,6 @@ fn site(module: &ElfModule<'_>, function: usize, insns: &[Insn], k: usize, occup
     }
     // `len` >= 2: the `syscall` alone fits a `jmp rel8`.
     let from = patch_at.0 + JMP8_LEN as u64;
-    let bounce = gaps.take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN).ok_or(SyscallSkip::NoBounceSpace)?;
+    let bounce = gaps.take_near(from.saturating_sub(128), from + 127 - JMP32_LEN as u64, JMP32_LEN).ok_or(Refusal::NoBounceSpace)?;
     Ok(make(len, Some(Svma(bounce)), Tactic::Jmp8ViaBounce))
 }

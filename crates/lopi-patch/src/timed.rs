@@ -4,7 +4,7 @@ use crate::exits::{self, CodeMap, Region};
 use crate::gaps::Gaps;
 use crate::progress::PROGRESS_EVERY;
 use crate::targets::Targets;
-use crate::{Action, Point, Progress, Site, Stage, Tactic, TimingOutcome, UntimedReason};
+use crate::{Action, Point, Progress, Refusal, Site, Stage, Tactic, TimingOutcome};
 use lopi_elf::{ElfModule, Svma};
 use lopi_x86::{ExitKind, Flow, Insn};
 use std::collections::HashMap;
@@ -35,7 +35,7 @@ pub(crate) fn plan_timing(
     let map = CodeMap::new(module).with_locks(lock_entries);
     // Exit sites of fragments already planned (a stripped file's fragment may be reached
     // from several functions): fragment start -> indices in `sites`, or why not.
-    let mut fragments: HashMap<u64, Result<Vec<usize>, UntimedReason>> = HashMap::new();
+    let mut fragments: HashMap<u64, Result<Vec<usize>, Refusal>> = HashMap::new();
     let entries = sites.len();
     for entry_index in 0..entries {
         if entry_index % PROGRESS_EVERY == 0 {
@@ -97,17 +97,17 @@ fn timed_exits(
     map: &CodeMap,
     targets: &Targets,
     gaps: &mut Gaps,
-    fragments: &mut HashMap<u64, Result<Vec<usize>, UntimedReason>>,
+    fragments: &mut HashMap<u64, Result<Vec<usize>, Refusal>>,
     next_index: usize,
     syscalls: bool,
     follow: bool,
-) -> Result<TimedPlan, UntimedReason> {
+) -> Result<TimedPlan, Refusal> {
     let function = &module.functions[f];
     if function.addr.0 > i32::MAX as u64 {
-        return Err(UntimedReason::AddressTooHigh);
+        return Err(Refusal::AddressTooHigh);
     }
     if function.size == 0 {
-        return Err(UntimedReason::UnknownSize);
+        return Err(Refusal::UnknownSize);
     }
     let own = Region { start: function.addr.0, end };
     let found = exits::find(module, own, map, targets, follow)?;
@@ -135,7 +135,7 @@ fn timed_exits(
             let ip = insns[exit.index].ip();
             if in_own && (whole || (ip >= entry.patch_at.0 && ip < entry_end)) {
                 if !into_next.is_empty() {
-                    failure = Some(UntimedReason::ExitTooShort);
+                    failure = Some(Refusal::ExitTooShort);
                     break;
                 }
                 continue; // the entry trampoline probes it
@@ -149,7 +149,7 @@ fn timed_exits(
                     site.nops = std::mem::take(&mut into_next);
                     region_sites.push(site);
                 }
-                Err(UntimedReason::ExitTooShort) if exits::falls_into_next_exit(exit, insns, &found) => {
+                Err(Refusal::ExitTooShort) if exits::falls_into_next_exit(exit, insns, &found) => {
                     into_next.push(Svma(ip));
                 }
                 Err(reason) => {
@@ -159,7 +159,7 @@ fn timed_exits(
             }
         }
         if failure.is_none() && !into_next.is_empty() {
-            failure = Some(UntimedReason::ExitTooShort);
+            failure = Some(Refusal::ExitTooShort);
         }
         if !in_own {
             let indices = (0..region_sites.len()).map(|k| next_index + new_sites.len() + k).collect();

@@ -6,8 +6,8 @@
 //! start; nothing that depends on where the trampolines go. `LOPI_UPDATE_SNAPSHOTS=1` writes
 //! the snapshots anew (see `lopi-snapshot`).
 use lopi_elf::{ElfModule, Svma};
-use lopi_patch::blocks::{implications, BlockOutcome};
-use lopi_patch::{Action, Analysis, Filter, Layout, Measure, Outcome, PatchPlan, Place, PointError, ProbePoint, Probes, Selection, Stubs, SyscallOutcome, TimingOutcome};
+use lopi_patch::blocks::implications;
+use lopi_patch::{Action, Analysis, Filter, Layout, Measure, Outcome, PatchPlan, Place, PointError, ProbePoint, Probes, Selection, Stubs, TimingOutcome};
 use lopi_snapshot::{Places, Snapshot};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
@@ -178,7 +178,7 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
 
     let entries: HashSet<u64> = plan.probes.iter().filter_map(|p| if let ProbePoint::Entry { patch_at, .. } = p.point { Some(patch_at.0) } else { None }).collect();
     let blocks: HashSet<u64> = plan.probes.iter().filter_map(|p| if let ProbePoint::Block { patch_at, .. } = p.point { Some(patch_at.0) } else { None }).collect();
-    let probed_syscalls: Vec<u64> = plan.syscalls.iter().filter(|s| matches!(s.outcome, SyscallOutcome::Probed(_))).map(|s| s.at.0).collect();
+    let probed_syscalls: Vec<u64> = plan.syscalls.iter().filter(|s| matches!(s.outcome, Outcome::Probed(_))).map(|s| s.at.0).collect();
     let bounces: HashSet<u64> = plan.code_patches.iter().filter_map(|p| bounce_of(p.at.0, &p.bytes)).collect();
     let mut exits = 0;
     for p in &plan.code_patches {
@@ -217,9 +217,10 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         let nr = s.nr.map_or("?".to_string(), |n| n.to_string());
         let counter = syscall_counters.get(&s.at.0).map_or(String::new(), |c| format!(" #{c}"));
         let outcome = match s.outcome {
-            SyscallOutcome::Probed(t) => format!("probed {}{counter}", t.name()),
-            SyscallOutcome::Moved => format!("moved{counter}"),
-            SyscallOutcome::Skipped(r) => format!("skipped {}", r.key()),
+            Outcome::Probed(t) => format!("probed {}{counter}", t.name()),
+            Outcome::Moved => format!("moved{counter}"),
+            Outcome::Skipped(r) => format!("skipped {}", r.key()),
+            Outcome::NotSelected => "not selected".to_string(),
         };
         add(s.at.0, 2, format!("syscall nr {nr}: {outcome}"));
     }
@@ -245,7 +246,7 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         let implied = implications(fb);
         for (b, outcome) in list {
             let what = match outcome {
-                BlockOutcome::Probed(t) => match block_probes.get(&b.start) {
+                Outcome::Probed(t) => match block_probes.get(&b.start) {
                     Some(&(patch_at, counter, block_action)) => {
                         let action = if block_action == Action::Mark { "mark" } else { "count" };
                         let at = if patch_at == b.start { String::new() } else { format!(", patch at {}", places.rel(f, patch_at)) };
@@ -255,11 +256,13 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
                     }
                     None => format!("{} (no probe in the plan)", t.name()),
                 },
-                BlockOutcome::Skipped(r) => {
+                Outcome::Skipped(r) => {
                     let by = implied.get(&b.start).filter(|i| !i.by.is_empty());
                     let by = by.map_or(String::new(), |i| format!(", implied by {}", i.by.iter().map(|&a| places.rel(f, a)).collect::<Vec<_>>().join(" ")));
                     format!("skipped {}{by}", r.key())
                 }
+                Outcome::Moved => "moved".to_string(),
+                Outcome::NotSelected => "not selected".to_string(),
             };
             let end = places.rel(f, b.end);
             add(b.start, 3, format!("block ..{end} {} insns: {what}", b.instructions));
@@ -287,6 +290,7 @@ fn render(module: &ElfModule<'_>, plan: &PatchPlan, refused: &[(u64, String)]) -
         let mut head = Vec::new();
         match plan.outcomes[f] {
             Outcome::Probed(t) => head.push(format!("probed {}", t.name())),
+            Outcome::Moved => head.push("moved".into()),
             Outcome::Skipped(r) => head.push(format!("skipped {}", r.key())),
             Outcome::NotSelected => {}
         }

@@ -102,7 +102,7 @@ pub fn rewrite_with_script(
         // counted, not timed, as under `lopi run` (its frame would be every path's root).
         let entry = module.entry.0;
         if let Some(f) = module.functions.iter().position(|f| f.addr.0 <= entry && entry < f.addr.0 + f.size.max(1)) {
-            selection.count_only(f, lopi_patch::UntimedReason::EntryPoint);
+            selection.count_only(f, lopi_patch::Refusal::EntryPoint);
         }
     }
     // User-space addresses are below 2^47: a module ending beyond 2^46 is malformed.

@@ -6,7 +6,7 @@
 //! refused, before the program runs; functions a point loses among others are named.
 use anyhow::{bail, Result};
 use lopi_image::script::ScriptSpec;
-use lopi_patch::{Outcome, TimingOutcome};
+use lopi_patch::{Outcome, PointKind, TimingOutcome};
 use lopi_script::ir::Point;
 
 /// Whether `glob` matches one of `f`'s names.
@@ -37,11 +37,11 @@ pub(super) fn counted_by_probes(spec: &ScriptSpec, f: &lopi_elf::Function) -> bo
 /// Why a function's entry (`returns`: its returns) cannot run a point's probes; `None`: it can.
 fn why_not(outcome: &Outcome, timing: &TimingOutcome, returns: bool) -> Option<String> {
     match (outcome, timing) {
-        (Outcome::Skipped(why), _) => Some(format!("{}: {why}", why.key())),
+        (Outcome::Skipped(why), _) => Some(format!("{}: {}", why.key(), why.describe(PointKind::Entry))),
         (Outcome::NotSelected, _) => Some("not probed".to_string()),
-        (Outcome::Probed(_), TimingOutcome::Untimed(why)) if returns => Some(format!("its returns cannot all be probed, {}: {why}", why.key())),
-        (Outcome::Probed(_), TimingOutcome::Off) if returns => Some("its returns are not probed".to_string()),
-        (Outcome::Probed(_), _) => None,
+        (_, TimingOutcome::Untimed(why)) if returns => Some(format!("its returns cannot all be probed, {}: {}", why.key(), why.describe(PointKind::Exit))),
+        (_, TimingOutcome::Off) if returns => Some("its returns are not probed".to_string()),
+        (Outcome::Probed(_) | Outcome::Moved, _) => None,
     }
 }
 
