@@ -98,15 +98,16 @@ pub fn request(data: &DataFile, t: &Timing, site: &mut dyn FnMut(u32, u64) -> Si
     let cpu_kinds: &[usize] = if period.is_some() { &[CALLS, SAMPLES, CPU] } else { &[CALLS, WALL] };
     // Location `i + 1` of the pprof profile is `t.functions[i]`.
     let syscall_leaf = |id: Option<&u64>| id.and_then(|&id| t.functions.get((id as usize).wrapping_sub(1))).is_some_and(|f| f.syscall.is_some());
-    translate(&cpu, cpu_kinds, &mut dict, &mut samples, &thread_names, |s, stack, attrs, samples| {
+    translate(&cpu, cpu_kinds, &mut dict, &mut samples, &thread_names, |pid, s, stack, attributes, samples| {
         if syscall_leaf(s.location_id.first()) {
+            // Calls first, time last.
             let (calls, time) = (s.value[0], s.value[s.value.len() - 1]);
-            samples.add(pid_of(&cpu, s), SYSCALLS, stack, attrs, calls);
-            samples.add(pid_of(&cpu, s), SYSCALL_TIME, stack, attrs, time);
+            samples.add(pid, SYSCALLS, stack, attributes, calls);
+            samples.add(pid, SYSCALL_TIME, stack, attributes, time);
         }
     });
     if let Some(locks) = pprof::lock_profile(data, t, LockProfile::Block, site) {
-        translate(&locks, &LOCKS, &mut dict, &mut samples, &thread_names, |_, _, _, _| {});
+        translate(&locks, &LOCKS, &mut dict, &mut samples, &thread_names, |_, _, _, _, _| {});
     }
     untimed_calls(data, &mut dict, &mut samples);
 
@@ -120,15 +121,15 @@ pub fn request(data: &DataFile, t: &Timing, site: &mut dyn FnMut(u32, u64) -> Si
     proto::ExportProfilesServiceRequest { resource_profiles, dictionary: Some(dict.tables) }
 }
 
-/// A pprof profile's samples, value `i` as `kinds[i]`; `also` sees each sample with its stack
-/// and attributes.
+/// A pprof profile's samples, value `i` as `kinds[i]`; `also` sees each sample with its
+/// process, stack and attributes.
 fn translate(
     p: &pprof_proto::Profile,
     kinds: &[usize],
     dict: &mut Dictionary,
     samples: &mut Samples,
     thread_names: &HashMap<(u32, u32), &str>,
-    mut also: impl FnMut(&pprof_proto::Sample, i32, &[i32], &mut Samples),
+    mut also: impl FnMut(u32, &pprof_proto::Sample, i32, &[i32], &mut Samples),
 ) {
     let locations = dict.locations_of(p);
     for s in &p.sample {
@@ -148,7 +149,7 @@ fn translate(
         for (&kind, &value) in kinds.iter().zip(&s.value) {
             samples.add(pid, kind, stack, &attributes, value);
         }
-        also(s, stack, &attributes, samples);
+        also(pid, s, stack, &attributes, samples);
     }
 }
 
@@ -163,13 +164,14 @@ fn pid_of(p: &pprof_proto::Profile, s: &pprof_proto::Sample) -> u32 {
 /// The calls counted without a calling context (functions counted only, and timed functions'
 /// calls that could not be timed): each function under `[untimed calls]`.
 fn untimed_calls(data: &DataFile, dict: &mut Dictionary, samples: &mut Samples) {
-    let root = dict.location("", 0, UNTIMED_CALLS);
+    let mut root = None;
     for record in &data.records {
         // A marked entry tells that its function ran, not how often (as `lopi report`).
         for (counter, f, _) in record.meta.functions().filter(|&(_, _, a)| a != MetaAction::Mark) {
             let calls = i64::try_from(record.count(counter)).unwrap_or(i64::MAX);
             if calls > 0 {
                 let leaf = dict.location(&record.meta.module, f.addr, &f.name);
+                let root = *root.get_or_insert_with(|| dict.location("", 0, UNTIMED_CALLS));
                 let stack = dict.stack(vec![leaf, root]);
                 samples.add(record.pid, CALLS, stack, &[], calls);
             }
