@@ -3,7 +3,7 @@
 use super::proto::{self, AnyValue, KeyValueAndUnit, Value};
 use super::OtlpContext;
 use crate::pprof::proto as pprof;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The OpenTelemetry semantic conventions' key of a GNU build-id, on a resource and on a
 /// mapping alike.
@@ -134,14 +134,17 @@ impl<'c> Dictionary<'c> {
         i
     }
 
-    /// The dictionary's location of each of a pprof profile's locations, by pprof id.
+    /// The dictionary's location of each of a pprof profile's locations that a sample uses
+    /// (pprof.rs lists every probed function, called or not), by pprof id.
     pub(super) fn locations_of(&mut self, p: &pprof::Profile) -> HashMap<u64, i32> {
         let text = |i: i64| p.string_table.get(i as usize).map_or("", String::as_str);
+        let used: HashSet<u64> = p.sample.iter().flat_map(|s| &s.location_id).copied().collect();
+        let modules: HashMap<u64, &str> = p.mapping.iter().map(|m| (m.id, text(m.filename))).collect();
+        let names: HashMap<u64, &str> = p.function.iter().map(|f| (f.id, text(f.name))).collect();
         let mut out = HashMap::new();
-        for l in &p.location {
-            let module = p.mapping.iter().find(|m| m.id == l.mapping_id).map_or("", |m| text(m.filename));
-            let function = l.line.first().and_then(|line| p.function.iter().find(|f| f.id == line.function_id));
-            let name = function.map_or("", |f| text(f.name));
+        for l in p.location.iter().filter(|l| used.contains(&l.id)) {
+            let module = modules.get(&l.mapping_id).copied().unwrap_or("");
+            let name = l.line.first().and_then(|line| names.get(&line.function_id)).copied().unwrap_or("");
             out.insert(l.id, self.location(module, l.address, name));
         }
         out

@@ -191,3 +191,13 @@ fn counts_alone_are_calls() {
     let names: Vec<&str> = root.iter().map(|&l| d.string_table[d.function_table[d.location_table[l as usize].lines[0].function_index as usize].name_strindex as usize].as_str()).collect();
     assert_eq!(names, ["[untimed calls]", "[untimed calls]"]);
 }
+
+/// The dictionary has the frames the samples use, not every probed function.
+#[test]
+fn functions_never_called_stay_out() {
+    let (data, mut t) = recording();
+    t.functions.push(TimedFunction { name: "never".into(), module: "/bin/prog".into(), addr: 0x1400, syscall: None, lock: None });
+    let d = encoded(&data, &t, &context()).dictionary.expect("dictionary");
+    assert!(!d.string_table.iter().any(|s| s == "never"), "{:?}", d.string_table);
+    assert_eq!(d.function_table.len(), 1 + 5, "the zero function, main, work, read, helper, [untimed calls]");
+}
