@@ -1,5 +1,6 @@
 //! The command line: each command's flags (clap), and what they turn into.
 use crate::exports::{ExportFormat, ProfileArg, WeightArg};
+use crate::otlp::ResourceArgs;
 use crate::output::Format;
 use crate::report::View;
 use crate::probe_arg::{self, probe_set, Probe};
@@ -106,6 +107,18 @@ pub(crate) enum Command {
         /// locks) Go's mutex or block profile of the lock waits.
         #[arg(long, value_enum, default_value_t = ProfileArg::Cpu)]
         profile: ProfileArg,
+        #[command(flatten)]
+        resource: ResourceArgs,
+    },
+    /// Send the timed profile of a data file to an OpenTelemetry Collector (OTLP/HTTP,
+    /// protobuf): the request `lopi export --format otlp` writes, posted to
+    /// URL/v1development/profiles.
+    Push {
+        data: PathBuf,
+        /// The collector's OTLP/HTTP address (http://127.0.0.1:4318).
+        url: String,
+        #[command(flatten)]
+        resource: ResourceArgs,
     },
     /// Run PROG with probes spliced in at its entry point (no rewritten file); the record
     /// reads with `lopi report` as for a rewritten program.

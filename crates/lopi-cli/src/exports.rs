@@ -2,6 +2,7 @@
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use crate::names::Namer;
+use crate::otlp::ResourceArgs;
 use lopi_trace::{DataFile, LockProfile, Timing, Weight};
 use std::path::Path;
 
@@ -30,6 +31,8 @@ pub(crate) enum ExportFormat {
     Chrome,
     /// Folded stacks, one call path a line (flamegraph.pl, inferno, Speedscope).
     Folded,
+    /// An OTLP profiles request (protobuf), as `lopi push` sends it: OpenTelemetry Collector.
+    Otlp,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -56,12 +59,24 @@ pub(crate) fn flamegraph(data: &Path, output: &Path, weight: WeightArg, title: O
     write(output, &svg, &format!("{stacks} stacks"))
 }
 
-pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: Option<WeightArg>, profile: ProfileArg) -> Result<()> {
+/// `lopi export`'s options besides the data file and the output.
+pub(crate) struct ExportOptions {
+    pub(crate) format: ExportFormat,
+    pub(crate) weight: Option<WeightArg>,
+    pub(crate) profile: ProfileArg,
+    pub(crate) resource: ResourceArgs,
+}
+
+pub(crate) fn export(data: &Path, output: &Path, options: ExportOptions) -> Result<()> {
+    let ExportOptions { format, weight, profile, resource } = options;
     if weight.is_some() && format != ExportFormat::Folded {
         bail!("--weight applies to --format folded only");
     }
     if profile != ProfileArg::Cpu && format != ExportFormat::Pprof {
         bail!("--profile applies to --format pprof only");
+    }
+    if resource.given() && format != ExportFormat::Otlp {
+        bail!("--service and --label apply to --format otlp only");
     }
     check_output(data, output)?;
     let file = crate::files::read_data(data)?;
@@ -69,8 +84,13 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
     let no_locks = || anyhow::anyhow!("{} has no lock waits for this profile: record the program with --probe locks (lopi run or attach)", data.display());
     let which = match profile {
         ProfileArg::Cpu => {
-            let timing = timing_of(data, &file, &mut namer)?;
-            let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time))
+            // OTLP takes a record of counts alone too: its calls.
+            let timing = match format {
+                ExportFormat::Otlp => named_timing(&file, &mut namer).unwrap_or_default(),
+                _ => timing_of(data, &file, &mut namer)?,
+            };
+            let otlp = OtlpSource { data, file: &file, namer: &mut namer, resource: &resource };
+            let (bytes, summary) = render(&timing, format, weight.unwrap_or(WeightArg::Time), otlp)
                 .map_err(|e| match e.downcast_ref::<lopi_trace::ExportError>() {
                     Some(lopi_trace::ExportError::NoTraceEvents) => anyhow::anyhow!("{} has no trace events: record the program with --trace (lopi run, rewrite or attach)", data.display()),
                     _ => e,
@@ -90,8 +110,16 @@ pub(crate) fn export(data: &Path, output: &Path, format: ExportFormat, weight: O
     write(output, &bytes, &format!("{locks} lock operations, {} threads", timing.threads.len()))
 }
 
+/// What the OTLP export reads besides the timed profile.
+struct OtlpSource<'a> {
+    data: &'a Path,
+    file: &'a DataFile,
+    namer: &'a mut Namer,
+    resource: &'a ResourceArgs,
+}
+
 /// The file's bytes and what they hold, for the summary line.
-fn render(timing: &Timing, format: ExportFormat, weight: WeightArg) -> Result<(Vec<u8>, String)> {
+fn render(timing: &Timing, format: ExportFormat, weight: WeightArg, otlp: OtlpSource) -> Result<(Vec<u8>, String)> {
     Ok(match format {
         ExportFormat::Pprof => {
             let summary = format!("{} functions, {} threads", timing.functions.len(), timing.threads.len());
@@ -106,6 +134,10 @@ fn render(timing: &Timing, format: ExportFormat, weight: WeightArg) -> Result<(V
             let text = lopi_trace::folded(timing, weight.into());
             let stacks = text.lines().count();
             (text.into_bytes(), format!("{stacks} stacks"))
+        }
+        ExportFormat::Otlp => {
+            let encoded = crate::otlp::encode(otlp.data, otlp.file, timing, otlp.namer, otlp.resource)?;
+            (encoded.bytes, encoded.summary)
         }
     })
 }
@@ -127,9 +159,15 @@ fn check_output(data: &Path, output: &Path) -> Result<()> {
 /// The timed profile, its lock calls named after their locks (`pthread_mutex_lock(hold_lock)`,
 /// `pthread_create(worker_main)`).
 fn timing_of(data: &Path, file: &DataFile, namer: &mut Namer) -> Result<Timing> {
-    let Some(mut timing) = Timing::from_data(file) else {
+    let Some(timing) = named_timing(file, namer) else {
         bail!("{} has no timing data: record the program with --probe entry,exit (lopi run, rewrite or attach)", data.display());
     };
+    Ok(timing)
+}
+
+/// [`timing_of`], `None` when the file has no timing data.
+pub(crate) fn named_timing(file: &DataFile, namer: &mut Namer) -> Option<Timing> {
+    let mut timing = Timing::from_data(file)?;
     if timing.functions.iter().any(|f| f.lock.is_some()) {
         let names = crate::locks::lock_names(file, namer);
         for f in &mut timing.functions {
@@ -143,7 +181,7 @@ fn timing_of(data: &Path, file: &DataFile, namer: &mut Namer) -> Result<Timing> 
             f.name = object.map_or(function.clone(), |o| format!("{function}({o})"));
         }
     }
-    Ok(timing)
+    Some(timing)
 }
 
 fn write(output: &Path, bytes: &[u8], summary: &str) -> Result<()> {
@@ -188,17 +226,26 @@ mod tests {
     #[test]
     fn renders_each_format() {
         let t = timing();
-        let (bytes, summary) = render(&t, ExportFormat::Folded, WeightArg::Time).expect("folded");
+        let (file, mut namer, resource) = (DataFile::default(), Namer::new(&[]), ResourceArgs::default());
+        let mut render = |format, weight| {
+            let otlp = OtlpSource { data: Path::new("run.lopi"), file: &file, namer: &mut namer, resource: &resource };
+            render(&t, format, weight, otlp)
+        };
+        let (bytes, summary) = render(ExportFormat::Folded, WeightArg::Time).expect("folded");
         assert_eq!((bytes.as_slice(), summary.as_str()), (&b"main 1000\n"[..], "1 stacks"));
-        let (bytes, summary) = render(&t, ExportFormat::Folded, WeightArg::Calls).expect("folded");
+        let (bytes, summary) = render(ExportFormat::Folded, WeightArg::Calls).expect("folded");
         assert_eq!((bytes.as_slice(), summary.as_str()), (&b"main 1\n"[..], "1 stacks"));
-        let (bytes, summary) = render(&t, ExportFormat::Chrome, WeightArg::Time).expect("chrome");
+        let (bytes, summary) = render(ExportFormat::Chrome, WeightArg::Time).expect("chrome");
         let trace: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
         assert_eq!(trace["traceEvents"].as_array().map(Vec::len), Some(4));
         assert_eq!(summary, "4 events");
-        let (bytes, summary) = render(&t, ExportFormat::Pprof, WeightArg::Time).expect("pprof");
+        let (bytes, summary) = render(ExportFormat::Pprof, WeightArg::Time).expect("pprof");
         assert!(!bytes.is_empty());
         assert_eq!(summary, "1 functions, 1 threads");
+        let (bytes, summary) = render(ExportFormat::Otlp, WeightArg::Time).expect("otlp");
+        let request = <lopi_trace::otlp::proto::ExportProfilesServiceRequest as prost::Message>::decode(bytes.as_slice()).expect("OTLP");
+        assert_eq!(request.resource_profiles.len(), 1);
+        assert_eq!(summary, "1 processes, 2 profiles, 2 samples");
     }
 
     #[test]
@@ -209,8 +256,12 @@ mod tests {
 
     #[test]
     fn weight_is_for_folded_only() {
-        let err = export(Path::new("run.lopi"), Path::new("out.pb"), ExportFormat::Pprof, Some(WeightArg::Calls), ProfileArg::Cpu)
+        let options = |format, weight, resource| ExportOptions { format, weight, profile: ProfileArg::Cpu, resource };
+        let err = export(Path::new("run.lopi"), Path::new("out.pb"), options(ExportFormat::Pprof, Some(WeightArg::Calls), ResourceArgs::default()))
             .expect_err("weight with pprof");
         assert_eq!(err.to_string(), "--weight applies to --format folded only");
+        let labelled = ResourceArgs { service: None, labels: vec![("env".into(), "prod".into())] };
+        let err = export(Path::new("run.lopi"), Path::new("out.pb"), options(ExportFormat::Pprof, None, labelled)).expect_err("label with pprof");
+        assert_eq!(err.to_string(), "--service and --label apply to --format otlp only");
     }
 }

@@ -17,12 +17,14 @@ mod info;
 mod live;
 mod locks;
 mod names;
+mod otlp;
 mod output;
 mod parallelism;
 mod planning;
 mod probe_arg;
 mod processes;
 mod progress;
+mod push;
 mod report;
 mod rewrite;
 mod scale;
@@ -61,7 +63,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Coverage { data, format, output } => coverage::run(&read_data(&data)?, format, output.as_deref()),
         Command::Report { data, format, top, views, select } => report::run(&data, views.view(), &select, format, top),
         Command::Flamegraph { data, output, weight, title } => exports::flamegraph(&data, &output, weight, title),
-        Command::Export { data, format, output, weight, profile } => exports::export(&data, &output, format, weight, profile),
+        Command::Export { data, format, output, weight, profile, resource } => {
+            exports::export(&data, &output, exports::ExportOptions { format, weight, profile, resource })
+        }
+        Command::Push { data, url, resource } => otlp::push(&data, &url, &resource),
         Command::Run { select, trace, timing, quiet, no_follow, arg0, command } => {
             let probes = live::Probes { follow: !no_follow, ..select.probes(trace, timing, cache)? };
             live::run(&probes, &command, arg0, quiet)

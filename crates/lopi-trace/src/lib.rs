@@ -15,6 +15,7 @@ mod locks;
 mod meta;
 mod open;
 mod own_calls;
+pub mod otlp;
 mod pprof;
 mod processes;
 mod report;
@@ -30,6 +31,7 @@ pub use breakdown::{amdahl, profile_serial_fraction, Breakdown, Parts, ThreadBre
 pub use data::{Damage, DataError, DataFile, EndedCpu, Parallelism, ProcessEnd, ProcessMaps, Record, ThreadChunk, ThreadName};
 pub use open::{EndSeen, Ended, OpenCall};
 pub use own_calls::{OwnCall, OwnCalls};
+pub use otlp::OtlpContext;
 pub use processes::{ProcessRow, ProcessRun, Processes};
 pub use meta::{MetaAction, MetaBlock, MetaFunction, MetaPoint, MetaProbe, MetaScript, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};

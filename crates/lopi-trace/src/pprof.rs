@@ -13,6 +13,11 @@ use std::collections::HashMap;
 /// `[calls, samples, cpu in ns]`, as pprof's CPU profiles, with the sampling period. The
 /// profile has no duration: [`Timing`] does not know how long the program ran.
 pub fn pprof(t: &Timing) -> Vec<u8> {
+    cpu_profile(t).encode_to_vec()
+}
+
+/// [`pprof`]'s profile, not yet encoded: the OTLP export translates it.
+pub(crate) fn cpu_profile(t: &Timing) -> proto::Profile {
     let mut builder = PprofBuilder::new(t);
     let calls = builder.value_type("calls", "count");
     // Sampled when every thread's time was (a mixed record keeps exact time's layout).
@@ -59,7 +64,6 @@ pub fn pprof(t: &Timing) -> Vec<u8> {
         period,
         default_sample_type: time.r#type,
     }
-    .encode_to_vec()
 }
 
 /// The tables of a pprof profile: strings, a mapping per module, and a function and location
@@ -309,6 +313,11 @@ pub enum LockProfile {
 /// frame `site` gives for its process and return address (its function, or its module and
 /// address there). `None` when nothing was recorded.
 pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site: &mut dyn FnMut(u32, u64) -> SiteFrame) -> Option<Vec<u8>> {
+    lock_profile(data, t, which, site).map(|p| p.encode_to_vec())
+}
+
+/// [`lock_pprof`]'s profile, not yet encoded: the OTLP export translates it.
+pub(crate) fn lock_profile(data: &crate::DataFile, t: &Timing, which: LockProfile, site: &mut dyn FnMut(u32, u64) -> SiteFrame) -> Option<proto::Profile> {
     use lopi_rt_abi::lock_name::{self, Op, Outcome, Role};
     let mut builder = PprofBuilder::new(t);
     let types = [
@@ -378,19 +387,16 @@ pub fn lock_pprof(data: &crate::DataFile, t: &Timing, which: LockProfile, site: 
     if samples.is_empty() {
         return None;
     }
-    Some(
-        proto::Profile {
-            sample_type: types.to_vec(),
-            sample: samples,
-            mapping: builder.mappings,
-            location: builder.locations,
-            function: builder.functions,
-            string_table: builder.strings.strings,
-            // Every call is measured, none sampled.
-            period_type: Some(types[0]),
-            period: 1,
-            default_sample_type: types[1].r#type,
-        }
-        .encode_to_vec(),
-    )
+    Some(proto::Profile {
+        sample_type: types.to_vec(),
+        sample: samples,
+        mapping: builder.mappings,
+        location: builder.locations,
+        function: builder.functions,
+        string_table: builder.strings.strings,
+        // Every call is measured, none sampled.
+        period_type: Some(types[0]),
+        period: 1,
+        default_sample_type: types[1].r#type,
+    })
 }

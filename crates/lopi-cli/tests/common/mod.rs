@@ -1,7 +1,8 @@
 //! Shared helpers for the lopi CLI end-to-end tests, one job a module: where things are
 //! (here), fixture directives (`fixture`), running processes with a watchdog (`process`),
 //! building programs (`build`), a small line diff for failure messages (`diff`), reading
-//! lopi's reports (`reports`), independent oracles (`oracles`) and other tools (`tools`).
+//! lopi's reports (`reports`), independent oracles (`oracles`), other tools (`tools`) and a
+//! real OpenTelemetry Collector (`otel`).
 //! Each test binary uses what it needs of them: every helper is re-exported here, so tests
 //! call `common::xyz`.
 #![allow(dead_code)]
@@ -10,6 +11,7 @@ mod build;
 mod diff;
 mod fixture;
 mod oracles;
+mod otel;
 mod process;
 mod reports;
 pub mod tools;
@@ -23,6 +25,8 @@ pub use diff::*;
 pub use fixture::*;
 #[allow(unused_imports)]
 pub use oracles::*;
+#[allow(unused_imports)]
+pub use otel::*;
 #[allow(unused_imports)]
 pub use process::*;
 #[allow(unused_imports)]

@@ -1,0 +1,250 @@
+//! `lopi push` and `lopi export --format otlp` against a real OpenTelemetry Collector (built
+//! from its Go modules by tests/otel/build-collector.sh, OTLP receiver and file exporter):
+//! a C program recorded with `lopi run --probe entry,exit` (and once with locks and system
+//! calls) is pushed, and what the collector wrote must give every function the calls `lopi
+//! report --format json` gives on the same data file, under the resource attributes asked for.
+mod common;
+
+use common::*;
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Two workers and main call `add` (a mutex) with values from `fib` (recursive) and `leaf`;
+/// main writes nothing twenty times (a system call each).
+const PROGRAM: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static long total;
+__attribute__((noinline)) long leaf(long x) { return x * 3 + 1; }
+__attribute__((noinline)) long fib(int n) { return n < 2 ? leaf(n) : fib(n - 1) + fib(n - 2); }
+__attribute__((noinline)) void add(long v) { pthread_mutex_lock(&lock); total += v; pthread_mutex_unlock(&lock); }
+static void *worker(void *arg) { for (int i = 0; i < 50; i++) add(fib(10)); return arg; }
+int main(void) {
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, worker, 0);
+    for (int i = 0; i < 20; i++) { add(leaf(i)); write(1, "", 0); }
+    for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+    printf("%ld\n", total);
+    return 0;
+}
+"#;
+
+struct Recorded {
+    dir: PathBuf,
+    prog: PathBuf,
+    data: PathBuf,
+}
+
+/// The program recorded by `lopi run --probe PROBES`.
+fn record(label: &str, probes: &str) -> Recorded {
+    let dir = fresh_dir(&format!("otlp-{label}"));
+    let prog = build_c(&dir, "otlp_prog", PROGRAM, &["-O2", "-g", "-pthread"]);
+    let data = dir.join("run.lopi");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", probes, "--"]).arg(&prog).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+    assert!(out.status.success(), "lopi run --probe {probes}: {}\n{}", out.describe_status(), out.stderr_str());
+    assert_eq!(out.stdout_str().trim(), "25990", "the program's output");
+    Recorded { dir, prog, data }
+}
+
+fn lopi(args: &[&str]) -> Output {
+    run(Command::new(lopi_bin()).args(args), default_timeout()).expect("run lopi")
+}
+
+/// `lopi report --format json`: calls per (module, function), those that were called.
+fn report_calls(data: &Path) -> BTreeMap<(String, String), i64> {
+    let out = lopi(&["report", "--format", "json", "--top", "0", &data.display().to_string()]);
+    assert!(out.status.success(), "lopi report: {}", out.stderr_str());
+    let entries = parse_report(&out.stdout_str()).expect("report JSON");
+    let mut calls = BTreeMap::new();
+    for e in entries.into_iter().filter(|e| e.calls > 0) {
+        *calls.entry((e.module, e.name)).or_default() += e.calls as i64;
+    }
+    calls
+}
+
+/// A number of OTLP JSON: int64s are strings there.
+fn int(v: &Json) -> i64 {
+    v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or(0)
+}
+
+/// What one request the collector wrote says, its dictionary's references resolved.
+#[derive(Debug, Default)]
+struct Resource {
+    attributes: BTreeMap<String, String>,
+    /// Per profile ("calls/count"), the values summed per leaf frame: (module, function),
+    /// module "" for a frame of none (a system call, a lock).
+    profiles: BTreeMap<String, BTreeMap<(String, String), i64>>,
+}
+
+fn resources(request: &Json) -> Vec<Resource> {
+    let d = &request["dictionary"];
+    let table = |name: &str, i: &Json| d[name].get(int(i) as usize).cloned().unwrap_or(Json::Null);
+    let string = |i: &Json| table("stringTable", i).as_str().unwrap_or("").to_string();
+    // A key or value is given as text or by string index.
+    let key = |a: &Json| a.get("key").and_then(Json::as_str).map_or_else(|| string(&a["keyStrindex"]), str::to_string);
+    let value = |v: &Json| match (v.get("stringValue"), v.get("stringValueStrindex"), v.get("intValue")) {
+        (Some(s), _, _) => s.as_str().unwrap_or("").to_string(),
+        (_, Some(i), _) => string(i),
+        (_, _, Some(n)) => int(n).to_string(),
+        _ => panic!("an attribute value lopi does not write: {v}"),
+    };
+    let leaf = |stack: &Json| {
+        let location = table("locationTable", &table("stackTable", stack)["locationIndices"][0]);
+        let function = table("functionTable", &location["lines"][0]["functionIndex"]);
+        let mapping = table("mappingTable", &location["mappingIndex"]);
+        (string(&mapping["filenameStrindex"]), string(&function["nameStrindex"]))
+    };
+    let mut out = Vec::new();
+    for r in request["resourceProfiles"].as_array().expect("resourceProfiles") {
+        let mut resource = Resource::default();
+        for a in r["resource"]["attributes"].as_array().into_iter().flatten() {
+            resource.attributes.insert(key(a), value(&a["value"]));
+        }
+        for p in r["scopeProfiles"].as_array().into_iter().flatten().flat_map(|s| s["profiles"].as_array().into_iter().flatten()) {
+            let kind = format!("{}/{}", string(&p["sampleType"]["typeStrindex"]), string(&p["sampleType"]["unitStrindex"]));
+            let sums = resource.profiles.entry(kind).or_default();
+            for s in p["samples"].as_array().into_iter().flatten() {
+                let values: i64 = s["values"].as_array().into_iter().flatten().map(int).sum();
+                *sums.entry(leaf(&s["stackIndex"])).or_default() += values;
+            }
+        }
+        out.push(resource);
+    }
+    out
+}
+
+/// Calls per (module, function) of the frames that are the program's functions, over every
+/// process.
+fn calls_of(resources: &[Resource]) -> BTreeMap<(String, String), i64> {
+    let mut calls = BTreeMap::new();
+    for r in resources {
+        for (frame, n) in r.profiles.get("calls/count").into_iter().flatten() {
+            if !frame.0.is_empty() {
+                *calls.entry(frame.clone()).or_default() += n;
+            }
+        }
+    }
+    calls
+}
+
+fn readelf_build_id(prog: &Path) -> String {
+    let out = run(Command::new(require("readelf", "binutils")).arg("-n").arg(prog), default_timeout()).expect("readelf");
+    let text = out.stdout_str();
+    let line = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).unwrap_or_else(|| panic!("no build-id in readelf -n:\n{text}"));
+    line.trim().to_string()
+}
+
+#[test]
+fn pushed_calls_equal_the_report() {
+    let r = record("push", "entry,exit");
+    let collector = Collector::start(&r.dir, Pipeline::Profiles);
+    let data = r.data.display().to_string();
+    let out = lopi(&["push", &data, &collector.url, "--service", "otlp-e2e", "--label", "env=test", "--label", "team=perf"]);
+    assert!(out.status.success(), "lopi push: {}\n{}\ncollector log:\n{}", out.describe_status(), out.stderr_str(), collector.log_text());
+    assert!(out.stderr_str().contains("lopi: pushed "), "{}", out.stderr_str());
+
+    let received = resources(&collector.received(1)[0]);
+    assert_eq!(received.len(), 1, "one process, one resource");
+    let expected = report_calls(&r.data);
+    assert!(expected.len() >= 5, "the report has the program's functions: {expected:?}");
+    assert_eq!(calls_of(&received), expected, "calls per function: the collector's (left), lopi report's (right)");
+
+    let attributes = &received[0].attributes;
+    let prog = r.prog.display().to_string();
+    for (key, value) in [
+        ("service.name", "otlp-e2e"),
+        ("env", "test"),
+        ("team", "perf"),
+        ("process.executable.name", "otlp_prog"),
+        ("process.executable.path", prog.as_str()),
+        ("process.executable.build_id.gnu", readelf_build_id(&r.prog).as_str()),
+    ] {
+        assert_eq!(attributes.get(key).map(String::as_str), Some(value), "resource attribute {key} in {attributes:?}");
+    }
+    assert!(attributes.get("process.pid").is_some_and(|p| p.parse::<u32>().is_ok()), "{attributes:?}");
+    assert!(attributes.contains_key("host.name"), "{attributes:?}");
+    let kinds: Vec<&String> = received[0].profiles.keys().collect();
+    assert_eq!(kinds, ["calls/count", "wall/nanoseconds"]);
+    cleanup(&r.dir);
+}
+
+#[test]
+fn locks_and_system_calls_reach_the_collector() {
+    let r = record("locks", "entry,exit,locks,syscall");
+    let collector = Collector::start(&r.dir, Pipeline::Profiles);
+    let out = lopi(&["push", &r.data.display().to_string(), &collector.url]);
+    assert!(out.status.success(), "lopi push: {}\n{}", out.describe_status(), out.stderr_str());
+    let received = resources(&collector.received(1)[0]);
+    assert_eq!(calls_of(&received), report_calls(&r.data), "calls per function: the collector's (left), lopi report's (right)");
+    let profiles = &received[0].profiles;
+    assert_eq!(received[0].attributes.get("service.name").map(String::as_str), Some("otlp_prog"), "the executable's name by default");
+
+    // Every mutex_lock acquires: 2 workers × 50 and main's 20.
+    let acquisitions: i64 = profiles["acquisitions/count"].iter().filter(|(f, _)| f.1 == "pthread_mutex_lock(lock)").map(|(_, n)| n).sum();
+    assert_eq!(acquisitions, 120, "{:?}", profiles["acquisitions/count"]);
+    assert!(profiles.contains_key("hold/nanoseconds"), "{:?}", profiles.keys());
+
+    // The system calls' counts are lopi report --syscalls'.
+    let report = by_syscall(&syscall_report(&r.data)["syscalls"], "calls");
+    let pushed: BTreeMap<String, u64> =
+        profiles["syscalls/count"].iter().map(|((_, name), n)| (name.strip_prefix("[syscall] ").unwrap_or(name).to_string(), *n as u64)).collect();
+    assert_eq!(pushed, report, "system calls: the collector's (left), lopi report --syscalls' (right)");
+    assert_eq!(pushed.get("write"), Some(&21), "20 empty writes and printf's");
+    // Each has its time but exit and exit_group, which do not return.
+    let timed: Vec<&str> = profiles["syscall_time/nanoseconds"].keys().map(|(_, name)| name.strip_prefix("[syscall] ").unwrap_or(name)).collect();
+    let returning: Vec<&str> = pushed.keys().map(String::as_str).filter(|n| !n.starts_with("exit")).collect();
+    assert_eq!(timed, returning, "system calls with a time: {:?}", profiles["syscall_time/nanoseconds"]);
+    cleanup(&r.dir);
+}
+
+/// The file `lopi export --format otlp` writes decodes, and the collector takes it as it
+/// takes a push.
+#[test]
+fn the_exported_file_is_a_request_the_collector_takes() {
+    let r = record("export", "entry,exit");
+    let file = r.dir.join("run.otlp");
+    let out = lopi(&["export", &r.data.display().to_string(), "--format", "otlp", "-o", &file.display().to_string(), "--label", "env=file"]);
+    assert!(out.status.success(), "lopi export: {}", out.stderr_str());
+    let bytes = std::fs::read(&file).expect("the exported file");
+    let request = <lopi_trace::otlp::proto::ExportProfilesServiceRequest as prost::Message>::decode(bytes.as_slice()).expect("an ExportProfilesServiceRequest");
+    assert_eq!(request.resource_profiles.len(), 1);
+
+    let collector = Collector::start(&r.dir, Pipeline::Profiles);
+    let endpoint = format!("{}/v1development/profiles", collector.url);
+    let response = ureq::post(&endpoint).header("Content-Type", "application/x-protobuf").send(&bytes[..]);
+    assert!(response.is_ok_and(|r| r.status() == 200), "the collector refused the exported file; its log:\n{}", collector.log_text());
+    let received = resources(&collector.received(1)[0]);
+    assert_eq!(calls_of(&received), report_calls(&r.data));
+    assert_eq!(received[0].attributes.get("env").map(String::as_str), Some("file"));
+    cleanup(&r.dir);
+}
+
+/// With nothing listening, a push fails after its retries, quickly, and says so; a
+/// collector without a profiles pipeline refuses, and the message says what it lacks.
+#[test]
+fn a_push_nobody_takes_is_an_error_that_says_why() {
+    let r = record("refused", "entry,exit");
+    let data = r.data.display().to_string();
+    let nobody = {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a free port");
+        format!("http://127.0.0.1:{}", listener.local_addr().expect("address").port())
+    };
+    let started = Instant::now();
+    let out = lopi(&["push", &data, &nobody]);
+    let message = out.stderr_str();
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(message.contains("no OTLP collector took the profiles") && message.contains("4 tries") && message.contains("connection refused"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(20), "retries took {:?}", started.elapsed());
+
+    let traces_only = Collector::start(&r.dir, Pipeline::TracesOnly);
+    let out = lopi(&["push", &data, &traces_only.url]);
+    let message = out.stderr_str();
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(message.contains("refused the profiles: HTTP 404") && message.contains("service.profilesSupport"), "{message}");
+    cleanup(&r.dir);
+}
