@@ -200,8 +200,16 @@ fn module_suffix(profile: &Profile, module: &str) -> String {
 pub fn report_text(profile: &Profile, top: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "program: {}", profile.program);
-    let pids: Vec<String> = profile.pids.iter().map(u32::to_string).collect();
+    const PIDS_SHOWN: usize = 10;
+    let mut pids: Vec<String> = profile.pids.iter().take(PIDS_SHOWN).map(u32::to_string).collect();
+    if profile.pids.len() > PIDS_SHOWN {
+        pids.push("...".into());
+    }
     let _ = writeln!(out, "processes: {} (pid {})", profile.pids.len(), pids.join(", "));
+    if profile.programs.len() > 1 {
+        let programs: Vec<String> = profile.programs.iter().map(|(name, n)| format!("{name} x{n}")).collect();
+        let _ = writeln!(out, "programs: {} (--comm NAME shows one; --processes the tree)", programs.join(", "));
+    }
     if profile.incomplete {
         let _ = writeln!(out, "warning: a process died while registering a module; that module's counts are missing");
     }

@@ -2,46 +2,27 @@
 //! sqlite3 (Debian's shell with its libsqlite3, and source-built) and pigz with two threads,
 //! each under `lopi run --probe syscall` (every module's sites) and rewritten with
 //! `--probe syscall` (its own sites). Their output must be the original's, and lopi's counts
-//! of the calls made after its probes went live must equal strace's (`strace -f`, less the
-//! dynamic loader's start-up, which happens before the program's entry point).
+//! must equal strace's (`strace -f`), the dynamic loader's start-up included (lopi run counts
+//! it through ptrace).
 mod common;
 
 use common::*;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Calls per name in an `strace -f -o` log, less the dynamic loader's start-up: opening the
-/// loader cache and the shared libraries, and reading those files (tracked by descriptor
-/// until it is closed). Interrupted calls strace splits in two lines count once.
+/// Calls per name in an `strace -f -o` log. Interrupted calls strace splits in two lines
+/// count once.
 fn strace_counts(log: &str) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
-    let mut loader_fds: HashSet<(String, String)> = HashSet::new();
     for line in log.lines() {
-        let (pid, rest) = line.split_once(' ').unwrap_or(("", line));
-        let rest = rest.trim_start();
+        let rest = line.split_once(' ').map_or(line, |(_, rest)| rest).trim_start();
         if rest.starts_with("<...") || rest.starts_with("---") || rest.starts_with("+++") {
             continue;
         }
-        let Some((name, args)) = rest.split_once('(') else { continue };
-        let result = rest.rsplit_once(") = ").map(|(_, r)| r.split_whitespace().next().unwrap_or(""));
-        let first_arg = args.split([',', ')']).next().unwrap_or("").trim().to_string();
-        match name {
-            "openat" if args.contains("ld.so.cache\"") || args.contains(".so\"") || args.contains(".so.") => {
-                if let Some(fd) = result {
-                    loader_fds.insert((pid.to_string(), fd.to_string()));
-                }
-                continue;
-            }
-            "read" | "pread64" | "close" | "newfstatat" | "fstat" | "mmap" if loader_fds.contains(&(pid.to_string(), first_arg.clone())) => {
-                if name == "close" {
-                    loader_fds.remove(&(pid.to_string(), first_arg));
-                }
-                continue;
-            }
-            _ => {}
+        if let Some((name, _)) = rest.split_once('(') {
+            *counts.entry(name.to_string()).or_default() += 1;
         }
-        *counts.entry(name.to_string()).or_default() += 1;
     }
     counts
 }

@@ -101,6 +101,10 @@ pub struct TimingSummary {
 pub struct Profile {
     pub program: String,
     pub pids: Vec<u32>,
+    /// The programs a followed tree's processes ran last, with how many processes ran each,
+    /// most first (empty without process records).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<(String, u32)>,
     pub modules: Vec<String>,
     /// Sorted by total time when timed, else by calls, most first; then by module and address.
     pub functions: Vec<FunctionCount>,
@@ -191,6 +195,7 @@ impl Profile {
         Profile {
             program: data.records.first().map(|r| r.exe.clone()).unwrap_or_default(),
             pids,
+            programs: programs(data),
             modules,
             total_calls: functions.iter().map(|f| f.calls).fold(0u64, u64::saturating_add),
             functions,
@@ -280,4 +285,15 @@ fn aggregate(timing: &Timing) -> (Vec<Times>, EdgeMap, Vec<ThreadSummary>) {
         });
     }
     (times, edges, threads)
+}
+
+/// How many processes of a followed tree ran each program (its last), most first.
+fn programs(data: &DataFile) -> Vec<(String, u32)> {
+    let mut counts: HashMap<&str, u32> = HashMap::new();
+    for p in &data.processes {
+        *counts.entry(p.program()).or_default() += 1;
+    }
+    let mut programs: Vec<(String, u32)> = counts.into_iter().map(|(name, n)| (name.to_string(), n)).collect();
+    programs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    programs
 }
