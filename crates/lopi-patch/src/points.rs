@@ -18,6 +18,10 @@ use std::collections::BTreeSet;
 pub enum PointError {
     #[error("no function's code holds {0:#x}")]
     NoFunction(u64),
+    /// A function's cold part, which the compiler split from it (`.text.unlikely`): its code is
+    /// not read as a function of its own.
+    #[error("{0:#x} is in a cold part split from a function (`.text.unlikely`), where lopi does not probe yet")]
+    ColdFragment(u64),
     #[error("{0:#x} is not where an instruction of {1} starts")]
     NotAnInstruction(u64, String),
     /// Its control-flow graph cannot be read (it is read as a timed function's exits are, so
@@ -82,7 +86,12 @@ pub fn point_fits(module: &ElfModule<'_>, analysis: &Analysis, addr: u64) -> Res
 fn point_site(module: &ElfModule<'_>, analysis: &Analysis, addr: u64) -> Result<crate::Site, PointError> {
     let targets = &analysis.targets;
     let ends = crate::functions::function_ends(module);
-    let index = (0..module.functions.len()).find(|&i| (module.functions[i].addr.0..ends[i]).contains(&addr)).ok_or(PointError::NoFunction(addr))?;
+    let in_fragment = || module.fragments.iter().any(|&(at, len)| (at.0..at.0 + len).contains(&addr));
+    let index = match (0..module.functions.len()).find(|&i| (module.functions[i].addr.0..ends[i]).contains(&addr)) {
+        Some(index) => index,
+        None if in_fragment() => return Err(PointError::ColdFragment(addr)),
+        None => return Err(PointError::NoFunction(addr)),
+    };
     let name = &module.functions[index].name;
     let (blocks, _) = crate::blocks::graph(module, targets, &CodeMap::new(module), index, ends[index]).map_err(|r| PointError::NoGraph(name.clone(), r))?;
     let block = blocks.iter().find(|b| (b.start..b.end).contains(&addr)).ok_or_else(|| PointError::NotAnInstruction(addr, name.clone()))?;
