@@ -186,17 +186,19 @@ pub fn run(request: Request) -> Result<()> {
     let exe = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
     // Before the program runs its own code (or, attached, goes on): a point that cannot run
     // anywhere it names is refused.
-    // The guarded markers' semaphores are raised then too.
+    // Once every point is accepted, the guarded markers' semaphores are raised.
     let check = |installation: &lopi_live::Installation, pid: i32| -> Result<()> {
         for m in &installation.modules {
             if Path::new(&m.path) == exe {
                 check_probes(&spec, None, &module.functions, &m.outcomes, &m.timing, &m.path)?;
-                semaphores.adjust(pid, m.bias, 1).with_context(|| format!("raising the semaphores of the markers in process {pid}"))?;
             } else if let Some(lib) = libraries.iter().find(|l| lopi_live::library_named(&m.path, l)) {
                 check_probes(&spec, Some(lib), &resolve::functions(Path::new(&m.path)).unwrap_or_default(), &m.outcomes, &m.timing, &m.path)?;
             }
         }
-        Ok(())
+        match installation.modules.iter().find(|m| Path::new(&m.path) == exe) {
+            Some(m) => semaphores.adjust(pid, m.bias, 1).with_context(|| format!("raising the semaphores of the markers in process {pid}")),
+            None => Ok(()),
+        }
     };
     let start = |installation: &lopi_live::Installation, output: &str, pid: i32| -> Result<(Symbols, std::fs::File)> {
         let installed = installation.modules.iter().find(|m| Path::new(&m.path) == exe);
