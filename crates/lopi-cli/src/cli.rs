@@ -29,6 +29,10 @@ pub(crate) enum Command {
         prog: PathBuf,
         #[command(flatten)]
         select: Select,
+        /// List PROG's SystemTap static markers (USDT) instead: where each is, its semaphore,
+        /// its arguments, and whether a `usdt:` point of `lopi trace` can probe it.
+        #[arg(long)]
+        usdt: bool,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },

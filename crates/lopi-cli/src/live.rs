@@ -51,7 +51,7 @@ impl Probes {
             modules.insert(None, Filter::default());
         }
         // A script's instruction points are the executable's.
-        if self.script.as_ref().is_some_and(|s| !s.point_addrs.is_empty()) {
+        if self.script.as_ref().is_some_and(|s| !s.instruction_points().is_empty()) {
             modules.entry(None).or_insert_with(Filter::nothing);
         }
         for arg in &self.exclude {
@@ -147,9 +147,10 @@ pub struct Launched {
     pub blocked: SigSet,
 }
 
-/// What a caller checks of the probes installed before the program runs on (a script's points
-/// that cannot run are refused).
-pub type Check<'a> = &'a dyn Fn(&Installation) -> Result<()>;
+/// What a caller checks of the probes installed in a process (its pid) before it runs on (a
+/// script's points that cannot run are refused), and does to it then (a script raises the
+/// semaphores of the markers it probes).
+pub type Check<'a> = &'a dyn Fn(&Installation, i32) -> Result<()>;
 
 /// Launches PROG, installs the probes at its entry point and lets it run (without ptrace, or
 /// followed: see [`crate::follow`]), once `check` accepts them (else the program is killed
@@ -179,7 +180,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
             return Err(e).context(format!("installing probes in {}", program.to_string_lossy()));
         }
     };
-    if let Err(e) = check(&installation) {
+    if let Err(e) = check(&installation, pid) {
         refuse(target, &mut child);
         return Err(e);
     }
@@ -245,7 +246,7 @@ impl Launched {
 
 /// `lopi run -- PROG ARGS`: launches PROG with the probes in and exits with its status.
 pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
-    let mut launched = launch(probes, command, arg0, quiet, &|_| Ok(()))?;
+    let mut launched = launch(probes, command, arg0, quiet, &|_, _| Ok(()))?;
     let status = launched.wait(probes, quiet)?;
     launched.finish();
     if !quiet {
@@ -317,7 +318,7 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) ->
     let stopped_ms = lopi_live::millis(started);
     let threads = target.thread_count();
     let installation = target.install(&mut plan).with_context(|| format!("installing probes in process {pid}"))?;
-    if let Err(e) = check(&installation) {
+    if let Err(e) = check(&installation, pid) {
         let removed = target.remove(&installation);
         target.release();
         removed.context("taking the probes out again")?;
@@ -404,7 +405,7 @@ impl Attached {
 /// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
 /// or its exit, then takes every probe out again.
 pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
-    let attached = attach_start(probes, pid, false, &|_| Ok(()))?;
+    let attached = attach_start(probes, pid, false, &|_, _| Ok(()))?;
     match duration {
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
         None => eprintln!("lopi: detaching on Ctrl-C"),

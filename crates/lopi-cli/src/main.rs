@@ -16,6 +16,7 @@ mod handler;
 mod info;
 mod live;
 mod locks;
+mod markers;
 mod names;
 mod otlp;
 mod output;
@@ -56,7 +57,8 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     let cache = progress::plan_cache(cli.no_cache);
     match cli.command {
-        Command::Info { prog, select, format } => info::run(&prog, &select, format, cache.as_ref()),
+        Command::Info { prog, usdt: true, format, .. } => markers::info(&prog, format),
+        Command::Info { prog, select, format, .. } => info::run(&prog, &select, format, cache.as_ref()),
         Command::Rewrite { prog, output, select, trace, timing, script, script_expr, handler } => {
             rewrite::run(rewrite::Request { prog, output, select, trace, timing, script, script_expr, handler, cache })
         }

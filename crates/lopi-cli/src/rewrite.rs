@@ -93,6 +93,9 @@ pub(crate) fn rewrite(
             if spec.probes_libc() {
                 bail!("system calls and lock functions are libc's, which a rewritten file does not probe: syscall:, lock: and thread: points need lopi trace");
             }
+            if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Usdt { .. })) {
+                bail!("usdt: points need lopi trace (it raises the markers' semaphores in the process)");
+            }
             let mut spec = spec;
             spec.point_addrs = trace::instruction_points(&spec.program, &module)?;
             if spec.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, lopi_script::ir::Point::Interval { .. })) {

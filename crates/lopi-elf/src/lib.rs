@@ -1,5 +1,5 @@
 //! The parts of an x86-64 ELF file lopi needs: loadable segments, code sections, functions
-//! (from `.symtab`, a debug file's or `.gnu_debugdata`'s, `.dynsym` and `.eh_frame`), exception landing pads, and the dynamic section.
+//! (from `.symtab`, a debug file's or `.gnu_debugdata`'s, `.dynsym` and `.eh_frame`), exception landing pads, the dynamic section, and SystemTap's static markers (`usdt`).
 //!
 //! Parsing never panics on malformed input: every failure is an [`ElfError`].
 #![forbid(unsafe_code)]
@@ -13,6 +13,8 @@ mod mini_debuginfo;
 mod references;
 mod symbols;
 mod unwind;
+pub mod usdt;
+pub mod usdt_args;
 
 pub use addr::{FileOffset, Svma};
 pub use debug_file::{debug_dir, DebugFile, DEBUG_DIR_VAR};

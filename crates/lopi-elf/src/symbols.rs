@@ -89,4 +89,12 @@ impl SymbolTable {
         let (start, _, name, function) = within.or_else(|| below.last().filter(|s| s.3 && s.1 == 0))?;
         Some(SymbolAt { name: name.clone(), offset: addr - start, function: *function })
     }
+
+    /// The link-time address of the symbol named `name`, if exactly one address has that name
+    /// (two `static` variables of one name in two files are not told apart).
+    pub fn address_of(&self, name: &str) -> Option<u64> {
+        let mut found = self.symbols.iter().filter(|s| s.2 == name).map(|s| s.0);
+        let first = found.next()?;
+        found.all(|a| a == first).then_some(first)
+    }
 }

@@ -24,6 +24,16 @@ pub struct ScriptSpec {
     /// Where each `addr:` and `func:NAME+OFF` point is (the main executable's addresses), by
     /// the point's index in the program's order.
     pub point_addrs: std::collections::BTreeMap<usize, u64>,
+    /// The markers each `usdt:` point probes (the main executable's), by point index.
+    pub markers: std::collections::BTreeMap<usize, Vec<MarkerSite>>,
+}
+
+/// A USDT marker a `usdt:` point probes: its `nop`, and where its arguments are there (a
+/// [`abi::site_arg::IMAGE`] base's value is a module address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkerSite {
+    pub addr: u64,
+    pub args: Vec<abi::SiteArg>,
 }
 
 impl ScriptSpec {
@@ -57,9 +67,10 @@ impl ScriptSpec {
         asked.into_iter().filter(|&(needed, _)| needed).fold(probes, |set, (_, place)| set.union(Probes::NONE.with(place, Measure::Time)))
     }
 
-    /// The addresses of its instruction points, each once.
+    /// The addresses of its instruction points (USDT markers too), each once.
     pub fn instruction_points(&self) -> Vec<u64> {
-        let mut out: Vec<u64> = self.point_addrs.values().copied().collect();
+        let markers = self.markers.values().flatten().map(|m| m.addr);
+        let mut out: Vec<u64> = self.point_addrs.values().copied().chain(markers).collect();
         out.sort_unstable();
         out.dedup();
         out
@@ -92,14 +103,14 @@ impl ScriptSpec {
         for b in options.bytes() {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None, point_addrs: Default::default() }
+        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None, point_addrs: Default::default(), markers: Default::default() }
     }
 
     /// A C handler's: its callbacks run at every timed function's entry and return and every
     /// probed system call, in every module it goes into.
     pub fn handler(handler: crate::handler::Handler) -> ScriptSpec {
         let meta = lopi_trace::MetaScript { source: String::new(), max_entries: None, ring_len: 0 };
-        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler), point_addrs: Default::default() }
+        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler), point_addrs: Default::default(), markers: Default::default() }
     }
 }
 
@@ -181,6 +192,7 @@ pub fn hooks(spec: &ScriptSpec, library: Option<&str>, counted: &[Counted<'_>]) 
                     Point::FuncEntry { lib, glob } if (any_module || lib.as_deref() == library) && c.entry && c.named(glob) => entry.push((probe as u32, n as u32)),
                     Point::FuncReturn { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => exit.push((probe as u32, n as u32)),
                     Point::Addr(_) | Point::FuncOffset { .. } if library.is_none() && c.site.is_some() && spec.point_addrs.get(&n) == c.site.as_ref() => entry.push((probe as u32, n as u32)),
+                    Point::Usdt { .. } if library.is_none() && c.site.is_some_and(|at| spec.markers.get(&n).is_some_and(|m| m.iter().any(|s| s.addr == at))) => entry.push((probe as u32, n as u32)),
                     _ => {}
                 }
             }
@@ -323,6 +335,9 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
     let mut place_lists = |lists: &[u32]| if lists.is_empty() { 0 } else { place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
     let threads_at = place_lists(&thread_lists);
     let locks_at = place_lists(&lock_lists);
+    let (site_args, arg_specs) = site_args(spec, counted, at);
+    let site_args_at = if arg_specs.is_empty() { 0 } else { place(&site_args.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
+    let arg_specs_at = if arg_specs.is_empty() { 0 } else { place(&arg_specs.iter().flat_map(|a| a.to_bytes()).collect::<Vec<u8>>()) };
     let relocs: Vec<u64> = spec.handler.iter().flat_map(|h| &h.relocs).flat_map(|&(slot, target)| [slot, target]).collect();
     let relocs_at = place(&words(&relocs));
     let strings_at = place(&strings);
@@ -360,7 +375,37 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         },
         locks: locks_at,
         threads: threads_at,
+        site_args: site_args_at,
+        arg_specs: arg_specs_at,
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out
+}
+
+/// Per counter, where its marker's arguments start in the list that follows (0: the counter is
+/// no marker's), each marker's ending with an `END`; both empty when no marker is probed. A
+/// symbol's address becomes an offset from the `ScriptImage` at `at`.
+fn site_args(spec: &ScriptSpec, counted: &[Counted<'_>], at: u64) -> (Vec<u32>, Vec<abi::SiteArg>) {
+    let marker = |addr: u64| spec.markers.values().flatten().find(|m| m.addr == addr);
+    if !counted.iter().any(|c| c.site.and_then(marker).is_some()) {
+        return (Vec::new(), Vec::new());
+    }
+    // Index 0 is no list's.
+    let mut specs = vec![abi::SiteArg::default()];
+    let table = counted
+        .iter()
+        .map(|c| match c.site.and_then(marker) {
+            Some(m) => {
+                let first = specs.len() as u32;
+                specs.extend(m.args.iter().map(|a| match a.base {
+                    abi::site_arg::IMAGE => abi::SiteArg { value: a.value.wrapping_sub(at as i64), ..*a },
+                    _ => *a,
+                }));
+                specs.push(abi::SiteArg::default());
+                first
+            }
+            None => 0,
+        })
+        .collect();
+    (table, specs)
 }

@@ -14,7 +14,7 @@
 mod block_graph;
 mod entry;
 pub mod blocks;
-pub use points::PointError;
+pub use points::{point_fits, PointError};
 mod implied;
 mod exits;
 mod fragments;

@@ -18,6 +18,10 @@ use std::collections::BTreeSet;
 pub enum PointError {
     #[error("no function's code holds {0:#x}")]
     NoFunction(u64),
+    /// A function's cold part, which the compiler split from it (`.text.unlikely`): its code is
+    /// not read as a function of its own.
+    #[error("{0:#x} is in a cold part split from a function (`.text.unlikely`), where lopi does not probe yet")]
+    ColdFragment(u64),
     #[error("{0:#x} is not where an instruction of {1} starts")]
     NotAnInstruction(u64, String),
     /// Its control-flow graph cannot be read (it is read as a timed function's exits are, so
@@ -34,31 +38,10 @@ impl Selection {
     /// Adds a probe at each of `addrs` (module addresses), or says why one cannot go there; on
     /// an error nothing is added.
     pub fn add_points(&mut self, module: &ElfModule<'_>, analysis: &Analysis, addrs: &[u64]) -> Result<(), PointError> {
-        let targets = &analysis.targets;
-        let map = CodeMap::new(module);
-        let ends = crate::functions::function_ends(module);
         let mut added = Vec::new();
         for &addr in addrs {
-            let index = (0..module.functions.len()).find(|&i| (module.functions[i].addr.0..ends[i]).contains(&addr)).ok_or(PointError::NoFunction(addr))?;
-            let name = &module.functions[index].name;
-            let (blocks, _) = crate::blocks::graph(module, targets, &map, index, ends[index]).map_err(|r| PointError::NoGraph(name.clone(), r))?;
-            let block = blocks.iter().find(|b| (b.start..b.end).contains(&addr)).ok_or_else(|| PointError::NotAnInstruction(addr, name.clone()))?;
-            if !starts_instruction(module, block.start, addr) {
-                return Err(PointError::NotAnInstruction(addr, name.clone()));
-            }
-            let starts: BTreeSet<u64> = blocks.iter().map(|b| b.start).collect();
-            let stop = |ip: u64| targets.contains(&ip) || starts.contains(&ip);
-            let entry = patch_instructions(module, Svma(addr), block.end, targets, &stop, JMP32_LEN).map_err(|r| PointError::Skipped(addr, r))?;
-            // An `endbr64` stays where it is: the probe would go after it.
-            if entry.patch_at.0 != addr {
-                return Err(PointError::Skipped(addr, Refusal::OverlappingCode));
-            }
-            if entry.len < JMP32_LEN {
-                return Err(PointError::Skipped(addr, Refusal::TooShort));
-            }
-            let covered = entry.len;
-            let site = entry.into_site(index, Tactic::Jmp32, covered, None);
-            let range = addr..addr + covered as u64;
+            let site = point_site(module, analysis, addr)?;
+            let range = addr..addr + site.covered as u64;
             let overlaps = |s: &crate::Site| {
                 let own = s.patch_at.0..s.patch_at.0 + s.covered.max(s.moved_len) as u64;
                 let bounce = s.bounce.map_or(0..0, |b| b.0..b.0 + JMP32_LEN as u64);
@@ -67,7 +50,7 @@ impl Selection {
             if self.sites.iter().chain(&added).any(overlaps) {
                 return Err(PointError::Shared(addr));
             }
-            added.push(crate::Site { point: Point::Block(Tactic::Jmp32), action: Action::Probe, owners: Vec::new(), ..site });
+            added.push(site);
         }
         self.sites.extend(added);
         self.sites.sort_by_key(|s| s.patch_at);
@@ -91,6 +74,43 @@ impl Selection {
     pub fn has_points(&self) -> bool {
         self.sites.iter().any(|s| s.action == Action::Probe || (s.is_entry() && self.probes_entry(s.function)))
     }
+}
+
+/// Whether a probe fits at `addr` (a module address) on its own, or why not (other probes'
+/// sites are not known yet: [`Selection::add_points`] checks those).
+pub fn point_fits(module: &ElfModule<'_>, analysis: &Analysis, addr: u64) -> Result<(), PointError> {
+    point_site(module, analysis, addr).map(drop)
+}
+
+/// The site a probe at `addr` would have on its own, or why it cannot go there.
+fn point_site(module: &ElfModule<'_>, analysis: &Analysis, addr: u64) -> Result<crate::Site, PointError> {
+    let targets = &analysis.targets;
+    let ends = crate::functions::function_ends(module);
+    let in_fragment = || module.fragments.iter().any(|&(at, len)| (at.0..at.0 + len).contains(&addr));
+    let index = match (0..module.functions.len()).find(|&i| (module.functions[i].addr.0..ends[i]).contains(&addr)) {
+        Some(index) => index,
+        None if in_fragment() => return Err(PointError::ColdFragment(addr)),
+        None => return Err(PointError::NoFunction(addr)),
+    };
+    let name = &module.functions[index].name;
+    let (blocks, _) = crate::blocks::graph(module, targets, &CodeMap::new(module), index, ends[index]).map_err(|r| PointError::NoGraph(name.clone(), r))?;
+    let block = blocks.iter().find(|b| (b.start..b.end).contains(&addr)).ok_or_else(|| PointError::NotAnInstruction(addr, name.clone()))?;
+    if !starts_instruction(module, block.start, addr) {
+        return Err(PointError::NotAnInstruction(addr, name.clone()));
+    }
+    let starts: BTreeSet<u64> = blocks.iter().map(|b| b.start).collect();
+    let stop = |ip: u64| targets.contains(&ip) || starts.contains(&ip);
+    let entry = patch_instructions(module, Svma(addr), block.end, targets, &stop, JMP32_LEN).map_err(|r| PointError::Skipped(addr, r))?;
+    // An `endbr64` stays where it is: the probe would go after it.
+    if entry.patch_at.0 != addr {
+        return Err(PointError::Skipped(addr, Refusal::OverlappingCode));
+    }
+    if entry.len < JMP32_LEN {
+        return Err(PointError::Skipped(addr, Refusal::TooShort));
+    }
+    let covered = entry.len;
+    let site = entry.into_site(index, Tactic::Jmp32, covered, None);
+    Ok(crate::Site { point: Point::Block(Tactic::Jmp32), action: Action::Probe, owners: Vec::new(), ..site })
 }
 
 /// Whether decoding from `start` (a block's first instruction) reaches `addr` at an instruction

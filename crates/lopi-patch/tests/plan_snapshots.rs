@@ -143,6 +143,7 @@ fn add_points(module: &ElfModule<'_>, analysis: &Analysis, selection: &mut Selec
 fn point_error(e: &PointError) -> String {
     match e {
         PointError::NoFunction(_) => "no-function".into(),
+        PointError::ColdFragment(_) => "cold-fragment".into(),
         PointError::NotAnInstruction(..) => "not-an-instruction".into(),
         PointError::NoGraph(_, r) => format!("no-graph {}", r.key()),
         PointError::Shared(_) => "shared".into(),

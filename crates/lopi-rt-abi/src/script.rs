@@ -235,7 +235,7 @@ pub fn lhist_bucket(value: i64, min: i64, max: i64, step: i64) -> usize {
 }
 
 /// First bytes of a module image's [`ScriptImage`].
-pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI2";
+pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI3";
 
 /// A module image's probe script (R region), found through the module descriptor: the
 /// compiled probes and what the runtime needs to run them and to make each thread's area.
@@ -256,6 +256,10 @@ pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI2";
 /// threads      THREAD_EVENTS u32 list indices, one per thread event
 /// relocs       C handlers: a (u64 slot, u64 target) per address the handler's data holds,
 ///              both offsets from `handler_data`; the runtime adds the data's address
+/// site_args    a u32 per counter: 0, or the index in `arg_specs` of the first SiteArg of an
+///              instruction point whose arguments are not the argument registers (a USDT
+///              marker's), its list ending with a SiteArg of kind `site_arg::END`
+/// arg_specs    SiteArgs
 /// ```
 ///
 /// A C handler (`--handler`) is a script whose probes are the handler's functions (`code`
@@ -307,6 +311,62 @@ pub struct ScriptImage {
     /// The probes of thread events: [`THREAD_EVENTS`] u32 list indices (start, exit), 0 when
     /// the script has none.
     pub threads: i64,
+    /// Where instruction points find their arguments (USDT markers): a `u32` per counter and
+    /// the [`SiteArg`]s they index; both 0 when no point has such arguments.
+    pub site_args: i64,
+    pub arg_specs: i64,
+}
+
+/// Where one argument of an instruction point is (a USDT marker's specifier, `-4@%eax`,
+/// `8@-16(%rbp)`, `4@$5`): the registers are those the point's stub saved, as they were at
+/// the instruction.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteArg {
+    /// One of [`site_arg`]'s kinds.
+    pub kind: u8,
+    /// Bytes read, 1, 2, 4 or 8, then sign-extended when `signed` is 1, else zero-extended.
+    pub size: u8,
+    pub signed: u8,
+    /// A register's number in x86's encoding (rax 0 .. r15 15), [`site_arg::NO_REG`], or for a
+    /// memory operand [`site_arg::IMAGE`]: `value` is then an offset from the [`ScriptImage`]
+    /// (a symbol's address, `counter(%rip)`).
+    pub base: u8,
+    /// Memory operands: the index register (or `NO_REG`) and its scale.
+    pub index: u8,
+    pub scale: u8,
+    /// A register's bits 8..16 (`%ah`).
+    pub high_byte: u8,
+    pub _pad: u8,
+    /// The constant, or a memory operand's displacement.
+    pub value: i64,
+}
+
+pub const SITE_ARG_LEN: usize = 16;
+const _: () = assert!(size_of::<SiteArg>() == SITE_ARG_LEN);
+
+impl SiteArg {
+    pub fn to_bytes(&self) -> [u8; SITE_ARG_LEN] {
+        let mut out = [0u8; SITE_ARG_LEN];
+        out[..8].copy_from_slice(&[self.kind, self.size, self.signed, self.base, self.index, self.scale, self.high_byte, 0]);
+        out[8..].copy_from_slice(&self.value.to_le_bytes());
+        out
+    }
+}
+
+/// [`SiteArg::kind`]s and register values.
+pub mod site_arg {
+    /// Ends a site's list.
+    pub const END: u8 = 0;
+    pub const CONSTANT: u8 = 1;
+    pub const REGISTER: u8 = 2;
+    pub const MEMORY: u8 = 3;
+    /// No base or index register.
+    pub const NO_REG: u8 = 0xff;
+    /// The base of a memory operand at a fixed address in the module.
+    pub const IMAGE: u8 = 0xfe;
+    /// The register `rsp` (its value at the instruction is worked out, not saved).
+    pub const RSP: u8 = 4;
 }
 
 /// Thread events, in the order of [`ScriptImage::threads`]'s lists: a new thread's start
@@ -331,7 +391,7 @@ pub mod lock_event {
 /// [`ScriptImage::flags`]: the probes are a C handler's functions.
 pub const HANDLER: u32 = 1;
 
-pub const SCRIPT_IMAGE_LEN: usize = 208;
+pub const SCRIPT_IMAGE_LEN: usize = 224;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -365,7 +425,7 @@ impl ScriptImage {
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
         out[148..152].copy_from_slice(&self.flags.to_le_bytes());
-        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64].iter().enumerate() {
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64].iter().enumerate() {
             out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         out

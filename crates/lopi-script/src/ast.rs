@@ -35,6 +35,8 @@ pub enum PointSpec {
     /// `func:[LIB:]NAME+OFF`: the instruction `OFF` bytes into function `NAME`.
     FuncOffset { lib: Option<Name>, name: Name, offset: u64 },
     Addr(u64),
+    /// `usdt:PATH:[PROVIDER:]NAME`: a SystemTap static marker of the file at PATH.
+    Usdt { lib: Name, provider: Option<Name>, name: Name },
     /// `syscall:GLOB[:entry|:return]`.
     Syscall { glob: Name, ret: bool },
     /// `lock:EVENT`; `None` for `lock:*`.

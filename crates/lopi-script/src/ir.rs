@@ -114,6 +114,9 @@ pub enum Point {
     /// The instruction `offset` bytes into function `name`.
     FuncOffset { lib: Option<String>, name: String, offset: u64 },
     Addr(u64),
+    /// The static markers (USDT) named `name` (a glob), of provider `provider` if given, in
+    /// the file `lib` (the program, by path or name, or a library).
+    Usdt { lib: String, provider: Option<String>, name: String },
     SyscallEntry(String),
     SyscallReturn(String),
     Lock(LockEvent),
@@ -133,6 +136,8 @@ impl fmt::Display for Point {
             Point::FuncReturn { lib: l, glob } => write!(f, "func:{}{glob}:return", lib(l)),
             Point::FuncOffset { lib: l, name, offset } => write!(f, "func:{}{name}+{offset:#x}", lib(l)),
             Point::Addr(addr) => write!(f, "addr:{addr:#x}"),
+            Point::Usdt { lib, provider: Some(provider), name } => write!(f, "usdt:{lib}:{provider}:{name}"),
+            Point::Usdt { lib, provider: None, name } => write!(f, "usdt:{lib}:{name}"),
             Point::SyscallEntry(glob) => write!(f, "syscall:{glob}"),
             Point::SyscallReturn(glob) => write!(f, "syscall:{glob}:return"),
             Point::Lock(event) => write!(f, "lock:{}", event.name()),

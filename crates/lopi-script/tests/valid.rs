@@ -154,6 +154,15 @@ fn offsets_and_addresses() {
 }
 
 #[test]
+fn usdt_markers_give_their_arguments() {
+    let p = compile("usdt:./prog:myprov:t*ck { @[arg0, arg1] = count(); }");
+    assert_eq!(p.probes[0].points, [Point::Usdt { lib: "./prog".into(), provider: Some("myprov".into()), name: "t*ck".into() }]);
+    assert_eq!(p.probes[0].points[0].to_string(), "usdt:./prog:myprov:t*ck");
+    assert_eq!(p.needs().args(), 0b11);
+    assert_eq!(compile("usdt:./prog:tock { }").probes[0].points[0].to_string(), "usdt:./prog:tock");
+}
+
+#[test]
 fn syscalls() {
     let p = named("syscall_read");
     assert_eq!(p.probes[0].points, [Point::SyscallEntry("read".into())]);

@@ -5,6 +5,7 @@
 mod probed;
 mod resolve;
 mod session;
+mod usdt;
 
 pub use probed::check_probes;
 pub use resolve::{instruction_points, needed_libraries, Functions};
@@ -90,10 +91,10 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
     for point in program.probes.iter().flat_map(|p| &p.points) {
         let supported = matches!(
             point,
-            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Begin | Point::End | Point::Interval { .. }
+            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Usdt { .. } | Point::Begin | Point::End | Point::Interval { .. }
         );
         if !supported {
-            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], func:NAME+OFF, addr:, syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");
+            bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], func:NAME+OFF, addr:, usdt:, syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");
         }
     }
     Ok(ScriptSpec::new(program, source, max_entries, ring_len))
@@ -147,7 +148,7 @@ pub fn run(request: Request) -> Result<()> {
     let file = lopi_cache::read_file(&readable).with_context(|| format!("reading {}", path.display()))?;
     let debug = lopi_elf::DebugFile::find(&path, &file, &lopi_elf::debug_dir());
     let mut module = lopi_elf::ElfModule::parse_with_debug(&file, debug.as_ref()).with_context(|| format!("{}", path.display()))?;
-    lopi_patch::analyse(&mut module);
+    let analysis = lopi_patch::analyse(&mut module);
     let names = all_names(&module);
     let libraries = match request.pid {
         Some(pid) => resolve::mapped_libraries(pid),
@@ -155,6 +156,8 @@ pub fn run(request: Request) -> Result<()> {
     };
     let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries).of_program(&path))?;
     spec.point_addrs = resolve::instruction_points(&spec.program, &module)?;
+    let (markers, semaphores) = usdt::sites(&spec.program, &module, &analysis, &path, |lib| resolve::names_program(lib, &path))?;
+    spec.markers = markers;
     let spec = Arc::new(spec);
     let probes = Probes {
         include: function_globs(&spec),
@@ -183,7 +186,8 @@ pub fn run(request: Request) -> Result<()> {
     let exe = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
     // Before the program runs its own code (or, attached, goes on): a point that cannot run
     // anywhere it names is refused.
-    let check = |installation: &lopi_live::Installation| -> Result<()> {
+    // Once every point is accepted, the guarded markers' semaphores are raised.
+    let check = |installation: &lopi_live::Installation, pid: i32| -> Result<()> {
         for m in &installation.modules {
             if Path::new(&m.path) == exe {
                 check_probes(&spec, None, &module.functions, &m.outcomes, &m.timing, &m.path)?;
@@ -191,7 +195,10 @@ pub fn run(request: Request) -> Result<()> {
                 check_probes(&spec, Some(lib), &resolve::functions(Path::new(&m.path)).unwrap_or_default(), &m.outcomes, &m.timing, &m.path)?;
             }
         }
-        Ok(())
+        match installation.modules.iter().find(|m| Path::new(&m.path) == exe) {
+            Some(m) => semaphores.adjust(pid, m.bias, 1).with_context(|| format!("raising the semaphores of the markers in process {pid}")),
+            None => Ok(()),
+        }
     };
     let start = |installation: &lopi_live::Installation, output: &str, pid: i32| -> Result<(Symbols, std::fs::File)> {
         let installed = installation.modules.iter().find(|m| Path::new(&m.path) == exe);
@@ -220,6 +227,9 @@ pub fn run(request: Request) -> Result<()> {
         })?;
         if ended == live::Ended::Detach {
             attached.detach(false)?;
+            if let Some(m) = attached.installation.modules.iter().find(|m| Path::new(&m.path) == exe) {
+                semaphores.adjust(pid, m.bias, -1).with_context(|| format!("lowering the semaphores of the markers in process {pid}"))?;
+            }
         }
         finish(&mut session)?;
         return tidy(&attached.output, keep);

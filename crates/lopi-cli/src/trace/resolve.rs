@@ -100,6 +100,18 @@ impl lopi_script::Resolver for Functions<'_> {
     fn syscalls_matching(&self, glob: &str) -> usize {
         (0..1024).filter(|&nr| lopi_script::glob_match(glob, &lopi_trace::syscall_name(nr))).count()
     }
+
+    fn markers_matching(&self, lib: &str, provider: Option<&str>, name: &str) -> usize {
+        let path = match &self.program {
+            _ if self.libraries_known => return 1,
+            Some(program) if self.is_program(lib) => program.clone(),
+            _ => match self.library(lib) {
+                Some(path) => path.clone(),
+                None => return 0,
+            },
+        };
+        super::usdt::file_markers(&path).iter().filter(|m| super::usdt::matches(m, provider, name)).count()
+    }
 }
 
 /// The libraries process `pid` runs code from.

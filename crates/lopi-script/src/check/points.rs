@@ -17,6 +17,9 @@ pub trait Resolver {
     fn syscall_known(&self, name: &str) -> bool;
     /// How many system calls match `glob`.
     fn syscalls_matching(&self, glob: &str) -> usize;
+    /// How many static markers (USDT) of the file `lib` (the program's path or name, or a
+    /// library's) are named `name` (a glob), of a provider matching `provider` if given.
+    fn markers_matching(&self, lib: &str, provider: Option<&str>, name: &str) -> usize;
 }
 
 /// The resolved points of one probe, without repeats (`lock:*` is its four events); an error
@@ -57,6 +60,15 @@ pub(super) fn resolve(points: &[ast::Point], resolver: &dyn Resolver, issues: &m
                 vec![if *ret { Point::SyscallReturn(glob.text.clone()) } else { Point::SyscallEntry(glob.text.clone()) }]
             }
             PointSpec::Addr(addr) => vec![Point::Addr(*addr)],
+            PointSpec::Usdt { lib, provider, name } => {
+                let provider_text = provider.as_ref().map(|p| p.text.as_str());
+                if resolver.markers_matching(&lib.text, provider_text, &name.text) == 0 {
+                    let what = provider_text.map(|p| format!("{p}:{}", name.text)).unwrap_or_else(|| name.text.clone());
+                    issues.push(Issue::new(name.span, format!("no static marker (USDT) matches `{what}` in `{}` (`lopi info {} --usdt` lists them)", lib.text, lib.text)));
+                    continue;
+                }
+                vec![Point::Usdt { lib: lib.text.clone(), provider: provider.as_ref().map(|p| p.text.clone()), name: name.text.clone() }]
+            }
             PointSpec::Lock(Some(event)) => vec![Point::Lock(*event)],
             PointSpec::Lock(None) => LockEvent::ALL.into_iter().map(Point::Lock).collect(),
             PointSpec::Begin => vec![Point::Begin],
@@ -101,7 +113,7 @@ impl Source {
         match self {
             Source::Return => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn(_) | Point::Lock(LockEvent::Acquired)),
             Source::Elapsed => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn(_) | Point::Lock(LockEvent::Acquired | LockEvent::Release)),
-            Source::Args => matches!(point, Point::FuncEntry { .. } | Point::FuncOffset { .. } | Point::Addr(_) | Point::SyscallEntry(_) | Point::Lock(_)),
+            Source::Args => matches!(point, Point::FuncEntry { .. } | Point::FuncOffset { .. } | Point::Addr(_) | Point::Usdt { .. } | Point::SyscallEntry(_) | Point::Lock(_)),
             Source::Func => matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::FuncOffset { .. } | Point::Lock(_)),
         }
     }
@@ -111,7 +123,7 @@ impl Source {
         match self {
             Source::Return => "a return probe (`func:F:return`, `syscall:S:return` or `lock:acquired`)",
             Source::Elapsed => "a return probe (`func:F:return`, `syscall:S:return`), `lock:acquired` or `lock:release`",
-            Source::Args => "a function entry, `func:F+OFF`, `addr:`, system call entry or `lock:` probe",
+            Source::Args => "a function entry, `func:F+OFF`, `addr:`, `usdt:`, system call entry or `lock:` probe",
             Source::Func => "a `func:` or `lock:` probe",
         }
     }

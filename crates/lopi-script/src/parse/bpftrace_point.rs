@@ -1,7 +1,8 @@
 //! bpftrace's spellings of the points lopi has: `BEGIN`, `END`, `uprobe:PATH:FUNC`,
 //! `uretprobe:PATH:FUNC`, `uprobe:PATH:FUNC+OFF`, `tracepoint:syscalls:sys_enter_NAME` and
 //! `sys_exit_NAME`, `tracepoint:raw_syscalls:sys_enter` and `sys_exit`, `interval:s:N` (and
-//! `ms`, `us`, `hz`). Kernel points are refused in one line: lopi probes user space.
+//! `ms`, `us`, `hz`), and SystemTap's static markers, `usdt:PATH:[PROVIDER:]NAME`. Kernel
+//! points are refused in one line: lopi probes user space.
 use super::point::{duration, func, glob, Part};
 use crate::ast::{Name, PointSpec};
 use crate::diag::Issue;
@@ -16,7 +17,7 @@ pub(super) fn spec(kind: &Part, parts: &[Part]) -> Option<Result<PointSpec, Issu
         "uprobe" | "uretprobe" => uprobe(kind, parts),
         "tracepoint" => tracepoint(kind, parts),
         "profile" => Err(Issue::new(kind.span, "`profile:` sampling points are not supported yet: lopi samples with `lopi run --time sampled`")),
-        "usdt" => Err(Issue::new(kind.span, "`usdt:` markers are not supported yet")),
+        "usdt" => usdt(kind, parts),
         k if KERNEL_KINDS.contains(&k) => Err(Issue::new(kind.span, format!("`{k}:` points are the kernel's; lopi probes user space (func:, syscall:, lock:, thread:, addr:)"))),
         _ => return None,
     })
@@ -37,6 +38,24 @@ fn uprobe(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
         (PointSpec::FuncOffset { .. }, true) => Err(Issue::new(kind.span, "a uretprobe is at a function's return, not at an offset")),
         _ => Err(Issue::new(kind.span, format!("expected `{}:PATH:FUNCTION`", kind.text))),
     }
+}
+
+/// `usdt:PATH:PROVIDER:NAME` or `usdt:PATH:NAME`; PROVIDER and NAME may be globs.
+fn usdt(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
+    let (lib, provider, name) = match parts {
+        [lib, name] => (lib, None, name),
+        [lib, provider, name] => (lib, Some(provider), name),
+        [_, _, _, extra, ..] => return Err(Issue::new(extra.span, "too many `:` parts in a `usdt` point")),
+        _ => return Err(Issue::new(kind.span, "expected `usdt:PATH:PROVIDER:NAME` or `usdt:PATH:NAME`, PATH the program's or a library's")),
+    };
+    if lib.text.is_empty() {
+        return Err(Issue::new(lib.span, "expected the path or file name of the program or library that has the marker"));
+    }
+    if let Some(provider) = provider {
+        glob(provider, "provider")?;
+    }
+    glob(name, "marker")?;
+    Ok(PointSpec::Usdt { lib: lib.name(), provider: provider.map(Part::name), name: name.name() })
 }
 
 /// The system-call tracepoints, as lopi's `syscall:` points.
@@ -110,6 +129,9 @@ mod tests {
         assert_eq!(spec_of("tracepoint:raw_syscalls:sys_exit").unwrap(), PointSpec::Syscall { glob: Name { text: "*".into(), span: Span::new(24, 32) }, ret: true });
         assert_eq!(spec_of("interval:s:2").unwrap(), PointSpec::Interval { ns: 2_000_000_000 });
         assert_eq!(spec_of("interval:ms:100").unwrap(), PointSpec::Interval { ns: 100_000_000 });
+        assert_eq!(spec_of("usdt:./prog:myprov:tick {").unwrap(), PointSpec::Usdt { lib: name("./prog", 5), provider: Some(name("myprov", 12)), name: name("tick", 19) });
+        assert_eq!(spec_of("usdt:/usr/bin/python3.11:function__*").unwrap(), PointSpec::Usdt { lib: name("/usr/bin/python3.11", 5), provider: None, name: name("function__*", 25) });
+        assert_eq!(spec_of("usdt:libstdc++.so.6:libstdcxx:throw").unwrap(), PointSpec::Usdt { lib: name("libstdc++.so.6", 5), provider: Some(name("libstdcxx", 20)), name: name("throw", 30) });
     }
 
     #[test]
@@ -126,5 +148,8 @@ mod tests {
         assert!(spec_of("interval:hz:0").unwrap_err().contains("never fires"));
         assert!(spec_of("interval:ms:0").unwrap_err().contains("minimum"));
         assert!(spec_of("profile:hz:99").unwrap_err().contains("not supported yet"));
+        assert!(spec_of("usdt:tick").unwrap_err().contains("usdt:PATH:PROVIDER:NAME"));
+        assert!(spec_of("usdt:./p:a:b:c").unwrap_err().contains("too many"));
+        assert!(spec_of("usdt::tick").unwrap_err().contains("path or file name"));
     }
 }

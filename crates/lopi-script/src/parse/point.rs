@@ -1,7 +1,8 @@
 //! Probe points, read straight from the text: `func:libc.so.6:malloc:return`,
 //! `func:/usr/lib/libz.so.1:inflate`, `func:main+0x10`, `interval:500ms`. A point ends at white
-//! space, `,`, `{` or `/` (where a predicate starts); only the library path of a `func:` point
-//! (one that starts with `/`, `./` or `../`) may hold a `/`, and it runs to the next `:`.
+//! space, `,`, `{` or `/` (where a predicate starts); only the library path of a `func:` or
+//! `usdt:` point (one that starts with `/`, `./` or `../`) may hold a `/`, and it runs to the
+//! next `:`.
 use crate::ast::{LockEvent, Name, Point, PointSpec};
 use crate::diag::{Issue, Span};
 use crate::limits::MIN_INTERVAL_NS;
@@ -50,7 +51,7 @@ pub(crate) fn point(src: &str, start: usize) -> Result<(Point, usize), Issue> {
         i += 1;
         let part_start = i;
         let rest = &src[i..];
-        let path = matches!(kind.text, "func" | "uprobe" | "uretprobe") && parts.is_empty() && (rest.starts_with('/') || rest.starts_with("./") || rest.starts_with("../"));
+        let path = matches!(kind.text, "func" | "uprobe" | "uretprobe" | "usdt") && parts.is_empty() && (rest.starts_with('/') || rest.starts_with("./") || rest.starts_with("../"));
         while i < bytes.len() && if path { !b":,{".contains(&bytes[i]) && !bytes[i].is_ascii_whitespace() } else { is_point_char(bytes[i]) } {
             i += 1;
         }

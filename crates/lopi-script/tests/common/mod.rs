@@ -32,6 +32,12 @@ impl Resolver for TestResolver {
     fn syscalls_matching(&self, glob: &str) -> usize {
         SYSCALLS.iter().filter(|n| glob_match(glob, n)).count()
     }
+
+    /// The program (`./prog`) has `myprov:tick` and `myprov:tock`.
+    fn markers_matching(&self, lib: &str, provider: Option<&str>, name: &str) -> usize {
+        let of_provider = provider.is_none_or(|p| glob_match(p, "myprov"));
+        if lib != "./prog" || !of_provider { 0 } else { ["tick", "tock"].iter().filter(|n| glob_match(name, n)).count() }
+    }
 }
 
 /// The program of `src`, or a panic showing its diagnostics.

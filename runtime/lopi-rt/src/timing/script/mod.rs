@@ -8,6 +8,7 @@
 //! a ring of output records the host prints from while the program runs.
 mod helpers;
 mod image;
+mod site_args;
 
 use super::thread::chunk::Thread;
 use crate::abi::script::{self, record, ScriptArea, ScriptCtx, ScriptImage, TableShape};
@@ -16,6 +17,7 @@ use crate::base::data_file::append;
 use core::ptr::{read_volatile, write_volatile};
 use helpers::{emit, value_none, Env};
 use image::{function, string, table_of};
+pub(super) use site_args::point_regs;
 
 /// Where a stub saved the registers a probe reads: `u64` slots above the `rbp` it passes.
 #[derive(Clone, Copy)]
@@ -35,6 +37,11 @@ impl Regs {
     /// The system-call stubs' (`probes/syscalls.rs`): arguments in rdi, rsi, rdx, r10, r8, r9.
     pub fn syscall(at: *const u64) -> Regs {
         Regs { at, args: [5, 6, 7, 2, 4, 3], ret: 8 }
+    }
+
+    /// Six values at `at`, one per argument.
+    fn values(at: *const u64) -> Regs {
+        Regs { at, args: [0, 1, 2, 3, 4, 5], ret: 0 }
     }
 
     unsafe fn get(self, slot: usize) -> u64 {
