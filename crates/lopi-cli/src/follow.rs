@@ -19,7 +19,7 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
                 match planned.and_then(|mut plan| target.install(&mut plan)) {
                     Ok(_) => {
                         probed += 1;
-                        tree.probed(process.pid);
+                        tree.probed(&target);
                     }
                     Err(e) => {
                         unprobed += 1;
@@ -28,6 +28,17 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
                         }
                     }
                 }
+                target.release();
+            }
+            TreeEvent::Loaded(mut target, process) => {
+                let later = lopi_live::Spec { probed_already: Some(process.modules.clone()), ..spec.clone() };
+                let planned = lopi_live::plan(process.pid, &later, None, &crate::progress::Bar::new("", false));
+                if let Err(e) = planned.and_then(|mut plan| target.install(&mut plan)) {
+                    if !quiet {
+                        eprintln!("lopi: pid {} ({}): a library it loaded runs without probes: {}", process.pid, program(&process), crate::output::one_line(&anyhow::Error::new(e)));
+                    }
+                }
+                tree.probed(&target);
                 target.release();
             }
             TreeEvent::ExecUnprobed(process, e) => {

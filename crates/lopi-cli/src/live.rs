@@ -80,6 +80,7 @@ impl Probes {
             env,
             cache: self.cache.clone(),
             script: self.script.clone(),
+            probed_already: None,
         })
     }
 }
@@ -167,7 +168,11 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
     let (mut target, mut child) = lopi_live::launch(cmd, probes.follow)?;
     let pid = target.pid();
     let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
-    let spec = probes.spec(&output)?;
+    let mut spec = probes.spec(&output)?;
+    if probes.follow {
+        // A library asked for that the program loads later (dlopen) gets its probes then.
+        spec.probed_already = Some(Vec::new());
+    }
     let installed = Instant::now();
     let bar = Bar::new(&format!("planning {}", progress::file_name(program.as_ref())), !quiet);
     let planned = lopi_live::plan(pid, &spec, target.entry(), &bar);
@@ -197,6 +202,11 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
         eprintln!("lopi: recording pid {pid} to {output}");
         if let Some(plan) = &plan {
             eprint!("{}", describe(&installation, plan));
+        }
+        for library in spec.modules.iter().filter_map(|m| m.library.as_deref()) {
+            if !installation.modules.iter().any(|m| lopi_live::library_named(&m.path, library)) {
+                eprintln!("lopi: {library} is not loaded yet: its probes go in when the program loads it");
+            }
         }
         eprintln!(
             "lopi: {} sites installed in {install_ms:.1} ms ({:.1} ms from launch to the program's entry)",

@@ -59,18 +59,18 @@ pub fn clear_thread_words(pid: i32, mem: &Memory, maps: &[Mapping]) -> Result<us
 }
 
 /// A loaded module's dynamic symbols at their run-time addresses.
-struct Loaded {
+pub(crate) struct Loaded {
     bias: u64,
     symbols: Vec<(String, u64)>,
 }
 
 impl Loaded {
-    fn symbol(&self, name: &str) -> Option<u64> {
+    pub(crate) fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.iter().find(|(n, _)| n == name).map(|(_, a)| a.wrapping_add(self.bias))
     }
 }
 
-fn loaded(pid: i32, maps: &[Mapping], file_name: &str) -> Option<Loaded> {
+pub(crate) fn loaded(pid: i32, maps: &[Mapping], file_name: &str) -> Option<Loaded> {
     let first = maps.iter().find(|m| m.offset == 0 && m.path.rsplit('/').next() == Some(file_name))?;
     let data = std::fs::read(format!("/proc/{pid}/root{}", first.path)).or_else(|_| std::fs::read(&first.path)).ok()?;
     let file = object::File::parse(&*data).ok()?;

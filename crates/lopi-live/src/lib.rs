@@ -19,6 +19,7 @@ mod clock;
 mod error;
 mod glibc;
 mod install;
+mod loads;
 mod placement;
 mod plan;
 mod sampling;

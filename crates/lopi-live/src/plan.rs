@@ -232,15 +232,21 @@ fn vdso(pid: i32, mapped: &[&Mapping]) -> Result<ModuleFile, LiveError> {
 /// other file the process runs code from, and the vDSO, for those probes only.
 fn requests(spec: &Spec, maps: &[Mapping], exe: &str) -> Result<Vec<(ModuleRequest, String)>, LiveError> {
     let mut out = Vec::new();
+    let probed = |path: &str| spec.probed_already.as_ref().is_some_and(|done| done.iter().any(|p| p == path));
     for request in &spec.modules {
         let mut request = request.clone();
         request.probes = request.probes.union(spec.everywhere);
-        out.push((request.clone(), module_path(maps, exe, request.library.as_deref())?));
+        match module_path(maps, exe, request.library.as_deref()) {
+            Ok(path) if probed(&path) => {}
+            Ok(path) => out.push((request, path)),
+            Err(_) if spec.probed_already.is_some() => {}
+            Err(e) => return Err(e),
+        }
     }
     if !spec.everywhere.is_empty() {
         let mut others: Vec<&str> = maps
             .iter()
-            .filter(|m| m.executable && (m.path.starts_with('/') || m.path == VDSO) && out.iter().all(|(_, p)| *p != m.path))
+            .filter(|m| m.executable && (m.path.starts_with('/') || m.path == VDSO) && out.iter().all(|(_, p)| *p != m.path) && !probed(&m.path))
             .map(|m| m.path.as_str())
             .collect();
         others.sort_unstable();

@@ -68,6 +68,14 @@ pub fn thread_group(tid: i32) -> Option<i32> {
     status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
 }
 
+/// The files process `pid` has code of mapped (executable mappings of files), each once.
+pub fn code_files(pid: i32) -> Vec<String> {
+    let mut files: Vec<String> = maps(pid).unwrap_or_default().into_iter().filter(|m| m.executable && m.path.starts_with('/')).map(|m| m.path).collect();
+    files.sort_unstable();
+    files.dedup();
+    files
+}
+
 /// Process `pid`'s command line (`/proc/PID/cmdline`), an argument a string.
 pub fn command_line(pid: i32) -> Option<Vec<String>> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;

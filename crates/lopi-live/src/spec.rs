@@ -35,6 +35,10 @@ pub struct Spec {
     pub cache: Option<lopi_cache::PlanCache>,
     /// A probe script for the main executable (`lopi trace`).
     pub script: Option<std::sync::Arc<lopi_image::script::ScriptSpec>>,
+    /// Set when planning the libraries a process loaded after its probes went in (`dlopen`):
+    /// the modules probed already, which are left alone, as is a library asked for that is
+    /// still not loaded (a later load may bring it).
+    pub probed_already: Option<Vec<String>>,
 }
 
 /// `NAME=value` strings and the NULL-terminated pointer array the runtime reads as `envp`.

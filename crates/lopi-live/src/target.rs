@@ -136,6 +136,19 @@ impl Target {
         Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new(), startup })
     }
 
+    /// A followed process whose threads lopi holds (see [`Threads::hold_followed`]).
+    pub(crate) fn held(threads: Threads) -> Result<Self, LiveError> {
+        let pid = threads.pid;
+        let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
+        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new(), startup: BTreeMap::new() })
+    }
+
+    /// Puts the trap on ld.so's rendezvous that tells lopi of libraries the process loads
+    /// later (see [`crate::loads`]).
+    pub(crate) fn watch_loads(&self) -> Result<crate::loads::LoadWatch, String> {
+        crate::loads::watch(self.pid(), &self.mem)
+    }
+
     pub fn pid(&self) -> i32 {
         self.threads.pid
     }

@@ -63,6 +63,48 @@ impl Threads {
         Ok(threads)
     }
 
+    /// Holds every thread of followed process `pid`: `stopped` is in a ptrace stop already,
+    /// the `others` (traced by lopi from birth, not seized: `PTRACE_INTERRUPT` cannot stop
+    /// them) are sent a `SIGSTOP` each, which lopi takes instead of delivering. Returns the
+    /// fork and clone events they reported on the way (thread, new task), for the tree.
+    pub fn hold_followed(pid: i32, stopped: i32, others: &[i32]) -> Result<(Self, Vec<(i32, i32)>), LiveError> {
+        let mut threads = Threads { pid, held: BTreeMap::from([(stopped, Vec::new())]), arriving: Vec::new(), followed: true, counted_calls: None };
+        let mut born = Vec::new();
+        for &tid in others {
+            // SAFETY: tgkill takes integers only; a thread gone meanwhile makes it fail (ESRCH).
+            #[allow(unsafe_code)]
+            let sent = unsafe { nix::libc::syscall(nix::libc::SYS_tgkill, pid, tid, nix::libc::SIGSTOP) } == 0;
+            if !sent {
+                continue;
+            }
+            let mut signals = Vec::new();
+            loop {
+                match waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL)) {
+                    Ok(WaitStatus::Stopped(_, Signal::SIGSTOP)) => {
+                        threads.held.insert(tid, signals);
+                        break;
+                    }
+                    Ok(WaitStatus::Stopped(_, signal)) => {
+                        signals.push(signal);
+                        let _ = ptrace::cont(Pid::from_raw(tid), None);
+                    }
+                    Ok(WaitStatus::PtraceEvent(_, _, _)) => {
+                        if let Ok(child) = ptrace::getevent(Pid::from_raw(tid)) {
+                            born.push((tid, child as i32));
+                        }
+                        let _ = ptrace::cont(Pid::from_raw(tid), None);
+                    }
+                    Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(Errno::ECHILD) => break,
+                    Ok(_) | Err(Errno::EINTR) => {
+                        let _ = ptrace::cont(Pid::from_raw(tid), None);
+                    }
+                    Err(e) => return Err(LiveError::ptrace("waiting for", tid, e)),
+                }
+            }
+        }
+        Ok((threads, born))
+    }
+
     /// Repeats until `/proc/PID/task` names no thread we do not hold.
     pub fn stop_new_threads(&mut self) -> Result<(), LiveError> {
         loop {

@@ -9,6 +9,7 @@
 //! group stop (`SIGTSTP` from a terminal) cannot be kept (`PTRACE_LISTEN` needs a seized
 //! tracee): the tracee is let run on, as strace does without `--seize`.
 use crate::error::LiveError;
+use crate::loads::LoadWatch;
 use crate::Target;
 use nix::errno::Errno;
 use nix::sys::ptrace::{self, Event};
@@ -35,6 +36,16 @@ pub struct Process {
     pub startup: BTreeMap<u64, u64>,
     /// Its program has probes (see [`Tree::probed`]): they count its next `execve`.
     probed: bool,
+    /// The code files mapped when its probes last went in: a later load maps others.
+    pub modules: Vec<String>,
+    /// The trap that tells lopi of the libraries it loads later.
+    watch: Option<LoadWatch>,
+}
+
+impl Process {
+    fn new(pid: i32, parent: i32, command: Vec<String>) -> Process {
+        Process { pid, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new(), probed: false, modules: Vec::new(), watch: None }
+    }
 }
 
 /// How a process ended: a wait status (`WIFEXITED`/`WIFSIGNALED` of `status`).
@@ -54,6 +65,10 @@ pub enum TreeEvent {
     /// A process executed a program lopi could not take over (a static or 32-bit one, or it
     /// died on the way): it runs on without probes.
     ExecUnprobed(Process, LiveError),
+    /// A process loaded libraries (`dlopen`) after its probes went in: it is held, every
+    /// thread, before it uses them; probe those not in [`Process::modules`], then
+    /// [`Tree::probed`] and [`Target::release`].
+    Loaded(Target, Process),
     /// A process ended.
     Ended(Ended),
     /// Every process has ended; the root's wait status.
@@ -79,12 +94,13 @@ impl Tree {
     pub fn new(mut target: Target, command: Vec<String>) -> Tree {
         let root = target.pid();
         let threads = target.threads.tids().into_iter().map(|t| (t, root)).collect();
-        let mut startup = target.take_startup_calls();
+        let mut process = Process { execs: 1, startup: target.take_startup_calls(), ..Process::new(root, 0, command) };
         // The root's execve, made by lopi's child before the program existed: strace counts it.
-        *startup.entry(EXECVE).or_default() += 1;
+        *process.startup.entry(EXECVE).or_default() += 1;
+        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), root_status: 0 };
+        tree.probed(&target);
         target.release();
-        let process = Process { pid: root, parent: 0, command, started: crate::tsc(), execs: 1, startup, probed: true };
-        Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), root_status: 0 }
+        tree
     }
 
     /// Runs the tree until something happens that lopi must act on.
@@ -118,18 +134,26 @@ impl Tree {
                         return Ok(event);
                     }
                 }
-                WaitStatus::Stopped(tid, signal) => self.stopped(tid.as_raw(), signal),
+                WaitStatus::Stopped(tid, signal) => {
+                    if let Some(event) = self.stopped(tid.as_raw(), signal) {
+                        return Ok(event);
+                    }
+                }
                 WaitStatus::PtraceSyscall(tid) => resume(tid.as_raw(), None),
                 _ => {}
             }
         }
     }
 
-    /// Process `pid`'s program got its probes (after an [`TreeEvent::Exec`]): they count the
-    /// system calls it makes, its next `execve` included.
-    pub fn probed(&mut self, pid: i32) {
-        if let Some(p) = self.processes.get_mut(&pid) {
-            p.probed = true;
+    /// The process `target` holds got its probes (after an [`TreeEvent::Exec`] or a
+    /// [`TreeEvent::Loaded`]): they count the system calls it makes, its next `execve`
+    /// included, and the libraries it loads later are watched for.
+    pub fn probed(&mut self, target: &Target) {
+        let Some(p) = self.processes.get_mut(&target.pid()) else { return };
+        p.probed = true;
+        p.modules = crate::procfs::code_files(p.pid);
+        if p.watch.is_none() {
+            p.watch = target.watch_loads().ok();
         }
     }
 
@@ -165,8 +189,12 @@ impl Tree {
         let group = crate::procfs::thread_group(child).unwrap_or(child);
         self.threads.insert(child, group);
         if group == child {
-            let (command, probed) = self.processes.get(&parent).map(|p| (p.command.clone(), p.probed)).unwrap_or_default();
-            self.processes.insert(child, Process { pid: child, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new(), probed });
+            // A fork runs its parent's code, probes and traps included.
+            let process = match self.processes.get(&parent) {
+                Some(p) => Process { probed: p.probed, modules: p.modules.clone(), watch: p.watch, ..Process::new(child, parent, p.command.clone()) },
+                None => Process::new(child, parent, Vec::new()),
+            };
+            self.processes.insert(child, process);
         }
         if self.early.remove(&child) {
             resume(child, None);
@@ -183,8 +211,10 @@ impl Tree {
         }
         self.threads.retain(|tid, group| *group != pid || *tid == pid);
         self.threads.insert(pid, pid);
-        let process = self.processes.entry(pid).or_insert_with(|| Process { pid, parent: 0, command: Vec::new(), started: crate::tsc(), execs: 0, startup: BTreeMap::new(), probed: false });
+        let process = self.processes.entry(pid).or_insert_with(|| Process::new(pid, 0, Vec::new()));
         process.execs += 1;
+        process.modules.clear();
+        process.watch = None;
         process.command = crate::procfs::command_line(pid).unwrap_or_default();
         if !std::mem::take(&mut process.probed) {
             // No probe saw the call that got here.
@@ -205,25 +235,75 @@ impl Tree {
         }
     }
 
-    /// A signal stopped `tid`: a new thread's first stop, a signal to deliver, or a group stop.
-    fn stopped(&mut self, tid: i32, signal: Signal) {
+    /// A signal stopped `tid`: a new thread's first stop, ld.so's rendezvous, a signal to
+    /// deliver, or a group stop.
+    fn stopped(&mut self, tid: i32, signal: Signal) -> Option<TreeEvent> {
         if signal == Signal::SIGSTOP {
             if self.newborn.remove(&tid) {
-                return resume(tid, None);
+                resume(tid, None);
+                return None;
             }
             if !self.threads.contains_key(&tid) {
                 // Its parent's fork or clone event is still to come: it waits for it, so that
                 // lopi knows its parent before it can exec.
                 self.early.insert(tid);
-                return;
+                return None;
+            }
+        }
+        if signal == Signal::SIGTRAP {
+            if let Some(event) = self.rendezvous(tid) {
+                return event;
             }
         }
         let stopping = matches!(signal, Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU);
         if stopping && ptrace::getsiginfo(Pid::from_raw(tid)) == Err(Errno::EINVAL) {
             // A group stop: it cannot be kept without a seized tracee; run on.
-            return resume(tid, None);
+            resume(tid, None);
+            return None;
         }
         resume(tid, Some(signal));
+        None
+    }
+
+    /// `tid` trapped: when at its process's trap on ld.so's rendezvous, returns from it for
+    /// the thread, and when a load is done holds the process for lopi (`Some(Some(Loaded))`;
+    /// `Some(None)`: nothing more to do). `None`: some other `SIGTRAP`, to deliver.
+    fn rendezvous(&mut self, tid: i32) -> Option<Option<TreeEvent>> {
+        let pid = *self.threads.get(&tid)?;
+        let watch = self.processes.get(&pid)?.watch?;
+        let regs = ptrace::getregs(Pid::from_raw(tid)).ok()?;
+        match watch.returned(pid, tid, regs) {
+            Ok(None) => None,
+            Ok(Some(false)) | Err(_) => {
+                resume(tid, None);
+                Some(None)
+            }
+            Ok(Some(true)) => Some(self.hold_loaded(pid, tid)),
+        }
+    }
+
+    /// Holds process `pid` (thread `tid` stopped at the rendezvous) when it maps code files
+    /// lopi has not seen in it.
+    fn hold_loaded(&mut self, pid: i32, tid: i32) -> Option<TreeEvent> {
+        let process = self.processes.get(&pid)?;
+        if crate::procfs::code_files(pid).iter().all(|f| process.modules.contains(f)) {
+            resume(tid, None);
+            return None;
+        }
+        let others: Vec<i32> = self.threads.iter().filter(|&(&t, &group)| group == pid && t != tid).map(|(&t, _)| t).collect();
+        let held = crate::tracee::Threads::hold_followed(pid, tid, &others).and_then(|(threads, born)| {
+            for (by, child) in born {
+                self.born(child, by);
+            }
+            Target::held(threads)
+        });
+        match held {
+            Ok(target) => Some(TreeEvent::Loaded(target, self.processes.get(&pid)?.clone())),
+            Err(_) => {
+                resume(tid, None);
+                None
+            }
+        }
     }
 }
 
