@@ -12,8 +12,9 @@
 #    what cannot be installed is shown as skipped, with the reason, in the tables;
 # 2. runs bench/entry-count, bench/timing, bench/zstd and bench/anchors (each fetches and builds its
 #    workloads once: sqlite and zstd from Debian's sources, Debian's stripped zstd; cached in work-real/),
-#    then bench/live, bench/syscall (system calls vs strace/perf/bpftrace) and bench/trace (lopi trace
-#    scripts vs bpftrace/Frida/SystemTap), their own tables only;
+#    then bench/live, bench/syscall (system calls vs strace/perf/bpftrace), bench/trace (lopi trace
+#    scripts vs bpftrace/Frida/SystemTap) and bench/tree (following a make -j2 tree vs strace -f; whole
+#    trees' system-call counts vs strace -f -c), their own tables only;
 # 3. writes bench/results/summary.md (one table: workload x tool, median [min-max], x baseline, calls,
 #    ns/call, output check; machine and versions) and bench/results/overhead.png (ns/call by tool, log).
 #
@@ -31,7 +32,7 @@ while (($#)); do
     case $1 in
         --quick) quick=(--quick) ;;
         --against) against=${2:?--against needs a revision}; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "usage: bench/run.sh [--quick] [--against REV]" >&2; exit 2 ;;
     esac
     shift
@@ -56,7 +57,7 @@ logs="$repo/work-real/bench-build/logs"
 mkdir -p "$logs"
 t0=$(date +%s)
 failed=()
-for b in entry-count timing zstd anchors live syscall trace; do
+for b in entry-count timing zstd anchors live syscall trace tree; do
     bench_log "=== $b ${quick[*]} ($(( $(date +%s) - t0 )) s so far, load $(cut -d' ' -f1-3 /proc/loadavg))"
     if ! "$here/$b/run.sh" "${quick[@]}" > "$logs/$b.out"; then
         bench_log "$b FAILED (its table is not in the summary; output in $logs/$b.out)"

@@ -1,0 +1,185 @@
+"""Per-process views of a lopi record, and where a count that differs between lopi and
+strace -f -c comes from.
+
+Per process: `lopi report --syscalls --pid P` of every process of the tree; their sum must be the
+whole tree's counts. When a view fails, the process's threads in the whole report (which carry
+no start-up calls) stand in for it, and the failure is kept: it is a finding of its own.
+
+A difference is looked at in one more run under `strace -f -y` (every call, with what each file
+descriptor is), its calls summed per program (the file name of the last program the process
+executed, a forked child's calls with its parent's program until it executes its own), next to
+lopi's per-process counts summed the same way. When that run's count is not the one of the
+strace -c runs, the name varies between strace's runs after all. Otherwise the programs whose
+counts differ are put down to:
+- pipes: the program made that call on pipes. A read returns what the writer has written so
+  far; strace, which stops both ends at every call, changes how a transfer is split;
+- signals: rt_sigreturn, one per signal handler run, in a program that received signals: a
+  standard signal that arrives while the same one is pending is merged with it, and how many
+  arrive together depends on the timing (SIGCHLD from children that end close together);
+- threads: the program ran several threads (in strace's run): which thread does a piece of work
+  (and so allocates its malloc arena, waits on a futex, polls) depends on the timing;
+anything else is left unexplained.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+from tree_commands import Command
+
+# strace -f pads the pid column: `123   read(3<pipe:[9]>, ...`
+CALL = re.compile(r"^(\d+)\s+(\w+)\((\d+<pipe:)?")
+EXECVE_OK = re.compile(r'^(\d+)\s+execve\("([^"]*)".*= 0$')
+EXECVE_START = re.compile(r'^(\d+)\s+execve\("([^"]*)".*<unfinished \.\.\.>$')
+EXECVE_DONE = re.compile(r"^(\d+)\s+<\.\.\. execve resumed>.*= 0$")
+# a fork's result: `123 clone(...) = 456`, `123 <... vfork resumed>) = 456`, clone3 likewise
+FORKED = re.compile(r"^(\d+)\s+(?:<\.\.\. )?(clone3?|fork|vfork)\b(.*)\) += (\d+)$")
+SIGNAL = re.compile(r"^(\d+)\s+--- SIG")
+
+Json = Callable[..., dict]  # lopi_json(data, *args)
+
+
+def base(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def lopi_per_process(lopi_json: Json, data: Path, tree: list[dict], whole: dict) -> tuple[dict[int, dict], list[dict]]:
+    """({pid: {syscall: calls}}, the views that failed: the process and lopi's message)."""
+    out, failed = {}, []
+    for p in tree:
+        pid = p["pid"]
+        try:
+            out[pid] = {s["name"]: int(s["calls"]) for s in lopi_json(data, "--syscalls", "--pid", str(pid))["syscalls"]}
+        except RuntimeError as e:
+            failed.append({"pid": pid, "program": p["program"], "ended": p["ended"], "startup_calls": p["startup_calls"],
+                           "error": str(e).splitlines()[0].replace(str(data), "DATA")})
+            mine: dict[str, int] = {}
+            for t in whole["threads"]:
+                if t["pid"] == pid:
+                    for s in t["syscalls"]:
+                        mine[s["name"]] = mine.get(s["name"], 0) + int(s["calls"])
+            out[pid] = mine
+    return out, failed
+
+
+def views_sum_check(per_pid: dict[int, dict], whole: dict[str, int]) -> list[str]:
+    """The names whose per-process counts do not add up to the whole tree's."""
+    total: dict[str, int] = {}
+    for counts in per_pid.values():
+        for name, n in counts.items():
+            total[name] = total.get(name, 0) + n
+    return [f"{n}: whole {whole.get(n, 0):,}, sum of --pid views {total.get(n, 0):,}"
+            for n in sorted(set(total) | set(whole)) if total.get(n, 0) != whole.get(n, 0)]
+
+
+def strace_per_program(text: str) -> tuple[dict[str, dict[str, list[int]]], dict[str, dict[str, int]]]:
+    """({program: {syscall: [calls, calls on pipes]}}, {program: {"threads", "signals"}}) of a
+    `strace -f -y -o` trace."""
+    parent, prog, threads = {}, {}, set()
+    pending: dict[int, str] = {}
+    calls: dict[int, dict[str, list[int]]] = {}
+    signals: dict[int, int] = {}
+    for line in text.splitlines():
+        if m := FORKED.match(line):
+            parent[int(m.group(4))] = int(m.group(1))
+            if "CLONE_THREAD" in m.group(3):
+                threads.add(int(m.group(4)))
+        if m := EXECVE_OK.match(line):
+            prog[int(m.group(1))] = base(m.group(2))
+        elif m := EXECVE_START.match(line):
+            pending[int(m.group(1))] = base(m.group(2))
+        elif (m := EXECVE_DONE.match(line)) and int(m.group(1)) in pending:
+            prog[int(m.group(1))] = pending[int(m.group(1))]
+        if m := SIGNAL.match(line):
+            signals[int(m.group(1))] = signals.get(int(m.group(1)), 0) + 1
+        if m := CALL.match(line):
+            c = calls.setdefault(int(m.group(1)), {}).setdefault(m.group(2), [0, 0])
+            c[0] += 1
+            c[1] += bool(m.group(3))
+
+    def program(pid: int) -> str:
+        seen = set()
+        while pid not in prog and pid in parent and pid not in seen:
+            seen.add(pid)
+            pid = parent[pid]
+        return prog.get(pid, "?")
+
+    out: dict[str, dict[str, list[int]]] = {}
+    facts: dict[str, dict[str, int]] = {}
+    for pid in set(calls) | set(signals):
+        name = program(pid)
+        f = facts.setdefault(name, {"threads": 0, "signals": 0})
+        f["threads"] += pid in threads
+        f["signals"] += signals.get(pid, 0)
+        mine = out.setdefault(name, {})
+        for sc, (n, piped) in calls.get(pid, {}).items():
+            c = mine.setdefault(sc, [0, 0])
+            c[0] += n
+            c[1] += piped
+    return out, facts
+
+
+def reason(name: str, piped: int, facts: dict[str, int]) -> str:
+    if piped:
+        return "pipes"
+    if name == "rt_sigreturn" and facts.get("signals"):
+        return "signals"
+    if facts.get("threads"):
+        return "threads"
+    return ""
+
+
+def explain(cmd: Command, env: dict, log: Path, tree: list[dict], per_pid: dict[int, dict],
+            strace_count: dict[str, int], timeout: float) -> dict[str, dict]:
+    """{syscall: {"programs": [[program, strace calls, on pipes, lopi calls, reason]], "why": the
+    reasons, "" when one program's is unknown}} for the names of STRACE_COUNT (strace -c's count,
+    the same in every run). When the extra run's count of a name is not strace -c's, the name
+    varies between strace's runs after all."""
+    cmd.prepare()
+    log.unlink(missing_ok=True)
+    subprocess.run(["strace", "-f", "-y", "-o", str(log), *cmd.argv], cwd=cmd.cwd, env=env, capture_output=True,
+                   timeout=timeout)
+    traced, facts = strace_per_program(log.read_text())
+    log.unlink()
+    seen: dict[str, dict[str, int]] = {}
+    for p in tree:
+        mine = seen.setdefault(p["program"], {})
+        for sc, n in per_pid.get(p["pid"], {}).items():
+            mine[sc] = mine.get(sc, 0) + n
+    out = {}
+    for name in strace_count:
+        total = sum(c.get(name, [0, 0])[0] for c in traced.values())
+        if total != strace_count[name]:
+            # strace's own count moved: the -c runs agreed by chance
+            out[name] = {"programs": [], "why": f"varies (one more strace run counted {total:,})"}
+            continue
+        rows = []
+        for prog in sorted(set(traced) | set(seen)):
+            n, piped = traced.get(prog, {}).get(name, [0, 0])
+            got = seen.get(prog, {}).get(name, 0)
+            if n != got:
+                rows.append([prog, n, piped, got, reason(name, piped, facts.get(prog, {}))])
+        why = sorted({r[4] for r in rows})
+        out[name] = {"programs": rows, "why": "" if not rows or "" in why else ", ".join(why)}
+    return out
+
+
+def fmt(e: dict) -> str:
+    if not e["programs"]:
+        return e["why"] or "every program's count equal in that run → UNEXPLAINED"
+    parts = [f"{prog}: strace {n:,}{f' ({piped:,} on pipes)' if piped else ''}, lopi {got:,}"
+             + (f" [{why}]" if why else " [?]") for prog, n, piped, got, why in e["programs"]]
+    return "; ".join(parts) + (f" → {e['why']}" if e["why"] else " → UNEXPLAINED")
+
+
+def fmt_failures(failed: list[dict]) -> list[str]:
+    """The failed views, one line per message."""
+    by_error: dict[str, list[dict]] = {}
+    for f in failed:
+        by_error.setdefault(f["error"], []).append(f)
+    return [f"`lopi report DATA --syscalls --pid P` failed for {len(fs)} processes ({msg}): "
+            + ", ".join(f"{f['pid']} ({f['program']}, {f['ended']}, {f['startup_calls']} start-up calls)" for f in fs)
+            for msg, fs in by_error.items()]
