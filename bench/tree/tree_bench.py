@@ -172,6 +172,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs under strace and under lopi per command in the count "
                     "comparison (default 3)")
     ap.add_argument("--no-entry", action="store_true", help="leave out lopi run --probe entry")
+    ap.add_argument("--commands", help="only these commands in the count comparison (keys, comma-separated: make, git, "
+                    "tar, sh-pipes, python, dlopen, node, find-xargs, bash-subshells, perl)")
     ap.add_argument("--work", type=Path, help="scratch directory, emptied first (default /dev/shm/lopi-bench-tree, "
                     "a tmpfs, else work-real/bench-build/tree/work)")
     ap.add_argument("--lopi", type=Path, default=Path(os.environ.get("LOPI", REPO / "target/release/lopi")))
@@ -196,7 +198,7 @@ def main() -> int:
     res = h.run_interleaved(variants, n, log=h.log)
 
     counts_skip = "lopi not found" if lopi is None else ("strace not installed" if STRACE in skip else "")
-    cmds = tc.commands(work / "commands", project)
+    cmds = [c for c in tc.commands(work / "commands", project) if not a.commands or c.key in a.commands.split(",")]
     env = dict(os.environ, XDG_CACHE_HOME=str(cache))
     counts = tree_counts.compare_all(cmds, lopi, work, env, a.runs, counts_skip)
 

@@ -70,34 +70,50 @@ def lopi_run(cmd: Command, lopi: Path, data: Path, env: dict) -> dict:
 def compare_one(cmd: Command, lopi: Path, scratch: Path, env: dict, runs: int) -> dict:
     """Every run of CMD (RUNS under strace and RUNS under lopi, alternating) and the verdict per
     system call name; the last lopi record's per-process views checked, and the differences
-    explained (tree_explain.py)."""
+    explained (tree_explain.py) against a lopi run where they show."""
     res: dict = {"key": cmd.key, "title": cmd.title, "argv": cmd.argv}
     gone = missing(cmd)
     if gone:
         return dict(res, skipped=f"{', '.join(gone)} not installed")
     cmd.setup()
-    data, log = scratch / f"{cmd.key}.lopi", scratch / f"{cmd.key}.strace"
-    env = dict(env, LOPI_OUTPUT=str(data))  # the same environment for every run, strace's too
-    run(cmd, cmd.argv, env)  # warm-up
+    # one record per lopi run, kept until the differences are explained; names of one length, so
+    # that every run's environment (LOPI_OUTPUT included) has the same size
+    data = [scratch / f"{cmd.key}.{i}.lopi" for i in range(runs)]
+    log = scratch / f"{cmd.key}.strace"
     straces, lopis = [], []
-    for _ in range(runs):
-        log.unlink(missing_ok=True)
-        r = run(cmd, ["strace", "-f", "-c", "-o", str(log), *cmd.argv], env)
-        r["counts"] = strace_table(log.read_text()) if log.exists() else {}
-        straces.append(r)
-        lopis.append(lopi_run(cmd, lopi, data, env))
-    last = lopis[-1]
-    res.update(strace=straces, lopi=lopis, processes=len(last["tree"]), processes_text=last["processes_text"])
-    res.update(verdicts(straces, lopis))
-    per_pid, res["view_failures"] = tree_explain.lopi_per_process(lambda *a: lopi_json(lopi, *a), data, last["tree"],
-                                                                  last["whole"])
-    res["view_sums"] = tree_explain.views_sum_check(per_pid, last["counts"])
-    if res["differ"]:
-        why = tree_explain.explain(cmd, env, log, last["tree"], per_pid,
-                                   {n: d["strace"] for n, d in res["differ"].items()}, TIMEOUT_S)
-        for name, e in why.items():
-            res["differ"][name]["why"] = e
-    data.unlink(missing_ok=True)
+    views: dict[int, tuple] = {}
+
+    def views_of(i: int) -> tuple:
+        if i not in views:
+            views[i] = tree_explain.lopi_per_process(lambda *a: lopi_json(lopi, *a), data[i], lopis[i]["tree"],
+                                                     lopis[i]["whole"])
+        return views[i]
+
+    try:
+        run(cmd, cmd.argv, dict(env, LOPI_OUTPUT=str(data[0])))  # warm-up
+        for i in range(runs):
+            log.unlink(missing_ok=True)
+            r = run(cmd, ["strace", "-f", "-c", "-o", str(log), *cmd.argv], dict(env, LOPI_OUTPUT=str(data[i])))
+            r["counts"] = strace_table(log.read_text()) if log.exists() else {}
+            straces.append(r)
+            lopis.append(lopi_run(cmd, lopi, data[i], dict(env, LOPI_OUTPUT=str(data[i]))))
+        last = lopis[-1]
+        res.update(strace=straces, lopi=lopis, processes=len(last["tree"]), processes_text=last["processes_text"])
+        res.update(verdicts(straces, lopis))
+        per_pid, res["view_failures"] = views_of(runs - 1)
+        res["view_sums"] = tree_explain.views_sum_check(per_pid, last["counts"])
+        if res["differ"]:
+            looked_at = {}
+            for name, d in res["differ"].items():
+                i = next(i for i, c in enumerate(d["lopi"]) if c != d["strace"])
+                looked_at[name] = (i + 1, lopis[i]["tree"], views_of(i)[0])
+            why = tree_explain.explain(cmd, dict(env, LOPI_OUTPUT=str(data[0])), log,
+                                       {n: d["strace"] for n, d in res["differ"].items()}, looked_at, TIMEOUT_S)
+            for name, e in why.items():
+                res["differ"][name]["why"] = e
+    finally:
+        for f in data:
+            f.unlink(missing_ok=True)
     for r in lopis:
         for k in ("processes_text", "whole", "tree"):
             r.pop(k)
@@ -205,7 +221,8 @@ def count_section(results: list[dict], runs: int) -> list[str]:
             continue
         out += [f"### {r['title']}", "", f"`{argv_text(r['argv'], 200)}`", ""]
         out += [f"- {n}: strace {d['strace']:,} (every run), lopi {counts_text(d['lopi'])}; per program, in one more "
-                f"`strace -f -y` run and lopi's last record: {tree_explain.fmt(d['why'])}" for n, d in r["differ"].items()]
+                f"`strace -f -y` run and lopi's run {d['why']['run']}: {tree_explain.fmt(d['why'])}"
+                for n, d in r["differ"].items()]
         out += [f"- {line}" for line in tree_explain.fmt_failures(r["view_failures"])]
         out += [f"- per-process views do not add up to the tree: {v}" for v in r["view_sums"]]
         out += ["", "`lopi report --processes` of lopi's last run:", "", "```", r["processes_text"].rstrip(), "```", ""]

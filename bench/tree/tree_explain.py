@@ -55,7 +55,7 @@ def lopi_per_process(lopi_json: Json, data: Path, tree: list[dict], whole: dict)
             out[pid] = {s["name"]: int(s["calls"]) for s in lopi_json(data, "--syscalls", "--pid", str(pid))["syscalls"]}
         except RuntimeError as e:
             failed.append({"pid": pid, "program": p["program"], "ended": p["ended"], "startup_calls": p["startup_calls"],
-                           "error": str(e).splitlines()[0].replace(str(data), "DATA")})
+                           "error": str(e).splitlines()[0].split("lopi: error: ")[-1].replace(str(data), "DATA")})
             mine: dict[str, int] = {}
             for t in whole["threads"]:
                 if t["pid"] == pid:
@@ -132,38 +132,38 @@ def reason(name: str, piped: int, facts: dict[str, int]) -> str:
     return ""
 
 
-def explain(cmd: Command, env: dict, log: Path, tree: list[dict], per_pid: dict[int, dict],
-            strace_count: dict[str, int], timeout: float) -> dict[str, dict]:
-    """{syscall: {"programs": [[program, strace calls, on pipes, lopi calls, reason]], "why": the
-    reasons, "" when one program's is unknown}} for the names of STRACE_COUNT (strace -c's count,
-    the same in every run). When the extra run's count of a name is not strace -c's, the name
-    varies between strace's runs after all."""
+def explain(cmd: Command, env: dict, log: Path, strace_count: dict[str, int],
+            lopi_views: dict[str, tuple[int, list[dict], dict[int, dict]]], timeout: float) -> dict[str, dict]:
+    """{syscall: {"programs": [[program, strace calls, on pipes, lopi calls, reason]], "run": the
+    lopi run looked at, "why": the reasons, "" when one program's is unknown}} for the names of
+    STRACE_COUNT (strace -c's count, the same in every run), each against the lopi run of
+    LOPI_VIEWS[name] (its index, its tree, its per-process counts: one whose count differs). When
+    the extra strace run's count of a name is not strace -c's, the name varies between strace's runs
+    after all."""
     cmd.prepare()
     log.unlink(missing_ok=True)
     subprocess.run(["strace", "-f", "-y", "-o", str(log), *cmd.argv], cwd=cmd.cwd, env=env, capture_output=True,
                    timeout=timeout)
     traced, facts = strace_per_program(log.read_text())
     log.unlink()
-    seen: dict[str, dict[str, int]] = {}
-    for p in tree:
-        mine = seen.setdefault(p["program"], {})
-        for sc, n in per_pid.get(p["pid"], {}).items():
-            mine[sc] = mine.get(sc, 0) + n
     out = {}
-    for name in strace_count:
+    for name, count in strace_count.items():
+        run, tree, per_pid = lopi_views[name]
         total = sum(c.get(name, [0, 0])[0] for c in traced.values())
-        if total != strace_count[name]:
+        if total != count:
             # strace's own count moved: the -c runs agreed by chance
-            out[name] = {"programs": [], "why": f"varies (one more strace run counted {total:,})"}
+            out[name] = {"programs": [], "run": run, "why": f"varies (one more strace run counted {total:,})"}
             continue
+        seen: dict[str, int] = {}
+        for p in tree:
+            seen[p["program"]] = seen.get(p["program"], 0) + per_pid.get(p["pid"], {}).get(name, 0)
         rows = []
         for prog in sorted(set(traced) | set(seen)):
             n, piped = traced.get(prog, {}).get(name, [0, 0])
-            got = seen.get(prog, {}).get(name, 0)
-            if n != got:
-                rows.append([prog, n, piped, got, reason(name, piped, facts.get(prog, {}))])
+            if n != seen.get(prog, 0):
+                rows.append([prog, n, piped, seen.get(prog, 0), reason(name, piped, facts.get(prog, {}))])
         why = sorted({r[4] for r in rows})
-        out[name] = {"programs": rows, "why": "" if not rows or "" in why else ", ".join(why)}
+        out[name] = {"programs": rows, "run": run, "why": "" if not rows or "" in why else ", ".join(why)}
     return out
 
 
@@ -180,6 +180,7 @@ def fmt_failures(failed: list[dict]) -> list[str]:
     by_error: dict[str, list[dict]] = {}
     for f in failed:
         by_error.setdefault(f["error"], []).append(f)
-    return [f"`lopi report DATA --syscalls --pid P` failed for {len(fs)} processes ({msg}): "
+    return [f"`lopi report DATA --syscalls --pid P` failed for {len(fs)} process{'es' if len(fs) > 1 else ''} "
+            f"(\"{msg}\"): "
             + ", ".join(f"{f['pid']} ({f['program']}, {f['ended']}, {f['startup_calls']} start-up calls)" for f in fs)
             for msg, fs in by_error.items()]
