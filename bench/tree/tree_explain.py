@@ -2,7 +2,7 @@
 strace -f -c comes from.
 
 Per process: `lopi report --syscalls --pid P` of every process of the tree; their sum must be the
-whole tree's counts. When a view fails, the process's threads in the whole report (which carry
+whole tree's counts, and a process that executed a program must have its execve in its own view. When a view fails, the process's threads in the whole report (which carry
 no start-up calls) stand in for it, and the failure is kept: it is a finding of its own.
 
 A difference is looked at in one more run under `strace -f -y` (every call, with what each file
@@ -13,9 +13,11 @@ strace -c runs, the name varies between strace's runs after all. Otherwise the p
 counts differ are put down to:
 - pipes: the program made that call on pipes. A read returns what the writer has written so
   far; strace, which stops both ends at every call, changes how a transfer is split;
-- signals: rt_sigreturn, one per signal handler run, in a program that received signals: a
-  standard signal that arrives while the same one is pending is merged with it, and how many
-  arrive together depends on the timing (SIGCHLD from children that end close together);
+- signals: a program that received signals and ran a different number of signal handlers
+  (rt_sigreturn) in the two runs: a standard signal that arrives while the same one is pending
+  is merged with it, and how many arrive together depends on the timing (SIGCHLD from children
+  that end close together); each handler run adds its rt_sigreturn and repeats the wait it
+  interrupted (make: pselect6, then wait4);
 - threads: the program ran several threads (in strace's run): which thread does a piece of work
   (and so allocates its malloc arena, waits on a futex, polls) depends on the timing;
 anything else is left unexplained.
@@ -75,6 +77,13 @@ def views_sum_check(per_pid: dict[int, dict], whole: dict[str, int]) -> list[str
             for n in sorted(set(total) | set(whole)) if total.get(n, 0) != whole.get(n, 0)]
 
 
+def execve_elsewhere(tree: list[dict], per_pid: dict[int, dict]) -> list[dict]:
+    """The processes that executed a program (their dynamic loader ran: start-up calls) but whose
+    view has no execve: it, and what the process did before it, is in another process's view."""
+    return [{"pid": p["pid"], "program": p["program"], "parent": p["parent"]} for p in tree
+            if p["startup_calls"] > 0 and not per_pid.get(p["pid"], {}).get("execve")]
+
+
 def strace_per_program(text: str) -> tuple[dict[str, dict[str, list[int]]], dict[str, dict[str, int]]]:
     """({program: {syscall: [calls, calls on pipes]}}, {program: {"threads", "signals"}}) of a
     `strace -f -y -o` trace."""
@@ -122,10 +131,17 @@ def strace_per_program(text: str) -> tuple[dict[str, dict[str, list[int]]], dict
     return out, facts
 
 
-def reason(name: str, piped: int, facts: dict[str, int]) -> str:
+# Calls a signal handler's run adds one of: its return, and the wait it interrupts, which the
+# program makes again (make's main loop: pselect6 -> EINTR -> wait4 -> pselect6)
+AFTER_SIGNAL = {"rt_sigreturn", "wait4", "waitid", "pselect6", "select", "poll", "ppoll", "epoll_wait", "epoll_pwait"}
+
+
+def reason(name: str, piped: int, facts: dict[str, int], handlers: tuple[int, int]) -> str:
+    """Why a program's count of NAME differs: HANDLERS = its rt_sigreturn calls (strace, lopi) in
+    the runs compared."""
     if piped:
         return "pipes"
-    if name == "rt_sigreturn" and facts.get("signals"):
+    if name in AFTER_SIGNAL and facts.get("signals") and handlers[0] != handlers[1]:
         return "signals"
     if facts.get("threads"):
         return "threads"
@@ -154,14 +170,18 @@ def explain(cmd: Command, env: dict, log: Path, strace_count: dict[str, int],
             # strace's own count moved: the -c runs agreed by chance
             out[name] = {"programs": [], "run": run, "why": f"varies (one more strace run counted {total:,})"}
             continue
-        seen: dict[str, int] = {}
+        seen: dict[str, dict[str, int]] = {}
         for p in tree:
-            seen[p["program"]] = seen.get(p["program"], 0) + per_pid.get(p["pid"], {}).get(name, 0)
+            mine = seen.setdefault(p["program"], {})
+            for sc in (name, "rt_sigreturn"):
+                mine[sc] = mine.get(sc, 0) + per_pid.get(p["pid"], {}).get(sc, 0)
         rows = []
         for prog in sorted(set(traced) | set(seen)):
             n, piped = traced.get(prog, {}).get(name, [0, 0])
-            if n != seen.get(prog, 0):
-                rows.append([prog, n, piped, seen.get(prog, 0), reason(name, piped, facts.get(prog, {}))])
+            got = seen.get(prog, {}).get(name, 0)
+            handlers = (traced.get(prog, {}).get("rt_sigreturn", [0, 0])[0], seen.get(prog, {}).get("rt_sigreturn", 0))
+            if n != got:
+                rows.append([prog, n, piped, got, reason(name, piped, facts.get(prog, {}), handlers)])
         why = sorted({r[4] for r in rows})
         out[name] = {"programs": rows, "run": run, "why": "" if not rows or "" in why else ", ".join(why)}
     return out
@@ -180,7 +200,11 @@ def fmt_failures(failed: list[dict]) -> list[str]:
     by_error: dict[str, list[dict]] = {}
     for f in failed:
         by_error.setdefault(f["error"], []).append(f)
-    return [f"`lopi report DATA --syscalls --pid P` failed for {len(fs)} process{'es' if len(fs) > 1 else ''} "
+    return [f"`lopi report DATA --syscalls --pid P` failed for {plural(len(fs), 'process')} "
             f"(\"{msg}\"): "
             + ", ".join(f"{f['pid']} ({f['program']}, {f['ended']}, {f['startup_calls']} start-up calls)" for f in fs)
             for msg, fs in by_error.items()]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("s") else "s")
