@@ -251,9 +251,11 @@ def main() -> int:
            "ends at every call, changes how a transfer is split), *signals* (the program ran a different "
            "number of signal handlers, rt_sigreturn: a standard signal arriving while the same one is pending "
            "merges with it, so how many SIGCHLD handlers run depends on how close together children end; each "
-           "handler run adds its rt_sigreturn and repeats the wait it interrupted, make's pselect6 and wait4) or "
+           "handler run adds its rt_sigreturn and repeats the wait it interrupted, make's pselect6 and wait4), "
            "*threads* (the process ran "
-           "several threads: which of them does a piece of work depends on the timing); anything else is "
+           "several threads: which of them does a piece of work depends on the timing) or *maps* (it read "
+           "/proc/PID/maps, as glibc's pthread_getattr_np does: lopi's own mappings make the file longer, so "
+           "it takes more reads), every reason that fits; anything else is "
            f"UNEXPLAINED, unless one of up to {a.rechecks} more strace -f -c runs moves the count (it varies "
            "after all). lopi's exit status and stdout must equal strace's. exit and exit_group are not "
            "compared: they never return, and strace -c counts a call when it returns.",

@@ -5,6 +5,7 @@ run, so that every run does the same work)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import shutil
 import subprocess
@@ -85,6 +86,7 @@ class Command:
     needs: list[str]  # programs that must be on PATH, else the command is skipped
     setup: Callable[[], None] = lambda: None  # once
     prepare: Callable[[], None] = lambda: None  # before every run
+    env: dict = dataclasses.field(default_factory=dict)  # added to every run's environment
 
 
 PLUGIN_C = r"""
@@ -131,45 +133,58 @@ PERL = 'system("true"); my $x = qx(echo hi); print $x; system("sh", "-c", "ls > 
 BASH_LOOP = 'for i in 1 2 3 4 5 6 7 8; do (echo $i > /dev/null); x=$(echo sub $i); done; echo "$x"'
 
 
+# A commit's name depends on its dates: fixed, every run writes the same objects (and so finds the
+# same .git/objects/XX directories already there or not)
+GIT_DATES = {"GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"}
+
+
 def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=dict(os.environ, **GIT_DATES))
 
 
 def commands(work: Path, project: Path) -> list[Command]:
     """The commands of the count comparison, their directories under WORK."""
     out = []
 
-    def add(key: str, title: str, argv: list[str], needs: list[str], setup=lambda d: None, prepare=lambda d: None):
+    def add(key: str, title: str, argv: list[str], needs: list[str], setup=lambda d: None, prepare=lambda d: None,
+            env=None):
         d = work / key
 
         def setup_once() -> None:
             d.mkdir(parents=True, exist_ok=True)
             setup(d)
 
-        out.append(Command(key, title, argv, d, needs, setup_once, lambda: prepare(d)))
+        out.append(Command(key, title, argv, d, needs, setup_once, lambda: prepare(d), env or {}))
 
     add("make", "make -j2 of the C project (make clean before each run)", make_argv(project), ["make", "gcc"],
         prepare=lambda d: make_clean(project))
 
     def git_setup(d: Path) -> None:
-        git(d, "init", "-q")
+        pristine = d.with_name("git.pristine")
+        pristine.mkdir()
+        git(pristine, "init", "-q")
         for key, value in (("user.email", "bench@example.com"), ("user.name", "bench"),
                            ("maintenance.auto", "false"), ("gc.auto", "0")):
-            git(d, "config", key, value)
-        hook = d / ".git" / "hooks" / "pre-commit"
+            git(pristine, "config", key, value)
+        hook = pristine / ".git" / "hooks" / "pre-commit"
         hook.write_text("#!/bin/sh\ngit diff --cached --name-only > /dev/null\n")
         hook.chmod(0o755)
-
-    version = [0]
+        for i in range(20):  # some history
+            (pristine / f"file{i % 4}.txt").write_text(f"version {i:08d}\n")
+            git(pristine, "add", ".")
+            git(pristine, "commit", "-q", "-m", f"change {i}")
 
     def git_change(d: Path) -> None:
-        # every commit changes one file the same way: same sizes, same objects written
-        version[0] += 1
-        (d / "file.txt").write_text(f"version {version[0]:08d}\n")
-        git(d, "add", "file.txt")
+        # every run: the same repository, the same change staged, the same dates
+        shutil.rmtree(d)
+        shutil.copytree(d.with_name("git.pristine"), d, symlinks=True)
+        f = d / "file0.txt"
+        f.write_text("version 99999999\n")
+        os.utime(f, (1.7e9, 1.7e9))  # older than the index: never "racily clean", never hashed again
+        git(d, "add", "file0.txt")
 
-    add("git", "git commit with a pre-commit hook (a change of the same size each run)",
-        ["git", "commit", "-q", "-m", "change"], ["git"], git_setup, git_change)
+    add("git", "git commit with a pre-commit hook (the same change in the same repository each run)",
+        ["git", "commit", "-q", "-m", "change"], ["git"], git_setup, git_change, GIT_DATES)
 
     def files(d: Path) -> None:
         (d / "files").mkdir(exist_ok=True)

@@ -50,7 +50,7 @@ def lopi_json(lopi: Path, data: Path, *args: str) -> dict:
 
 def run(cmd: Command, argv: list[str], env: dict) -> dict:
     cmd.prepare()
-    p = subprocess.run(argv, cwd=cmd.cwd, env=env, capture_output=True, timeout=TIMEOUT_S)
+    p = subprocess.run(argv, cwd=cmd.cwd, env=dict(env, **cmd.env), capture_output=True, timeout=TIMEOUT_S)
     out = hashlib.sha256(p.stdout).hexdigest()[:12]
     return {"status": p.returncode, "stdout": f"{len(p.stdout)} bytes, sha256 {out}",
             "stderr": p.stderr.decode(errors="replace")[-2000:]}
