@@ -137,7 +137,8 @@ def recheck(cmd: Command, differ: dict, log: Path, env: dict, rechecks: int) -> 
             break
     for n in left:
         if set(seen[n]) - {differ[n]["strace"]}:
-            differ[n]["why"]["why"] = f"varies ({len(seen[n])} more strace -c runs counted {counts_text(seen[n])})"
+            more = tree_explain.plural(len(seen[n]), "more strace -c run")
+            differ[n]["why"]["why"] = f"varies ({more} counted {counts_text(seen[n])})"
 
 
 def verdicts(straces: list[dict], lopis: list[dict]) -> dict:
