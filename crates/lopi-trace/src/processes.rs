@@ -71,15 +71,46 @@ fn signal_name(signal: i32) -> String {
 
 impl DataFile {
     /// Keeps only what processes `keep` says yes to recorded (their module records, threads,
-    /// maps, ends, names and process records).
+    /// maps, ends, names and process records). A fork that executed nothing records into its
+    /// parent's module records: it keeps a copy of them for their functions and sites, with no
+    /// counts (the counters are shared by the parent and its forks: they stay in the parent's).
     pub fn retain_processes(&mut self, keep: impl Fn(u32) -> bool) {
+        let kept: std::collections::BTreeSet<u32> = self.threads.iter().map(|t| t.header.pid).chain(self.processes.iter().map(|p| p.pid)).filter(|&pid| keep(pid)).collect();
+        let mut borrowed = Vec::new();
+        for &pid in &kept {
+            if self.records.iter().any(|r| r.pid == pid) {
+                continue;
+            }
+            let Some(owner) = self.record_owner(pid) else { continue };
+            for record in self.records.iter().filter(|r| r.pid == owner) {
+                let mut copy = record.clone();
+                copy.pid = pid;
+                copy.counts.iter_mut().for_each(|c| *c = 0);
+                copy.own_calls.clear();
+                borrowed.push(copy);
+            }
+        }
         self.records.retain(|r| keep(r.pid));
+        self.records.extend(borrowed);
         self.threads.retain(|t| keep(t.header.pid));
         self.maps.retain(|m| keep(m.pid));
         self.ended_cpus.retain(|e| keep(e.pid));
         self.ends.retain(|e| keep(e.pid));
         self.names.retain(|n| keep(n.pid));
         self.processes.retain(|p| keep(p.pid));
+    }
+}
+
+impl DataFile {
+    /// The nearest ancestor of `pid` (by the process records) that has module records.
+    fn record_owner(&self, mut pid: u32) -> Option<u32> {
+        for _ in 0..64 {
+            pid = self.processes.iter().find(|p| p.pid == pid)?.parent;
+            if self.records.iter().any(|r| r.pid == pid) {
+                return Some(pid);
+            }
+        }
+        None
     }
 }
 

@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 
 /// The frame under which calls counted without their calling context are.
 const UNTIMED_CALLS: &str = "[untimed calls]";
+/// The root of the system calls a followed program made before its probes went live.
+const STARTUP_CALLS: &str = "[before the probes]";
 
 /// What the exporting side knows besides the data file.
 #[derive(Clone, Debug, Default)]
@@ -110,6 +112,7 @@ pub fn request(data: &DataFile, t: &Timing, site: &mut dyn FnMut(u32, u64) -> Si
         translate(&locks, &LOCKS, &mut dict, &mut samples, &thread_names, |_, _, _, _, _| {});
     }
     untimed_calls(data, &mut dict, &mut samples);
+    untimed_syscalls(data, &mut dict, &mut samples);
 
     let resource_profiles = pids(data, t)
         .into_iter()
@@ -179,10 +182,39 @@ fn untimed_calls(data: &DataFile, dict: &mut Dictionary, samples: &mut Samples) 
     }
 }
 
+/// The system calls counted without a calling context: at their sites (made before the
+/// runtime was ready, inside a probe, by a vfork child), under `[untimed calls]`, and before a
+/// followed program's probes went live, under `[before the probes]`; as `lopi report
+/// --syscalls` counts them.
+fn untimed_syscalls(data: &DataFile, dict: &mut Dictionary, samples: &mut Samples) {
+    // Without system-call probes a record has no system-call view (start-up calls alone).
+    if data.records.iter().all(|r| r.meta.syscalls().next().is_none()) {
+        return;
+    }
+    let mut add = |pid: u32, root: &str, nr: u64, calls: u64| {
+        let leaf = dict.location("", nr, &format!("[syscall] {}", crate::syscall_name(nr)));
+        let root = dict.location("", 0, root);
+        let stack = dict.stack(vec![leaf, root]);
+        let calls = i64::try_from(calls).unwrap_or(i64::MAX);
+        samples.add(pid, CALLS, stack, &[], calls);
+        samples.add(pid, SYSCALLS, stack, &[], calls);
+    };
+    for record in &data.records {
+        for (site, calls) in record.meta.syscalls().map(|(c, site)| (site, record.count(c))).filter(|&(_, n)| n > 0) {
+            add(record.pid, UNTIMED_CALLS, site.nr.map_or(lopi_rt_abi::syscall_name::NR_OTHER, u64::from), calls);
+        }
+    }
+    for p in &data.processes {
+        for &(nr, calls) in &p.startup {
+            add(p.pid, STARTUP_CALLS, nr, calls);
+        }
+    }
+}
+
 /// The recorded processes, in the order the data file has them.
 fn pids(data: &DataFile, t: &Timing) -> Vec<u32> {
     let mut pids = Vec::new();
-    for pid in data.records.iter().map(|r| r.pid).chain(t.threads.iter().map(|th| th.pid)) {
+    for pid in data.records.iter().map(|r| r.pid).chain(t.threads.iter().map(|th| th.pid)).chain(data.processes.iter().map(|p| p.pid)) {
         if !pids.contains(&pid) {
             pids.push(pid);
         }

@@ -17,6 +17,9 @@ use core::mem::offset_of;
 stub_asm!(
     // Called from a timed trampoline as `push <counter index>; call`. After the six
     // pushes: [rsp+56] = counter index, rsp+64 = the function's entry stack pointer.
+    // On a cache line of its own: where the hot stubs fall must not move with unrelated code
+    // (an instruction point's stub growing made every timed call of paths.c 15-20% slower).
+    ".p2align 6",
     ".globl lopi_enter_stub",
     "lopi_enter_stub:",
     "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",
@@ -181,6 +184,7 @@ stub_asm!(
     // Called right before a `ret` or tail jump as `push <counter index, or -1 for a site
     // several functions share>; call`. After the six pushes: [rsp+56] = counter index,
     // rsp+64 = the stack pointer at the exit.
+    ".p2align 6",
     ".globl lopi_exit_stub",
     "lopi_exit_stub:",
     "push rax", "push rcx", "push rdx", "push rsi", "push rdi", "push r8",

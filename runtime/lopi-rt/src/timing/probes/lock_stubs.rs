@@ -45,6 +45,8 @@ stub_asm!(
     "shr rdx, 16",
     "bts rdx, {site_bit}",
     ".endm",
+    // On a cache line of its own, as the entry and exit stubs.
+    ".p2align 6",
     ".globl lopi_lock_enter_stub",
     "lopi_lock_enter_stub:",
     "LOPI_LOCK_STUB_SAVE",
@@ -179,6 +181,7 @@ stub_asm!(
     "and rsp, -16",
     "call {enter}",
     "jmp 3f",
+    ".p2align 6",
     ".globl lopi_lock_exit_stub",
     "lopi_lock_exit_stub:",
     "LOPI_LOCK_STUB_SAVE",

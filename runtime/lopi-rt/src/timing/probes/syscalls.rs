@@ -94,6 +94,8 @@ stub_asm!(
     // never return, make children or change the thread's name take the slow path. After the
     // six pushes: [rsp+32] = rax (the call's number), [rsp+56] = counter index, rsp+64 = the
     // frame's key.
+    // On a cache line of its own, as the entry and exit stubs.
+    ".p2align 6",
     ".globl lopi_syscall_enter_stub",
     "lopi_syscall_enter_stub:",
     "LOPI_SYSCALL_STUB_SAVE",
@@ -163,6 +165,7 @@ stub_asm!(
     "LOPI_SYSCALL_STUB_SLOW_AND_RETURN {enter}, [rbp+40]",
     // The same right after the `syscall`: [rsp+32] = rax, its result. Fast path: the end of
     // the top frame's call, which succeeded.
+    ".p2align 6",
     ".globl lopi_syscall_exit_stub",
     "lopi_syscall_exit_stub:",
     "LOPI_SYSCALL_STUB_SAVE",
