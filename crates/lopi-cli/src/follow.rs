@@ -3,14 +3,36 @@
 //! data file, and every process's end is recorded there with what lopi knows of it (parent,
 //! command line, wait status, start and end, the system calls made before its probes).
 use crate::live::Probes;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use std::sync::atomic::{AtomicI32, Ordering};
 use lopi_live::{Ended, Process, Tree, TreeEvent};
 use lopi_rt_abi::{PAGE_SIZE, PROCESS_CALL_LEN, PROCESS_HEADER_LEN, PROCESS_MAGIC};
 use std::os::unix::process::ExitStatusExt;
 
+/// The signal that ended lopi's wait, if any (SIGTERM, SIGHUP).
+static ENDING: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn ending(signal: i32) {
+    ENDING.store(signal, Ordering::Relaxed);
+}
+
+/// SIGTERM and SIGHUP interrupt lopi's wait (no `SA_RESTART`) instead of killing it at once:
+/// it takes its traps out of the processes first (see [`Tree::let_go`]).
+fn catch_ending_signals() -> Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(SigHandler::Handler(ending), SaFlags::empty(), SigSet::empty());
+    for signal in [Signal::SIGTERM, Signal::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic.
+        #[allow(unsafe_code)]
+        unsafe { sigaction(signal, &action) }.context("catching SIGTERM")?;
+    }
+    Ok(())
+}
+
 /// Runs the tree until its last process has ended; the launched program's exit status.
 pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool) -> Result<std::process::ExitStatus> {
     let spec = probes.spec(output)?;
+    catch_ending_signals()?;
     let (mut probed, mut unprobed) = (0usize, 0usize);
     loop {
         match tree.next_event()? {
@@ -50,6 +72,19 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
             TreeEvent::Ended(ended) => {
                 if let Err(e) = record(output, &ended) {
                     eprintln!("lopi: recording the end of pid {}: {e:#}", ended.process.pid);
+                }
+            }
+            TreeEvent::Interrupted => {
+                let signal = ENDING.load(Ordering::Relaxed);
+                if signal != 0 {
+                    tree.let_go();
+                    eprintln!("lopi: ended by signal {signal}: the processes run on without lopi, their probes in");
+                    // Dies of it, as lopi would have.
+                    // SAFETY: restoring the default action of a signal lopi caught.
+                    #[allow(unsafe_code)]
+                    let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::try_from(signal)?, nix::sys::signal::SigHandler::SigDfl) };
+                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::try_from(signal)?);
+                    std::process::exit(128 + signal);
                 }
             }
             TreeEvent::Done(status) => {

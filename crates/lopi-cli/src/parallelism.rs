@@ -22,7 +22,14 @@ impl Sampler {
     pub fn start(pid: i32) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = std::thread::spawn(move || sample(pid, &flag));
+        let thread = std::thread::spawn(move || {
+            // SIGTERM and SIGHUP are for lopi's main thread, whose wait they interrupt.
+            let mut ending = nix::sys::signal::SigSet::empty();
+            ending.add(nix::sys::signal::Signal::SIGTERM);
+            ending.add(nix::sys::signal::Signal::SIGHUP);
+            let _ = ending.thread_block();
+            sample(pid, &flag)
+        });
         Sampler { pid, stop, thread }
     }
 

@@ -309,3 +309,26 @@ fn git_commit_with_a_hook() {
     check_with("git commit", &repo, &commit, 0, &fresh);
     cleanup(&dir);
 }
+
+/// lopi ended by SIGTERM while following lets its processes run on, its traps taken out: a
+/// process that loads a library afterwards must not die of lopi's `int3`.
+#[test]
+fn a_program_outlives_lopi_ended_by_sigterm() {
+    let dir = fresh_dir("tree-sigterm");
+    std::fs::write(dir.join("plugin.c"), PLUGIN).unwrap();
+    compile(Command::new("gcc").args(["-O2", "-shared", "-fPIC", "-o"]).arg(dir.join("plugin.so")).arg(dir.join("plugin.c"))).expect("plugin");
+    let late = build_c(&dir, "late", "#include <dlfcn.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int argc, char **argv) {\n    sleep(1);\n    FILE *f = fopen(argv[2], \"w\");\n    fprintf(f, \"%s\\n\", dlopen(argv[1], RTLD_NOW) ? \"loaded\" : dlerror());\n    return fclose(f);\n}\n", &["-O2"]);
+    let said = dir.join("said.txt");
+    let mut lopi = Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall", "--"]).arg(&late).arg(dir.join("plugin.so")).arg(&said).current_dir(&dir).env("LOPI_OUTPUT", dir.join("d.lopi")).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(lopi.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = lopi.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15), "lopi dies of SIGTERM: {status:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !said.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(std::fs::read_to_string(&said).unwrap_or_default(), "loaded\n", "the program did not load its plugin after lopi ended");
+    cleanup(&dir);
+}

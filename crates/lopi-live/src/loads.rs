@@ -45,6 +45,11 @@ pub(crate) fn watch(pid: i32, mem: &Memory) -> Result<LoadWatch, String> {
 }
 
 impl LoadWatch {
+    /// Puts the `ret` back.
+    pub(crate) fn remove(&self, mem: &Memory) -> std::io::Result<()> {
+        mem.write(self.at, &[RET])
+    }
+
     /// Thread `tid`, stopped by a `SIGTRAP` with `regs`, hit this trap: returns from
     /// `_dl_debug_state` for it. `Some(true)` when ld.so's list of modules is consistent (a
     /// load or unload is done), `Some(false)` when it is about to change, `None` when the trap

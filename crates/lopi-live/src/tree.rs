@@ -71,6 +71,8 @@ pub enum TreeEvent {
     Loaded(Target, Process),
     /// A process ended.
     Ended(Ended),
+    /// A signal reached lopi while it waited (see [`Tree::let_go`]).
+    Interrupted,
     /// Every process has ended; the root's wait status.
     Done(i32),
 }
@@ -111,7 +113,7 @@ impl Tree {
             }
             let status = match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL)) {
                 Ok(status) => status,
-                Err(Errno::EINTR) => continue,
+                Err(Errno::EINTR) => return Ok(TreeEvent::Interrupted),
                 Err(Errno::ECHILD) => {
                     self.processes.clear();
                     continue;
@@ -141,6 +143,19 @@ impl Tree {
                 }
                 WaitStatus::PtraceSyscall(tid) => resume(tid.as_raw(), None),
                 _ => {}
+            }
+        }
+    }
+
+    /// Takes the traps on ld.so's rendezvous out of every process (before lopi ends early: a
+    /// trap left in a process it no longer traces would kill it at its next `dlopen`). The
+    /// kernel lets the processes go when lopi exits.
+    pub fn let_go(&mut self) {
+        for p in self.processes.values_mut() {
+            if let Some(watch) = p.watch.take() {
+                if let Ok(mem) = crate::procfs::Memory::open(p.pid) {
+                    let _ = watch.remove(&mem);
+                }
             }
         }
     }
