@@ -62,6 +62,10 @@ impl Probes {
             }
         }
         let mut env = vec![(lopi_rt_abi::OUTPUT_ENV.to_string(), output.to_string())];
+        if self.follow {
+            // Measured once here, not in each module of each process of the tree.
+            env.push((lopi_rt_abi::TSC_HZ_ENV.to_string(), lopi_live::tsc_hz().to_string()));
+        }
         for knob in ["LOPI_NODES", "LOPI_DEPTH", "LOPI_TRACE_EVENTS", "LOPI_BUDGET", "LOPI_WHATIF"] {
             if let Ok(value) = std::env::var(knob) {
                 env.push((knob.to_string(), value));

@@ -29,7 +29,7 @@ mod target;
 mod tracee;
 mod tree;
 
-pub use clock::{millis, tsc};
+pub use clock::{millis, tsc, tsc_hz};
 pub use error::{start_failure, LiveError};
 pub use install::{InstalledModule, Installation, Removal};
 pub use plan::{plan, ModulePlan, Plan};

@@ -27,6 +27,9 @@ pub const DESCRIPTOR_MAGIC_PREFIX: [u8; 7] = *b"LOPIMOD";
 
 /// Environment variable naming the data file; `%p` in it is replaced by the pid.
 pub const OUTPUT_ENV: &str = "LOPI_OUTPUT";
+/// The TSC's rate (ticks a second) as the live installer measured it: the runtime then takes
+/// it instead of calibrating its own (3 ms per module, in every process of a followed tree).
+pub const TSC_HZ_ENV: &str = "LOPI_TSC_HZ";
 
 /// `lopi_rt_init`'s result when the output exists but is not a data file (not an errno).
 pub const INIT_NOT_A_DATA_FILE: i64 = -100_000;

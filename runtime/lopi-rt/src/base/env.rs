@@ -39,3 +39,21 @@ pub(crate) unsafe fn getenv(envp: *const *const u8, name: &[u8]) -> Option<*cons
     }
     None
 }
+
+/// A decimal environment value, clamped to `1..=max`; `default` when unset or invalid.
+pub(crate) fn env_number(envp: *const *const u8, name: &[u8], default: u64, max: u64) -> u64 {
+    // SAFETY: envp is the process environment (NULL-terminated, or null).
+    let Some(mut p) = (unsafe { getenv(envp, name) }) else { return default };
+    let mut n = 0u64;
+    // SAFETY: the value is NUL-terminated.
+    unsafe {
+        while (*p).is_ascii_digit() {
+            n = n.saturating_mul(10).saturating_add(u64::from(*p - b'0'));
+            p = p.add(1);
+        }
+        if *p != 0 || n == 0 {
+            return default;
+        }
+    }
+    n.min(max)
+}

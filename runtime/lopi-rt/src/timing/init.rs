@@ -6,7 +6,7 @@ use super::thread::{fork, sampling};
 use super::{records, script, whatif};
 use crate::abi::{self, RuntimeVars, PAGE_SIZE};
 use crate::base::clock::{clock_pair, VdsoClock};
-use crate::base::env::getenv;
+use crate::base::env::{env_number, getenv};
 use crate::base::sys::{self, write_stderr};
 use crate::loader::Auxv;
 use core::ptr::write_volatile;
@@ -125,20 +125,3 @@ fn env_budget(envp: *const *const u8) -> Option<u32> {
     Some(if ppm >= 1_000_000 { 0 } else { ppm as u32 })
 }
 
-/// A decimal environment value, clamped to `1..=max`; `default` when unset or invalid.
-fn env_number(envp: *const *const u8, name: &[u8], default: u64, max: u64) -> u64 {
-    // SAFETY: envp is the process environment (NULL-terminated, or null).
-    let Some(mut p) = (unsafe { getenv(envp, name) }) else { return default };
-    let mut n = 0u64;
-    // SAFETY: the value is NUL-terminated.
-    unsafe {
-        while (*p).is_ascii_digit() {
-            n = n.saturating_mul(10).saturating_add(u64::from(*p - b'0'));
-            p = p.add(1);
-        }
-        if *p != 0 || n == 0 {
-            return default;
-        }
-    }
-    n.min(max)
-}
