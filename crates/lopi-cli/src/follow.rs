@@ -79,12 +79,11 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
                 if signal != 0 {
                     tree.let_go();
                     eprintln!("lopi: ended by signal {signal}: the processes run on without lopi, their probes in");
-                    // Dies of it, as lopi would have.
+                    // The default action back, so that lopi dies of the signal as it would have.
                     // SAFETY: restoring the default action of a signal lopi caught.
                     #[allow(unsafe_code)]
                     let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::try_from(signal)?, nix::sys::signal::SigHandler::SigDfl) };
-                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::try_from(signal)?);
-                    std::process::exit(128 + signal);
+                    crate::live::exit_like(std::process::ExitStatus::from_raw(signal), &nix::sys::signal::SigSet::empty());
                 }
             }
             TreeEvent::Done(status) => {

@@ -43,16 +43,12 @@ fn strace_run(dir: &Path, command: &[&str], prepare: &dyn Fn()) -> (BTreeMap<Str
 }
 
 /// `command` (run in `dir`, after `prepare`) twice under strace and once under `lopi run
-/// --probe syscall`; the problems: a different exit status or output, or a system call whose
+/// --probe syscall`: fails on a different exit status or output, or a system call whose
 /// counts differ. A call whose count differs between strace's two runs (how a pipe's bytes
 /// split into reads, which child a shell reaps first) is no mismatch; at most `varies` of them.
-fn compare(label: &str, dir: &Path, command: &[&str], varies: usize, prepare: &dyn Fn()) -> Vec<String> {
-    compare_but(label, dir, command, varies, &[], prepare)
-}
-
-/// [`compare`], but calls in `uncompared` are not compared: their counts depend on how the
-/// command's processes are scheduled, which strace's runs may happen to share.
-fn compare_but(label: &str, dir: &Path, command: &[&str], varies: usize, uncompared: &[&str], prepare: &dyn Fn()) -> Vec<String> {
+/// Calls in `uncompared` are not compared: their counts depend on how the command's processes
+/// are scheduled, which strace's runs may happen to share.
+fn check(label: &str, dir: &Path, command: &[&str], varies: usize, uncompared: &[&str], prepare: &dyn Fn()) {
     let mut problems = Vec::new();
     let (want, traced) = strace_run(dir, command, prepare);
     let (again, _) = strace_run(dir, command, prepare);
@@ -84,16 +80,6 @@ fn compare_but(label: &str, dir: &Path, command: &[&str], varies: usize, uncompa
     if varying.len() > varies {
         problems.push(format!("{label}: {} calls' counts vary between two runs of strace (at most {varies} expected): {varying:?}", varying.len()));
     }
-    problems
-}
-
-fn check(label: &str, dir: &Path, command: &[&str], varies: usize) {
-    let problems = compare(label, dir, command, varies, &|| ());
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
-}
-
-fn check_with(label: &str, dir: &Path, command: &[&str], varies: usize, prepare: &dyn Fn()) {
-    let problems = compare(label, dir, command, varies, prepare);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -108,7 +94,7 @@ fn a_shell_script_with_pipes() {
     let dir = fresh_dir("tree-shell");
     std::fs::write(dir.join("in.txt"), "one\ntwo\nthree\n").unwrap();
     let script = "cat in.txt | sort | tr a-z A-Z > out.txt; ls > /dev/null; wc -l < in.txt; (echo sub; false) || echo failed";
-    check("sh", &dir, &["sh", "-c", script], 2);
+    check("sh", &dir, &["sh", "-c", script], 2, &[], &|| ());
     // The tree: sh and its children, each with its parent and how it ended.
     let data = dir.join("tree.lopi");
     let tree: serde_json::Value = serde_json::from_str(&report(&data, &["--processes", "--format", "json"])).unwrap();
@@ -142,7 +128,7 @@ fn tar_through_gzip() {
         std::fs::write(dir.join(format!("files/f{i}.txt")), format!("file {i}\n").repeat(50)).unwrap();
     }
     require("gzip", "gzip");
-    check("tar czf", &dir, &["tar", "czf", "files.tgz", "files"], 2);
+    check("tar czf", &dir, &["tar", "czf", "files.tgz", "files"], 2, &[], &|| ());
     let data = dir.join("tree.lopi");
     assert!(report(&data, &["--processes"]).contains("gzip"), "gzip is not in the tree");
     cleanup(&dir);
@@ -154,8 +140,7 @@ fn python_subprocess() {
     let dir = fresh_dir("tree-python");
     let code = "import subprocess; subprocess.run(['true']); print(subprocess.check_output(['echo', 'hi']).decode().strip())";
     // How many reads take the child's output out of its pipe depends on when it arrives.
-    let problems = compare_but("python3 subprocess", &dir, &[python.to_str().unwrap(), "-c", code], 2, &["read"], &|| ());
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    check("python3 subprocess", &dir, &[python.to_str().unwrap(), "-c", code], 2, &["read"], &|| ());
     cleanup(&dir);
 }
 
@@ -217,8 +202,7 @@ fn a_program_that_dlopens_a_plugin() {
     let plugin = dir.join("plugin.so");
     // The plugin's own system calls are seen only once it is probed, as dlopen maps it.
     // Whether the join waits depends on whether the woken thread has ended yet.
-    let problems = compare_but("dlopen", &dir, &[host.to_str().unwrap(), plugin.to_str().unwrap()], 1, &["futex"], &|| ());
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    check("dlopen", &dir, &[host.to_str().unwrap(), plugin.to_str().unwrap()], 1, &["futex"], &|| ());
     let seen = by_syscall(&syscall_report(&dir.join("tree.lopi"))["syscalls"], "calls");
     // 50 of the plugin's (and sh's own).
     assert!(seen.get("getppid").is_some_and(|&n| n >= 50), "{seen:?}");
@@ -247,8 +231,7 @@ fn make_j2_builds_a_c_project() {
     // which job ends first, as do make's reads and reaps: strace's two runs may agree on them
     // and lopi's run (slower to start each program) see the other order.
     let uncompared = ["dup2", "prlimit64", "read", "write", "wait4", "pselect6", "close", "fcntl"];
-    let problems = compare_but("make -j2", &dir, &["make", "-s", "-j2"], 4, &uncompared, &|| make(&["clean"]));
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    check("make -j2", &dir, &["make", "-s", "-j2"], 4, &uncompared, &|| make(&["clean"]));
     let processes = report(&dir.join("tree.lopi"), &["--processes"]);
     for program in ["make", "gcc", "cc1", "as", "collect2", "ld"] {
         assert!(processes.lines().any(|l| l.split_whitespace().any(|w| w.rsplit('/').next() == Some(program))), "no {program} in the tree:\n{processes}");
@@ -306,7 +289,7 @@ fn git_commit_with_a_hook() {
         assert!(run(Command::new("cp").arg("-a").arg(&template).arg(&repo), default_timeout()).unwrap().status.success());
     };
     let commit = ["env", "GIT_AUTHOR_DATE=2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2026-01-01T00:00:00Z", "git", "commit", "-q", "-m", "change"];
-    check_with("git commit", &repo, &commit, 0, &fresh);
+    check("git commit", &repo, &commit, 0, &[], &fresh);
     cleanup(&dir);
 }
 

@@ -149,19 +149,36 @@ impl Syscalls {
                 threads.push(ThreadSyscalls { pid: thread.pid, tid: thread.tid, name: thread.name.clone(), syscalls: mine.sorted() });
             }
         }
-        for record in &data.records {
-            for (site, n) in record.meta.syscalls().map(|(c, site)| (site, record.count(c))).filter(|&(_, n)| n > 0) {
-                let nr = site.nr.map_or(lopi_rt_abi::syscall_name::NR_OTHER, u64::from);
-                total.add(nr, n, 0, 0.0, 0.0, n, 0);
+        for call in uncontexted(data) {
+            match call.before_probes {
+                true => total.add_startup(call.nr, call.calls),
+                false => total.add(call.nr, call.calls, 0, 0.0, 0.0, call.calls, 0),
             }
-        }
-        for &(nr, calls) in data.processes.iter().flat_map(|p| &p.startup) {
-            total.add_startup(nr, calls);
         }
         let mut sites: Vec<SiteStats> = sites.into_values().collect();
         sites.sort_by(|a, b| b.total_ns.total_cmp(&a.total_ns).then(b.calls.cmp(&a.calls)).then(a.addr.cmp(&b.addr)));
         Some(Syscalls { syscalls: total.sorted(), threads, sites, runtime_syscalls: crate::OwnCalls::from_data(data) })
     }
+}
+
+/// System calls counted without a calling context, by process and number.
+pub(crate) struct Uncontexted {
+    pub pid: u32,
+    pub nr: u64,
+    pub calls: u64,
+    /// Made before a followed program's probes went live (counted through ptrace); else
+    /// counted at its site (before the runtime was ready, inside a probe, by a vfork child).
+    pub before_probes: bool,
+}
+
+/// Every [`Uncontexted`] count of `data`: the sites' counters, then the process records'
+/// start-up calls.
+pub(crate) fn uncontexted(data: &DataFile) -> impl Iterator<Item = Uncontexted> + '_ {
+    let at_sites = data.records.iter().flat_map(|r| {
+        r.meta.syscalls().map(move |(c, site)| Uncontexted { pid: r.pid, nr: site.nr.map_or(lopi_rt_abi::syscall_name::NR_OTHER, u64::from), calls: r.count(c), before_probes: false })
+    });
+    let startup = data.processes.iter().flat_map(|p| p.startup.iter().map(move |&(nr, calls)| Uncontexted { pid: p.pid, nr, calls, before_probes: true }));
+    at_sites.chain(startup).filter(|c| c.calls > 0)
 }
 
 /// The names of the timed calls above node `parent`, outermost first.

@@ -199,15 +199,8 @@ fn untimed_syscalls(data: &DataFile, dict: &mut Dictionary, samples: &mut Sample
         samples.add(pid, CALLS, stack, &[], calls);
         samples.add(pid, SYSCALLS, stack, &[], calls);
     };
-    for record in &data.records {
-        for (site, calls) in record.meta.syscalls().map(|(c, site)| (site, record.count(c))).filter(|&(_, n)| n > 0) {
-            add(record.pid, UNTIMED_CALLS, site.nr.map_or(lopi_rt_abi::syscall_name::NR_OTHER, u64::from), calls);
-        }
-    }
-    for p in &data.processes {
-        for &(nr, calls) in &p.startup {
-            add(p.pid, STARTUP_CALLS, nr, calls);
-        }
+    for call in crate::syscalls::uncontexted(data) {
+        add(call.pid, if call.before_probes { STARTUP_CALLS } else { UNTIMED_CALLS }, call.nr, call.calls);
     }
 }
 
