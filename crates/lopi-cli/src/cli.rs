@@ -1,4 +1,5 @@
 //! The command line: each command's flags (clap), and what they turn into.
+use crate::continuous::PushArgs;
 use crate::exports::{ExportFormat, ProfileArg, WeightArg};
 use crate::otlp::ResourceArgs;
 use crate::output::Format;
@@ -145,6 +146,8 @@ pub(crate) enum Command {
         /// behave by the name they are called by (a wrapper passes its own `$0`).
         #[arg(long, value_name = "NAME")]
         arg0: Option<std::ffi::OsString>,
+        #[command(flatten)]
+        push: PushArgs,
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
@@ -163,6 +166,8 @@ pub(crate) enum Command {
         /// Detach after this long (10s, 500ms, 2m) [default: on Ctrl-C].
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
+        #[command(flatten)]
+        push: PushArgs,
     },
     /// Print the lopi.h that C handlers (`--handler FILE.c`) include: the event they get,
     /// the callbacks they may define, and helpers that need no libc.
@@ -419,6 +424,9 @@ pub(crate) struct Timing {
     /// Samples per second of each thread's CPU time, with --time sampled.
     #[arg(long, value_name = "HZ", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=100_000))]
     sample_hz: u32,
+    /// The budget when none is given and exact timing is on (a continuous push's).
+    #[arg(skip)]
+    default_budget: Option<u32>,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -428,10 +436,16 @@ pub(crate) enum TimeMode {
 }
 
 impl Timing {
+    /// A continuous push (`--push`) keeps exact timing's cost bounded by default.
+    pub(crate) fn pushing(self, push: bool) -> Timing {
+        Timing { default_budget: push.then_some(crate::continuous::PUSH_BUDGET_PPM), ..self }
+    }
+
     /// What the probes record, checked against the probes chosen (`scripted`: a probe script
     /// or C handler runs in them).
     pub(crate) fn recording(self, trace: bool, probes: Probes, scripted: bool) -> Result<Recording> {
         let timed = probes.is(Place::Entries, Measure::Time);
+        let budget = self.budget.or(self.default_budget.filter(|_| timed && self.time == TimeMode::Exact && !trace && !scripted));
         if self.budget.is_some() && !timed {
             bail!("--budget limits the cost of timing: use it with --probe entry,exit");
         }
@@ -451,7 +465,7 @@ impl Timing {
                 self.sample_hz
             }
         };
-        Ok(Recording { trace, budget_ppm: self.budget.unwrap_or(0), sample_hz })
+        Ok(Recording { trace, budget_ppm: budget.unwrap_or(0), sample_hz })
     }
 }
 

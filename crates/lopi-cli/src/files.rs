@@ -9,8 +9,23 @@ use std::path::{Path, PathBuf};
 /// traces that mostly stays sparse, and only the used parts are ever touched. What is damaged
 /// is said on stderr, one line each, and the rest is read; a file without one whole module
 /// record is an error.
-#[allow(unsafe_code)]
 pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
+    let data = read_data_quietly(path)?;
+    let name = path.display();
+    const SHOWN: usize = 5;
+    for damage in data.damage.iter().take(SHOWN) {
+        eprintln!("lopi: warning: {name}: {damage}; skipped, the rest is read");
+    }
+    if data.damage.len() > SHOWN {
+        eprintln!("lopi: warning: {name}: {} more damaged parts skipped", data.damage.len() - SHOWN);
+    }
+    Ok(data)
+}
+
+/// [`read_data`] without the warnings of damaged parts: for a data file read while its
+/// program writes it, where a part being appended reads as damage until it is whole.
+#[allow(unsafe_code)]
+pub(crate) fn read_data_quietly(path: &Path) -> Result<lopi_trace::DataFile> {
     let name = path.display();
     let file = std::fs::File::open(path).with_context(|| format!("reading {name}"))?;
     if file.metadata()?.len() == 0 {
@@ -33,13 +48,6 @@ pub(crate) fn read_data(path: &Path) -> Result<lopi_trace::DataFile> {
             bail!("{name} holds no whole module record: its process died while registering it; record the run again");
         }
         bail!("{name} holds no module record: its process ended before lopi's runtime started; record the run again");
-    }
-    const SHOWN: usize = 5;
-    for damage in data.damage.iter().take(SHOWN) {
-        eprintln!("lopi: warning: {name}: {damage}; skipped, the rest is read");
-    }
-    if data.damage.len() > SHOWN {
-        eprintln!("lopi: warning: {name}: {} more damaged parts skipped", data.damage.len() - SHOWN);
     }
     Ok(data)
 }

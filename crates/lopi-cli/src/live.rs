@@ -1,4 +1,5 @@
 //! `lopi run` and `lopi attach`: probes spliced into a running process (lopi-live).
+use crate::continuous::{Continuous, PushArgs};
 use crate::show::Summary;
 use anyhow::{bail, Context, Result};
 use crate::progress::{self, Bar};
@@ -258,11 +259,22 @@ impl Launched {
     }
 }
 
-/// `lopi run -- PROG ARGS`: launches PROG with the probes in and exits with its status.
-pub fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool) -> Result<()> {
+/// `lopi run -- PROG ARGS`: launches PROG with the probes in (its profile pushed as it runs,
+/// with `--push`) and exits with its status.
+pub(crate) fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, push: &PushArgs) -> Result<()> {
     let mut launched = launch(probes, command, arg0, quiet, &|_, _| Ok(()))?;
+    let pushing = match Continuous::start(push, &launched.output, quiet) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = launched.child.kill();
+            return Err(e);
+        }
+    };
     let status = launched.wait(probes, quiet)?;
     launched.finish();
+    if let Some(p) = pushing {
+        p.finish();
+    }
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {}`", launched.output);
     }
@@ -417,19 +429,32 @@ impl Attached {
 }
 
 /// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
-/// or its exit, then takes every probe out again.
-pub fn attach(probes: &Probes, pid: i32, duration: Option<Duration>) -> Result<()> {
+/// or its exit (its profile pushed meanwhile, with `--push`), then takes every probe out
+/// again.
+pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push: &PushArgs) -> Result<()> {
     let attached = attach_start(probes, pid, false, &|_, _| Ok(()))?;
+    let pushing = match Continuous::start(push, &attached.output, false) {
+        Ok(p) => p,
+        Err(e) => {
+            attached.detach(true)?;
+            return Err(e);
+        }
+    };
     match duration {
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
         None => eprintln!("lopi: detaching on Ctrl-C"),
     }
-    if attached.wait(duration, Duration::from_millis(20), || Ok(false))? == Ended::Exited {
-        eprintln!("lopi: process {pid} exited; see `lopi report {}`", attached.output);
-        return Ok(());
+    let ended = attached.wait(duration, Duration::from_millis(20), || Ok(false))?;
+    if ended == Ended::Detach {
+        attached.detach(false)?;
     }
-    attached.detach(false)?;
-    eprintln!("lopi: see `lopi report {}`", attached.output);
+    if let Some(p) = pushing {
+        p.finish();
+    }
+    match ended {
+        Ended::Exited => eprintln!("lopi: process {pid} exited; see `lopi report {}`", attached.output),
+        Ended::Detach => eprintln!("lopi: see `lopi report {}`", attached.output),
+    }
     Ok(())
 }
 

@@ -6,6 +6,7 @@ mod blocks;
 mod breakdown;
 mod cache;
 mod cli;
+mod continuous;
 mod coverage;
 mod demo;
 mod ends;
@@ -26,6 +27,7 @@ mod probe_arg;
 mod processes;
 mod progress;
 mod push;
+mod queue;
 mod report;
 mod rewrite;
 mod scale;
@@ -69,11 +71,15 @@ fn run(cli: Cli) -> Result<()> {
             exports::export(&data, &output, exports::ExportOptions { format, weight, profile, resource })
         }
         Command::Push { data, url, resource } => otlp::push(&data, &url, &resource),
-        Command::Run { select, trace, timing, quiet, no_follow, arg0, command } => {
+        Command::Run { select, trace, timing, quiet, no_follow, arg0, push, command } => {
+            let timing = timing.pushing(push.push.is_some());
             let probes = live::Probes { follow: !no_follow, ..select.probes(trace, timing, cache)? };
-            live::run(&probes, &command, arg0, quiet)
+            live::run(&probes, &command, arg0, quiet, &push)
         }
-        Command::Attach { pid, select, trace, timing, duration } => live::attach(&select.probes(trace, timing, cache)?, pid, duration),
+        Command::Attach { pid, select, trace, timing, duration, push } => {
+            let timing = timing.pushing(push.push.is_some());
+            live::attach(&select.probes(trace, timing, cache)?, pid, duration, &push)
+        }
         Command::HandlerHeader => print(handler::HEADER),
         Command::Cache { clear } => cache::show(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),

@@ -6,7 +6,7 @@ use crate::push::Pusher;
 use anyhow::{bail, Result};
 use lopi_trace::{otlp, OtlpContext, Timing};
 use prost::Message;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 /// The resource attributes `lopi export --format otlp` and `lopi push` take.
@@ -41,19 +41,31 @@ pub(crate) struct Encoded {
 }
 
 /// The request of the data file `data` (read as `file`, timed profile `timing`: empty for a
-/// record of counts alone).
-pub(crate) fn encode(data: &Path, file: &lopi_trace::DataFile, timing: &Timing, namer: &mut Namer, resource: &ResourceArgs) -> Result<Encoded> {
-    let context = context(data, file, timing, resource);
+/// record of counts alone), with what `facts` knows of its modules (learning what it lacks)
+/// and the time `data` was last written as the recording's end.
+pub(crate) fn request(data: &Path, file: &lopi_trace::DataFile, timing: &Timing, namer: &mut Namer, resource: &ResourceArgs, facts: &mut HostFacts) -> otlp::proto::ExportProfilesServiceRequest {
+    facts.learn(file, timing);
+    // The file was last written when the recording ended.
+    let modified = std::fs::metadata(data).and_then(|m| m.modified()).ok();
+    let end_unix_ns = modified.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as u64);
+    let context = facts.context(resource, end_unix_ns);
     let mut site = |pid, ret| lopi_trace::SiteFrame { name: namer.site(pid, ret), place: namer.place(pid, ret).map(|p| (p.path, p.vaddr)) };
-    let request = otlp::request(file, timing, &mut site, &context);
+    otlp::request(file, timing, &mut site, &context)
+}
+
+/// `request`, encoded, with its summary; an error when it holds no sample.
+pub(crate) fn encode(data: &Path, file: &lopi_trace::DataFile, timing: &Timing, namer: &mut Namer, resource: &ResourceArgs) -> Result<Encoded> {
+    let request = request(data, file, timing, namer, resource, &mut HostFacts::default());
+    let Some(summary) = summary(&request) else { bail!("{} has no recorded calls", data.display()) };
+    Ok(Encoded { bytes: request.encode_to_vec(), summary })
+}
+
+/// `N processes, N profiles, N samples`, or `None` for a request without samples.
+pub(crate) fn summary(request: &otlp::proto::ExportProfilesServiceRequest) -> Option<String> {
     let processes = request.resource_profiles.len();
     let profiles: Vec<&otlp::proto::Profile> = request.resource_profiles.iter().flat_map(|r| &r.scope_profiles).flat_map(|s| &s.profiles).collect();
     let samples: usize = profiles.iter().map(|p| p.samples.len()).sum();
-    if samples == 0 {
-        bail!("{} has no recorded calls", data.display());
-    }
-    let summary = format!("{processes} processes, {} profiles, {samples} samples", profiles.len());
-    Ok(Encoded { bytes: request.encode_to_vec(), summary })
+    (samples > 0).then(|| format!("{processes} processes, {} profiles, {samples} samples", profiles.len()))
 }
 
 /// `lopi push DATA URL`.
@@ -75,37 +87,62 @@ pub(crate) fn push(data: &Path, url: &str, resource: &ResourceArgs) -> Result<()
     Ok(())
 }
 
-fn context(data: &Path, file: &lopi_trace::DataFile, timing: &Timing, resource: &ResourceArgs) -> OtlpContext {
-    let mut build_ids = HashMap::new();
-    let mut lines = HashMap::new();
-    // Each module's functions, by file address.
-    let mut modules: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for f in timing.functions.iter().filter(|f| !f.module.is_empty() && f.syscall.is_none() && f.lock.is_none()) {
-        modules.entry(&f.module).or_default().push(f.addr);
-    }
-    for r in &file.records {
-        modules.entry(&r.exe).or_default();
-    }
-    for (module, addrs) in modules {
-        // A module that is not here (the record came from another host) has neither.
-        let Ok(bytes) = std::fs::read(module) else { continue };
-        if let Some(id) = build_id(&bytes) {
-            build_ids.insert(module.to_string(), id);
+/// What this host knows of a recording's modules besides the data file: their build-ids and
+/// the source lines of their functions' entries, looked up once each (a continuous push
+/// learns a running program's modules and functions as they show up).
+#[derive(Default)]
+pub(crate) struct HostFacts {
+    build_ids: HashMap<String, String>,
+    lines: HashMap<(String, u64), (String, u32)>,
+    modules_read: HashSet<String>,
+    entries_read: HashSet<(String, u64)>,
+}
+
+impl HostFacts {
+    fn learn(&mut self, file: &lopi_trace::DataFile, timing: &Timing) {
+        // Each module's functions not looked up yet, by file address.
+        let mut modules: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for f in timing.functions.iter().filter(|f| !f.module.is_empty() && f.syscall.is_none() && f.lock.is_none()) {
+            if self.entries_read.insert((f.module.clone(), f.addr)) {
+                modules.entry(&f.module).or_default().push(f.addr);
+            }
         }
-        let debug = lopi_elf::DebugFile::find(Path::new(module), &bytes, &lopi_elf::debug_dir()).and_then(|d| std::fs::read(&d.path).ok());
-        let entries: Vec<(u64, u64)> = addrs.iter().map(|&a| (a, a + 1)).collect();
-        let Some(found) = lopi_elf::lines::lines_of(debug.as_deref().unwrap_or(&bytes), &entries) else { continue };
-        for (addr, entry_lines) in addrs.iter().zip(found) {
-            if let Some(line) = entry_lines.first() {
-                lines.insert((module.to_string(), *addr), (line.file.clone(), line.line));
+        for r in file.records.iter().filter(|r| !self.modules_read.contains(&r.exe)) {
+            modules.entry(&r.exe).or_default();
+        }
+        for (module, addrs) in modules {
+            // A module that is not here (the record came from another host) has neither.
+            let Ok(bytes) = std::fs::read(module) else { continue };
+            if self.modules_read.insert(module.to_string()) {
+                if let Some(id) = build_id(&bytes) {
+                    self.build_ids.insert(module.to_string(), id);
+                }
+            }
+            if addrs.is_empty() {
+                continue;
+            }
+            let debug = lopi_elf::DebugFile::find(Path::new(module), &bytes, &lopi_elf::debug_dir()).and_then(|d| std::fs::read(&d.path).ok());
+            let entries: Vec<(u64, u64)> = addrs.iter().map(|&a| (a, a + 1)).collect();
+            let Some(found) = lopi_elf::lines::lines_of(debug.as_deref().unwrap_or(&bytes), &entries) else { continue };
+            for (addr, entry_lines) in addrs.iter().zip(found) {
+                if let Some(line) = entry_lines.first() {
+                    self.lines.insert((module.to_string(), *addr), (line.file.clone(), line.line));
+                }
             }
         }
     }
-    let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty());
-    // The file was last written when the recording ended.
-    let modified = std::fs::metadata(data).and_then(|m| m.modified()).ok();
-    let end_unix_ns = modified.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as u64);
-    OtlpContext { service: resource.service.clone(), host_name, labels: resource.labels.clone(), build_ids, lines, end_unix_ns }
+
+    fn context(&self, resource: &ResourceArgs, end_unix_ns: u64) -> OtlpContext {
+        let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty());
+        OtlpContext {
+            service: resource.service.clone(),
+            host_name,
+            labels: resource.labels.clone(),
+            build_ids: self.build_ids.clone(),
+            lines: self.lines.clone(),
+            end_unix_ns,
+        }
+    }
 }
 
 /// The GNU build-id of an ELF file, in hex.

@@ -64,7 +64,7 @@ impl Pusher {
         let mut tries = 0;
         loop {
             tries += 1;
-            let why = match self.post(request) {
+            let why = match self.try_once(request) {
                 Attempt::Done(warning) => return Ok(Pushed { tries, warning }),
                 Attempt::Refused(why) => bail!("the collector at {} refused the profiles: {why}", self.endpoint),
                 Attempt::Again(why) => why,
@@ -77,7 +77,8 @@ impl Pusher {
         }
     }
 
-    fn post(&self, request: &[u8]) -> Attempt {
+    /// Posts the request once: what the collector did with it.
+    pub(crate) fn try_once(&self, request: &[u8]) -> Attempt {
         let response = self.agent.post(&self.endpoint).header("Content-Type", "application/x-protobuf").send(request);
         let mut response = match response {
             Ok(r) => r,
@@ -98,9 +99,12 @@ impl Pusher {
     }
 }
 
-enum Attempt {
+pub(crate) enum Attempt {
+    /// Taken, with the collector's warning if it kept only part.
     Done(Option<String>),
+    /// Not taken, worth trying again later: why.
     Again(String),
+    /// Refused for good: why.
     Refused(String),
 }
 

@@ -250,3 +250,131 @@ fn a_push_nobody_takes_is_an_error_that_says_why() {
     assert!(message.contains("refused the profiles: HTTP 404") && message.contains("service.profilesSupport"), "{message}");
     cleanup(&r.dir);
 }
+
+/// A server answering one client's requests, a line each, until `quit`: `handle` hashes the
+/// request (`hash`) and writes the answer; it prints how many it served.
+const SERVER: &str = r#"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+__attribute__((noinline)) unsigned long hash(const char *s, size_t n) {
+    unsigned long h = 1469598103934665603ul;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ul;
+    return h;
+}
+__attribute__((noinline)) int handle(int fd, const char *line) {
+    char out[32];
+    int k = snprintf(out, sizeof out, "%lu\n", hash(line, strlen(line)));
+    return write(fd, out, k) == k;
+}
+int main(int argc, char **argv) {
+    int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[1])), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1)) { perror("listen"); return 1; }
+    int c = accept(s, 0, 0);
+    FILE *in = fdopen(c, "r");
+    char line[256];
+    long served = 0;
+    while (fgets(line, sizeof line, in) && strncmp(line, "quit", 4)) {
+        if (!handle(c, line)) break;
+        served++;
+    }
+    printf("served %ld\n", served);
+    return 0;
+}
+"#;
+
+/// Sends requests to the server at `port` for `load`, a line each, reading each answer, then
+/// `quit`: how many were answered.
+fn load_client(port: u16, load: Duration) -> u64 {
+    use std::io::{BufRead, BufReader, Write};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() > deadline => panic!("the server never listened at {port}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let mut writer = stream.try_clone().expect("socket");
+    let mut reader = BufReader::new(stream);
+    let (started, mut answered, mut answer) = (Instant::now(), 0u64, String::new());
+    while started.elapsed() < load {
+        writeln!(writer, "request {answered}").expect("send a request");
+        answer.clear();
+        reader.read_line(&mut answer).expect("read an answer");
+        assert!(answer.trim().parse::<u64>().is_ok(), "answer {answer:?}");
+        answered += 1;
+        // A server under a steady load, not a busy loop: about 2,000 requests a second.
+        if answered % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    writeln!(writer, "quit").expect("send quit");
+    answered
+}
+
+/// `lopi run --push --every 5s` of a server under a client's load for a minute, with the
+/// collector stopped for 15 s in the middle: the windows made while it was away wait and go
+/// once it is back, and every window reaches it; their calls add up to the final data file's
+/// (lopi report's), and `handle`'s to the requests the client had answered.
+#[test]
+fn a_minute_of_windows_adds_up_with_the_collector_away() {
+    let dir = fresh_dir("otlp-windows");
+    let server = build_c(&dir, "server", SERVER, &["-O2", "-g"]);
+    let data = dir.join("server.lopi");
+    let mut collector = Collector::start(&dir, Pipeline::Profiles);
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()).expect("a free port").port();
+    let lopi_run = Command::new(lopi_bin())
+        .args(["run", "--probe", "entry,exit", "--push", &collector.url, "--every", "5s", "--service", "windows-e2e", "--label", "env=test", "--"])
+        .arg(&server)
+        .arg(port.to_string())
+        .env("LOPI_OUTPUT", &data)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lopi run");
+    let client = std::thread::spawn(move || load_client(port, Duration::from_secs(60)));
+    std::thread::sleep(Duration::from_secs(20));
+    collector.stop();
+    std::thread::sleep(Duration::from_secs(15));
+    collector.restart();
+    let answered = client.join().expect("the load client");
+    let out = lopi_run.wait_with_output().expect("lopi run");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "lopi run: {:?}\n{stderr}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("served {answered}"), "{stderr}");
+    assert!(stderr.contains("is away") && stderr.contains("the collector is back"), "{stderr}");
+
+    let windows: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("lopi: pushed ")?.split(" of ").next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no `pushed N of M windows` line:\n{stderr}"));
+    assert!(stderr.contains(&format!("pushed {windows} of {windows} windows")), "every window delivered:\n{stderr}");
+    assert!((12..=13).contains(&windows), "a window every 5 s of a minute, and the last: {windows}\n{stderr}");
+    let requests = collector.received(windows as usize);
+    assert_eq!(requests.len() as u64, windows, "the collector got each window once");
+
+    let mut summed: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for request in &requests {
+        let resources = resources(request);
+        for r in &resources {
+            assert_eq!(r.attributes.get("service.name").map(String::as_str), Some("windows-e2e"));
+            assert_eq!(r.attributes.get("env").map(String::as_str), Some("test"));
+        }
+        for (frame, calls) in calls_of(&resources) {
+            *summed.entry(frame).or_default() += calls;
+        }
+    }
+    let expected = report_calls(&data);
+    assert_eq!(summed, expected, "calls per function: the windows' sums (left), lopi report's (right)");
+    let handled = expected.iter().find(|((_, f), _)| f == "handle").map(|(_, &n)| n);
+    assert_eq!(handled, Some(answered as i64), "handle ran once per request answered");
+    assert!(!dir.join("server.lopi.queue").exists(), "the emptied queue is removed");
+    cleanup(&dir);
+}

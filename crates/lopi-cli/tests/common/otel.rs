@@ -45,38 +45,45 @@ pub struct Collector {
     child: Child,
     /// Its OTLP/HTTP address, `http://127.0.0.1:PORT`.
     pub url: String,
-    output: PathBuf,
+    port: u16,
+    dir: PathBuf,
+    pipeline: Pipeline,
+    /// The files it wrote into, one per start, in order.
+    outputs: Vec<PathBuf>,
     log: PathBuf,
 }
 
 impl Collector {
     /// Starts a collector writing into `dir`; waits until it listens.
     pub fn start(dir: &Path, pipeline: Pipeline) -> Collector {
-        let bin = collector_bin();
         let mut last_log = String::new();
         // Another process may take the free port before the collector does: a few tries.
         for attempt in 0..3 {
             let port = free_port();
-            let output = dir.join(format!("received-{attempt}.jsonl"));
-            let log = dir.join(format!("collector-{attempt}.log"));
-            let config = dir.join(format!("collector-{attempt}.yaml"));
-            std::fs::write(&config, config_text(port, &output, pipeline)).expect("write the collector's config");
-            let log_file = std::fs::File::create(&log).expect("create the collector's log");
-            let child = Command::new(&bin)
-                .arg(format!("--config=file:{}", config.display()))
-                .arg("--feature-gates=service.profilesSupport")
-                .stdin(Stdio::null())
-                .stdout(log_file.try_clone().expect("log file"))
-                .stderr(log_file)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start the collector {}: {e}", bin.display()));
-            let mut collector = Collector { child, url: format!("http://127.0.0.1:{port}"), output, log };
+            let (child, output, log) = spawn(dir, port, pipeline, &attempt.to_string());
+            let mut collector = Collector { child, url: format!("http://127.0.0.1:{port}"), port, dir: dir.to_path_buf(), pipeline, outputs: vec![output], log };
             if collector.wait_listening(port) {
                 return collector;
             }
             last_log = collector.log_text();
         }
         panic!("the collector did not start listening; its last log:\n{last_log}");
+    }
+
+    /// Stops the collector (its address then refuses connections).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again at the same address, writing into a new file.
+    pub fn restart(&mut self) {
+        self.stop();
+        let (child, output, log) = spawn(&self.dir, self.port, self.pipeline, &format!("restart-{}", self.outputs.len()));
+        self.child = child;
+        self.outputs.push(output);
+        self.log = log;
+        assert!(self.wait_listening(self.port), "the collector did not start again at port {}; its log:\n{}", self.port, self.log_text());
     }
 
     fn wait_listening(&mut self, port: u16) -> bool {
@@ -97,12 +104,12 @@ impl Collector {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The requests the collector wrote (OTLP JSON), once there are at least `n`: waits up to
-    /// 30 s for them.
+    /// The requests the collector wrote (OTLP JSON), in every start's file, once there are at
+    /// least `n`: waits up to 30 s for them.
     pub fn received(&self, n: usize) -> Vec<Json> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let text = std::fs::read_to_string(&self.output).unwrap_or_default();
+            let text: String = self.outputs.iter().map(|o| std::fs::read_to_string(o).unwrap_or_default()).collect();
             // A line is whole once its newline is written.
             let lines: Vec<&str> = text.split_inclusive('\n').filter(|l| l.ends_with('\n') && !l.trim().is_empty()).collect();
             if lines.len() >= n {
@@ -116,10 +123,29 @@ impl Collector {
     }
 }
 
+/// A collector process listening at `port`, writing into `dir` (files named by `tag`): the
+/// process, its output file and its log.
+fn spawn(dir: &Path, port: u16, pipeline: Pipeline, tag: &str) -> (Child, PathBuf, PathBuf) {
+    let bin = collector_bin();
+    let output = dir.join(format!("received-{tag}.jsonl"));
+    let log = dir.join(format!("collector-{tag}.log"));
+    let config = dir.join(format!("collector-{tag}.yaml"));
+    std::fs::write(&config, config_text(port, &output, pipeline)).expect("write the collector's config");
+    let log_file = std::fs::File::create(&log).expect("create the collector's log");
+    let child = Command::new(&bin)
+        .arg(format!("--config=file:{}", config.display()))
+        .arg("--feature-gates=service.profilesSupport")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("log file"))
+        .stderr(log_file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the collector {}: {e}", bin.display()));
+    (child, output, log)
+}
+
 impl Drop for Collector {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 

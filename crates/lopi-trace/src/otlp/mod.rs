@@ -7,12 +7,14 @@
 //! `lopi report` gives.
 mod dictionary;
 pub mod proto;
+mod window;
 
 use crate::pprof::{self, proto as pprof_proto, LockProfile, SiteFrame};
 use crate::{DataFile, MetaAction, Timing};
 use dictionary::{Dictionary, BUILD_ID_GNU};
 use proto::AnyValue;
 use std::collections::{BTreeMap, HashMap};
+pub use window::Windows;
 
 /// The frame under which calls counted without their calling context are.
 const UNTIMED_CALLS: &str = "[untimed calls]";
