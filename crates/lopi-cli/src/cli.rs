@@ -169,6 +169,30 @@ pub(crate) enum Command {
         #[command(flatten)]
         push: PushArgs,
     },
+    /// Watch this host: attach to every running and newly started process whose executable's
+    /// path matches --match, push each one's profile to an OpenTelemetry Collector as it runs
+    /// (--push, --every), and on Ctrl-C or SIGTERM take every probe out again.
+    Agent {
+        /// A regular expression the executable's path must match (repeatable: any of them).
+        #[arg(long = "match", value_name = "REGEX", required = true)]
+        matches: Vec<String>,
+        /// How often /proc is read for new processes (a process that lives less is missed).
+        #[arg(long, value_name = "DURATION", value_parser = live::parse_duration, default_value = "1s")]
+        poll: std::time::Duration,
+        /// Where the processes' data files go.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+        /// Keep a process's data file once all its windows reached the collector [default:
+        /// removed then].
+        #[arg(long)]
+        keep: bool,
+        #[command(flatten)]
+        select: LiveSelect,
+        #[command(flatten)]
+        timing: Timing,
+        #[command(flatten)]
+        push: PushArgs,
+    },
     /// Print the lopi.h that C handlers (`--handler FILE.c`) include: the event they get,
     /// the callbacks they may define, and helpers that need no libc.
     HandlerHeader,

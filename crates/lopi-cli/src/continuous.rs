@@ -44,6 +44,15 @@ pub(crate) struct PushArgs {
     resource: ResourceArgs,
 }
 
+impl PushArgs {
+    /// The arguments for one of several recordings pushed at once (`lopi agent`): a queue
+    /// directory given is shared out, a subdirectory per data file.
+    pub(crate) fn for_process(&self, data: &std::path::Path) -> PushArgs {
+        let name = data.file_name().map_or("lopi".into(), |n| n.to_string_lossy().into_owned());
+        PushArgs { queue: self.queue.as_ref().map(|q| q.join(format!("{name}.queue"))), ..self.clone() }
+    }
+}
+
 /// Timing's budget when --push is given without --budget, in parts per million.
 pub(crate) const PUSH_BUDGET_PPM: u32 = 50_000;
 
@@ -101,11 +110,11 @@ impl Continuous {
 
     /// Once the recording has ended: the last window, the queue emptied while the collector
     /// takes it (for up to 10 s), and what was pushed.
-    pub(crate) fn finish(self) {
+    pub(crate) fn finish(self) -> Delivery {
         let _ = self.stop.send(());
         let Ok(p) = self.thread.join() else {
             eprintln!("lopi: the pushing thread failed; what it did not send is in the queue");
-            return;
+            return Delivery { windows: 0, sent: 0, whole: false };
         };
         if let Some(why) = &p.unread {
             eprintln!("lopi: the last window was not made: {why}");
@@ -132,8 +141,18 @@ impl Continuous {
                 p.queue.dir().display()
             );
         }
+        let whole = p.unread.is_none() && p.queue.len() == 0 && p.queue.dropped == 0 && p.refused == 0;
         p.queue.close();
+        Delivery { windows: p.windows, sent: p.sent, whole }
     }
+}
+
+/// What a finished push delivered.
+pub(crate) struct Delivery {
+    pub(crate) windows: u64,
+    pub(crate) sent: u64,
+    /// Every window made reached the collector, the last one included.
+    pub(crate) whole: bool,
 }
 
 struct Worker {

@@ -381,6 +381,15 @@ impl Attached {
         }
     }
 
+    /// True once the process has exited, its end then recorded.
+    pub(crate) fn exited(&self) -> bool {
+        if alive(self.pid) {
+            return false;
+        }
+        self.record_end(lopi_rt_abi::END_EXITED, (0, 0));
+        true
+    }
+
     /// Records that the process's recording ended now, `how` (`END_*`), with the `munmap`s
     /// lopi made in it to detach (calls, ticks).
     fn record_end(&self, how: u32, unmaps: (u64, u64)) {

@@ -2,6 +2,7 @@
 //! The libraries do the work.
 #![deny(unsafe_code)]
 
+mod agent;
 mod blocks;
 mod breakdown;
 mod cache;
@@ -79,6 +80,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Attach { pid, select, trace, timing, duration, push } => {
             let timing = timing.pushing(push.push.is_some());
             live::attach(&select.probes(trace, timing, cache)?, pid, duration, &push)
+        }
+        Command::Agent { matches, poll, dir, keep, select, timing, push } => {
+            let timing = timing.pushing(push.push.is_some());
+            agent::run(select.probes(false, timing, cache)?, &push, agent::Request { matches, poll, dir, keep })
         }
         Command::HandlerHeader => print(handler::HEADER),
         Command::Cache { clear } => cache::show(cache.as_ref(), clear),

@@ -378,3 +378,79 @@ fn a_minute_of_windows_adds_up_with_the_collector_away() {
     assert!(!dir.join("server.lopi.queue").exists(), "the emptied queue is removed");
     cleanup(&dir);
 }
+
+/// Calls `work` (which calls `leaf` a thousand times) every millisecond for argv[1] seconds.
+const BUSY: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+__attribute__((noinline)) long leaf(long x) { return x * 3 + 1; }
+__attribute__((noinline)) long work(int n) { long s = 0; for (int i = 0; i < n; i++) s += leaf(i); return s; }
+int main(int argc, char **argv) {
+    long total = 0;
+    time_t end = time(0) + atoi(argv[1]);
+    while (time(0) < end) { total += work(1000); usleep(1000); }
+    printf("%ld\n", total);
+    return 0;
+}
+"#;
+
+/// `lopi agent --match` with two matching processes running and a third started after it
+/// (and one that does not match): it attaches to the three, pushes each one's windows (the
+/// third's last when it exits, the others' when the agent is stopped), and each process's
+/// windows add up to its data file's calls (kept with --keep).
+#[test]
+fn the_agent_pushes_every_matching_process() {
+    let dir = fresh_dir("otlp-agent");
+    let busy = build_c(&dir, "agent_busy", BUSY, &["-O2", "-g"]);
+    let other = dir.join("other_busy");
+    std::fs::copy(&busy, &other).expect("copy");
+    let collector = Collector::start(&dir, Pipeline::Profiles);
+    let start = |prog: &Path, secs: &str| Command::new(prog).arg(secs).stdout(std::process::Stdio::null()).spawn().expect("start a process");
+    let mut early = [start(&busy, "12"), start(&busy, "12")];
+    let mut unmatched = start(&other, "6");
+    let data_dir = dir.join("agent-data");
+    let pattern = format!("^{}$", busy.display());
+    let agent = Command::new(lopi_bin())
+        .args(["agent", "--match", &pattern, "--push", &collector.url, "--every", "1s", "--poll", "200ms", "--keep", "--probe", "entry,exit", "--label", "role=agent-e2e", "--dir"])
+        .arg(&data_dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lopi agent");
+    std::thread::sleep(Duration::from_secs(2));
+    let mut late = start(&busy, "3");
+    assert!(late.wait().expect("the late process").success());
+    std::thread::sleep(Duration::from_secs(1));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the agent");
+    let out = agent.wait_with_output().expect("lopi agent");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "lopi agent: {:?}\n{stderr}", out.status);
+    for p in early.iter_mut().chain([&mut unmatched]) {
+        assert!(p.wait().expect("a process").success(), "a process the agent let go of ended well:\n{stderr}");
+    }
+
+    let pids: Vec<u32> = early.iter().chain([&late]).map(|c| c.id()).collect();
+    assert!(stderr.contains("attached to 3 processes") && stderr.contains("its own CPU use"), "{stderr}");
+    assert!(stderr.contains(&format!("{} ({}) exited; pushed", pids[2], busy.display())), "the late one's exit:\n{stderr}");
+    assert!(!stderr.contains(&format!("{}", unmatched.id())), "the unmatched process is left alone:\n{stderr}");
+    let windows: usize = stderr.lines().filter_map(|l| l.split("; pushed ").nth(1)?.split(" of ").next()?.parse::<usize>().ok()).sum();
+    let requests = collector.received(windows);
+    for pid in pids {
+        let mut summed: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for request in &requests {
+            let of_pid: Vec<Resource> = resources(request).into_iter().filter(|r| r.attributes.get("process.pid") == Some(&pid.to_string())).collect();
+            for r in &of_pid {
+                assert_eq!(r.attributes.get("role").map(String::as_str), Some("agent-e2e"));
+            }
+            for (frame, calls) in calls_of(&of_pid) {
+                *summed.entry(frame).or_default() += calls;
+            }
+        }
+        let data = data_dir.join(format!("agent_busy.{pid}.lopi"));
+        let expected = report_calls(&data);
+        assert!(expected.keys().any(|(_, f)| f == "work"), "process {pid} was recorded: {expected:?}");
+        assert_eq!(summed, expected, "process {pid}: calls per function, its windows' sums (left), lopi report's (right)");
+    }
+    cleanup(&dir);
+}
