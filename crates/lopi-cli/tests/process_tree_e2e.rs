@@ -1,7 +1,7 @@
 //! `lopi run` follows the process tree (issue 30): commands that fork, vfork and exec (a shell
 //! script with pipes, `tar` through `gzip`, `make -j2` of a small C project, Python's
 //! `subprocess`, a program that `dlopen`s a plugin which starts a program, `git commit` with a
-//! hook) under `lopi run --probe syscall` count what `strace -f -c` counts, name by name, for
+//! hook, `find | xargs`, a bash script, perl's `system`, node's `child_process`) under `lopi run --probe syscall` count what `strace -f -c` counts, name by name, for
 //! the whole tree, start-up included; `lopi report --processes` shows the tree and `--comm`
 //! narrows a view to one program.
 mod common;
@@ -141,6 +141,60 @@ fn python_subprocess() {
     let code = "import subprocess; subprocess.run(['true']); print(subprocess.check_output(['echo', 'hi']).decode().strip())";
     // How many reads take the child's output out of its pipe depends on when it arrives.
     check("python3 subprocess", &dir, &[python.to_str().unwrap(), "-c", code], 2, &["read"], &|| ());
+    cleanup(&dir);
+}
+
+#[test]
+fn find_through_xargs() {
+    let dir = fresh_dir("tree-find");
+    for sub in ["a", "b/c"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        for i in 0..5 {
+            std::fs::write(dir.join(format!("{sub}/f{i}.txt")), "x\n".repeat(i + 1)).unwrap();
+        }
+    }
+    require("find", "findutils");
+    // xargs forks and execs wc (twice, -n 6), find walks the tree; sorted for a stable output.
+    check("find | xargs", &dir, &["sh", "-c", "find a b -name '*.txt' | sort | xargs -n 6 wc -l"], 2, &["read"], &|| ());
+    let data = dir.join("tree.lopi");
+    let tree = report(&data, &["--processes"]);
+    for program in ["find", "xargs", "wc"] {
+        assert!(tree.contains(program), "no {program} in the tree:\n{tree}");
+    }
+    cleanup(&dir);
+}
+
+#[test]
+fn a_bash_script_with_subshells_and_command_substitution() {
+    let bash = require("bash", "bash");
+    let dir = fresh_dir("tree-bash");
+    std::fs::write(dir.join("words.txt"), "pear\napple\nfig\n").unwrap();
+    let script = r#"n=$(wc -l < words.txt); for w in $(sort words.txt); do echo "$w $(printf %s "$w" | wc -c)"; done; ( cd /; pwd ); echo "lines: $n"; [ -e missing ] || echo none"#;
+    check("bash", &dir, &[bash.to_str().unwrap(), "-c", script], 2, &["read"], &|| ());
+    cleanup(&dir);
+}
+
+#[test]
+fn perl_system_and_backticks() {
+    let perl = require("perl", "perl-base");
+    let dir = fresh_dir("tree-perl");
+    let code = r#"system("true") == 0 or die; my $out = `echo hi`; print "got $out"; exit(system("sh", "-c", "exit 3") >> 8);"#;
+    check("perl", &dir, &[perl.to_str().unwrap(), "-e", code], 2, &["read"], &|| ());
+    cleanup(&dir);
+}
+
+/// A JavaScript engine (V8: code it generates at run time, worker threads) running programs.
+#[test]
+fn node_child_processes() {
+    let node = require("node", "nodejs");
+    let dir = fresh_dir("tree-node");
+    let code = "const cp = require('child_process'); cp.execSync('true'); console.log(cp.execFileSync('echo', ['hi']).toString().trim());";
+    // A V8 worker thread's first malloc makes its arena (an mmap and an mprotect), if it
+    // mallocs before the program ends: `perf stat -e syscalls:sys_enter_mmap` counts 90, 90,
+    // 91 and 93 mmaps in four runs without any tracer, strace's slower runs 93. How often the
+    // event loop wakes (epoll_pwait) depends on when the children's output and ends arrive.
+    let uncompared = ["read", "futex", "mmap", "mprotect", "munmap", "epoll_pwait"];
+    check("node", &dir, &[node.to_str().unwrap(), "-e", code], 4, &uncompared, &|| ());
     cleanup(&dir);
 }
 
