@@ -1,8 +1,9 @@
 //! `lopi run` follows the process tree (issue 30): commands that fork, vfork and exec (a shell
 //! script with pipes, `tar` through `gzip`, `make -j2` of a small C project, Python's
 //! `subprocess`, a program that `dlopen`s a plugin which starts a program, `git commit` with a
-//! hook, `find | xargs`, a bash script, perl's `system`, node's `child_process`) under `lopi run --probe syscall` count what `strace -f -c` counts, name by name, for
-//! the whole tree, start-up included; `lopi report --processes` shows the tree and `--comm`
+//! hook, `find | xargs`, a bash script, perl's `system`, node's `child_process`) under `lopi
+//! run --probe syscall` count what `strace -f -c` counts, name by name, for the whole tree,
+//! start-up included; `lopi report --processes` shows the tree and `--comm`
 //! narrows a view to one program.
 mod common;
 
