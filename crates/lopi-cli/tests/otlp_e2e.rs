@@ -454,3 +454,25 @@ fn the_agent_pushes_every_matching_process() {
     }
     cleanup(&dir);
 }
+
+/// Basic-block counts reach the collector as a profile of their own: per function, the
+/// executions of its blocks are `lopi report --blocks`'.
+#[test]
+fn block_counts_reach_the_collector() {
+    let r = record("blocks", "block");
+    let collector = Collector::start(&r.dir, Pipeline::Profiles);
+    let out = lopi(&["push", &r.data.display().to_string(), &collector.url]);
+    assert!(out.status.success(), "lopi push: {}\n{}", out.describe_status(), out.stderr_str());
+    let received = resources(&collector.received(1)[0]);
+    let blocks = &received[0].profiles["block_executions/count"];
+    for function in ["fib", "leaf", "add", "worker"] {
+        let report = lopi(&["report", "--blocks", function, "--format", "json", &r.data.display().to_string()]);
+        assert!(report.status.success(), "lopi report --blocks {function}: {}", report.stderr_str());
+        let json: Json = serde_json::from_str(&report.stdout_str()).expect("report JSON");
+        let expected: i64 = json.as_array().into_iter().flatten().flat_map(|m| m["blocks"].as_array().into_iter().flatten()).map(|b| b["count"].as_i64().unwrap_or(0)).sum();
+        let pushed: i64 = blocks.iter().filter(|((_, f), _)| f == function).map(|(_, n)| n).sum();
+        assert!(expected > 0, "{function}'s blocks ran");
+        assert_eq!(pushed, expected, "{function}: block executions pushed (left), lopi report --blocks' (right)");
+    }
+    cleanup(&r.dir);
+}

@@ -50,7 +50,7 @@ struct Kind {
 /// The sample types, in the order of a process's profiles; the constants below index it.
 /// Self time measured at every entry and exit is wall-clock time; the lock profile's types
 /// are Go's block profile's (`pprof.rs`), then lopi's hold time and acquisitions.
-const KINDS: [Kind; 10] = [
+const KINDS: [Kind; 12] = [
     Kind { name: "calls", unit: "count", sampled: false },
     Kind { name: "wall", unit: "nanoseconds", sampled: false },
     Kind { name: "samples", unit: "count", sampled: true },
@@ -61,6 +61,8 @@ const KINDS: [Kind; 10] = [
     Kind { name: "delay", unit: "nanoseconds", sampled: false },
     Kind { name: "hold", unit: "nanoseconds", sampled: false },
     Kind { name: "acquisitions", unit: "count", sampled: false },
+    Kind { name: "block_executions", unit: "count", sampled: false },
+    Kind { name: "blocks_covered", unit: "count", sampled: false },
 ];
 const CALLS: usize = 0;
 const WALL: usize = 1;
@@ -69,6 +71,8 @@ const CPU: usize = 3;
 const SYSCALLS: usize = 4;
 const SYSCALL_TIME: usize = 5;
 const LOCKS: [usize; 4] = [6, 7, 8, 9];
+const BLOCKS: usize = 10;
+const COVERED: usize = 11;
 
 /// Each process's samples, by kind.
 #[derive(Default)]
@@ -89,7 +93,8 @@ impl Samples {
 /// with the profiles of calls, wall-clock self time (`cpu` and `samples` with `--time
 /// sampled`), system calls and their time (the samples whose leaf is a system call), and the
 /// lock profile's contentions, delay, hold and acquisitions (`--probe locks`; `site` names a
-/// lock call's site, as for [`crate::lock_pprof`]). Samples carry `thread.id` and
+/// lock call's site, as for [`crate::lock_pprof`]), and the basic blocks' executions (`--probe
+/// block`, or `--probe coverage`'s blocks covered). Samples carry `thread.id` and
 /// `thread.name` attributes, and `lopi.open_calls` for calls still open at the end.
 pub fn request(data: &DataFile, t: &Timing, site: &mut dyn FnMut(u32, u64) -> SiteFrame, context: &OtlpContext) -> proto::ExportProfilesServiceRequest {
     let mut dict = Dictionary::new(context);
@@ -115,6 +120,7 @@ pub fn request(data: &DataFile, t: &Timing, site: &mut dyn FnMut(u32, u64) -> Si
     }
     untimed_calls(data, &mut dict, &mut samples);
     untimed_syscalls(data, &mut dict, &mut samples);
+    block_counts(data, &mut dict, &mut samples);
 
     let resource_profiles = pids(data, t)
         .into_iter()
@@ -179,6 +185,28 @@ fn untimed_calls(data: &DataFile, dict: &mut Dictionary, samples: &mut Samples) 
                 let root = *root.get_or_insert_with(|| dict.location("", 0, UNTIMED_CALLS));
                 let stack = dict.stack(vec![leaf, root]);
                 samples.add(record.pid, CALLS, stack, &[], calls);
+            }
+        }
+    }
+}
+
+/// The basic blocks' executions (`--probe block`), a sample per block that ran, at the block's
+/// address in its function; with `--probe coverage`, which marks a block once it ran, a
+/// `blocks_covered` sample of 1 per block that ran.
+fn block_counts(data: &DataFile, dict: &mut Dictionary, samples: &mut Samples) {
+    for record in &data.records {
+        for (counter, b, action) in record.meta.blocks() {
+            let kind = match action {
+                MetaAction::Count => BLOCKS,
+                MetaAction::Mark => COVERED,
+                // An instruction point's counter (a script's `addr:`) is not a block's.
+                _ => continue,
+            };
+            let count = i64::try_from(record.count(counter)).unwrap_or(i64::MAX);
+            if count > 0 {
+                let stack = dict.location(&record.meta.module, b.addr, &b.function);
+                let stack = dict.stack(vec![stack]);
+                samples.add(record.pid, kind, stack, &[], if kind == COVERED { 1 } else { count });
             }
         }
     }

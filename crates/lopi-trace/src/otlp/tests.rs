@@ -201,3 +201,19 @@ fn functions_never_called_stay_out() {
     assert!(!d.string_table.iter().any(|s| s == "never"), "{:?}", d.string_table);
     assert_eq!(d.function_table.len(), 1 + 5, "the zero function, main, work, read, helper, [untimed calls]");
 }
+
+#[test]
+fn block_counts_are_a_profile_of_their_own() {
+    let block = |addr, action| MetaProbe { point: crate::MetaPoint::Block(crate::MetaBlock { addr, end: addr + 4, function: "work".into() }), action };
+    let (mut data, t) = recording();
+    let record = &mut data.records[0];
+    record.meta.probes.extend([block(0x1200, MetaAction::Count), block(0x1210, MetaAction::Count), block(0x1220, MetaAction::Count), block(0x1230, MetaAction::Probe)]);
+    record.counts.extend([5, 2, 0, 9]);
+    let r = encoded(&data, &t, &context());
+    let d = r.dictionary.as_ref().expect("dictionary");
+    let blocks = r.resource_profiles[0].scope_profiles[0].profiles.iter().find(|p| p.sample_type.is_some_and(|t| d.string_table[t.type_strindex as usize] == "block_executions")).expect("a block profile");
+    let by_address: Vec<(u64, i64)> = blocks.samples.iter().map(|s| (d.location_table[d.stack_table[s.stack_index as usize].location_indices[0] as usize].address, s.values[0])).collect();
+    // The block that never ran has no sample; an instruction point's counter is no block's.
+    assert_eq!(by_address, [(0x1200, 5), (0x1210, 2)]);
+    assert_eq!(by_leaf(&r)["block_executions/count"]["work"], 7);
+}
