@@ -2,6 +2,7 @@
 use crate::continuous::PushArgs;
 use crate::exports::{ExportFormat, ProfileArg, WeightArg};
 use crate::otlp::ResourceArgs;
+use crate::push::ConnectArgs;
 use crate::output::Format;
 use crate::report::View;
 use crate::probe_arg::{self, probe_set, Probe};
@@ -120,10 +121,12 @@ pub(crate) enum Command {
     /// URL/v1development/profiles.
     Push {
         data: PathBuf,
-        /// The collector's OTLP/HTTP address (http://127.0.0.1:4318).
+        /// The collector's OTLP/HTTP address (http://127.0.0.1:4318, or https://).
         url: String,
         #[command(flatten)]
         resource: ResourceArgs,
+        #[command(flatten)]
+        connect: ConnectArgs,
     },
     /// Run PROG with probes spliced in at its entry point (no rewritten file); the record
     /// reads with `lopi report` as for a rewritten program.

@@ -6,7 +6,7 @@
 //! to the data file.
 use crate::names::Namer;
 use crate::otlp::{HostFacts, ResourceArgs};
-use crate::push::{Attempt, Pusher};
+use crate::push::{Attempt, ConnectArgs, Pusher};
 use crate::queue::Queue;
 use anyhow::Result;
 use lopi_trace::otlp::Windows;
@@ -42,6 +42,8 @@ pub(crate) struct PushArgs {
     queue_size: u64,
     #[command(flatten)]
     resource: ResourceArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 impl PushArgs {
@@ -82,7 +84,7 @@ impl Continuous {
         if args.every < Duration::from_millis(100) {
             anyhow::bail!("--every {:?} is too often: a window every 100 ms at most", args.every);
         }
-        let pusher = Pusher::new(url)?;
+        let pusher = Pusher::new(url, &args.connect)?;
         let dir = args.queue.clone().unwrap_or_else(|| PathBuf::from(format!("{data}.queue")));
         let queue = Queue::open(&dir, args.queue_size)?;
         if !quiet {

@@ -71,7 +71,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Export { data, format, output, weight, profile, resource } => {
             exports::export(&data, &output, exports::ExportOptions { format, weight, profile, resource })
         }
-        Command::Push { data, url, resource } => otlp::push(&data, &url, &resource),
+        Command::Push { data, url, resource, connect } => otlp::push(&data, &url, &resource, &connect),
         Command::Run { select, trace, timing, quiet, no_follow, arg0, push, command } => {
             let timing = timing.pushing(push.push.is_some());
             let probes = live::Probes { follow: !no_follow, ..select.probes(trace, timing, cache)? };

@@ -2,7 +2,7 @@
 //! (`lopi_trace::otlp`), with what this host knows besides the file: the modules' build-ids
 //! and source lines, the host's name, when the recording ended.
 use crate::names::Namer;
-use crate::push::Pusher;
+use crate::push::{ConnectArgs, Pusher};
 use anyhow::{bail, Result};
 use lopi_trace::{otlp, OtlpContext, Timing};
 use prost::Message;
@@ -69,8 +69,8 @@ pub(crate) fn summary(request: &otlp::proto::ExportProfilesServiceRequest) -> Op
 }
 
 /// `lopi push DATA URL`.
-pub(crate) fn push(data: &Path, url: &str, resource: &ResourceArgs) -> Result<()> {
-    let pusher = Pusher::new(url)?;
+pub(crate) fn push(data: &Path, url: &str, resource: &ResourceArgs, connect: &ConnectArgs) -> Result<()> {
+    let pusher = Pusher::new(url, connect)?;
     let file = crate::files::read_data(data)?;
     let mut namer = Namer::new(&file.maps);
     let timing = crate::exports::named_timing(&file, &mut namer).unwrap_or_default();

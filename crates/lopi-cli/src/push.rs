@@ -1,10 +1,32 @@
 //! Sending OTLP requests to a collector over OTLP/HTTP (protobuf): `POST
-//! URL/v1development/profiles`, tried again a few times while the collector is away or says
-//! it is busy, with what the collector said when it refuses.
-use anyhow::{bail, Result};
+//! URL/v1development/profiles`, over TLS for an `https://` URL, with the headers a backend asks
+//! for (its credentials); tried again a few times while the collector is away or says it is
+//! busy, with what the collector said when it refuses.
+use anyhow::{bail, Context, Result};
 use lopi_trace::otlp::proto;
 use prost::Message;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// How lopi reaches a collector or a backend's OTLP endpoint besides its URL.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct ConnectArgs {
+    /// A header of every request, `NAME: VALUE` (repeatable): a backend's credentials, such as
+    /// `Authorization: Basic ...`.
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = header)]
+    headers: Vec<(String, String)>,
+    /// The certificates (PEM) an https:// endpoint's must chain to, instead of the usual
+    /// public roots (Mozilla's, built in): for a collector with a certificate of its own.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+}
+
+fn header(text: &str) -> Result<(String, String), String> {
+    match text.split_once(':') {
+        Some((name, value)) if !name.trim().is_empty() && !name.trim().contains(char::is_whitespace) => Ok((name.trim().to_string(), value.trim().to_string())),
+        _ => Err(format!("{text:?} is not NAME: VALUE")),
+    }
+}
 
 /// The OTLP/HTTP path of the profiles signal.
 const PROFILES_PATH: &str = "/v1development/profiles";
@@ -16,6 +38,7 @@ const RETRY_AFTER: [Duration; 3] = [Duration::from_millis(500), Duration::from_s
 pub(crate) struct Pusher {
     agent: ureq::Agent,
     endpoint: String,
+    headers: Vec<(String, String)>,
 }
 
 /// What the collector kept of a request.
@@ -26,13 +49,11 @@ pub(crate) struct Pushed {
 }
 
 impl Pusher {
-    /// `url` is the collector's OTLP/HTTP address (`http://127.0.0.1:4318`, where the profiles
-    /// path goes after any path of its own), or the full endpoint, ending with the path.
-    pub(crate) fn new(url: &str) -> Result<Pusher> {
-        let Some(rest) = url.strip_prefix("http://") else {
-            if url.starts_with("https://") {
-                bail!("{url}: lopi sends plain HTTP; to reach a collector over TLS, push to an OpenTelemetry Collector on this host or network (http://HOST:4318) that forwards to it");
-            }
+    /// `url` is the collector's OTLP/HTTP address (`http://127.0.0.1:4318`, or `https://`;
+    /// the profiles path goes after any path of its own), or the full endpoint, ending with
+    /// the path.
+    pub(crate) fn new(url: &str, connect: &ConnectArgs) -> Result<Pusher> {
+        let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
             bail!("{url}: the collector's address is a URL such as http://127.0.0.1:4318");
         };
         if rest.is_empty() || rest.starts_with('/') {
@@ -42,7 +63,12 @@ impl Pusher {
             true => url.to_string(),
             false => format!("{}{PROFILES_PATH}", url.trim_end_matches('/')),
         };
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(path) = &connect.cacert {
+            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certificates(path)?));
+        }
         let agent = ureq::Agent::config_builder()
+            .tls_config(tls.build())
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(60)))
             // Refusals are read here, with the collector's reason.
@@ -50,7 +76,7 @@ impl Pusher {
             .user_agent(concat!("lopi/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
-        Ok(Pusher { agent, endpoint })
+        Ok(Pusher { agent, endpoint, headers: connect.headers.clone() })
     }
 
     pub(crate) fn endpoint(&self) -> &str {
@@ -79,10 +105,17 @@ impl Pusher {
 
     /// Posts the request once: what the collector did with it.
     pub(crate) fn try_once(&self, request: &[u8]) -> Attempt {
-        let response = self.agent.post(&self.endpoint).header("Content-Type", "application/x-protobuf").send(request);
+        let mut post = self.agent.post(&self.endpoint).header("Content-Type", "application/x-protobuf");
+        for (name, value) in &self.headers {
+            post = post.header(name, value);
+        }
+        let response = post.send(request);
         let mut response = match response {
             Ok(r) => r,
             Err(e @ (ureq::Error::BadUri(_) | ureq::Error::Http(_))) => return Attempt::Refused(e.to_string()),
+            // A handshake that failed (a certificate not trusted) fails again however often
+            // it is tried.
+            Err(e) if is_tls_failure(&e) => return Attempt::Refused(format!("{e} (--cacert FILE trusts a collector's own certificate)")),
             Err(e) => return Attempt::Again(away(&e)),
         };
         let status = response.status().as_u16();
@@ -106,6 +139,30 @@ pub(crate) enum Attempt {
     Again(String),
     /// Refused for good: why.
     Refused(String),
+}
+
+/// The certificates of a PEM file.
+fn certificates(path: &std::path::Path) -> Result<Vec<ureq::tls::Certificate<'static>>> {
+    let pem = std::fs::read(path).with_context(|| format!("reading --cacert {}", path.display()))?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        if let ureq::tls::PemItem::Certificate(c) = item.with_context(|| format!("--cacert {}: not PEM", path.display()))? {
+            certs.push(c);
+        }
+    }
+    if certs.is_empty() {
+        bail!("--cacert {}: no certificate in it", path.display());
+    }
+    Ok(certs)
+}
+
+/// TLS errors: ureq's own, and rustls's, which reach ureq as I/O errors of invalid data.
+fn is_tls_failure(e: &ureq::Error) -> bool {
+    match e {
+        ureq::Error::Rustls(_) | ureq::Error::Tls(_) => true,
+        ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::InvalidData,
+        _ => false,
+    }
 }
 
 /// A transport error as people read it.
@@ -146,12 +203,21 @@ mod tests {
 
     #[test]
     fn the_profiles_path_goes_after_the_address() {
-        let endpoint = |url| Pusher::new(url).map(|p| p.endpoint().to_string()).map_err(|e| e.to_string());
+        let endpoint = |url| Pusher::new(url, &ConnectArgs::default()).map(|p| p.endpoint().to_string()).map_err(|e| e.to_string());
         assert_eq!(endpoint("http://127.0.0.1:4318"), Ok("http://127.0.0.1:4318/v1development/profiles".into()));
         assert_eq!(endpoint("http://gw:80/otlp/"), Ok("http://gw:80/otlp/v1development/profiles".into()));
         assert_eq!(endpoint("http://c:4318/v1development/profiles"), Ok("http://c:4318/v1development/profiles".into()));
-        assert!(endpoint("https://c:4318").is_err_and(|e| e.contains("plain HTTP")));
+        assert_eq!(endpoint("https://c:4318"), Ok("https://c:4318/v1development/profiles".into()));
         assert!(endpoint("127.0.0.1:4318").is_err_and(|e| e.contains("http://127.0.0.1:4318")));
+    }
+
+    #[test]
+    fn headers_are_name_colon_value() {
+        assert_eq!(header("Authorization: Basic abc="), Ok(("Authorization".into(), "Basic abc=".into())));
+        assert_eq!(header("X-Scope-OrgID:tenant-1"), Ok(("X-Scope-OrgID".into(), "tenant-1".into())));
+        assert!(header("no colon").is_err());
+        assert!(header(": value").is_err());
+        assert!(header("two words: v").is_err());
     }
 
     #[test]

@@ -476,3 +476,71 @@ fn block_counts_reach_the_collector() {
     }
     cleanup(&r.dir);
 }
+
+/// A collector that takes https only, with a certificate of its own: `lopi push` reaches it
+/// with `--cacert`, and without refuses to trust it, saying so.
+#[test]
+fn a_push_over_https_with_the_collectors_own_certificate() {
+    let r = record("https", "entry,exit");
+    // A certificate authority of the test's, and the collector's certificate it signed.
+    let (ca, ca_key, cert, key, csr) = ["ca.crt", "ca.key", "collector.crt", "collector.key", "collector.csr"].map(|f| r.dir.join(f).display().to_string()).into();
+    let san = r.dir.join("san.ext");
+    std::fs::write(&san, "subjectAltName=IP:127.0.0.1\n").expect("write san.ext");
+    let openssl = require("openssl", "openssl");
+    let steps: [Vec<&str>; 3] = [
+        vec!["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=lopi test CA", "-keyout", &ca_key, "-out", &ca],
+        vec!["req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", &key, "-out", &csr],
+        vec!["x509", "-req", "-in", &csr, "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial", "-days", "2", "-out", &cert, "-extfile", san.to_str().unwrap()],
+    ];
+    for step in steps {
+        let made = run(Command::new(&openssl).args(&step).current_dir(&r.dir), default_timeout()).expect("openssl");
+        assert!(made.status.success(), "openssl {step:?}: {}", made.stderr_str());
+    }
+    let (cert, key) = (PathBuf::from(cert), PathBuf::from(key));
+    let collector = Collector::start_tls(&r.dir, &cert, &key);
+    let data = r.data.display().to_string();
+    let untrusted = lopi(&["push", &data, &collector.url]);
+    let refusal = untrusted.stderr_str();
+    assert_eq!(untrusted.status.code(), Some(1), "a certificate no public root vouches for: {refusal}");
+    assert!(refusal.contains("certificate") && refusal.contains("--cacert") && !refusal.contains("tries"), "refused at once, saying why: {refusal}");
+    let out = lopi(&["push", &data, &collector.url, "--cacert", &ca, "--header", "X-Scope-OrgID: tenant-1"]);
+    assert!(out.status.success(), "lopi push over https: {}\n{}\ncollector log:\n{}", out.describe_status(), out.stderr_str(), collector.log_text());
+    assert_eq!(calls_of(&resources(&collector.received(1)[0])), report_calls(&r.data));
+    cleanup(&r.dir);
+}
+
+/// `--header` goes with every request: what a plain HTTP server received.
+#[test]
+fn headers_go_with_the_push() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let r = record("headers", "entry");
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a free port");
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().expect("address").port());
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("lopi's connection");
+        let mut reader = BufReader::new(stream.try_clone().expect("socket"));
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("a header line");
+            if line.trim().is_empty() {
+                break;
+            }
+            head.push(line.trim().to_string());
+        }
+        let length: usize = head.iter().find_map(|h| h.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).expect("the body");
+        (&stream).write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").expect("answer");
+        (head, body)
+    });
+    let out = lopi(&["push", &r.data.display().to_string(), &url, "--header", "Authorization: Basic dXNlcjpwYXNz", "--header", "X-Scope-OrgID:tenant-1"]);
+    assert!(out.status.success(), "lopi push: {}", out.stderr_str());
+    let (head, body) = server.join().expect("the server");
+    assert_eq!(head[0], "POST /v1development/profiles HTTP/1.1");
+    for expected in ["authorization: Basic dXNlcjpwYXNz", "x-scope-orgid: tenant-1", "content-type: application/x-protobuf"] {
+        assert!(head.iter().any(|h| h.eq_ignore_ascii_case(expected)), "no {expected:?} in {head:?}");
+    }
+    assert!(<lopi_trace::otlp::proto::ExportProfilesServiceRequest as prost::Message>::decode(body.as_slice()).is_ok(), "the body is the request");
+    cleanup(&r.dir);
+}

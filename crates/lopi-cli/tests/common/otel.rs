@@ -48,6 +48,8 @@ pub struct Collector {
     port: u16,
     dir: PathBuf,
     pipeline: Pipeline,
+    /// Its certificate and key (PEM), when it listens for https.
+    tls: Option<(PathBuf, PathBuf)>,
     /// The files it wrote into, one per start, in order.
     outputs: Vec<PathBuf>,
     log: PathBuf,
@@ -56,12 +58,23 @@ pub struct Collector {
 impl Collector {
     /// Starts a collector writing into `dir`; waits until it listens.
     pub fn start(dir: &Path, pipeline: Pipeline) -> Collector {
+        Self::start_with(dir, pipeline, None)
+    }
+
+    /// Starts a collector that takes https only, with the certificate and key (PEM) `tls`.
+    pub fn start_tls(dir: &Path, cert: &Path, key: &Path) -> Collector {
+        Self::start_with(dir, Pipeline::Profiles, Some((cert.to_path_buf(), key.to_path_buf())))
+    }
+
+    fn start_with(dir: &Path, pipeline: Pipeline, tls: Option<(PathBuf, PathBuf)>) -> Collector {
         let mut last_log = String::new();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         // Another process may take the free port before the collector does: a few tries.
         for attempt in 0..3 {
             let port = free_port();
-            let (child, output, log) = spawn(dir, port, pipeline, &attempt.to_string());
-            let mut collector = Collector { child, url: format!("http://127.0.0.1:{port}"), port, dir: dir.to_path_buf(), pipeline, outputs: vec![output], log };
+            let (child, output, log) = spawn(dir, port, pipeline, tls.as_ref(), &attempt.to_string());
+            let url = format!("{scheme}://127.0.0.1:{port}");
+            let mut collector = Collector { child, url, port, dir: dir.to_path_buf(), pipeline, tls: tls.clone(), outputs: vec![output], log };
             if collector.wait_listening(port) {
                 return collector;
             }
@@ -79,7 +92,7 @@ impl Collector {
     /// Starts it again at the same address, writing into a new file.
     pub fn restart(&mut self) {
         self.stop();
-        let (child, output, log) = spawn(&self.dir, self.port, self.pipeline, &format!("restart-{}", self.outputs.len()));
+        let (child, output, log) = spawn(&self.dir, self.port, self.pipeline, self.tls.as_ref(), &format!("restart-{}", self.outputs.len()));
         self.child = child;
         self.outputs.push(output);
         self.log = log;
@@ -125,12 +138,12 @@ impl Collector {
 
 /// A collector process listening at `port`, writing into `dir` (files named by `tag`): the
 /// process, its output file and its log.
-fn spawn(dir: &Path, port: u16, pipeline: Pipeline, tag: &str) -> (Child, PathBuf, PathBuf) {
+fn spawn(dir: &Path, port: u16, pipeline: Pipeline, tls: Option<&(PathBuf, PathBuf)>, tag: &str) -> (Child, PathBuf, PathBuf) {
     let bin = collector_bin();
     let output = dir.join(format!("received-{tag}.jsonl"));
     let log = dir.join(format!("collector-{tag}.log"));
     let config = dir.join(format!("collector-{tag}.yaml"));
-    std::fs::write(&config, config_text(port, &output, pipeline)).expect("write the collector's config");
+    std::fs::write(&config, config_text(port, &output, pipeline, tls)).expect("write the collector's config");
     let log_file = std::fs::File::create(&log).expect("create the collector's log");
     let child = Command::new(&bin)
         .arg(format!("--config=file:{}", config.display()))
@@ -154,17 +167,21 @@ fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
-fn config_text(port: u16, output: &Path, pipeline: Pipeline) -> String {
+fn config_text(port: u16, output: &Path, pipeline: Pipeline, tls: Option<&(PathBuf, PathBuf)>) -> String {
     let signal = match pipeline {
         Pipeline::Profiles => "profiles",
         Pipeline::TracesOnly => "traces",
+    };
+    let tls = match tls {
+        Some((cert, key)) => format!("\n        tls:\n          cert_file: {}\n          key_file: {}", cert.display(), key.display()),
+        None => String::new(),
     };
     format!(
         "receivers:
   otlp:
     protocols:
       http:
-        endpoint: 127.0.0.1:{port}
+        endpoint: 127.0.0.1:{port}{tls}
 exporters:
   file:
     path: {}
