@@ -344,3 +344,14 @@ fn ill_typed_programs_are_refused_not_compiled() {
     program.probes[0].predicate = Some(Expr { ty: Type::Int, kind: ExprKind::Str(StrId(0)) });
     assert!(matches!(codegen::compile(&program, &FAR, 0x4000_0000), Err(CodegenError::Unchecked(_))));
 }
+
+/// A map read by the assignment that first sets it (`@n = @n + 1`, bpftrace's counter idiom)
+/// is an integer that reads 0 before it is set.
+#[test]
+fn a_map_can_count_itself_up_from_zero() {
+    let script = Script::new("begin { @depth[1] = @depth[1] + 1; @depth[1] = @depth[1] + 1; @start[1, @depth[1]] = 7; }");
+    let (ctx, rt) = script.run_args(NO_ARGS);
+    assert_eq!(ctx.faults, 0);
+    assert_eq!(rt.words("depth", &[harness::K::Int(1)]), Some(vec![2]));
+    assert_eq!(rt.words("start", &[harness::K::Int(1), harness::K::Int(2)]), Some(vec![7]));
+}

@@ -101,7 +101,7 @@ const CASES: &[(&str, &str, usize, usize)] = &[
     ("begin { @c = count(); $x = @c; }", "map `@c` holds count() aggregations, which cannot be read in an expression; `print(@c)` shows them", 1, 28),
     ("begin { $x = @never; }", "map `@never` is never assigned", 1, 14),
     ("begin { print(@never) }", "map `@never` is never assigned", 1, 15),
-    ("begin { @x = @x + 1; }", "the type of map `@x` is not known here: no assignment gives it one before this read", 1, 14),
+    ("begin { @x = @x + 1; @x = \"text\"; }", "map `@x` was first given int values, not str", 1, 22),
     ("begin { @s = ustack(); }", "a map value must be an int or a str; a stack can only be a key", 1, 14),
     // Aggregations.
     ("begin { $x = count(); }", "an aggregation can only be assigned to a map, as in `@m = count(..)`", 1, 14),

@@ -26,8 +26,6 @@ pub(super) struct Maps<'a> {
     hints: &'a Hints,
     /// Hints this round relied on.
     pub used_hints: Hints,
-    /// Some read found neither a type nor a hint.
-    pub missed: bool,
 }
 
 fn keys(n: usize) -> String {
@@ -40,7 +38,7 @@ fn keys(n: usize) -> String {
 
 impl<'a> Maps<'a> {
     pub fn new(assigned: &'a HashSet<String>, hints: &'a Hints) -> Maps<'a> {
-        Maps { list: Vec::new(), by_name: HashMap::new(), assigned, hints, used_hints: Hints::new(), missed: false }
+        Maps { list: Vec::new(), by_name: HashMap::new(), assigned, hints, used_hints: Hints::new() }
     }
 
     /// The map `name`, numbered now if this is its first use; `None` past [`MAX_MAPS`].
@@ -124,16 +122,20 @@ impl<'a> Maps<'a> {
                 self.used_hints.insert(info.name.clone(), *hint);
                 Some(*hint)
             }
+            // Typed by no assignment yet, not even by one that reads it (`@n = @n + 1`): an
+            // integer, as bpftrace takes it (a map reads 0 before it is set), unless the
+            // round's end finds it otherwise.
+            (None, None) if self.assigned.contains(&info.name) => {
+                let int = ValueKind::Plain(Type::Int);
+                self.used_hints.insert(info.name.clone(), int);
+                Some(int)
+            }
             (None, None) => None,
         };
         let message = match kind {
             Some(ValueKind::Plain(ty)) => return Some(ty),
             Some(agg) => format!("map `@{}` holds {agg} aggregations, which cannot be read in an expression; `print(@{})` shows them", info.name, info.name),
-            None if !self.assigned.contains(&info.name) => format!("map `@{}` is never assigned", info.name),
-            None => {
-                self.missed = true;
-                format!("the type of map `@{}` is not known here: no assignment gives it one before this read", info.name)
-            }
+            None => format!("map `@{}` is never assigned", info.name),
         };
         issues.push(Issue::new(at, message));
         None
