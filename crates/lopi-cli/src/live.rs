@@ -51,9 +51,13 @@ impl Probes {
         if self.include.is_empty() && !names_functions && (self.probes.has(Place::Entries) || self.probes.has(Place::Blocks)) {
             modules.insert(None, Filter::default());
         }
-        // A script's instruction points are the executable's.
-        if self.script.as_ref().is_some_and(|s| !s.instruction_points().is_empty()) {
-            modules.entry(None).or_insert_with(Filter::nothing);
+        // The modules of a script's instruction points (USDT markers may be a library's).
+        if let Some(script) = &self.script {
+            let libraries = script.markers.values().flatten().map(|m| m.library.clone());
+            let executable = (!script.point_addrs.is_empty()).then_some(None);
+            for library in libraries.chain(executable) {
+                modules.entry(library).or_insert_with(Filter::nothing);
+            }
         }
         for arg in &self.exclude {
             let (lib, glob) = split(arg);

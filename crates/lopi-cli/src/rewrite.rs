@@ -117,7 +117,7 @@ pub(crate) fn rewrite(
     };
     let bar = progress::Bar::new(&format!("rewriting {}", progress::file_name(prog)), true);
     let (mut selection, lookup) = plan(&file, debug.as_ref(), &mut module, &filter, probes, cache, &bar);
-    if let Some(points) = script.as_ref().map(|s| s.instruction_points()).filter(|p| !p.is_empty()) {
+    if let Some(points) = script.as_ref().map(|s| s.instruction_points(None)).filter(|p| !p.is_empty()) {
         let analysis = lopi_patch::analyse(&mut module);
         selection.add_points(&module, &analysis, &points).with_context(|| format!("{}", prog.display()))?;
     }

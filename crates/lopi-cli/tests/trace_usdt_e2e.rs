@@ -252,3 +252,48 @@ fn python_function_returns_are_counted_as_setprofile_counts_them() {
     assert_eq!(got, want, "{traced}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Throws and catches of three kinds, counted by the program itself.
+const THROWING: &str = r#"#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+static int throws, catches;
+__attribute__((noinline)) void risky(int i) {
+    if (i % 3 == 0) { throws++; throw std::runtime_error("three"); }
+    if (i % 7 == 0) { throws++; throw i; }
+}
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    for (int i = 0; i < n; i++) {
+        try { risky(i); } catch (const std::exception &) { catches++; } catch (int) { catches++; }
+    }
+    printf("throws %d catches %d\n", throws, catches);
+}
+"#;
+
+/// libstdc++'s markers (`libstdcxx:throw` and `catch`, in the library, not the program) count a
+/// C++ program's throws and catches exactly, named by the library's path or its name.
+#[test]
+fn libstdcxx_markers_count_every_throw_and_catch() {
+    let dir = fresh_dir("trace-usdt-libstdcxx");
+    let source = dir.join("throwing.cpp");
+    std::fs::write(&source, THROWING).unwrap();
+    let prog = dir.join("throwing");
+    let built = run(Command::new("c++").args(["-O2", "-o"]).arg(&prog).arg(&source), default_timeout()).unwrap();
+    assert!(built.status.success(), "c++: {}", built.stderr_str());
+    let plain = run(Command::new(&prog).arg("1000"), default_timeout()).unwrap();
+    let counts = plain.stdout_str().trim().to_string();
+    let (throws, catches) = counts.strip_prefix("throws ").and_then(|t| t.split_once(" catches ")).unwrap_or_else(|| panic!("{counts}"));
+    let library = run(Command::new("sh").arg("-c").arg(format!("ldd {} | awk '/libstdc/ {{print $3}}'", prog.display())), default_timeout()).unwrap().stdout_str().trim().to_string();
+    assert!(library.contains("libstdc++"), "ldd names no libstdc++: {library:?}");
+    for lib in [library.as_str(), "libstdc++"] {
+        let script = format!("usdt:{lib}:libstdcxx:throw {{ @throws = count(); }} usdt:{lib}:libstdcxx:catch {{ @catches = count(); }}");
+        let out_file = dir.join("out.txt");
+        let out = run(Command::new(lopi_bin()).args(["trace", "-o"]).arg(&out_file).args(["-e", &script, "--"]).arg(&prog).arg("1000"), default_timeout()).unwrap();
+        assert!(out.status.success(), "usdt:{lib}: {}", out.stderr_str());
+        assert_eq!(out.stdout_str().trim(), counts, "the program behaves as without probes");
+        let traced = std::fs::read_to_string(&out_file).unwrap();
+        assert!(traced.contains(&format!("@throws: {throws}\n")) && traced.contains(&format!("@catches: {catches}\n")), "usdt:{lib}: {counts}, lopi trace:\n{traced}");
+    }
+    cleanup(&dir);
+}

@@ -24,14 +24,16 @@ pub struct ScriptSpec {
     /// Where each `addr:` and `func:NAME+OFF` point is (the main executable's addresses), by
     /// the point's index in the program's order.
     pub point_addrs: std::collections::BTreeMap<usize, u64>,
-    /// The markers each `usdt:` point probes (the main executable's), by point index.
+    /// The markers each `usdt:` point probes, by point index.
     pub markers: std::collections::BTreeMap<usize, Vec<MarkerSite>>,
 }
 
-/// A USDT marker a `usdt:` point probes: its `nop`, and where its arguments are there (a
-/// [`abi::site_arg::IMAGE`] base's value is a module address).
+/// A USDT marker a `usdt:` point probes: its module, its `nop`, and where its arguments are
+/// there (a [`abi::site_arg::IMAGE`] base's value is a module address).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MarkerSite {
+    /// `None` for the main executable, else the library as the modules to probe name it.
+    pub library: Option<String>,
     pub addr: u64,
     pub args: Vec<abi::SiteArg>,
 }
@@ -67,10 +69,12 @@ impl ScriptSpec {
         asked.into_iter().filter(|&(needed, _)| needed).fold(probes, |set, (_, place)| set.union(Probes::NONE.with(place, Measure::Time)))
     }
 
-    /// The addresses of its instruction points (USDT markers too), each once.
-    pub fn instruction_points(&self) -> Vec<u64> {
-        let markers = self.markers.values().flatten().map(|m| m.addr);
-        let mut out: Vec<u64> = self.point_addrs.values().copied().chain(markers).collect();
+    /// The addresses of its instruction points (USDT markers too) in the module the points
+    /// call `library` (`None`: the main executable), each once.
+    pub fn instruction_points(&self, library: Option<&str>) -> Vec<u64> {
+        let markers = self.markers.values().flatten().filter(|m| m.library.as_deref() == library).map(|m| m.addr);
+        let addrs = self.point_addrs.values().copied().filter(|_| library.is_none());
+        let mut out: Vec<u64> = addrs.chain(markers).collect();
         out.sort_unstable();
         out.dedup();
         out
@@ -192,7 +196,7 @@ pub fn hooks(spec: &ScriptSpec, library: Option<&str>, counted: &[Counted<'_>]) 
                     Point::FuncEntry { lib, glob } if (any_module || lib.as_deref() == library) && c.entry && c.named(glob) => entry.push((probe as u32, n as u32)),
                     Point::FuncReturn { lib, glob } if (any_module || lib.as_deref() == library) && c.timed && c.named(glob) => exit.push((probe as u32, n as u32)),
                     Point::Addr(_) | Point::FuncOffset { .. } if library.is_none() && c.site.is_some() && spec.point_addrs.get(&n) == c.site.as_ref() => entry.push((probe as u32, n as u32)),
-                    Point::Usdt { .. } if library.is_none() && c.site.is_some_and(|at| spec.markers.get(&n).is_some_and(|m| m.iter().any(|s| s.addr == at))) => entry.push((probe as u32, n as u32)),
+                    Point::Usdt { .. } if c.site.is_some_and(|at| spec.markers.get(&n).is_some_and(|m| m.iter().any(|s| s.addr == at && s.library.as_deref() == library))) => entry.push((probe as u32, n as u32)),
                     _ => {}
                 }
             }
@@ -335,7 +339,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
     let mut place_lists = |lists: &[u32]| if lists.is_empty() { 0 } else { place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
     let threads_at = place_lists(&thread_lists);
     let locks_at = place_lists(&lock_lists);
-    let (site_args, arg_specs) = site_args(spec, counted, at);
+    let (site_args, arg_specs) = site_args(spec, library, counted, at);
     let site_args_at = if arg_specs.is_empty() { 0 } else { place(&site_args.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()) };
     let arg_specs_at = if arg_specs.is_empty() { 0 } else { place(&arg_specs.iter().flat_map(|a| a.to_bytes()).collect::<Vec<u8>>()) };
     let relocs: Vec<u64> = spec.handler.iter().flat_map(|h| &h.relocs).flat_map(|&(slot, target)| [slot, target]).collect();
@@ -383,10 +387,11 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
 }
 
 /// Per counter, where its marker's arguments start in the list that follows (0: the counter is
-/// no marker's), each marker's ending with an `END`; both empty when no marker is probed. A
-/// symbol's address becomes an offset from the `ScriptImage` at `at`.
-fn site_args(spec: &ScriptSpec, counted: &[Counted<'_>], at: u64) -> (Vec<u32>, Vec<abi::SiteArg>) {
-    let marker = |addr: u64| spec.markers.values().flatten().find(|m| m.addr == addr);
+/// no marker's), each marker's ending with an `END`; both empty when no marker of the module
+/// (`library`, as for [`hooks`]) is probed. A symbol's address becomes an offset from the
+/// `ScriptImage` at `at`.
+fn site_args(spec: &ScriptSpec, library: Option<&str>, counted: &[Counted<'_>], at: u64) -> (Vec<u32>, Vec<abi::SiteArg>) {
+    let marker = |addr: u64| spec.markers.values().flatten().find(|m| m.addr == addr && m.library.as_deref() == library);
     if !counted.iter().any(|c| c.site.and_then(marker).is_some()) {
         return (Vec::new(), Vec::new());
     }

@@ -184,8 +184,8 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
             None => {
                 let mut module = parse(&data, &path, debug.as_ref())?;
                 let (mut selection, lookup) = source.selection(&mut module, progress);
-                // A script's instruction points, in the main executable.
-                let points = shape.script.as_ref().filter(|_| request.library.is_none()).map(|s| s.instruction_points()).unwrap_or_default();
+                // A script's instruction points in this module.
+                let points = shape.script.as_ref().map(|s| s.instruction_points(request.library.as_deref())).unwrap_or_default();
                 if !points.is_empty() {
                     let analysis = lopi_patch::analyse(&mut module);
                     selection.add_points(&module, &analysis, &points).map_err(|e| LiveError::Module(format!("{path}: {e}")))?;

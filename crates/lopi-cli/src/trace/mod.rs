@@ -154,9 +154,10 @@ pub fn run(request: Request) -> Result<()> {
         Some(pid) => resolve::mapped_libraries(pid),
         None => resolve::needed_libraries(&path),
     };
-    let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries).of_program(&path))?;
+    let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries.clone()).of_program(&path))?;
     spec.point_addrs = resolve::instruction_points(&spec.program, &module)?;
-    let (markers, semaphores) = usdt::sites(&spec.program, &module, &analysis, &path, |lib| resolve::names_program(lib, &path))?;
+    let library_file = |lib: &str| resolve::library_file(&libraries, lib);
+    let (markers, semaphores) = usdt::sites(&spec.program, &module, &analysis, &path, |lib| resolve::names_program(lib, &path), library_file)?;
     spec.markers = markers;
     let spec = Arc::new(spec);
     let probes = Probes {

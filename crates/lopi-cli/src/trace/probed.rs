@@ -74,7 +74,7 @@ pub fn check_probes(spec: &ScriptSpec, library: Option<&str>, functions: &[lopi_
             None => {}
         }
     }
-    let points = spec.instruction_points().len();
+    let points = spec.instruction_points(library).len();
     let at = if points == 0 { String::new() } else { format!(" and at {points} instruction{}", if points == 1 { "" } else { "s" }) };
     eprintln!("lopi: script probes in {probed} function{}{at} of {what}", if probed == 1 { "" } else { "s" });
     if !lost.is_empty() {

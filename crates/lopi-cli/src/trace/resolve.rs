@@ -40,12 +40,7 @@ impl<'a> Functions<'a> {
 
     /// The one library `name` names, if exactly one does.
     fn library(&self, name: &str) -> Option<&PathBuf> {
-        let name = canonical_library(name);
-        let mut found = self.libraries.iter().filter(|p| lopi_live::library_named(&p.to_string_lossy(), &name));
-        match (found.next(), found.next()) {
-            (Some(one), None) => Some(one),
-            _ => None,
-        }
+        one_library(&self.libraries, name)
     }
 
     fn library_functions(&self, path: &Path) -> usize {
@@ -53,6 +48,21 @@ impl<'a> Functions<'a> {
         let names = read.entry(path.to_path_buf()).or_insert_with(|| function_names(path).unwrap_or_default());
         names.len()
     }
+}
+
+/// The one of `libraries` that `name` names, if exactly one does.
+fn one_library<'l>(libraries: &'l [PathBuf], name: &str) -> Option<&'l PathBuf> {
+    let name = canonical_library(name);
+    let mut found = libraries.iter().filter(|p| lopi_live::library_named(&p.to_string_lossy(), &name));
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
+/// The file of the library `name` among `libraries` (a program's), if exactly one is it.
+pub fn library_file(libraries: &[PathBuf], name: &str) -> Option<PathBuf> {
+    one_library(libraries, name).cloned()
 }
 
 /// Whether `lib` (a path, or a file name) names the file `program`.

@@ -2,7 +2,7 @@
 //! point at its `nop` with its arguments where its note says (`lopi_elf::usdt`), and the
 //! semaphores of guarded markers, raised in the process while it is traced so that the
 //! program's `if (PROV_NAME_ENABLED())` lets the marker fire.
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use lopi_elf::usdt::UsdtMarker;
 use lopi_elf::usdt_args::{Location, UsdtArg};
 use lopi_elf::{ElfModule, SymbolTable};
@@ -10,7 +10,7 @@ use lopi_image::script::MarkerSite;
 use lopi_rt_abi::script::{site_arg, SiteArg};
 use lopi_script::ir::{Point, Program};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The markers of the file at `path` (none if it cannot be read).
 pub fn file_markers(path: &Path) -> Vec<UsdtMarker> {
@@ -22,49 +22,39 @@ pub fn matches(marker: &UsdtMarker, provider: Option<&str>, name: &str) -> bool 
     provider.is_none_or(|p| lopi_script::glob_match(p, &marker.provider)) && lopi_script::glob_match(name, &marker.name)
 }
 
-/// The `usdt:` points' markers in the program (`module`, read from `path`), by point index,
-/// and the semaphores to raise. A marker that cannot be probed is left out, and said why on
-/// stderr; a point left with none is refused with the reasons.
-pub fn sites(program: &Program, module: &ElfModule<'_>, analysis: &lopi_patch::Analysis, path: &Path, is_program: impl Fn(&str) -> bool) -> Result<(BTreeMap<usize, Vec<MarkerSite>>, Semaphores)> {
+/// The `usdt:` points' markers, by point index, and the semaphores to raise: in the program
+/// (`module`, read from `path`) when a point names it (`is_program`), else in the library file
+/// `library_file` finds for the point's name. A marker that cannot be probed is left out, and
+/// said why on stderr; a point left with none is refused with the reasons.
+pub fn sites(
+    program: &Program,
+    module: &ElfModule<'_>,
+    analysis: &lopi_patch::Analysis,
+    path: &Path,
+    is_program: impl Fn(&str) -> bool,
+    library_file: impl Fn(&str) -> Option<PathBuf>,
+) -> Result<(BTreeMap<usize, Vec<MarkerSite>>, Semaphores)> {
     let mut out = BTreeMap::new();
     let mut semaphores = Semaphores::default();
     let points = program.probes.iter().flat_map(|p| &p.points).enumerate();
-    let usdt: Vec<_> = points.filter_map(|(n, p)| if let Point::Usdt { lib, provider, name } = p { Some((n, p, lib, provider, name)) } else { None }).collect();
-    if usdt.is_empty() {
-        return Ok((out, semaphores));
-    }
-    let markers = lopi_elf::usdt::markers(module.data());
-    let mut symbols = None;
-    for (n, point, lib, provider, name) in usdt {
-        if !is_program(lib) {
-            bail!("`{point}`: markers in libraries are not probed yet; name the program's own (`usdt:{}:...`)", path.display());
-        }
-        let mut sites = Vec::new();
-        let mut skipped = Vec::new();
-        for marker in markers.iter().filter(|m| matches(m, provider.as_deref(), name)) {
-            let at = format!("{} at {:#x}", marker.full_name(), marker.addr);
-            let args = marker.args.as_ref().map_err(Clone::clone).and_then(|args| {
-                let fixed = module.kind == lopi_elf::ModuleKind::Executable;
-                args.iter().map(|a| site_arg(a, fixed, || symbols.get_or_insert_with(|| SymbolTable::of(module.data(), path)))).collect::<Result<Vec<_>, String>>()
-            });
-            let args = match args {
-                Ok(args) => args,
-                Err(why) => {
-                    skipped.push(format!("{at}: {why}"));
-                    continue;
-                }
-            };
-            if let Err(why) = lopi_patch::point_fits(module, analysis, marker.addr) {
-                skipped.push(format!("{at}: {why}"));
-                continue;
-            }
-            if let Some(note) = semaphores.add(module, marker) {
-                eprintln!("lopi: note: `{point}`: {note}");
-            }
-            sites.push(MarkerSite { addr: marker.addr, args });
-        }
+    for (n, point) in points {
+        let Point::Usdt { lib, provider, name } = point else { continue };
+        let wanted = |m: &&UsdtMarker| matches(m, provider.as_deref(), name);
+        let (sites, skipped, file) = if is_program(lib) {
+            let (sites, skipped) = marker_sites(point, None, module, analysis, path, wanted, Some(&mut semaphores));
+            (sites, skipped, path.to_path_buf())
+        } else {
+            let Some(file) = library_file(lib) else { bail!("`{point}`: the program loads no library {lib} (at start)") };
+            let data = lopi_cache::read_file(&file).with_context(|| format!("reading {}", file.display()))?;
+            let debug = lopi_elf::DebugFile::find(&file, &data, &lopi_elf::debug_dir());
+            let mut library = ElfModule::parse_with_debug(&data, debug.as_ref()).with_context(|| format!("{}", file.display()))?;
+            let analysis = lopi_patch::analyse(&mut library);
+            let canonical = super::resolve::canonical_library(lib);
+            let (sites, skipped) = marker_sites(point, Some(canonical), &library, &analysis, &file, wanted, None);
+            (sites, skipped, file)
+        };
         if sites.is_empty() {
-            bail!("`{point}` cannot run in {}: {}", path.display(), skipped.join("; "));
+            bail!("`{point}` cannot run in {}: {}", file.display(), if skipped.is_empty() { "it has no such marker".to_string() } else { skipped.join("; ") });
         }
         if !skipped.is_empty() {
             eprintln!("lopi: `{point}`: {} of its {} markers cannot be probed, and never fire: {}", skipped.len(), skipped.len() + sites.len(), skipped.join("; "));
@@ -72,6 +62,55 @@ pub fn sites(program: &Program, module: &ElfModule<'_>, analysis: &lopi_patch::A
         out.insert(n, sites);
     }
     Ok((out, semaphores))
+}
+
+/// The markers of `module` (the main executable, or the library `library`) that `wanted`
+/// takes and that can be probed, and why the others cannot. A guarded marker's semaphore goes
+/// into `semaphores`; without it (a library's, which lopi does not raise yet) the marker is
+/// left out.
+fn marker_sites(
+    point: &Point,
+    library: Option<String>,
+    module: &ElfModule<'_>,
+    analysis: &lopi_patch::Analysis,
+    path: &Path,
+    wanted: impl Fn(&&UsdtMarker) -> bool,
+    mut semaphores: Option<&mut Semaphores>,
+) -> (Vec<MarkerSite>, Vec<String>) {
+    let (mut sites, mut skipped) = (Vec::new(), Vec::new());
+    let mut symbols = None;
+    for marker in lopi_elf::usdt::markers(module.data()).iter().filter(wanted) {
+        let at = format!("{} at {:#x}", marker.full_name(), marker.addr);
+        let args = marker.args.as_ref().map_err(Clone::clone).and_then(|args| {
+            let fixed = module.kind == lopi_elf::ModuleKind::Executable;
+            args.iter().map(|a| site_arg(a, fixed, || symbols.get_or_insert_with(|| SymbolTable::of(module.data(), path)))).collect::<Result<Vec<_>, String>>()
+        });
+        let args = match args {
+            Ok(args) => args,
+            Err(why) => {
+                skipped.push(format!("{at}: {why}"));
+                continue;
+            }
+        };
+        if let Err(why) = lopi_patch::point_fits(module, analysis, marker.addr) {
+            skipped.push(format!("{at}: {why}"));
+            continue;
+        }
+        match semaphores.as_deref_mut() {
+            Some(semaphores) => {
+                if let Some(note) = semaphores.add(module, marker) {
+                    eprintln!("lopi: note: `{point}`: {note}");
+                }
+            }
+            None if marker.semaphore != 0 => {
+                skipped.push(format!("{at}: it is guarded by a semaphore, which lopi raises in the program only, not yet in a library"));
+                continue;
+            }
+            None => {}
+        }
+        sites.push(MarkerSite { library: library.clone(), addr: marker.addr, args });
+    }
+    (sites, skipped)
 }
 
 /// Where one argument is, for the runtime; a symbol (`counter(%rip)`) by its address in the
