@@ -172,11 +172,19 @@ def document(variants: list[h.Variant], res: dict, n: int, a, work_ns: str, load
     if base:
         short.append(f"- Native: {statistics.median(base):,.0f} requests/s (median of {len(base)} runs of "
                      f"{a.seconds:.0f} s).")
+    native_cpu = cpu_per_request(res[NATIVE])
     for cfg in (AGENT_TIMING, AGENT_COUNT, ATTACH_TIMING):
-        if cfg in ratios:
-            goal = f"; goal within 5% of native: {goal_text(ratios[cfg]).split(' (')[0]}" if cfg != ATTACH_TIMING else ""
-            short.append(f"- {TOOL[cfg]}: x{ratios[cfg]:.3f} of native's throughput (medians){goal}; "
-                         f"round by round {ratio_range(round_ratios(res[cfg], res[NATIVE]))}.")
+        if cfg not in ratios:
+            continue
+        goal = f"; goal within 5% of native: {goal_text(ratios[cfg]).split(' (')[0]}" if cfg != ATTACH_TIMING else ""
+        cpu = statistics.median(cpu_per_request(res[cfg])) / statistics.median(native_cpu)
+        line = (f"- {TOOL[cfg]}: x{ratios[cfg]:.3f} of native's throughput (medians){goal}; round by round "
+                f"{ratio_range(round_ratios(res[cfg], res[NATIVE]))}; the server's CPU time per request x{cpu:.3f}")
+        if cfg != ATTACH_TIMING:
+            line += f"; the agent's own CPU use {cpu_cell(res[cfg])}; windows: {windows_cell(res[cfg])}"
+        if cfg == AGENT_TIMING:
+            line += f"; budget {budget_cell(cfg, res[cfg])}"
+        short.append(line + ".")
     return ["", "## Results in short", "", *short, "", "## Method", "",
             f"- Workload: [server.c](../agent/server.c), a key-value service over TCP on 127.0.0.1, one thread per "
             f"connection; a request is a line (`GET KEY SEQ`, `ADD KEY N SEQ`), parsed, its key hashed and looked up "
