@@ -13,12 +13,15 @@
 # 2. runs bench/entry-count, bench/timing, bench/zstd and bench/anchors (each fetches and builds its
 #    workloads once: sqlite and zstd from Debian's sources, Debian's stripped zstd; cached in work-real/),
 #    then bench/live, bench/syscall (system calls vs strace/perf/bpftrace), bench/trace (lopi trace
-#    scripts vs bpftrace/Frida/SystemTap) and bench/tree (following a make -j2 tree vs strace -f; whole
-#    trees' system-call counts vs strace -f -c), their own tables only;
+#    scripts vs bpftrace/Frida/SystemTap), bench/tree (following a make -j2 tree vs strace -f; whole
+#    trees' system-call counts vs strace -f -c) and bench/agent (a TCP server's throughput under
+#    `lopi agent --push` against native; builds the tests' OpenTelemetry Collector once), their own
+#    tables only;
 # 3. writes bench/results/summary.md (one table: workload x tool, median [min-max], x baseline, calls,
 #    ns/call, output check; machine and versions) and bench/results/overhead.png (ns/call by tool, log).
 #
-# Full: ~15-25 min on 2 CPUs; --quick: ~5 min (first run: + ~5-10 min of builds).
+# Full: ~15-25 min on 2 CPUs, + ~8 min of bench/agent; --quick: ~5 min, + ~3 min of bench/agent
+# (first run: + ~5-10 min of builds, + ~3 min for the collector when Go is there).
 # A benchmark that fails does not stop the others; the summary says which one has no results, and
 # bench/run.sh exits non-zero. Each benchmark's stdout (its table) is kept in
 # work-real/bench-build/logs/<name>.out; progress goes to stderr.
@@ -32,7 +35,7 @@ while (($#)); do
     case $1 in
         --quick) quick=(--quick) ;;
         --against) against=${2:?--against needs a revision}; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "usage: bench/run.sh [--quick] [--against REV]" >&2; exit 2 ;;
     esac
     shift
@@ -57,7 +60,7 @@ logs="$repo/work-real/bench-build/logs"
 mkdir -p "$logs"
 t0=$(date +%s)
 failed=()
-for b in entry-count timing zstd anchors live syscall trace tree; do
+for b in entry-count timing zstd anchors live syscall trace tree agent; do
     bench_log "=== $b ${quick[*]} ($(( $(date +%s) - t0 )) s so far, load $(cut -d' ' -f1-3 /proc/loadavg))"
     if ! "$here/$b/run.sh" "${quick[@]}" > "$logs/$b.out"; then
         bench_log "$b FAILED (its table is not in the summary; output in $logs/$b.out)"
