@@ -436,7 +436,7 @@ impl LiveSelect {
 /// `--budget` and `--time`: how much timing may slow the program down, and how it measures.
 #[derive(clap::Args, Clone, Copy)]
 pub(crate) struct Timing {
-    /// Keep timing's cost within this share of the run time (5%, 2.5): the probes measure which
+    /// Keep timing's cost within this share of each thread's CPU time (5%, 2.5): the probes measure which
     /// timed functions are so short and frequent that timing them costs more, and switch those
     /// to counting as the program runs (their time then shows in their callers' self time;
     /// `lopi report` lists what was switched and when). `LOPI_BUDGET` in the program's
@@ -496,7 +496,7 @@ impl Timing {
     }
 }
 
-/// A share of the run time in percent (`5%`, `2.5`), as parts per million.
+/// A share of CPU time in percent (`5%`, `2.5`), as parts per million.
 fn parse_budget(text: &str) -> Result<u32, String> {
     let number = text.strip_suffix('%').unwrap_or(text).trim();
     match number.parse::<f64>() {

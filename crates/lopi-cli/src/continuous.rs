@@ -26,7 +26,7 @@ const LAST_TRIES_EVERY: Duration = Duration::from_millis(500);
 pub(crate) struct PushArgs {
     /// While the program runs, push its profile to an OpenTelemetry Collector (OTLP/HTTP
     /// address, http://127.0.0.1:4318): every --every, what happened since the push before.
-    /// Timing's --budget is 5% unless given.
+    /// Timing's --budget is 2% of each thread's CPU time unless given.
     #[arg(long, value_name = "URL")]
     pub(crate) push: Option<String>,
     /// How often --push sends what happened (10s, 500ms, 1m).
@@ -56,7 +56,7 @@ impl PushArgs {
 }
 
 /// Timing's budget when --push is given without --budget, in parts per million.
-pub(crate) const PUSH_BUDGET_PPM: u32 = 50_000;
+pub(crate) const PUSH_BUDGET_PPM: u32 = 20_000;
 
 /// The pushing thread, running.
 pub(crate) struct Continuous {

@@ -394,21 +394,22 @@ pub fn budget_text(profile: &Profile) -> Option<String> {
     let mut out = String::new();
     for t in threads {
         let Some(b) = &t.budget else { continue };
-        let percent = |ns: f64| 100.0 * ns / b.run_ns.max(1.0);
+        let percent = |ns: f64| 100.0 * ns / b.cpu_ns.max(1.0);
         let _ = writeln!(
             out,
-            "thread {} of pid {}: budget {}%, timing cost {:.1}% of its {} run ({} checks, {} scans of its calls taking {}); {} switched to counting",
+            "thread {} of pid {}: budget {}%, timing cost {:.1}% of its {} CPU time in a {} run ({} checks, {} scans of its calls taking {}); {} switched to counting",
             t.tid,
             t.pid,
             b.ppm as f64 / 1e4,
             percent(b.timing_ns),
+            duration(b.cpu_ns),
             duration(b.run_ns),
             b.checks,
             b.scans,
             duration(b.scan_ns),
             plural(t.switches.len(), "function")
         );
-        if b.timing_ns > b.run_ns * b.ppm as f64 / 1e6 {
+        if b.timing_ns > b.cpu_ns * b.ppm as f64 / 1e6 {
             let _ = writeln!(
                 out,
                 "  over budget: functions whose calls are long enough that their probes cost under the budget's share of each stay timed, and a phase of the program with new short functions is timed until a check switches them"

@@ -54,7 +54,7 @@ pub struct ModuleNames {
 pub struct Recording {
     /// Record every entry and exit of timed functions, with timestamps.
     pub trace: bool,
-    /// Perturbation budget of timing, in parts per million of the run time (0: none; the
+    /// Perturbation budget of timing, in parts per million of each thread's CPU time (0: none; the
     /// program's `LOPI_BUDGET` overrides it).
     pub budget_ppm: u32,
     /// Sampled time: samples per second of each thread's CPU time (0: exact time, the TSC at

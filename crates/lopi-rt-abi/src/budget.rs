@@ -14,15 +14,15 @@ pub const BUDGET_STATE: u64 = 2176;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BudgetState {
-    /// Checks made; TSC of the latest (the thread's start before the first); the header's
-    /// `timed_calls` at the latest.
+    /// Checks made; the thread's CPU clock (its CPU time, in TSC ticks) at the latest (at its
+    /// chunk's start before the first); the header's `timed_calls` at the latest.
     pub checks: u64,
-    pub last_check_tsc: u64,
+    pub last_check_cpu: u64,
     pub calls_seen: u64,
     /// Scans made, and the ticks they took.
     pub scans: u64,
     pub scan_ticks: u64,
-    /// The budget, in parts per million of the thread's run time.
+    /// The budget, in parts per million of the thread's CPU time.
     pub budget_ppm: u64,
     /// Module states in use (written after the state it counts).
     pub modules: u32,
@@ -46,7 +46,7 @@ impl BudgetState {
         let f = Fields(bytes.get(..BUDGET_STATE_LEN)?);
         Some(Self {
             checks: f.u64(0),
-            last_check_tsc: f.u64(8),
+            last_check_cpu: f.u64(8),
             calls_seen: f.u64(16),
             scans: f.u64(24),
             scan_ticks: f.u64(32),
@@ -70,15 +70,15 @@ pub struct BudgetModule {
     /// data file could not grow; the module's functions stay timed).
     pub table_offset: u64,
     pub table_file: u64,
-    /// TSC of the module's latest scan (0: none yet).
-    pub last_scan_tsc: u64,
+    /// The thread's CPU clock at the module's latest scan (0: none yet).
+    pub last_scan_cpu: u64,
     /// At that scan: timed calls of the functions of the thread's other modules with a table,
     /// and of functions no module can switch (lock holds, modules without a table).
     pub others_seen: u64,
     pub fixed_seen: u64,
     /// The thread's module states in use then (the split above changes with them).
     pub modules_seen: u64,
-    /// Until `floor_until` (TSC), checks allow this much more timing cost (ppm of their
+    /// Until `floor_until` (the thread's CPU clock), checks allow this much more timing cost (ppm of their
     /// window): what the module's functions that must stay timed cost beyond its share of
     /// the budget at its latest scan.
     pub floor_ppm: u64,
@@ -86,6 +86,26 @@ pub struct BudgetModule {
 }
 
 pub const BUDGET_MODULE_LEN: usize = 80;
+
+/// Offset in the header page of the thread's [`BudgetClock`], after its module states.
+pub const BUDGET_CLOCK: u64 = BUDGET_MODULES + BUDGET_MODULE_SLOTS as u64 * BUDGET_MODULE_LEN as u64;
+
+/// The thread's CPU clock as the budget's checks read it: from the kernel at most every
+/// millisecond, in between extrapolated from the latest reading at the rate the latest two
+/// showed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BudgetClock {
+    /// TSC of the latest reading (0: none yet), and the CPU clock then, in TSC ticks.
+    pub read_tsc: u64,
+    pub read_cpu: u64,
+    /// CPU ticks per TSC tick between the latest two readings, in 1/2^20ths.
+    pub rate_q20: u64,
+}
+
+pub const BUDGET_CLOCK_LEN: usize = 24;
+const _: () = assert!(core::mem::size_of::<BudgetClock>() == BUDGET_CLOCK_LEN);
+const _: () = assert!(BUDGET_CLOCK + BUDGET_CLOCK_LEN as u64 <= PROXY_STATE);
 const _: () = assert!(core::mem::size_of::<BudgetModule>() == BUDGET_MODULE_LEN);
 
 impl BudgetModule {
@@ -102,7 +122,7 @@ impl BudgetModule {
             entries: f.u64(8),
             table_offset: f.u64(16),
             table_file: f.u64(24),
-            last_scan_tsc: f.u64(32),
+            last_scan_cpu: f.u64(32),
             others_seen: f.u64(40),
             fixed_seen: f.u64(48),
             modules_seen: f.u64(56),

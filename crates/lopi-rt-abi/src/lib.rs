@@ -330,7 +330,7 @@ pub struct RuntimeVars {
     pub node_limit: u32,
     /// Most frames a thread's shadow stack may grow to.
     pub stack_limit: u32,
-    /// Perturbation budget in parts per million of each thread's run time (0: none): the
+    /// Perturbation budget in parts per million of each thread's CPU time (0: none): the
     /// probes switch the shortest frequently called functions to counting to stay within it.
     pub budget_ppm: u32,
     /// Trace events per thread (0 without `PROBE_TRACE`).

@@ -199,11 +199,13 @@ impl Sampling {
 /// A thread's perturbation budget and what timing cost it.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct BudgetUse {
-    /// The budget, in parts per million of the thread's run time.
+    /// The budget, in parts per million of the thread's CPU time.
     pub ppm: u64,
-    /// What its timed calls cost (each one call's probes, as calibrated), and its run time.
+    /// What its timed calls cost (each one call's probes, as calibrated), its run time (wall
+    /// clock), and its CPU time until the budget's latest check, which the budget is a share of.
     pub timing_ns: f64,
     pub run_ns: f64,
+    pub cpu_ns: f64,
     pub checks: u64,
     /// Scans of its calling-context tree, and the time they took.
     pub scans: u64,
@@ -524,6 +526,8 @@ impl Timing {
                         ppm: chunk.budget.budget_ppm,
                         timing_ns: ns(timed as f64 * h.probe_pair_ticks as f64),
                         run_ns: ns(h.last_tsc.wrapping_add(h.paused_ticks).saturating_sub(h.start_tsc) as f64),
+                        // The CPU clock the budget's checks read, from the chunk's start to the latest check.
+                        cpu_ns: (ns(chunk.budget.last_check_cpu as f64) - chunk.end.start_cpu_ns as f64).max(0.0),
                         checks: chunk.budget.checks,
                         scans: chunk.budget.scans,
                         scan_ns: ns(chunk.budget.scan_ticks as f64),

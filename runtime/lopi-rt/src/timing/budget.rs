@@ -1,6 +1,10 @@
-//! The perturbation budget. Every 0.1 ms a thread's exit probe compares what timing cost the
-//! thread since its previous check (its timed calls in the window x the measured cost of one
-//! call's probes) with the window's share of the budget: three quarters of it, half while the
+//! The perturbation budget, a share of each thread's CPU time: a thread that mostly waits (a
+//! server reading its socket) runs its probes in what CPU time it has, so its wall-clock run
+//! would allow them many times what they may cost. Windows are measured by the thread's CPU
+//! clock (its CPU time, read from the kernel at each check, in TSC ticks). Every 0.1 ms a
+//! thread's exit probe compares what timing cost the thread since its previous check (its
+//! timed calls in the window x the measured cost of one call's probes) with the window's
+//! share of the budget: three quarters of it, half while the
 //! run as a whole is over budget, so that the excess is paid back. When the excess is worth a
 //! scan of the calling-context tree, the check sums each function's timed calls and switches
 //! the shortest functions (by average call) called since the module's previous scan of the
@@ -46,28 +50,30 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
             return;
         }
         let state = (t.base + abi::BUDGET_STATE as usize) as *mut BudgetState;
+        let start = cpu_start(t, v);
+        let clock = cpu_clock(t, v, now).unwrap_or(start.saturating_add(now.saturating_sub((*h).start_tsc)));
         if (*state).checks == 0 {
-            (*state).last_check_tsc = (*h).start_tsc;
+            (*state).last_check_cpu = start;
             (*state).budget_ppm = u64::from((*v).budget_ppm);
         }
         (*state).checks += 1;
         let budget = (*state).budget_ppm;
         let pair = (*h).probe_pair_ticks.max(1);
         let calls = (*h).timed_calls.wrapping_sub((*state).calls_seen);
-        let window = now.saturating_sub((*state).last_check_tsc);
-        let excess = calls.saturating_mul(pair).saturating_sub(target(budget, (*h).timed_calls.saturating_mul(pair), now.saturating_sub((*h).start_tsc), window).saturating_add(floors(t, window, now)));
+        let window = clock.saturating_sub((*state).last_check_cpu);
+        let elapsed = clock.saturating_sub(start);
+        let excess = calls.saturating_mul(pair).saturating_sub(target(budget, (*h).timed_calls.saturating_mul(pair), elapsed, window).saturating_add(floors(t, window, clock)));
         (*state).calls_seen = (*h).timed_calls;
-        (*state).last_check_tsc = now;
+        (*state).last_check_cpu = clock;
         let Some(m) = module(t, v, state) else { return };
         // A scan is worth it when the excess it takes away over the next windows (until the
         // program's phase changes, say eight) is more than a scan costs (a large tree takes long
         // to scan). Scans cost at most 2% of the thread's run, and a quarter of what timing
         // cost beyond the budget so far. A window too short to tell a call rate waits.
         let scan_cost = (*state).scan_ticks / (*state).scans.max(1);
-        let elapsed = now.saturating_sub((*h).start_tsc);
         let over_budget = (*h).timed_calls.saturating_mul(pair).saturating_sub(parts(elapsed, budget));
-        let since = now.saturating_sub((*m).last_scan_tsc);
-        let ready = (*m).last_scan_tsc == 0 || since >= (*v).tsc_hz / (1_000_000_000 / abi::BUDGET_MIN_WINDOW_NS);
+        let since = clock.saturating_sub((*m).last_scan_cpu);
+        let ready = (*m).last_scan_cpu == 0 || since >= (*v).tsc_hz / (1_000_000_000 / abi::BUDGET_MIN_WINDOW_NS);
         if (*m).table_file != 0 && ready && excess.saturating_mul(8) > scan_cost && (*state).scan_ticks <= elapsed / 50 + over_budget / 4 {
             let started = rdtsc();
             let count = (*m).entries as usize;
@@ -79,21 +85,71 @@ pub(super) unsafe fn check(t: &Thread, v: *const RuntimeVars, now: u64) {
                 touched: core::slice::from_raw_parts_mut((words + 4 * count) as *mut u32, count),
             };
             let scratch = table.scratch.as_ptr();
-            let (switched, left) = scan(t, v, state, m, table, now);
+            let (switched, left) = scan(t, v, state, m, table, Clocks { now, cpu: clock, start });
             // What the module's functions that must stay timed cost beyond its share: checks
             // allow it for a while rather than scan again for nothing.
             if left > 0 {
                 // With a quarter more, for the short windows' noise.
                 write_volatile(&raw mut (*m).floor_ppm, left.saturating_mul(1_250_000) / since.max(1));
-                write_volatile(&raw mut (*m).floor_until, now.saturating_add(50 * interval(&*v)));
+                write_volatile(&raw mut (*m).floor_until, clock.saturating_add(50 * interval(&*v)));
             }
-            write_volatile(&raw mut (*m).last_scan_tsc, now);
+            write_volatile(&raw mut (*m).last_scan_cpu, clock.max(1));
             // Changing the switched functions' code is not counted: it is done once for each.
             (*state).scan_ticks += rdtsc().wrapping_sub(started);
             (*state).scans += 1;
             crate::retire::switch_code(v.cast_mut(), core::slice::from_raw_parts(scratch, switched));
         }
     }
+}
+
+/// The thread's CPU clock at `now`: its CPU time in TSC ticks (`None` when the kernel does not
+/// say). Read from the kernel at most every millisecond (`abi::BudgetClock`): at every 0.1 ms
+/// check, the system call would be a cost of its own, and on a loaded machine a point where
+/// the thread is preempted inside the probe's time.
+unsafe fn cpu_clock(t: &Thread, v: *const RuntimeVars, now: u64) -> Option<u64> {
+    // SAFETY: the clock lies in the thread's header page; the variables are this module's.
+    unsafe {
+        let c = (t.base + abi::BUDGET_CLOCK as usize) as *mut abi::BudgetClock;
+        let since = now.saturating_sub((*c).read_tsc);
+        if (*c).read_tsc != 0 && since < (*v).tsc_hz / 1000 {
+            return Some((*c).read_cpu.saturating_add(since.saturating_mul((*c).rate_q20) >> 20));
+        }
+        let cpu = ticks_of_ns(crate::timing::records::cpus::own_cpu_ns()?, (*v).tsc_hz);
+        // Running all the time until two readings tell.
+        let rate = match (*c).read_tsc {
+            0 => 1 << 20,
+            _ => (cpu.saturating_sub((*c).read_cpu) << 20) / since.max(1),
+        };
+        write_volatile(&raw mut (*c).read_tsc, now);
+        write_volatile(&raw mut (*c).read_cpu, cpu);
+        write_volatile(&raw mut (*c).rate_q20, rate.min(1 << 20));
+        Some(cpu)
+    }
+}
+
+/// The thread's CPU clock when its chunk was made (its first probe).
+unsafe fn cpu_start(t: &Thread, v: *const RuntimeVars) -> u64 {
+    // SAFETY: the thread's end record lies in its header page.
+    unsafe {
+        let end = (t.base + abi::THREAD_END as usize) as *const abi::ThreadEnd;
+        ticks_of_ns(core::ptr::read_volatile(&raw const (*end).start_cpu_ns), (*v).tsc_hz)
+    }
+}
+
+/// `ns` in ticks of a `hz` clock, without 128-bit arithmetic (a libgcc call the blob cannot
+/// link): whole microseconds, then the rest.
+fn ticks_of_ns(ns: u64, hz: u64) -> u64 {
+    let per_us = hz / 1_000_000;
+    (ns / 1000).saturating_mul(per_us).saturating_add(ns % 1000 * per_us / 1000)
+}
+
+/// When a check happens: the TSC (for the record of a switch) and the thread's CPU clock now
+/// and at its chunk's start (for the budget's windows).
+#[derive(Clone, Copy)]
+struct Clocks {
+    now: u64,
+    cpu: u64,
+    start: u64,
 }
 
 /// This module's state in the thread's budget, made (with its table) at its first check;
@@ -129,9 +185,9 @@ unsafe fn module(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState) -> 
 
 /// What the modules' functions that must stay timed may cost beyond the target in a window
 /// of `window` ticks (see `check`).
-unsafe fn floors(t: &Thread, window: u64, now: u64) -> u64 {
+unsafe fn floors(t: &Thread, window: u64, clock: u64) -> u64 {
     // SAFETY: forwarded.
-    unsafe { modules(t).iter().filter(|m| now < m.floor_until).map(|m| parts(window, m.floor_ppm)).fold(0, u64::saturating_add) }
+    unsafe { modules(t).iter().filter(|m| clock < m.floor_until).map(|m| parts(window, m.floor_ppm)).fold(0, u64::saturating_add) }
 }
 
 /// The timing cost a window of `window` ticks may have: three quarters of its share of the
@@ -171,7 +227,7 @@ struct Table<'a> {
 /// cost, less theirs, is within the module's share of the target. Returns how many it
 /// switched (their indices start the table's scratch) and what the module's timed calls in
 /// the window still cost beyond its share.
-unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, m: *mut BudgetModule, table: Table<'_>, now: u64) -> (usize, u64) {
+unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, m: *mut BudgetModule, table: Table<'_>, clocks: Clocks) -> (usize, u64) {
     // SAFETY: nodes below `node_count` are initialised; mode words and hooks exist for every
     // counter of this module; the module states are the thread's.
     unsafe {
@@ -217,7 +273,7 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, m: *m
         }
         // A window that began when the thread had other modules with tables compares counts
         // of a different split: it only takes the counts.
-        let decide = me.last_scan_tsc != 0 && me.modules_seen == u64::from((*state).modules);
+        let decide = me.last_scan_cpu != 0 && me.modules_seen == u64::from((*state).modules);
         let switched = if decide {
             let timed = |i: usize| *mode_word(v, i as u64) == abi::mode::TIMED;
             let mut spent = others.saturating_add(fixed);
@@ -229,15 +285,15 @@ unsafe fn scan(t: &Thread, v: *const RuntimeVars, state: *mut BudgetState, m: *m
                     own = own.saturating_add(e.calls.saturating_sub(e.seen_calls));
                 }
             }
-            let ticks = now.saturating_sub(me.last_scan_tsc).max(1);
+            let ticks = clocks.cpu.saturating_sub(me.last_scan_cpu).max(1);
             let budget = (*state).budget_ppm;
-            let target = target(budget, spent.saturating_mul(pair), now.saturating_sub((*h).start_tsc), ticks);
+            let target = target(budget, spent.saturating_mul(pair), clocks.cpu.saturating_sub(clocks.start), ticks);
             // The module's share of the window's target: what the calls no module can switch
             // leave of it, in proportion to the module's calls against those of every module
             // that can switch its own.
             let left = target.saturating_sub(fixed.saturating_sub(me.fixed_seen).saturating_mul(pair));
             let target = share(left, own, own.saturating_add(others.saturating_sub(me.others_seen)));
-            let window = Window { cost: own.saturating_mul(pair), target, ticks, now };
+            let window = Window { cost: own.saturating_mul(pair), target, ticks, now: clocks.now };
             switch(v, h, budget, entries, &table.touched[..touched], table.scratch, window)
         } else {
             (0, 0)

@@ -48,6 +48,11 @@ fn split(total: u64, user: u64, system: u64) -> (u64, u64) {
 
 const CLOCK_THREAD_CPUTIME_ID: usize = 3;
 
+/// The calling thread's CPU time (user and system), in ns.
+pub(crate) fn own_cpu_ns() -> Option<u64> {
+    cpu_clock(CLOCK_THREAD_CPUTIME_ID)
+}
+
 /// The CPU clock of thread `tid` of this process (its exact run time, in ns).
 fn thread_clock(tid: u32) -> usize {
     // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): (~tid << 3) | CPUCLOCK_PERTHREAD | SCHED.
