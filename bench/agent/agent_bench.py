@@ -26,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -143,28 +144,8 @@ def make_variants(a: argparse.Namespace, lopi: Path, server: Path, client: Path,
     return vs
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="n=3 and 8 s of load per run (default n=5, 15 s)")
-    ap.add_argument("-n", type=int, help="recorded runs per configuration")
-    ap.add_argument("--seconds", type=float, help="seconds of load per run (default 15, quick 8)")
-    ap.add_argument("--conns", type=int, default=2, help="client connections, one thread each (default 2)")
-    ap.add_argument("--every", default="5s", help="the agent's --every (default 5s)")
-    ap.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)),
-                    help="the one CPU of the server and the client (default: the last; -1: not pinned)")
-    ap.add_argument("--no-attach", action="store_true", help="leave out lopi attach --probe entry,exit")
-    ap.add_argument("--work", type=Path, help="scratch directory, emptied first (default /dev/shm/lopi-bench-agent, "
-                    "a tmpfs, else work-real/bench-build/agent/work)")
-    ap.add_argument("--lopi", type=Path, default=Path(os.environ.get("LOPI", REPO / "target/release/lopi")))
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "agent.md")
-    a = ap.parse_args()
-    n = a.n or (3 if a.quick else 5)
-    a.seconds = a.seconds or (8.0 if a.quick else 15.0)
-    t_start, load_start = time.time(), h.loadavg()
-
-    work = a.work or (Path("/dev/shm/lopi-bench-agent") if os.access("/dev/shm", os.W_OK) else BUILD / "work")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+def measure(a: argparse.Namespace, n: int, work: Path, t_start: float, load_start: str) -> None:
+    """The rounds in WORK, then the results' files."""
     lopi, lopi_line = h.find_lopi(a.lopi, BUILD)
     server, client = programs(work)
     work_ns = server_work(server)
@@ -211,7 +192,39 @@ def main() -> int:
     raw_meta = {"n": n, "seconds": a.seconds, "conns": a.conns, "every": a.every, "work": str(work), "skipped": skip,
                 "server_ns_per_request": work_ns, "collector": str(col_bin or why)}
     h.write_results(a.out, md, "agent", raw_meta, {"agent-server": res}, machine, entries, a.quick)
-    shutil.rmtree(work, ignore_errors=True)  # tmpfs: memory
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="n=3 and 8 s of load per run (default n=5, 15 s)")
+    ap.add_argument("-n", type=int, help="recorded runs per configuration")
+    ap.add_argument("--seconds", type=float, help="seconds of load per run (default 15, quick 8)")
+    ap.add_argument("--conns", type=int, default=2, help="client connections, one thread each (default 2)")
+    ap.add_argument("--every", default="5s", help="the agent's --every (default 5s)")
+    ap.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)),
+                    help="the one CPU of the server and the client (default: the last; -1: not pinned)")
+    ap.add_argument("--no-attach", action="store_true", help="leave out lopi attach --probe entry,exit")
+    ap.add_argument("--work", type=Path, help="scratch directory, emptied first and removed at the end (default a "
+                    "new /dev/shm/lopi-bench-agent-*, a tmpfs, else under work-real/bench-build/agent/)")
+    ap.add_argument("--lopi", type=Path, default=Path(os.environ.get("LOPI", REPO / "target/release/lopi")))
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "agent.md")
+    a = ap.parse_args()
+    n = a.n or (3 if a.quick else 5)
+    a.seconds = a.seconds or (8.0 if a.quick else 15.0)
+    t_start, load_start = time.time(), h.loadavg()
+
+    if a.work:
+        work = a.work
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+    else:  # a directory of this run's own: another run of this benchmark empties its own only
+        BUILD.mkdir(parents=True, exist_ok=True)
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(BUILD)
+        work = Path(tempfile.mkdtemp(prefix="lopi-bench-agent-", dir=shm))
+    try:
+        measure(a, n, work, t_start, load_start)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # tmpfs: memory
     return 0
 
 

@@ -12,15 +12,18 @@
 # configurations are shown as skipped, with the reason. lopi is $LOPI, else built here with
 # `cargo build --release -p lopi-cli` (target/release/lopi, or $CARGO_TARGET_DIR's).
 # Writes bench/results/agent.md (+ agent.runs.json with every run, agent.summary.json).
-# Full: n=5, 15 s of load per run, ~8 min on 2 CPUs. --quick: n=3, 8 s, ~3 min.
+# Full: n=5, 15 s of load per run, ~6.5 min on 2 CPUs. --quick: n=3, 8 s, ~2.5 min.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 . "$repo/bench/lib/install.sh"
-bench_require gcc python3
+bench_require gcc python3 flock
 
 bench_lopi "$repo"
+# One run at a time on this machine, whichever work tree it runs from: they pin the same CPU.
+exec 9>/tmp/lopi-bench-agent.lock
+flock -n 9 || { bench_log "another bench/agent runs; waiting for it"; flock 9; }
 quick=()
 [[ ${1:-} == --quick ]] && { quick=(--quick); shift; }
 exec python3 "$here/agent_bench.py" --lopi "$LOPI" "${quick[@]}" "$@"
