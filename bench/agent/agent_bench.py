@@ -6,7 +6,7 @@ each round:
 
 1. the server alone (native);
 2. under `lopi agent --match SERVER --push COLLECTOR --every 5s --probe entry,exit`, no --budget:
-   the push sets the budget to 5% (issue 32's goal: throughput within 5% of native);
+   the push sets the budget to 2% of CPU time (issue 32's goal: throughput within 5% of native);
 3. under the agent with `--probe entry` (counting only);
 4. under `lopi attach PID --probe entry,exit`, no push and no budget (every call timed), for
    comparison.

@@ -85,9 +85,9 @@ def report_figures(lopi: str, data: Path, budget: bool) -> dict:
         threads = [t for t in report("--budget") if t.get("budget")]
         out["switched"] = sorted({s["function"] for t in threads for s in t.get("switches", [])})
         out["budget_ppm"] = max((t["budget"]["ppm"] for t in threads), default=0)
-        # lopi's own estimate of what timing cost each thread, as a share of its run time
-        out["timing_cost"] = [t["budget"]["timing_ns"] / t["budget"]["run_ns"]
-                              for t in threads if t["budget"]["run_ns"]]
+        # lopi's own estimate of what timing cost each thread, as a share of its CPU time (the budget's)
+        out["timing_cost"] = [t["budget"]["timing_ns"] / t["budget"]["cpu_ns"]
+                              for t in threads if t["budget"].get("cpu_ns")]
     return out
 
 

@@ -16,10 +16,10 @@ from agent_run import AGENT_COUNT, AGENT_TIMING, ATTACH_TIMING, NATIVE  # noqa: 
 
 GOAL = 0.95  # issue 32: the server's throughput under the agent within 5% of native
 LABEL = {NATIVE: "native (no lopi)",
-         AGENT_TIMING: "lopi agent --probe entry,exit --push --every 5s (budget: the push's default, 5%)",
+         AGENT_TIMING: "lopi agent --probe entry,exit --push --every 5s (budget: the push's default, 2% of CPU time)",
          AGENT_COUNT: "lopi agent --probe entry --push --every 5s",
          ATTACH_TIMING: "lopi attach PID --probe entry,exit (no push, no budget)"}
-TOOL = {NATIVE: "uninstrumented", AGENT_TIMING: "lopi agent, entry+exit timing, 5% budget",
+TOOL = {NATIVE: "uninstrumented", AGENT_TIMING: "lopi agent, entry+exit timing, 2% budget",
         AGENT_COUNT: "lopi agent, entry count", ATTACH_TIMING: "lopi attach, entry+exit timing"}
 
 
@@ -93,7 +93,7 @@ def budget_cell(cfg: str, runs: list[h.RunResult]) -> str:
     switched = [f"{f} ({k}/{len(ok)})" for f, k in sorted(runs_of.items())]
     cost = ""
     if costs:
-        cost = f"; timing cost {statistics.median(costs):.1f}% [{min(costs):.1f}–{max(costs):.1f}] of each thread's run"
+        cost = f"; timing cost {statistics.median(costs):.1f}% [{min(costs):.1f}–{max(costs):.1f}] of each thread's CPU time"
     sw = (f"switched to counting (in runs): {', '.join(switched)}" if switched
           else "no function switched to counting")
     return f"{ppm / 1e4:g}%{cost}; {sw}"
@@ -206,7 +206,7 @@ def document(variants: list[h.Variant], res: dict, n: int, a, work_ns: str, load
             "stderr says `attached to PID` (the agent polls /proc every second, its default); run the client; "
             "SIGTERM lopi (the agent detaches and pushes the last window) and wait for it; stop the server. The "
             "agent runs with `--match '^SERVER$' --push URL --every " + a.every + " --dir DIR --keep` and no "
-            "`--budget` (`--probe entry,exit`: the push sets 5%); `--keep` keeps the data file after the last "
+            "`--budget` (`--probe entry,exit`: the push sets 2% of each thread's CPU time); `--keep` keeps the data file after the last "
             "window so that `lopi report` can say the calls counted and what the budget did. Its stderr must say "
             "`pushed N of N windows`; its last line gives its own CPU use (from its start to its end, attaching "
             "and detaching included). The collector's file must get one request per window pushed.",
@@ -220,7 +220,7 @@ def document(variants: list[h.Variant], res: dict, n: int, a, work_ns: str, load
             "native, x0.950 or more; shown, not asserted. lopi's plan cache (`XDG_CACHE_HOME`) is a private "
             "directory, emptied first: the warm-up round plans the server.",
             "- Budget: lopi's own figures (`lopi report --budget --format json`): the budget, lopi's estimate of what "
-            "timing cost each server thread as a share of the thread's run (`timing_ns / run_ns`: wall-clock time, "
-            "waits in `read` and for the CPU included), the functions switched to counting, each with the runs it "
+            "timing cost each server thread as a share of the thread's CPU time (`timing_ns / cpu_ns`, the share the "
+            "budget holds), the functions switched to counting, each with the runs it "
             "was switched in. Calls per request = calls lopi counted (`lopi report --format json`) / requests.",
             "", "## Throughput", "", *table, "", "## Every run, requests/s", "", *rounds_table(variants, res)]

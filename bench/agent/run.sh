@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A service under `lopi agent`: the throughput of a TCP server (server.c, one thread per connection,
 # loaded by client.c's 2 connections) natively, under `lopi agent --probe entry,exit --push URL
-# --every 5s` with the push's default budget (5%; issue 32's goal: within 5% of native), under the
+# --every 5s` with the push's default budget (2% of CPU time; issue 32's goal: within 5% of native), under the
 # agent with --probe entry, and under `lopi attach --probe entry,exit` (no push, no budget), the
 # agent's own CPU use and the windows it pushed to a real OpenTelemetry Collector.
 #
