@@ -544,3 +544,39 @@ fn headers_go_with_the_push() {
     assert!(<lopi_trace::otlp::proto::ExportProfilesServiceRequest as prost::Message>::decode(body.as_slice()).is_ok(), "the body is the request");
     cleanup(&r.dir);
 }
+
+/// `lopi attach PID --push --every 1s --duration`: a running process's windows, the last when
+/// lopi detaches, add up to the data file's calls.
+#[test]
+fn an_attached_process_is_pushed_until_lopi_detaches() {
+    let dir = fresh_dir("otlp-attach");
+    let busy = build_c(&dir, "attach_busy", BUSY, &["-O2", "-g"]);
+    let collector = Collector::start(&dir, Pipeline::Profiles);
+    let mut process = Command::new(&busy).arg("8").stdout(std::process::Stdio::null()).spawn().expect("start the process");
+    std::thread::sleep(Duration::from_millis(300));
+    let data = dir.join("attached.lopi");
+    let out = run(
+        Command::new(lopi_bin())
+            .args(["attach", &process.id().to_string(), "--probe", "entry,exit", "--push", &collector.url, "--every", "1s", "--duration", "3s", "--label", "how=attach"])
+            .env("LOPI_OUTPUT", &data),
+        default_timeout(),
+    )
+    .expect("lopi attach");
+    let stderr = out.stderr_str();
+    assert!(out.status.success(), "lopi attach: {}\n{stderr}", out.describe_status());
+    assert!(process.wait().expect("the process").success(), "the process ran on after lopi detached");
+    let windows: usize = stderr.lines().find_map(|l| l.strip_prefix("lopi: pushed ")?.split(" of ").next()?.parse().ok()).unwrap_or_else(|| panic!("{stderr}"));
+    assert!((3..=5).contains(&windows), "a window a second for 3 s, and the last: {windows}\n{stderr}");
+    let mut summed: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for request in collector.received(windows) {
+        let resources = resources(&request);
+        assert!(resources.iter().all(|r| r.attributes.get("how").map(String::as_str) == Some("attach")));
+        for (frame, calls) in calls_of(&resources) {
+            *summed.entry(frame).or_default() += calls;
+        }
+    }
+    let expected = report_calls(&data);
+    assert!(expected.keys().any(|(_, f)| f == "work"), "{expected:?}");
+    assert_eq!(summed, expected, "calls per function: the windows' sums (left), lopi report's (right)");
+    cleanup(&dir);
+}
