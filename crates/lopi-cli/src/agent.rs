@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use regex::RegexSet;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,11 +28,22 @@ pub(crate) struct Request {
     pub(crate) keep: bool,
 }
 
-/// A process the agent attached to.
+/// A process the agent attached to, and its forks that carry its probes (a server's workers:
+/// their records go to its data file, as the probes they inherited write them).
 struct Watched {
     attached: Attached,
     pushing: Option<Continuous>,
     exe: String,
+    forks: BTreeSet<i32>,
+}
+
+impl Watched {
+    /// Records the ends of forks that exited; true once the process and all its forks have.
+    fn ended(&mut self) -> bool {
+        let attached = &self.attached;
+        self.forks.retain(|&pid| !attached.exited_pid(pid));
+        self.forks.is_empty() && self.attached.exited()
+    }
 }
 
 /// A process, across pid reuse: its pid and start time (`/proc/PID/stat`'s field 22).
@@ -60,7 +71,8 @@ pub(crate) fn run(mut probes: Probes, push: &PushArgs, request: Request) -> Resu
         if matches!(signals.read_signal(), Ok(Some(_))) {
             break;
         }
-        let ended: Vec<i32> = watched.iter().filter(|(_, w)| w.attached.exited()).map(|(&pid, _)| pid).collect();
+        adopt_forks(&mut watched);
+        let ended: Vec<i32> = watched.iter_mut().filter_map(|(&pid, w)| w.ended().then_some(pid)).collect();
         for pid in ended {
             let w = watched.remove(&pid).expect("watched");
             let exe = w.exe.clone();
@@ -76,7 +88,7 @@ pub(crate) fn run(mut probes: Probes, push: &PushArgs, request: Request) -> Resu
                 Ok((attached, pushing)) => {
                     eprintln!("lopi agent: attached to {pid} ({exe}): {} sites", attached.installation.sites());
                     attached_in_all += 1;
-                    watched.insert(pid, Watched { attached, pushing, exe });
+                    watched.insert(pid, Watched { attached, pushing, exe, forks: BTreeSet::new() });
                 }
                 Err(e) => {
                     eprintln!("lopi agent: not attaching to {pid} ({exe}): {}", crate::output::one_line(&e));
@@ -94,8 +106,10 @@ pub(crate) fn run(mut probes: Probes, push: &PushArgs, request: Request) -> Resu
     }
     eprintln!("lopi agent: stopping: detaching from {} processes", watched.len());
     for (pid, w) in std::mem::take(&mut watched) {
-        if let Err(e) = w.attached.detach(true) {
-            eprintln!("lopi agent: detaching from {pid}: {}", crate::output::one_line(&e));
+        for p in std::iter::once(pid).chain(w.forks.iter().copied()) {
+            if let Err(e) = w.attached.detach_pid(p, true) {
+                eprintln!("lopi agent: detaching from {p}: {}", crate::output::one_line(&e));
+            }
         }
         let pushed = finish(w, request.keep);
         eprintln!("lopi agent: detached from {pid}; {pushed}");
@@ -130,14 +144,52 @@ fn finish(w: Watched, keep: bool) -> String {
     format!("pushed {} of {} windows{kept}", d.sent, d.windows)
 }
 
+/// Takes each process forked from a watched one (or from one of its forks) that runs the same
+/// program, not executed anew, as that one's fork: it carries the probes it inherited.
+fn adopt_forks(watched: &mut BTreeMap<i32, Watched>) {
+    for pid in processes() {
+        if watched.contains_key(&pid) || watched.values().any(|w| w.forks.contains(&pid)) {
+            continue;
+        }
+        let Some(parent) = parent_of(pid) else { continue };
+        let Some((&root, w)) = watched.iter_mut().find(|(&p, w)| p == parent || w.forks.contains(&parent)) else { continue };
+        let same_program = lopi_live::procfs::exe(pid).is_ok_and(|exe| exe.to_string_lossy() == w.exe);
+        // A fork that executed another program (or this one anew) has no probes.
+        if same_program && start_time(pid) >= start_time(w.attached.pid) && !executed(pid) {
+            eprintln!("lopi agent: {pid} is a fork of {root}, with its probes (its records go to {root}'s)");
+            w.forks.insert(pid);
+        }
+    }
+}
+
+/// The pids of the processes running now.
+fn processes() -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect()
+}
+
+/// The parent of process `pid` (`/proc/PID/stat`'s field 4).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether process `pid` executed a program since it was forked: its command name then is
+/// the program's, while a fork keeps its parent's; the kernel says it (`/proc/PID/stat`'s
+/// flag `PF_FORKNOEXEC`, 0x40, set at fork and cleared at exec).
+fn executed(pid: i32) -> bool {
+    const PF_FORKNOEXEC: u64 = 0x40;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let flags = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
+    flags.is_none_or(|f| f & PF_FORKNOEXEC == 0)
+}
+
 /// Matching processes the agent neither watches nor passed over: (pid, executable path).
 fn new_matches(patterns: &RegexSet, watched: &BTreeMap<i32, Watched>, passed: &HashSet<ProcessId>) -> Vec<(i32, String)> {
     let own = std::process::id() as i32;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        if pid == own || watched.contains_key(&pid) {
+    for pid in processes() {
+        if pid == own || watched.contains_key(&pid) || watched.values().any(|w| w.forks.contains(&pid)) {
             continue;
         }
         // Kernel threads and processes of other users lopi may not read have no path here.

@@ -374,8 +374,7 @@ impl Attached {
     pub fn wait(&self, duration: Option<Duration>, poll: Duration, mut stop: impl FnMut() -> Result<bool>) -> Result<Ended> {
         let running = Instant::now();
         loop {
-            if !alive(self.pid) {
-                self.record_end(lopi_rt_abi::END_EXITED, (0, 0));
+            if self.exited() {
                 return Ok(Ended::Exited);
             }
             if duration.is_some_and(|d| running.elapsed() >= d) || matches!(self.signals.read_signal(), Ok(Some(_))) || stop()? {
@@ -387,29 +386,40 @@ impl Attached {
 
     /// True once the process has exited, its end then recorded.
     pub(crate) fn exited(&self) -> bool {
-        if alive(self.pid) {
+        self.exited_pid(self.pid)
+    }
+
+    /// True once process `pid` (this one, or a fork of it that carries its probes) has
+    /// exited, its end then recorded.
+    pub(crate) fn exited_pid(&self, pid: i32) -> bool {
+        if alive(pid) {
             return false;
         }
-        self.record_end(lopi_rt_abi::END_EXITED, (0, 0));
+        self.record_end(pid, lopi_rt_abi::END_EXITED, (0, 0));
         true
     }
 
-    /// Records that the process's recording ended now, `how` (`END_*`), with the `munmap`s
-    /// lopi made in it to detach (calls, ticks).
-    fn record_end(&self, how: u32, unmaps: (u64, u64)) {
-        if let Err(e) = crate::ends::record(&self.output, self.pid, how, unmaps) {
-            eprintln!("lopi: recording the end of process {}: {e:#}", self.pid);
+    /// Records that the recording of process `pid` ended now, `how` (`END_*`), with the
+    /// `munmap`s lopi made in it to detach (calls, ticks).
+    fn record_end(&self, pid: i32, how: u32, unmaps: (u64, u64)) {
+        if let Err(e) = crate::ends::record(&self.output, pid, how, unmaps) {
+            eprintln!("lopi: recording the end of process {pid}: {e:#}");
         }
     }
 
     /// Takes every probe out again; the record stays valid either way.
     pub fn detach(&self, quiet: bool) -> Result<()> {
+        self.detach_pid(self.pid, quiet)
+    }
+
+    /// Takes every probe out of process `pid`: this one, or a fork of it, which carries the
+    /// same probes at the same addresses.
+    pub(crate) fn detach_pid(&self, pid: i32, quiet: bool) -> Result<()> {
         let detaching = Instant::now();
-        let pid = self.pid;
         let mut target = match Target::attach(pid) {
             Ok(t) => t,
             Err(lopi_live::LiveError::NoSuchProcess(_) | lopi_live::LiveError::TargetExited(_)) => {
-                self.record_end(lopi_rt_abi::END_EXITED, (0, 0));
+                self.record_end(pid, lopi_rt_abi::END_EXITED, (0, 0));
                 if !quiet {
                     eprintln!("lopi: process {pid} exited; see `lopi report {}`", self.output);
                 }
@@ -419,7 +429,7 @@ impl Attached {
         };
         let removal = target.remove(&self.installation).context("taking the probes out")?;
         // With every thread held and no probe left: calls still open end here.
-        self.record_end(lopi_rt_abi::END_DETACHED, (removal.unmaps, removal.unmap_ticks));
+        self.record_end(pid, lopi_rt_abi::END_DETACHED, (removal.unmaps, removal.unmap_ticks));
         target.release();
         let detach_ms = lopi_live::millis(detaching);
         if !quiet {

@@ -580,3 +580,73 @@ fn an_attached_process_is_pushed_until_lopi_detaches() {
     assert_eq!(summed, expected, "calls per function: the windows' sums (left), lopi report's (right)");
     cleanup(&dir);
 }
+
+/// A server that forks its workers after starting (as prefork servers do): after 1 s, two
+/// forks run `work` as the parent does, for argv[1] seconds each.
+const FORKING: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+__attribute__((noinline)) long leaf(long x) { return x * 3 + 1; }
+__attribute__((noinline)) long work(int n) { long s = 0; for (int i = 0; i < n; i++) s += leaf(i); return s; }
+static long loop(int secs) { long total = 0; time_t end = time(0) + secs; while (time(0) < end) { total += work(1000); usleep(1000); } return total; }
+int main(int argc, char **argv) {
+    int secs = atoi(argv[1]);
+    sleep(1);
+    pid_t kids[2];
+    for (int i = 0; i < 2; i++) if ((kids[i] = fork()) == 0) return loop(secs) > 0 ? 0 : 1;
+    long total = loop(secs);
+    int status, bad = 0;
+    for (int i = 0; i < 2; i++) bad += waitpid(kids[i], &status, 0) != kids[i] || status != 0;
+    printf("%ld %d\n", total, bad);
+    return bad;
+}
+"#;
+
+/// `lopi agent` attached to a server that then forks its workers: the forks carry the
+/// server's probes and record into its data file, so the agent takes them as its own rather
+/// than attaching to them, pushes their calls with the server's windows, and takes the probes
+/// out of every one of them when it stops.
+#[test]
+fn the_agent_takes_a_servers_forks_as_its_own() {
+    let dir = fresh_dir("otlp-agent-forks");
+    let server = build_c(&dir, "forking", FORKING, &["-O2", "-g"]);
+    let collector = Collector::start(&dir, Pipeline::Profiles);
+    let mut process = Command::new(&server).arg("4").stdout(std::process::Stdio::piped()).spawn().expect("start the server");
+    let data_dir = dir.join("agent-data");
+    let agent = Command::new(lopi_bin())
+        .args(["agent", "--match", &format!("^{}$", server.display()), "--push", &collector.url, "--every", "1s", "--poll", "200ms", "--keep", "--probe", "entry,exit", "--dir"])
+        .arg(&data_dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lopi agent");
+    // The forks start after 1 s; the agent stops while they run.
+    std::thread::sleep(Duration::from_secs(3));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).expect("SIGTERM the agent");
+    let out = agent.wait_with_output().expect("lopi agent");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "lopi agent: {:?}\n{stderr}", out.status);
+    let status = process.wait().expect("the server");
+    let mut printed = String::new();
+    std::io::Read::read_to_string(process.stdout.as_mut().expect("stdout"), &mut printed).expect("the server's output");
+    assert!(status.success() && printed.trim().ends_with(" 0"), "the server and its forks ran on and ended well: {status:?} {printed:?}\n{stderr}");
+    let pid = process.id();
+    assert_eq!(stderr.matches(&format!("is a fork of {pid}, with its probes")).count(), 2, "{stderr}");
+    assert!(stderr.contains("attached to 1 processes") && !stderr.contains("not attaching"), "{stderr}");
+    assert!(!stderr.contains("lopi agent: detaching from"), "the probes came out of every fork: {stderr}");
+    let windows: usize = stderr.lines().filter_map(|l| l.split("; pushed ").nth(1)?.split(" of ").next()?.parse::<usize>().ok()).sum();
+    let mut summed: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut pids = std::collections::BTreeSet::new();
+    for request in collector.received(windows) {
+        let resources = resources(&request);
+        pids.extend(resources.iter().filter_map(|r| r.attributes.get("process.pid").cloned()));
+        for (frame, calls) in calls_of(&resources) {
+            *summed.entry(frame).or_default() += calls;
+        }
+    }
+    assert_eq!(pids.len(), 3, "the server and its two forks pushed: {pids:?}");
+    assert_eq!(summed, report_calls(&data_dir.join(format!("forking.{pid}.lopi"))), "calls per function: the windows' sums (left), lopi report's (right)");
+    cleanup(&dir);
+}
