@@ -8,6 +8,7 @@
 //! `CAP_NET_ADMIN` and still leaves the exec-to-attach race; a process that lives for less
 //! than a poll is not seen.
 use crate::continuous::{Continuous, PushArgs};
+use crate::forks;
 use crate::live::{self, Attached, Probes};
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{SigSet, Signal};
@@ -80,7 +81,7 @@ pub(crate) fn run(mut probes: Probes, push: &PushArgs, request: Request) -> Resu
             eprintln!("lopi agent: {pid} ({exe}) exited; {pushed}");
         }
         for (pid, exe) in new_matches(&patterns, &watched, &passed) {
-            let id = (pid, start_time(pid).unwrap_or(0));
+            let id = (pid, forks::start_time(pid).unwrap_or(0));
             let name = Path::new(&exe).file_name().map_or("lopi".into(), |n| n.to_string_lossy().into_owned());
             let data = dir.join(format!("{name}.{pid}{}", lopi_rt_abi::DATA_SUFFIX));
             probes.record = Some(data.clone());
@@ -97,7 +98,7 @@ pub(crate) fn run(mut probes: Probes, push: &PushArgs, request: Request) -> Resu
             }
         }
         // A pid that went away frees its place among the passed.
-        passed.retain(|&(pid, start)| start_time(pid) == Some(start));
+        passed.retain(|&(pid, start)| forks::start_time(pid) == Some(start));
         if Instant::now() >= next_status {
             eprintln!("lopi agent: {} processes watched ({attached_in_all} in all); {}", watched.len(), cpu_use(started));
             next_status += STATUS_EVERY;
@@ -144,70 +145,39 @@ fn finish(w: Watched, keep: bool) -> String {
     format!("pushed {} of {} windows{kept}", d.sent, d.windows)
 }
 
-/// Takes each process forked from a watched one (or from one of its forks) that runs the same
-/// program, not executed anew, as that one's fork: it carries the probes it inherited.
+/// Takes each process forked from a watched one (or from one of its forks) that still runs
+/// that program as that one's fork: it carries the probes it inherited.
 fn adopt_forks(watched: &mut BTreeMap<i32, Watched>) {
-    for pid in processes() {
+    for pid in forks::processes() {
         if watched.contains_key(&pid) || watched.values().any(|w| w.forks.contains(&pid)) {
             continue;
         }
-        let Some(parent) = parent_of(pid) else { continue };
+        let Some(parent) = forks::parent_of(pid) else { continue };
         let Some((&root, w)) = watched.iter_mut().find(|(&p, w)| p == parent || w.forks.contains(&parent)) else { continue };
-        let same_program = lopi_live::procfs::exe(pid).is_ok_and(|exe| exe.to_string_lossy() == w.exe);
-        // A fork that executed another program (or this one anew) has no probes.
-        if same_program && start_time(pid) >= start_time(w.attached.pid) && !executed(pid) {
+        if forks::carries_probes_of(pid, w.attached.pid) {
             eprintln!("lopi agent: {pid} is a fork of {root}, with its probes (its records go to {root}'s)");
             w.forks.insert(pid);
         }
     }
 }
 
-/// The pids of the processes running now.
-fn processes() -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect()
-}
-
-/// The parent of process `pid` (`/proc/PID/stat`'s field 4).
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Whether process `pid` executed a program since it was forked: its command name then is
-/// the program's, while a fork keeps its parent's; the kernel says it (`/proc/PID/stat`'s
-/// flag `PF_FORKNOEXEC`, 0x40, set at fork and cleared at exec).
-fn executed(pid: i32) -> bool {
-    const PF_FORKNOEXEC: u64 = 0x40;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
-    let flags = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
-    flags.is_none_or(|f| f & PF_FORKNOEXEC == 0)
-}
-
 /// Matching processes the agent neither watches nor passed over: (pid, executable path).
 fn new_matches(patterns: &RegexSet, watched: &BTreeMap<i32, Watched>, passed: &HashSet<ProcessId>) -> Vec<(i32, String)> {
     let own = std::process::id() as i32;
     let mut found = Vec::new();
-    for pid in processes() {
+    for pid in forks::processes() {
         if pid == own || watched.contains_key(&pid) || watched.values().any(|w| w.forks.contains(&pid)) {
             continue;
         }
         // Kernel threads and processes of other users lopi may not read have no path here.
         let Ok(exe) = lopi_live::procfs::exe(pid) else { continue };
         let exe = exe.to_string_lossy().into_owned();
-        if patterns.is_match(&exe) && !passed.contains(&(pid, start_time(pid).unwrap_or(0))) {
+        if patterns.is_match(&exe) && !passed.contains(&(pid, forks::start_time(pid).unwrap_or(0))) {
             found.push((pid, exe));
         }
     }
     found.sort();
     found
-}
-
-/// When the process started, in clock ticks after boot.
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command's closing parenthesis, field 3 first.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// The agent's own CPU time since `started`, as a share of one CPU.

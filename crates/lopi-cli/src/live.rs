@@ -467,9 +467,22 @@ pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
         None => eprintln!("lopi: detaching on Ctrl-C"),
     }
-    let ended = attached.wait(duration, Duration::from_millis(20), || Ok(false))?;
+    // Forks it makes meanwhile (a server's workers) carry its probes: they come out of them
+    // too when lopi lets go, or when the process exits.
+    let mut forks = crate::forks::Forks::new(pid);
+    let ended = attached.wait(duration, Duration::from_millis(20), || {
+        forks.refresh();
+        Ok(false)
+    })?;
+    let forks = forks.running();
     if ended == Ended::Detach {
         attached.detach(false)?;
+    }
+    for &fork in &forks {
+        attached.detach_pid(fork, true).with_context(|| format!("taking the probes out of {pid}'s fork {fork}"))?;
+    }
+    if !forks.is_empty() {
+        eprintln!("lopi: {} forks of {pid} carried its probes (their records are in its data file): taken out of them too", forks.len());
     }
     if let Some(p) = pushing {
         p.finish();
@@ -482,7 +495,7 @@ pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push
 }
 
 /// True while `pid` exists and is not a zombie.
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)).is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,

@@ -14,6 +14,7 @@ mod ends;
 mod exports;
 mod files;
 mod follow;
+mod forks;
 mod handler;
 mod info;
 mod live;
