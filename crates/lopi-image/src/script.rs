@@ -80,10 +80,15 @@ impl ScriptSpec {
         out
     }
 
-    /// Whether some point is a thread event: the script then goes wherever system calls are
-    /// probed (a thread starts and ends by them).
+    /// The period of its `profile:` points (0: none; they all have the first's).
+    pub fn profile_ns(&self) -> u64 {
+        self.program.probes.iter().flat_map(|p| &p.points).find_map(|p| if let Point::Profile { ns } = p { Some(*ns) } else { None }).unwrap_or(0)
+    }
+
+    /// Whether some point is a thread event (a sample is one): the script then goes wherever
+    /// system calls are probed (a thread starts and ends by them).
     pub fn probes_threads(&self) -> bool {
-        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::ThreadStart | Point::ThreadExit))
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::ThreadStart | Point::ThreadExit | Point::Profile { .. }))
     }
 
     /// Whether some point is a lock event: the script then goes wherever locks are probed.
@@ -294,20 +299,22 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
     let hooks: Vec<u64> = hooks(spec, library, counted).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect();
     // A list of its probes per event point (`ScriptImage::locks`, `threads`); none when the
     // script names none of them.
+    // A `profile:` event is every profile point, whatever its period.
+    let same = |p: &Point, event: &Point| p == event || matches!((p, event), (Point::Profile { .. }, Point::Profile { .. }));
     let mut event_lists = |events: &[Point]| -> Vec<u32> {
-        if !points(program).any(|(_, p)| events.contains(p)) {
+        if !points(program).any(|(_, p)| events.iter().any(|e| same(p, e))) {
             return Vec::new();
         }
         events
             .iter()
             .map(|event| {
-                let pairs: HookList = points(program).enumerate().filter(|(_, (_, p))| *p == event).map(|(n, (probe, _))| (probe as u32, n as u32)).collect();
+                let pairs: HookList = points(program).enumerate().filter(|(_, (_, p))| same(p, event)).map(|(n, (probe, _))| (probe as u32, n as u32)).collect();
                 add_list(&pairs)
             })
             .collect()
     };
     let lock_lists = event_lists(&LockEvent::ALL.map(Point::Lock));
-    let thread_lists = event_lists(&[Point::ThreadStart, Point::ThreadExit]);
+    let thread_lists = event_lists(&[Point::ThreadStart, Point::ThreadExit, Point::Profile { ns: 0 }]);
     let syscalls: Vec<u64> = match spec.probes_system_calls() {
         true => syscall_hooks(program).iter().map(|(entry, exit)| u64::from(add_list(entry)) | u64::from(add_list(exit)) << 32).collect(),
         false => Vec::new(),
@@ -381,6 +388,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         threads: threads_at,
         site_args: site_args_at,
         arg_specs: arg_specs_at,
+        profile_ns: spec.profile_ns(),
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

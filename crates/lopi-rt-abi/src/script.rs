@@ -308,13 +308,15 @@ pub struct ScriptImage {
     /// The probes of lock events: [`LOCK_EVENTS`] u32 list indices (as in `hooks`), 0 when
     /// the script has none.
     pub locks: i64,
-    /// The probes of thread events: [`THREAD_EVENTS`] u32 list indices (start, exit), 0 when
+    /// The probes of thread events: [`THREAD_EVENTS`] u32 list indices (start, exit, sample), 0 when
     /// the script has none.
     pub threads: i64,
     /// Where instruction points find their arguments (USDT markers): a `u32` per counter and
     /// the [`SiteArg`]s they index; both 0 when no point has such arguments.
     pub site_args: i64,
     pub arg_specs: i64,
+    /// `profile:` points: the period, in ns of the process's CPU time (0: none).
+    pub profile_ns: u64,
 }
 
 /// Where one argument of an instruction point is (a USDT marker's specifier, `-4@%eax`,
@@ -370,10 +372,12 @@ pub mod site_arg {
 }
 
 /// Thread events, in the order of [`ScriptImage::threads`]'s lists: a new thread's start
-/// (its `clone` returning in it) and a thread's end (its `exit`, or the `exit_group` it makes).
-pub const THREAD_EVENTS: usize = 2;
+/// (its `clone` returning in it), a thread's end (its `exit`, or the `exit_group` it makes),
+/// and a sample of the thread that was running (`profile:`).
+pub const THREAD_EVENTS: usize = 3;
 pub const THREAD_START: usize = 0;
 pub const THREAD_EXIT: usize = 1;
+pub const PROFILE: usize = 2;
 
 /// Lock events, in the order of [`ScriptImage::locks`]'s lists.
 pub const LOCK_EVENTS: usize = 4;
@@ -391,7 +395,7 @@ pub mod lock_event {
 /// [`ScriptImage::flags`]: the probes are a C handler's functions.
 pub const HANDLER: u32 = 1;
 
-pub const SCRIPT_IMAGE_LEN: usize = 224;
+pub const SCRIPT_IMAGE_LEN: usize = 232;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -425,7 +429,7 @@ impl ScriptImage {
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
         out[148..152].copy_from_slice(&self.flags.to_le_bytes());
-        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64].iter().enumerate() {
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64, self.profile_ns].iter().enumerate() {
             out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         out
@@ -494,9 +498,11 @@ pub struct ScriptArea {
     pub exit: u64,
     /// Returns not given to `:return` probes: the function left by a tail call.
     pub tail_returns: u64,
+    /// `profile:` samples not taken: the thread was inside a probe.
+    pub missed_samples: u64,
 }
 
-pub const SCRIPT_AREA_HEADER_LEN: usize = 80;
+pub const SCRIPT_AREA_HEADER_LEN: usize = 88;
 
 /// Most maps a script has (lopi-script's limit).
 pub const MAX_MAPS: usize = 64;

@@ -44,6 +44,9 @@ pub enum PointSpec {
     Begin,
     End,
     Interval { ns: u64 },
+    /// `profile:hz:N` (or `s`, `ms`, `us`): a sample of each thread every `ns` of the
+    /// process's CPU time.
+    Profile { ns: u64 },
     ThreadStart,
     ThreadExit,
 }

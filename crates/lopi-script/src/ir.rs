@@ -123,6 +123,8 @@ pub enum Point {
     Begin,
     End,
     Interval { ns: u64 },
+    /// A sample every `ns` of the process's CPU time, in the thread that was running.
+    Profile { ns: u64 },
     ThreadStart,
     ThreadExit,
 }
@@ -146,6 +148,10 @@ impl fmt::Display for Point {
             Point::Interval { ns } => match [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")].into_iter().find(|(unit, _)| ns % unit == 0) {
                 Some((unit, name)) => write!(f, "interval:{}{name}", ns / unit),
                 None => write!(f, "interval:{ns}ns"),
+            },
+            Point::Profile { ns } => match [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")].into_iter().find(|(unit, _)| ns % unit == 0) {
+                Some((unit, name)) => write!(f, "profile:{name}:{}", ns / unit),
+                None => write!(f, "profile:hz:{}", 1_000_000_000 / ns.max(&1)),
             },
             Point::ThreadStart => f.write_str("thread:start"),
             Point::ThreadExit => f.write_str("thread:exit"),

@@ -77,6 +77,7 @@ fn header(b: &[u8]) -> ScriptArea {
         ring_tail: u64_at(b, 56),
         exit: u64_at(b, 64),
         tail_returns: u64_at(b, 72),
+        missed_samples: u64_at(b, 80),
     }
 }
 

@@ -88,10 +88,16 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
             *lib = lib.take().filter(|l| !resolver.is_program(l)).map(|l| resolve::canonical_library(&l));
         }
     }
+    let mut rates = program.probes.iter().flat_map(|p| &p.points).filter_map(|p| if let Point::Profile { ns } = p { Some(*ns) } else { None });
+    if let Some(first) = rates.next() {
+        if rates.any(|ns| ns != first) {
+            bail!("a script's `profile:` points sample at one rate: each of them fires at every sample");
+        }
+    }
     for point in program.probes.iter().flat_map(|p| &p.points) {
         let supported = matches!(
             point,
-            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Usdt { .. } | Point::Begin | Point::End | Point::Interval { .. }
+            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Usdt { .. } | Point::Begin | Point::End | Point::Interval { .. } | Point::Profile { .. }
         );
         if !supported {
             bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], func:NAME+OFF, addr:, usdt:, syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");

@@ -273,6 +273,10 @@ impl<'s> Session<'s> {
         let areas = script_areas::areas(&bytes, self.spec.id);
         let (faults, ring_drops, tail_returns) =
             areas.iter().fold((self.faults, 0, 0), |(f, d, r), a| (f + a.header.faults, d + a.header.ring_drops, r + a.header.tail_returns));
+        let missed: u64 = areas.iter().map(|a| a.header.missed_samples).sum();
+        if missed > 0 {
+            eprintln!("lopi: {missed} profile: samples not taken: the thread was inside one of lopi's probes then");
+        }
         for (i, (map, shape)) in self.spec.program.maps.iter().zip(&self.area.tables).enumerate() {
             let drops: u64 = self.tables(&bytes, i).iter().map(|t| script_map::drops(t)).sum();
             if drops > 0 {

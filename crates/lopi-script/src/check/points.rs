@@ -74,6 +74,7 @@ pub(super) fn resolve(points: &[ast::Point], resolver: &dyn Resolver, issues: &m
             PointSpec::Begin => vec![Point::Begin],
             PointSpec::End => vec![Point::End],
             PointSpec::Interval { ns } => vec![Point::Interval { ns: *ns }],
+            PointSpec::Profile { ns } => vec![Point::Profile { ns: *ns }],
             PointSpec::ThreadStart => vec![Point::ThreadStart],
             PointSpec::ThreadExit => vec![Point::ThreadExit],
         };

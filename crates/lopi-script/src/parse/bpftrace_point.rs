@@ -1,7 +1,7 @@
 //! bpftrace's spellings of the points lopi has: `BEGIN`, `END`, `uprobe:PATH:FUNC`,
 //! `uretprobe:PATH:FUNC`, `uprobe:PATH:FUNC+OFF`, `tracepoint:syscalls:sys_enter_NAME` and
 //! `sys_exit_NAME`, `tracepoint:raw_syscalls:sys_enter` and `sys_exit`, `interval:s:N` (and
-//! `ms`, `us`, `hz`), and SystemTap's static markers, `usdt:PATH:[PROVIDER:]NAME`. Kernel
+//! `ms`, `us`, `hz`), `profile:hz:N` (the same units), and SystemTap's static markers, `usdt:PATH:[PROVIDER:]NAME`. Kernel
 //! points are refused in one line: lopi probes user space.
 use super::point::{duration, func, glob, Part};
 use crate::ast::{Name, PointSpec};
@@ -16,7 +16,10 @@ pub(super) fn spec(kind: &Part, parts: &[Part]) -> Option<Result<PointSpec, Issu
         "BEGIN" | "END" if parts.is_empty() => Ok(if kind.text == "BEGIN" { PointSpec::Begin } else { PointSpec::End }),
         "uprobe" | "uretprobe" => uprobe(kind, parts),
         "tracepoint" => tracepoint(kind, parts),
-        "profile" => Err(Issue::new(kind.span, "`profile:` sampling points are not supported yet: lopi samples with `lopi run --time sampled`")),
+        "profile" => match interval(kind, parts) {
+            Some(ns) => ns.map(|ns| PointSpec::Profile { ns }),
+            None => Err(Issue::new(kind.span, "expected `profile:hz:N` (or `profile:ms:N`, `s`, `us`): a sample every so much of the process's CPU time")),
+        },
         "usdt" => usdt(kind, parts),
         k if KERNEL_KINDS.contains(&k) => Err(Issue::new(kind.span, format!("`{k}:` points are the kernel's; lopi probes user space (func:, syscall:, lock:, thread:, addr:)"))),
         _ => return None,
@@ -147,7 +150,9 @@ mod tests {
         assert!(spec_of("interval:hz:5000").unwrap_err().contains("minimum period"));
         assert!(spec_of("interval:hz:0").unwrap_err().contains("never fires"));
         assert!(spec_of("interval:ms:0").unwrap_err().contains("minimum"));
-        assert!(spec_of("profile:hz:99").unwrap_err().contains("not supported yet"));
+        assert_eq!(spec_of("profile:hz:99").unwrap(), PointSpec::Profile { ns: 10_101_010 });
+        assert_eq!(spec_of("profile:ms:5").unwrap(), PointSpec::Profile { ns: 5_000_000 });
+        assert!(spec_of("profile:99").unwrap_err().contains("expected `profile:hz:N`"));
         assert!(spec_of("usdt:tick").unwrap_err().contains("usdt:PATH:PROVIDER:NAME"));
         assert!(spec_of("usdt:./p:a:b:c").unwrap_err().contains("too many"));
         assert!(spec_of("usdt::tick").unwrap_err().contains("path or file name"));

@@ -66,6 +66,7 @@ pub(crate) unsafe fn enable(
         }
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
         write_volatile(&mut (*v).pid_page, page as u64);
+        script::start_profile(v);
     }
 }
 

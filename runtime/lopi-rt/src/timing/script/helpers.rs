@@ -60,6 +60,8 @@ pub(super) struct Env {
     pub(super) below: u32,
     /// Whether the system call returned.
     pub(super) returned: bool,
+    /// A `profile:` sample's interrupted instruction and frame pointer ((0, 0): no sample).
+    pub(super) sample: (u64, u64),
 }
 
 /// The context's environment.
@@ -246,13 +248,18 @@ extern "sysv64" fn read_str(ctx: *mut ScriptCtx, dst: *mut u8, src: u64, max: u6
 }
 
 /// The probed function's address, the return address of its call, then those of the calls
-/// below it on the shadow stack (probed functions only), innermost first.
+/// below it on the shadow stack (probed functions only), innermost first; at a `profile:`
+/// sample, the interrupted instruction, then the return addresses the frame-pointer chain
+/// gives (as bpftrace's `ustack`: code built without frame pointers gives a short stack).
 extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64 {
     // SAFETY: `dst` has room for `depth` frames (at most `STACK_FRAMES`); frames below
     // `below` are this thread's open calls, whose stack pointers hold return addresses.
     unsafe {
         let e = env(ctx);
         let depth = depth.min(script::STACK_FRAMES as u64) as usize;
+        if e.sample.0 != 0 {
+            return frame_chain(e, dst, depth) as u64;
+        }
         let t = Thread { h: e.h as *mut _, base: e.thread };
         // A system-call site has no function of its own and its frame's key is no return address.
         let own = function(e.s, e.index).filter(|f| f.name_len != 0).map(|f| (e.s as u64).wrapping_add(f.addr as u64));
@@ -264,6 +271,52 @@ extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64
             n += 1;
         }
         n as u64
+    }
+}
+
+/// Copies `len` bytes of the program's memory at `src` to `dst` with `process_vm_readv`:
+/// how many were read (fewer where memory is not readable).
+unsafe fn read_program(e: &Env, src: u64, dst: *mut u8, len: u64) -> u64 {
+    // SAFETY: `dst` has `len` bytes; the iovecs are on this stack.
+    unsafe {
+        let local = [dst as u64, len];
+        let remote = [src, len];
+        let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, 1, 0);
+        got.max(0) as u64
+    }
+}
+
+/// A sample's stack: its instruction, then each frame's return address while the frame
+/// pointers chain upwards through readable memory (read with `process_vm_readv`, which fails
+/// where a load would fault).
+unsafe fn frame_chain(e: &Env, dst: *mut u64, depth: usize) -> usize {
+    // SAFETY: `dst` has room for `depth` frames.
+    unsafe {
+        let (pc, mut fp) = e.sample;
+        if depth == 0 {
+            return 0;
+        }
+        *dst = pc;
+        let mut n = 1;
+        while n < depth && fp != 0 && fp % 8 == 0 {
+            let mut frame = core::mem::MaybeUninit::<[u64; 2]>::uninit();
+            if read_program(e, fp, frame.as_mut_ptr() as *mut u8, 16) != 16 {
+                break;
+            }
+            let words = frame.as_ptr() as *const u64;
+            let (next, ret) = (read_volatile(words), read_volatile(words.add(1)));
+            if ret == 0 {
+                break;
+            }
+            *dst.add(n) = ret;
+            n += 1;
+            // Frames go up the stack, not far apart.
+            if next <= fp || next - fp > 1 << 24 {
+                break;
+            }
+            fp = next;
+        }
+        n
     }
 }
 

@@ -8,6 +8,7 @@
 //! a ring of output records the host prints from while the program runs.
 mod helpers;
 mod image;
+mod profile;
 mod site_args;
 
 use super::thread::chunk::Thread;
@@ -103,10 +104,26 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
         if threads != 0 {
             (*v).script_threads = s.wrapping_add(threads as u64);
         }
+
         let syscalls = (*(s as *const ScriptImage)).syscalls;
         if syscalls != 0 {
             (*v).script_syscalls = s.wrapping_add(syscalls as u64);
         }
+    }
+}
+
+/// Once the runtime is ready: starts the `profile:` points' samples, if the script has any,
+/// and makes the calling thread's chunk (a thread takes samples once it has one; others make
+/// theirs at their start or first system call).
+pub(super) unsafe fn start_profile(v: *const RuntimeVars) {
+    // SAFETY: a non-zero `script` is this module's script image.
+    unsafe {
+        let s = read_volatile(&(*v).script) as *const ScriptImage;
+        if s.is_null() || (*s).profile_ns == 0 {
+            return;
+        }
+        profile::start((*s).profile_ns);
+        let _ = Thread::current(v);
     }
 }
 
@@ -169,6 +186,8 @@ pub(super) enum Side {
     Return(u64),
     /// A lock event: its arguments, result and elapsed ticks.
     Event(u64),
+    /// A `profile:` sample of the thread interrupted at `pc` with frame pointer `fp`.
+    Sample { pc: u64, fp: u64 },
 }
 
 /// List `event` of the event lists at `lists` (a `ScriptImage::locks` or `threads` table; 0:
@@ -232,6 +251,37 @@ pub(super) unsafe fn run_thread(t: &Thread, v: *const RuntimeVars, event: usize)
     }
 }
 
+/// Runs the `profile:` probes on the thread `t` (held busy by the caller), interrupted at `pc`
+/// with frame pointer `fp`; a sample the thread's area cannot take is counted there missed.
+pub(super) unsafe fn run_profile(t: &Thread, v: *const RuntimeVars, pc: u64, fp: u64) {
+    // SAFETY: the caller holds the thread busy.
+    unsafe {
+        let list = event_list(v, read_volatile(&(*v).script_threads), script::PROFILE);
+        if list == 0 {
+            return;
+        }
+        let mut none = core::mem::MaybeUninit::<[u64; 2]>::uninit();
+        let at = none.as_mut_ptr() as *mut u64;
+        write_volatile(at, 0);
+        write_volatile(at.add(1), 0);
+        let regs = Regs { at, args: [0, 1, 1, 1, 1, 1], ret: 1 };
+        run(t, v, list, u64::MAX, regs, 0, (*t.h).depth, Side::Sample { pc, fp });
+    }
+}
+
+/// Counts a `profile:` sample the thread `t` could not take (it was inside a probe).
+pub(super) unsafe fn missed_sample(t: &Thread, v: *const RuntimeVars) {
+    // SAFETY: only the thread's area's counter is touched, as a probe's would be.
+    unsafe {
+        let slot = (t.base + SCRIPT_AREA as usize) as *const u64;
+        let a = read_volatile(slot);
+        if a > 1 && (*(a as *const ScriptArea)).script_id == (*((*v).script as *const ScriptImage)).id {
+            let area = a as *mut ScriptArea;
+            write_volatile(&raw mut (*area).missed_samples, read_volatile(&(*area).missed_samples) + 1);
+        }
+    }
+}
+
 /// Runs a function's return probes, unless it leaves by a tail call: its return value is
 /// then the function's it jumps to, and its call goes on there, so such returns are counted
 /// (and reported), not run with values that are not the function's.
@@ -274,8 +324,25 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
         let c = ctx.as_mut_ptr();
         fill(c, v, regs, side, false, index, (area as u64).wrapping_add(script::SCALAR_SLOTS as u64));
-        let env = Env { s, call_rsp, area, syscall, h: t.h, index, thread: t.base, below, returned: !matches!(side, Side::Entry) };
-        write_volatile(&mut (*c).runtime, &env as *const Env as u64);
+        let (pc, fp) = match side {
+            Side::Sample { pc, fp } => (pc, fp),
+            _ => (0, 0),
+        };
+        // Field by field: adjacent zeros would go out in a vector register.
+        let mut env = core::mem::MaybeUninit::<Env>::uninit();
+        let e = env.as_mut_ptr();
+        write_volatile(&raw mut (*e).s, s);
+        write_volatile(&raw mut (*e).call_rsp, call_rsp);
+        write_volatile(&raw mut (*e).area, area);
+        write_volatile(&raw mut (*e).syscall, syscall);
+        write_volatile(&raw mut (*e).h, t.h as *const _);
+        write_volatile(&raw mut (*e).index, index);
+        write_volatile(&raw mut (*e).thread, t.base);
+        write_volatile(&raw mut (*e).below, below);
+        write_volatile(&raw mut (*e).returned, !matches!(side, Side::Entry | Side::Sample { .. }));
+        write_volatile(&raw mut (*e).sample.0, pc);
+        write_volatile(&raw mut (*e).sample.1, fp);
+        write_volatile(&mut (*c).runtime, e as u64);
         let ctx = ctx.assume_init_mut();
         if call_probes(s, list, ctx) {
             (*area).exit = 1;
@@ -316,7 +383,9 @@ unsafe fn run_handler(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, 
         write_volatile(&raw mut (*e).index, index);
         write_volatile(&raw mut (*e).thread, t.base);
         write_volatile(&raw mut (*e).below, below);
-        write_volatile(&raw mut (*e).returned, !matches!(side, Side::Entry));
+        write_volatile(&raw mut (*e).returned, !matches!(side, Side::Entry | Side::Sample { .. }));
+        write_volatile(&raw mut (*e).sample.0, 0);
+        write_volatile(&raw mut (*e).sample.1, 0);
         write_volatile(&mut (*c).runtime, e as u64);
         call_probes(s, list, ctx.assume_init_mut());
     }
@@ -335,6 +404,7 @@ unsafe fn fill(c: *mut ScriptCtx, v: *const RuntimeVars, regs: Regs, side: Side,
             Side::Entry => (true, false, 0),
             Side::Return(ticks) => (args_at_return, true, ticks),
             Side::Event(ticks) => (true, true, ticks),
+            Side::Sample { .. } => (true, false, 0),
         };
         for (i, &slot) in regs.args.iter().enumerate() {
             write_volatile(&mut (*c).args[i], if args { regs.get(slot) } else { 0 });

@@ -93,18 +93,23 @@ pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> b
 }
 
 /// True when the code at `handler` is this handler's: another module's copy of the runtime.
-/// Compared within the page it starts on, which is mapped.
 unsafe fn is_sample_handler(handler: usize) -> bool {
+    // SAFETY: forwarded.
+    unsafe { same_code(handler, on_sample as usize) }
+}
+
+/// True when the code at `a` is the code at `own` (a handler of this runtime), or another
+/// module's copy of it: compared within the page each starts on, which is mapped.
+pub(crate) unsafe fn same_code(a: usize, own: usize) -> bool {
     const LEN: usize = 32;
-    let own = on_sample as usize;
-    if handler == own {
+    if a == own {
         return true;
     }
-    if handler % PAGE_SIZE as usize > PAGE_SIZE as usize - LEN || own % PAGE_SIZE as usize > PAGE_SIZE as usize - LEN {
+    if a % PAGE_SIZE as usize > PAGE_SIZE as usize - LEN || own % PAGE_SIZE as usize > PAGE_SIZE as usize - LEN {
         return false;
     }
     // SAFETY: both ranges lie within a page of mapped code (checked above).
-    unsafe { (0..LEN).all(|i| read_volatile((handler + i) as *const u8) == read_volatile((own + i) as *const u8)) }
+    unsafe { (0..LEN).all(|i| read_volatile((a + i) as *const u8) == read_volatile((own + i) as *const u8)) }
 }
 
 /// Starts sampling a new thread's clock: its header's sample fields, then a timer on its CPU
