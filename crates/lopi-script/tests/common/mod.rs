@@ -128,6 +128,11 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("lib_glob", "func:libz.so.1:*flate { @z[func] = count(); }"),
     ("string_map_values", "func:foo { @last[tid] = comm; @who = \"nobody\"; if (@last[tid] == @who) { exit(); } }"),
     ("stray_semicolons", "begin { ; $a = 1;; ; } end { }"),
+    (
+        "tracepoint_args",
+        "#!/usr/bin/env bpftrace\ntracepoint:syscalls:sys_enter_open, tracepoint:syscalls:sys_enter_openat { @name[tid] = args->filename; }\n\
+         tracepoint:syscalls:sys_exit_open* /@name[tid]/ { time(\"%H:%M:%S \"); printf(\"%s %d\\n\", str(@name[tid]), args.ret / 1e0); delete(@name[tid]); }",
+    ),
 ];
 
 /// The script named `name` in [`SCRIPTS`].
