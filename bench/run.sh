@@ -13,7 +13,8 @@
 # 2. runs bench/entry-count, bench/timing, bench/zstd and bench/anchors (each fetches and builds its
 #    workloads once: sqlite and zstd from Debian's sources, Debian's stripped zstd; cached in work-real/),
 #    then bench/live, bench/syscall (system calls vs strace/perf/bpftrace), bench/trace (lopi trace
-#    scripts vs bpftrace/Frida/SystemTap), bench/tree (following a make -j2 tree vs strace -f; whole
+#    scripts vs bpftrace/Frida/SystemTap), bench/trace/corpus.sh (bpftrace's own scripts run
+#    unchanged under lopi trace and bpftrace, results compared), bench/tree (following a make -j2 tree vs strace -f; whole
 #    trees' system-call counts vs strace -f -c) and bench/agent (a TCP server's throughput under
 #    `lopi agent --push` against native; builds the tests' OpenTelemetry Collector once), their own
 #    tables only;
@@ -60,9 +61,11 @@ logs="$repo/work-real/bench-build/logs"
 mkdir -p "$logs"
 t0=$(date +%s)
 failed=()
-for b in entry-count timing zstd anchors live syscall trace tree agent; do
+for b in entry-count timing zstd anchors live syscall trace trace-corpus tree agent; do
     bench_log "=== $b ${quick[*]} ($(( $(date +%s) - t0 )) s so far, load $(cut -d' ' -f1-3 /proc/loadavg))"
-    if ! "$here/$b/run.sh" "${quick[@]}" > "$logs/$b.out"; then
+    runner=$here/$b/run.sh
+    [[ $b == trace-corpus ]] && runner=$here/trace/corpus.sh
+    if ! "$runner" "${quick[@]}" > "$logs/$b.out"; then
         bench_log "$b FAILED (its table is not in the summary; output in $logs/$b.out)"
         failed+=("$b")
     fi

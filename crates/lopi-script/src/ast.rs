@@ -19,6 +19,8 @@ pub struct Probe {
     pub body: Vec<Stmt>,
     /// From the first point to the last.
     pub span: Span,
+    /// The fields of `args` it names (`args.filename`), each once, in the order written.
+    pub args: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -96,6 +98,8 @@ pub enum StmtKind {
     Clear(Name),
     Exit,
     Printf { format: StrLit, args: Vec<Expr> },
+    /// `time("%H:%M:%S")`: the time of day, `strftime`'s format; `None` for `time()`.
+    Time(Option<StrLit>),
     /// `print(@m)`: the whole map.
     PrintMap(Name),
     Print(Expr),
@@ -201,6 +205,9 @@ pub enum ExprKind {
     Str(StrLit),
     Builtin(Builtin),
     Local(String),
+    /// `args.NAME` or `args->NAME`: a field of a system-call tracepoint, which the checker
+    /// resolves to an argument or the result at each point.
+    Args(Name),
     Map(MapRef),
     Call { callee: Callee, args: Vec<Expr> },
     Unary { op: UnOp, expr: Box<Expr> },

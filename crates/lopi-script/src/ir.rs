@@ -229,6 +229,8 @@ pub enum Piece {
     /// Text as is (`%%` already made `%`).
     Text(StrId),
     Conv(Conversion),
+    /// The time of day when lopi prints it, written by a `strftime` format (`time()`).
+    Time(StrId),
 }
 
 /// One `%...` of a format; length modifiers (`%ld`) are accepted and dropped, as every integer

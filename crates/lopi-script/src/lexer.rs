@@ -49,6 +49,9 @@ pub(crate) enum Tok {
     OpAssign(BinOp),
     PlusPlus,
     MinusMinus,
+    /// `->` and `.`: only in `args->NAME` and `args.NAME`, a tracepoint's field.
+    Arrow,
+    Dot,
     Eof,
 }
 
@@ -66,6 +69,7 @@ const PUNCT: &[(&str, Tok)] = &[
     ("||", Tok::OrOr),
     ("++", Tok::PlusPlus),
     ("--", Tok::MinusMinus),
+    ("->", Tok::Arrow),
     ("+=", Tok::OpAssign(BinOp::Add)),
     ("-=", Tok::OpAssign(BinOp::Sub)),
     ("*=", Tok::OpAssign(BinOp::Mul)),
@@ -97,6 +101,7 @@ const PUNCT: &[(&str, Tok)] = &[
     ("!", Tok::Bang),
     ("~", Tok::Tilde),
     ("=", Tok::Assign),
+    (".", Tok::Dot),
 ];
 
 impl Tok {
@@ -156,13 +161,15 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    /// Skips white space and comments.
+    /// Skips white space and comments; a line that starts with `#!` is one too, as in
+    /// bpftrace, so that an executable script's `#!/usr/bin/env bpftrace` line is read.
     pub fn skip_trivia(&mut self) -> Result<(), Issue> {
         loop {
             let rest = &self.src[self.pos..];
             let trimmed = rest.trim_start();
             self.pos += rest.len() - trimmed.len();
-            if trimmed.starts_with("//") {
+            let line_start = self.pos == 0 || self.src[..self.pos].ends_with('\n');
+            if trimmed.starts_with("//") || (line_start && trimmed.starts_with("#!")) {
                 self.pos += trimmed.find('\n').unwrap_or(trimmed.len());
             } else if let Some(comment) = trimmed.strip_prefix("/*") {
                 match comment.find("*/") {
@@ -217,7 +224,8 @@ impl<'a> Lexer<'a> {
         Ok(Token { tok, span: Span::new(start, self.pos) })
     }
 
-    /// A decimal or `0x` literal with optional `_` separators, up to `u64::MAX`.
+    /// A decimal or `0x` literal with optional `_` separators, up to `u64::MAX`; a decimal
+    /// one may have bpftrace's exponent (`1e6` is 1000000).
     fn number(&mut self) -> Result<u64, Issue> {
         let start = self.pos;
         let text = self.eat_while(is_ident_char);
@@ -225,6 +233,11 @@ impl<'a> Lexer<'a> {
             Some("0x" | "0X") => (&text[2..], 16, 2),
             _ => (text, 10, 0),
         };
+        let (digits, exponent) = match digits.split_once('e') {
+            Some((mantissa, exp)) if radix == 10 && !mantissa.is_empty() && !exp.is_empty() && exp.bytes().all(|b| b.is_ascii_digit()) => (mantissa, exp.parse::<u32>().ok()),
+            _ => (digits, Some(0)),
+        };
+        let too_big = || Issue::new(Span::new(start, self.pos), format!("integer literal `{text}` does not fit in 64 bits"));
         let mut value = 0u64;
         let mut any = false;
         for (i, ch) in digits.char_indices() {
@@ -236,15 +249,13 @@ impl<'a> Lexer<'a> {
                 let kind = if radix == 16 { "hexadecimal" } else { "decimal" };
                 return Err(Issue::new(Span::new(at, at + 1), format!("invalid digit `{ch}` in {kind} literal")));
             };
-            value = value.checked_mul(u64::from(radix)).and_then(|v| v.checked_add(u64::from(digit))).ok_or_else(|| {
-                Issue::new(Span::new(start, self.pos), format!("integer literal `{text}` does not fit in 64 bits"))
-            })?;
+            value = value.checked_mul(u64::from(radix)).and_then(|v| v.checked_add(u64::from(digit))).ok_or_else(too_big)?;
             any = true;
         }
         if !any {
             return Err(Issue::new(Span::new(start, self.pos), "expected hexadecimal digits after `0x`"));
         }
-        Ok(value)
+        exponent.and_then(|e| 10u64.checked_pow(e)).and_then(|scale| value.checked_mul(scale)).ok_or_else(too_big)
     }
 
     /// A `"..."` literal with escapes `\n \t \\ \" \xHH`, on one line.
@@ -334,6 +345,8 @@ mod tests {
             Tok::Local("x".into()),
         ];
         assert_eq!(toks, expected);
+        let toks = tokens("#!/usr/bin/env bpftrace\nargs->ret args.fd\n#!x\n").unwrap();
+        assert_eq!(toks, [Tok::Ident("args".into()), Tok::Arrow, Tok::Ident("ret".into()), Tok::Ident("args".into()), Tok::Dot, Tok::Ident("fd".into())]);
     }
 
     #[test]
@@ -342,6 +355,10 @@ mod tests {
         assert!(tokens("18446744073709551616").unwrap_err().contains("does not fit in 64 bits"));
         assert!(tokens("12ab").unwrap_err().contains("invalid digit `a`"));
         assert!(tokens("0x").unwrap_err().contains("hexadecimal digits"));
+        assert_eq!(tokens("1e6 2_5e2 1e0").unwrap(), [Tok::Int(1_000_000), Tok::Int(2_500), Tok::Int(1)]);
+        assert!(tokens("2e19").unwrap_err().contains("does not fit in 64 bits"));
+        assert!(tokens("1e").unwrap_err().contains("invalid digit `e`"));
+        assert!(tokens("0x1e3").is_ok());
         assert!(tokens("\"a\\q\"").unwrap_err().contains("unknown escape `\\q`"));
         assert!(tokens("\"abc").unwrap_err().contains("unterminated string"));
         assert!(tokens("/* x").unwrap_err().contains("unterminated comment"));

@@ -31,6 +31,7 @@ pub mod lower;
 mod needs;
 pub mod output;
 mod parse;
+mod syscall_args;
 
 pub use check::{check, Resolver};
 pub use diag::{Diagnostic, Diagnostics, Location, Note, Span};

@@ -326,7 +326,7 @@ fn printf_conversions_keep_their_flags() {
     let Stmt::Printf { format, args } = &p.probes[0].body[0] else { panic!() };
     let convs: Vec<_> = p.format(*format).pieces.iter().filter_map(|piece| match piece {
         Piece::Conv(c) => Some(*c),
-        Piece::Text(_) => None,
+        Piece::Text(_) | Piece::Time(_) => None,
     }).collect();
     assert_eq!(convs.len(), args.len());
     assert!(convs[0].left && convs[0].width == Some(10) && convs[0].kind == ConvKind::Str);

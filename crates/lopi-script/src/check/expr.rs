@@ -31,6 +31,10 @@ impl Checker<'_> {
             ast::ExprKind::Int(v) => (Type::Int, ExprKind::Int(*v as i64)),
             ast::ExprKind::Str(lit) => (Type::Str, ExprKind::Str(self.intern(&lit.bytes))),
             ast::ExprKind::Builtin(b) => (self.builtin(*b, expr.span)?, ExprKind::Builtin(*b)),
+            ast::ExprKind::Args(field) => {
+                let b = self.args_field(field)?;
+                (self.builtin(b, expr.span)?, ExprKind::Builtin(b))
+            }
             ast::ExprKind::Local(name) => {
                 let (id, ty) = self.locals.read(name, expr.span, &mut self.issues)?;
                 (ty, ExprKind::Local(id))

@@ -5,6 +5,7 @@
 //! `func:f` stored, whichever of the two is written first. So the bodies are checked in
 //! rounds: a read of a map not typed yet takes the type the previous round ended with, until
 //! a round relies on nothing its own end contradicts. Points are resolved once, before.
+mod args;
 mod expr;
 mod locals;
 mod maps;
@@ -25,13 +26,21 @@ use std::collections::{HashMap, HashSet};
 /// The program `script` describes, checked against the target `resolver` knows.
 pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagnostics> {
     let mut issues = Vec::new();
-    let points: Vec<Vec<Point>> = script.probes.iter().map(|p| points::resolve(&p.points, resolver, &mut issues)).collect();
-    if let Some(extra) = script.probes.get(MAX_PROBES) {
-        issues.push(Issue::new(extra.span, format!("too many probes: at most {MAX_PROBES} are allowed")));
+    let mut units = Vec::new();
+    for (index, probe) in script.probes.iter().enumerate() {
+        let points = points::resolve(&probe.points, resolver, &mut issues);
+        units.extend(args::split(&points, &probe.args, resolver).into_iter().map(|(points, args)| Unit { probe: index, points, args }));
+    }
+    if let Some(extra) = units.get(MAX_PROBES) {
+        let message = match units.len() > script.probes.len() {
+            true => format!("too many probes: at most {MAX_PROBES} are allowed (probes reading `args` count once per set of system calls whose arguments differ)"),
+            false => format!("too many probes: at most {MAX_PROBES} are allowed"),
+        };
+        issues.push(Issue::new(script.probes[extra.probe].span, message));
     }
     let assigned = maps::assigned(script);
     let mut hints = Hints::new();
-    let mut round = Checker::run(script, &points, &assigned, &hints);
+    let mut round = Checker::run(script, &units, &assigned, &hints);
     // A round that is not settled typed a map the one before did not; the bound stops a
     // script whose rounds would never agree (its last round's errors are reported).
     for _ in 0..=MAX_MAPS {
@@ -39,7 +48,7 @@ pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagno
             break;
         }
         hints = round.values;
-        round = Checker::run(script, &points, &assigned, &hints);
+        round = Checker::run(script, &units, &assigned, &hints);
     }
     issues.extend(round.issues);
     let mut maps = Vec::new();
@@ -54,6 +63,15 @@ pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagno
         return Err(diagnostics(issues, &script.source));
     }
     Ok(Program { maps, probes: round.probes, strings: round.strings, formats: round.formats, str_size: DEFAULT_STR_SIZE })
+}
+
+/// A probe as it is checked and compiled: a probe of the script with all its points, or with
+/// those at which its `args` fields read the same ([`args::split`]).
+struct Unit {
+    /// Its index in the script.
+    probe: usize,
+    points: Vec<Point>,
+    args: args::Fields,
 }
 
 /// What one round over all bodies found.
@@ -78,13 +96,15 @@ struct Checker<'s> {
     issues: Vec<Issue>,
     /// The points of the probe being checked: every one must give the builtins its body reads.
     points: &'s [Point],
+    /// What its `args` fields read there.
+    args: Option<&'s args::Fields>,
     /// Per [`Source`], the first of `points` that does not give its builtins, as written.
     lacking: [Option<String>; 4],
     locals: Locals,
 }
 
 impl<'s> Checker<'s> {
-    fn run(script: &Script, points: &'s [Vec<Point>], assigned: &'s HashSet<String>, hints: &'s Hints) -> Round {
+    fn run(script: &Script, units: &'s [Unit], assigned: &'s HashSet<String>, hints: &'s Hints) -> Round {
         let mut checker = Checker {
             maps: Maps::new(assigned, hints),
             strings: Vec::new(),
@@ -92,13 +112,15 @@ impl<'s> Checker<'s> {
             formats: Vec::new(),
             issues: Vec::new(),
             points: &[],
+            args: None,
             lacking: Default::default(),
             locals: Locals::default(),
         };
         let mut probes = Vec::new();
-        for (probe, points) in script.probes.iter().zip(points) {
-            checker.points = points;
-            probes.push(checker.probe(probe));
+        for unit in units {
+            checker.points = &unit.points;
+            checker.args = Some(&unit.args);
+            probes.push(checker.probe(&script.probes[unit.probe]));
         }
         let values = checker.maps.values();
         let held = checker.maps.used_hints.iter().all(|(name, kind)| values.get(name) == Some(kind));
@@ -131,6 +153,18 @@ impl<'s> Checker<'s> {
         self.strings.push(bytes.to_vec());
         self.interned.insert(bytes.to_vec(), id);
         id
+    }
+
+    /// What `args.FIELD` reads at the probe's points.
+    fn args_field(&mut self, field: &ast::Name) -> Option<Builtin> {
+        match self.args.and_then(|a| a.get(&field.text)) {
+            Some(Ok(builtin)) => Some(*builtin),
+            Some(Err(why)) => {
+                self.issues.push(Issue::new(field.span, why.clone()));
+                None
+            }
+            None => None,
+        }
     }
 
     /// The type of `builtin`, or an error if a point of the probe does not give it.

@@ -32,6 +32,13 @@ impl Checker<'_> {
             }
             ast::StmtKind::Exit => Some(Stmt::Exit),
             ast::StmtKind::Printf { format, args } => self.printf(format, args),
+            ast::StmtKind::Time(format) => {
+                // bpftrace's default, a line of its own.
+                let format = format.as_ref().map_or(&b"%H:%M:%S\n"[..], |f| &f.bytes);
+                let format = Format { pieces: vec![Piece::Time(self.intern(format))] };
+                self.formats.push(format);
+                Some(Stmt::Printf { format: FormatId(self.formats.len() - 1), args: Vec::new() })
+            }
             ast::StmtKind::Print(value) => Some(Stmt::Print(self.expr(value)?)),
         }
     }

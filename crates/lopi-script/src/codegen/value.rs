@@ -54,9 +54,12 @@ impl Gen<'_> {
         }
     }
 
-    /// `str(ptr)`, `str(ptr, len)`: at most `str_size` bytes, none for a length below 1.
+    /// `str(ptr)`, `str(ptr, len)`: at most `str_size` - 1 bytes, none for a length below 1.
+    /// The last byte stays NUL, as bpftrace's strings of `str_size` bytes end with theirs
+    /// (64: `str()` gives 63 characters).
     fn read_str(&mut self, ptr: &Expr, len: Option<&Expr>) -> Result {
         let size = self.program.str_size;
+        let most = size.saturating_sub(1) as i64;
         let buffer = self.frame.alloc(size);
         let mark = self.frame.mark();
         let source = self.frame.alloc(8);
@@ -66,14 +69,14 @@ impl Gen<'_> {
         match len {
             Some(len) => {
                 self.int(len)?;
-                self.imm(rcx, size as i64)?;
+                self.imm(rcx, most)?;
                 self.asm.cmp(rax, rcx)?;
                 self.asm.cmovl(rcx, rax)?;
                 self.asm.xor(eax, eax)?;
                 self.asm.test(rcx, rcx)?;
                 self.asm.cmovs(rcx, rax)?;
             }
-            None => self.imm(rcx, size as i64)?,
+            None => self.imm(rcx, most)?,
         }
         self.frame_addr(rsi, buffer)?;
         self.asm.mov(rdx, self.frame_qword(source)?)?;

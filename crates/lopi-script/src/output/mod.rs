@@ -22,6 +22,7 @@ mod key;
 mod merge;
 mod printf;
 mod text;
+mod time;
 
 pub use buckets::{buckets, Bucket};
 pub use json::{json, json_value};

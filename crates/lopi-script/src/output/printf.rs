@@ -28,6 +28,10 @@ pub fn printf(program: &Program, format: &Format, args: &[Arg]) -> Result<Vec<u8
                 continue;
             }
             Piece::Conv(conv) => conv,
+            Piece::Time(format) => {
+                out.extend(super::time::now(program.string(*format)));
+                continue;
+            }
         };
         let (index, arg) = args.next().ok_or_else(|| count_error.clone())?;
         match (conv.kind, arg) {

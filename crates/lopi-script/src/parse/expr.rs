@@ -142,8 +142,23 @@ impl Parser<'_> {
         result
     }
 
-    /// A builtin (`pid`) or a call (`str(arg0)`, `count()`).
+    /// A builtin (`pid`), a call (`str(arg0)`, `count()`) or a tracepoint's field
+    /// (`args.filename`, `args->ret`).
     fn word(&mut self, word: &str, span: Span) -> Result<(Expr, usize), Issue> {
+        if word == "args" {
+            if !(self.at(&Tok::Arrow)? || self.at(&Tok::Dot)?) {
+                return Err(Issue::new(span, "`args` holds a tracepoint's fields: write `args.NAME` or `args->NAME`"));
+            }
+            self.bump()?;
+            let field = self.bump()?;
+            let Tok::Ident(name) = field.tok else {
+                return Err(Issue::new(field.span, format!("expected a field name after `args`, found {}", field.tok.describe())));
+            };
+            if !self.args.contains(&name) {
+                self.args.push(name.clone());
+            }
+            return Ok((Expr { kind: ExprKind::Args(Name { text: name, span: field.span }), span: span.to(field.span) }, 1));
+        }
         if let Some(builtin) = Builtin::from_name(word) {
             if self.at(&Tok::LParen)? {
                 return Err(Issue::new(span, format!("`{word}` is a builtin value, not a function")));
@@ -153,7 +168,7 @@ impl Parser<'_> {
         let callee = match word {
             "str" => Callee::Str,
             "ustack" => Callee::Ustack,
-            "printf" | "print" | "delete" | "clear" | "exit" => {
+            "printf" | "print" | "delete" | "clear" | "exit" | "time" => {
                 return Err(Issue::new(span, format!("`{word}` is a statement, not a value")));
             }
             _ => match AggFunc::from_name(word) {

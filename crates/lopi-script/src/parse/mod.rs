@@ -32,11 +32,13 @@ pub(crate) struct Parser<'a> {
     ifs: usize,
     /// In a predicate and outside brackets, where `/` ends the predicate instead of dividing.
     in_predicate: bool,
+    /// The fields of `args` the probe being parsed names, each once.
+    args: Vec<String>,
 }
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str) -> Parser<'a> {
-        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, in_predicate: false }
+        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, in_predicate: false, args: Vec::new() }
     }
 
     fn peek(&mut self) -> Result<&Token, Issue> {
@@ -127,7 +129,8 @@ impl<'a> Parser<'a> {
         } else {
             None
         };
-        Ok(Probe { points, predicate, body: self.block()?, span })
+        let body = self.block()?;
+        Ok(Probe { points, predicate, body, span, args: std::mem::take(&mut self.args) })
     }
 
     /// `{ STATEMENT [; STATEMENT]* [;] }`: an `if` needs no `;` after its `}`.
@@ -164,7 +167,7 @@ impl<'a> Parser<'a> {
                 "while" | "for" | "unroll" | "do" => {
                     Err(Issue::new(span, format!("loops are not allowed: `{word}` could run without bound, and a probe must finish in bounded time")))
                 }
-                "printf" | "print" | "delete" | "clear" | "exit" => self.call_stmt(&word, span),
+                "printf" | "print" | "delete" | "clear" | "exit" | "time" => self.call_stmt(&word, span),
                 "else" => Err(Issue::new(span, "`else` without an `if`")),
                 _ => Err(self.unexpected("a statement")),
             },
@@ -230,7 +233,7 @@ impl<'a> Parser<'a> {
         Ok(IfArm { cond, body: self.block()? })
     }
 
-    /// `printf(..)`, `print(..)`, `delete(@m[..])`, `clear(@m)`, `exit()`.
+    /// `printf(..)`, `print(..)`, `delete(@m[..])`, `clear(@m)`, `exit()`, `time([..])`.
     fn call_stmt(&mut self, word: &str, start: Span) -> Result<Stmt, Issue> {
         self.bump()?;
         self.expect(Tok::LParen, &format!(" after `{word}`"))?;
@@ -267,6 +270,14 @@ impl<'a> Parser<'a> {
                 }
                 StmtKind::Clear(map.name)
             }
+            "time" => match self.peek()?.tok.clone() {
+                Tok::Str(format) => {
+                    self.bump()?;
+                    StmtKind::Time(Some(format))
+                }
+                Tok::RParen => StmtKind::Time(None),
+                _ => return Err(self.unexpected("a string literal, the format of `time`")),
+            },
             _ => StmtKind::Exit,
         };
         self.expect(Tok::RParen, &format!(" to end `{word}`"))?;

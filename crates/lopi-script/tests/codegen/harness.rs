@@ -97,7 +97,7 @@ impl Runtime {
         let size = program.str_size;
         let formats = program.formats.iter().map(|f| f.pieces.iter().filter_map(|p| match p {
             Piece::Conv(c) => Some(c.kind),
-            Piece::Text(_) => None,
+            Piece::Text(_) | Piece::Time(_) => None,
         }).collect()).collect();
         Runtime {
             misaligned: 0,

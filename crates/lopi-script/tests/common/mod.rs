@@ -11,7 +11,7 @@ const LIBS: &[(&str, &[&str])] = &[
     ("/usr/lib/x86_64-linux-gnu/libc.so.6", &["malloc", "free", "calloc", "pthread_mutex_lock"]),
     ("/usr/lib/x86_64-linux-gnu/libz.so.1", &["inflate", "deflate"]),
 ];
-const SYSCALLS: &[&str] = &["read", "write", "openat", "close", "mmap", "futex", "clone", "exit_group"];
+const SYSCALLS: &[&str] = &["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group"];
 
 /// Knows [`MAIN`], [`LIBS`] (by path or file name) and [`SYSCALLS`].
 pub struct TestResolver;
@@ -128,6 +128,11 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("lib_glob", "func:libz.so.1:*flate { @z[func] = count(); }"),
     ("string_map_values", "func:foo { @last[tid] = comm; @who = \"nobody\"; if (@last[tid] == @who) { exit(); } }"),
     ("stray_semicolons", "begin { ; $a = 1;; ; } end { }"),
+    (
+        "tracepoint_args",
+        "#!/usr/bin/env bpftrace\ntracepoint:syscalls:sys_enter_open, tracepoint:syscalls:sys_enter_openat { @name[tid] = args->filename; }\n\
+         tracepoint:syscalls:sys_exit_open* /@name[tid]/ { time(\"%H:%M:%S \"); printf(\"%s %d\\n\", str(@name[tid]), args.ret / 1e0); delete(@name[tid]); }",
+    ),
 ];
 
 /// The script named `name` in [`SCRIPTS`].
