@@ -234,6 +234,21 @@ pub(super) unsafe fn run_lock(t: &Thread, v: *const RuntimeVars, event: usize, i
 /// Runs the probes of thread event `event` (`script::THREAD_START` or `THREAD_EXIT`) on the
 /// thread `t`, which the caller holds busy.
 pub(super) unsafe fn run_thread(t: &Thread, v: *const RuntimeVars, event: usize) {
+    // SAFETY: forwarded.
+    unsafe { run_event(t, v, event, Side::Entry) }
+}
+
+/// Runs the `profile:` probes on the thread `t` (held busy by the caller), interrupted at `pc`
+/// with frame pointer `fp`.
+pub(super) unsafe fn run_profile(t: &Thread, v: *const RuntimeVars, pc: u64, fp: u64) {
+    // SAFETY: forwarded.
+    unsafe { run_event(t, v, script::PROFILE, Side::Sample { pc, fp }) }
+}
+
+/// Runs the probes of thread event `event` on the thread `t`, which the caller holds busy.
+/// Inlined: a `Side` passed in memory would be copied in a vector register.
+#[inline(always)]
+unsafe fn run_event(t: &Thread, v: *const RuntimeVars, event: usize, side: Side) {
     // SAFETY: the caller holds the thread busy.
     unsafe {
         let list = event_list(v, read_volatile(&(*v).script_threads), event);
@@ -247,25 +262,7 @@ pub(super) unsafe fn run_thread(t: &Thread, v: *const RuntimeVars, event: usize)
         // No arguments, no result: every slot reads a zero (not all the same slot: a run of
         // equal words is what the compiler fills with vector stores).
         let regs = Regs { at, args: [0, 1, 1, 1, 1, 1], ret: 1 };
-        run(t, v, list, u64::MAX, regs, 0, (*t.h).depth, Side::Entry);
-    }
-}
-
-/// Runs the `profile:` probes on the thread `t` (held busy by the caller), interrupted at `pc`
-/// with frame pointer `fp`; a sample the thread's area cannot take is counted there missed.
-pub(super) unsafe fn run_profile(t: &Thread, v: *const RuntimeVars, pc: u64, fp: u64) {
-    // SAFETY: the caller holds the thread busy.
-    unsafe {
-        let list = event_list(v, read_volatile(&(*v).script_threads), script::PROFILE);
-        if list == 0 {
-            return;
-        }
-        let mut none = core::mem::MaybeUninit::<[u64; 2]>::uninit();
-        let at = none.as_mut_ptr() as *mut u64;
-        write_volatile(at, 0);
-        write_volatile(at.add(1), 0);
-        let regs = Regs { at, args: [0, 1, 1, 1, 1, 1], ret: 1 };
-        run(t, v, list, u64::MAX, regs, 0, (*t.h).depth, Side::Sample { pc, fp });
+        run(t, v, list, u64::MAX, regs, 0, (*t.h).depth, side);
     }
 }
 

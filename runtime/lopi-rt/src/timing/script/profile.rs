@@ -9,56 +9,34 @@ use super::Thread;
 use crate::abi::RuntimeVars;
 use crate::base::sys::{self, write_stderr};
 use crate::base::vars::vars;
-use core::arch::global_asm;
+use crate::timing::thread::sampling;
 use core::ptr::{read_volatile, write_volatile};
 
 const SIGPROF: usize = 27;
 const CLOCK_PROCESS_CPUTIME_ID: usize = 2;
 const SIGEV_SIGNAL: i32 = 0;
-const SA_SIGINFO: u64 = 4;
-const SA_RESTART: u64 = 0x1000_0000;
-const SA_RESTORER: u64 = 0x0400_0000;
-const SIG_IGN: usize = 1;
 /// `ucontext_t`'s general registers start at this offset; RBP is register 10, RIP 16.
 const GREGS: usize = 40;
 const REG_RBP: usize = 10;
 const REG_RIP: usize = 16;
 
-#[repr(C)]
-struct KernelSigaction {
-    handler: usize,
-    flags: u64,
-    restorer: usize,
-    mask: u64,
-}
-
-global_asm!(".globl lopi_profile_restorer", "lopi_profile_restorer:", "mov eax, 15", "syscall");
-
-extern "C" {
-    fn lopi_profile_restorer();
-}
-
 /// Starts sampling the process every `ns` of its CPU time, unless a module's runtime already
 /// does (its handler is installed) or the program handles `SIGPROF` itself (said, and no
 /// samples).
 pub(crate) unsafe fn start(ns: u64) {
-    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
-    // SAFETY: rt_sigaction reading the current action into `old` (sigsetsize 8).
-    if unsafe { sys::call6(sys::RT_SIGACTION, SIGPROF, 0, &mut old as *mut _ as usize, 8, 0, 0) } < 0 {
-        return;
-    }
+    // SAFETY: reading the signal's action.
+    let Some(old) = (unsafe { sampling::action(SIGPROF) }) else { return };
     // SAFETY: a handler the kernel holds is mapped code.
-    if old.handler > SIG_IGN && unsafe { crate::timing::thread::sampling::same_code(old.handler, on_profile as usize) } {
+    if old.handler > sampling::SIG_IGN && unsafe { sampling::same_code(old.handler, on_profile as usize) } {
         // Another module's runtime samples already.
         return;
     }
-    if old.handler > SIG_IGN {
+    if old.handler > sampling::SIG_IGN {
         write_stderr(b"lopi: the program handles SIGPROF (profile: points' signal): no profile samples\n");
         return;
     }
-    let act = KernelSigaction { handler: on_profile as usize, flags: SA_SIGINFO | SA_RESTART | SA_RESTORER, restorer: lopi_profile_restorer as usize, mask: 0 };
-    // SAFETY: rt_sigaction installing `act`, whose handler and restorer are this blob's code.
-    if unsafe { sys::call6(sys::RT_SIGACTION, SIGPROF, &act as *const _ as usize, 0, 8, 0, 0) } < 0 {
+    // SAFETY: the handler is this blob's code.
+    if !unsafe { sampling::set_action(SIGPROF, &sampling::KernelSigaction::ours(on_profile as usize)) } {
         write_stderr(b"lopi: cannot install the SIGPROF handler: no profile samples\n");
         return;
     }

@@ -17,15 +17,37 @@ const SA_SIGINFO: u64 = 4;
 const SA_RESTART: u64 = 0x1000_0000;
 const SI_TIMER: i32 = -2;
 const SA_RESTORER: u64 = 0x0400_0000;
-const SIG_IGN: usize = 1;
+pub(crate) const SIG_IGN: usize = 1;
 
 /// The kernel's `struct sigaction` on x86-64.
 #[repr(C)]
-struct KernelSigaction {
-    handler: usize,
+pub(crate) struct KernelSigaction {
+    pub(crate) handler: usize,
     flags: u64,
     restorer: usize,
     mask: u64,
+}
+
+impl KernelSigaction {
+    /// `handler`, this runtime's code, taking `siginfo` and restarting interrupted calls; it
+    /// returns through the kernel's signal return.
+    pub(crate) fn ours(handler: usize) -> KernelSigaction {
+        KernelSigaction { handler, flags: SA_SIGINFO | SA_RESTART | SA_RESTORER, restorer: lopi_sample_restorer as usize, mask: 0 }
+    }
+}
+
+/// The action of `signal` now; `None` if the kernel does not say.
+pub(crate) unsafe fn action(signal: usize) -> Option<KernelSigaction> {
+    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: rt_sigaction reading the current action into `old` (sigsetsize 8).
+    let r = unsafe { sys::call6(sys::RT_SIGACTION, signal, 0, &mut old as *mut _ as usize, 8, 0, 0) };
+    (r >= 0).then_some(old)
+}
+
+/// Sets the action of `signal`; false if the kernel refused.
+pub(crate) unsafe fn set_action(signal: usize, act: &KernelSigaction) -> bool {
+    // SAFETY: rt_sigaction installing `act`, whose handler and restorer are mapped code.
+    unsafe { sys::call6(sys::RT_SIGACTION, signal, act as *const _ as usize, 0, 8, 0, 0) >= 0 }
 }
 
 /// The kernel's `struct sigevent` (64 bytes), for `SIGEV_THREAD_ID`.
@@ -56,13 +78,11 @@ extern "C" {
 /// lopi handler (the same code) serves this module too. The action replaced is kept in `v`,
 /// for a detach to put back. `false`, with a message, when time cannot be sampled.
 pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> bool {
-    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
-    // SAFETY: rt_sigaction reading the current action into `old` (sigsetsize 8).
-    let r = unsafe { sys::call6(sys::RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, 0, &mut old as *mut _ as usize, 8, 0, 0) };
-    if r < 0 {
+    // SAFETY: forwarded.
+    let Some(old) = (unsafe { action(abi::SAMPLE_SIGNAL as usize) }) else {
         write_stderr(b"lopi: cannot read SIGURG's action; time is not sampled\n");
         return false;
-    }
+    };
     // SAFETY: a handler the kernel holds is mapped code.
     let ours = old.handler > SIG_IGN && unsafe { is_sample_handler(old.handler) };
     if ours {
@@ -72,15 +92,8 @@ pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> b
         write_stderr(b"lopi: SIGURG has a handler already (sampled time's signal); this module's time is not sampled\n");
         return false;
     }
-    let act = KernelSigaction {
-        handler: on_sample as usize,
-        flags: SA_SIGINFO | SA_RESTART | SA_RESTORER,
-        restorer: lopi_sample_restorer as usize,
-        mask: 0,
-    };
-    // SAFETY: rt_sigaction installing `act`, whose handler and restorer are this blob's code.
-    let r = unsafe { sys::call6(sys::RT_SIGACTION, abi::SAMPLE_SIGNAL as usize, &act as *const _ as usize, 0, 8, 0, 0) };
-    if r < 0 {
+    // SAFETY: the handler is this blob's code.
+    if !unsafe { set_action(abi::SAMPLE_SIGNAL as usize, &KernelSigaction::ours(on_sample as usize)) } {
         write_stderr(b"lopi: cannot install the SIGURG handler; time is not sampled\n");
         return false;
     }
