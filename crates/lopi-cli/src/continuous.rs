@@ -62,12 +62,13 @@ pub(crate) const PUSH_BUDGET_PPM: u32 = 20_000;
 pub(crate) struct Continuous {
     stop: mpsc::Sender<()>,
     thread: std::thread::JoinHandle<Pushed>,
+    /// The collector's profiles endpoint, for the summary.
+    endpoint: String,
     quiet: bool,
 }
 
 /// What a continuous push did.
 struct Pushed {
-    endpoint: String,
     windows: u64,
     sent: u64,
     bytes: u64,
@@ -94,6 +95,7 @@ impl Continuous {
             };
             eprintln!("lopi: pushing to {} every {}{waiting}", pusher.endpoint(), seconds(args.every));
         }
+        let endpoint = pusher.endpoint().to_string();
         let worker = Worker {
             data: PathBuf::from(data),
             every: args.every,
@@ -103,11 +105,11 @@ impl Continuous {
             windows: Windows::new(),
             away: None,
             quiet,
-            pushed: Pushed { endpoint: String::new(), windows: 0, sent: 0, bytes: 0, refused: 0, queue, unread: None },
+            pushed: Pushed { windows: 0, sent: 0, bytes: 0, refused: 0, queue, unread: None },
         };
         let (stop, stopped) = mpsc::channel();
         let thread = std::thread::Builder::new().name("lopi-push".into()).spawn(move || worker.run(stopped))?;
-        Ok(Some(Continuous { stop, thread, quiet }))
+        Ok(Some(Continuous { stop, thread, endpoint, quiet }))
     }
 
     /// Once the recording has ended: the last window, the queue emptied while the collector
@@ -122,7 +124,7 @@ impl Continuous {
             eprintln!("lopi: the last window was not made: {why}");
         }
         if !self.quiet {
-            eprintln!("lopi: pushed {} of {} windows to {} ({} bytes)", p.sent, p.windows, p.endpoint, p.bytes);
+            eprintln!("lopi: pushed {} of {} windows to {} ({} bytes)", p.sent, p.windows, self.endpoint, p.bytes);
         }
         if p.refused > 0 {
             eprintln!("lopi: warning: the collector refused {} windows (said above); they are lost", p.refused);
@@ -185,7 +187,6 @@ impl Worker {
             // Behind (a slow read of a big file): the next window a whole interval from now.
             next = next.max(Instant::now());
         }
-        self.pushed.endpoint = self.pusher.endpoint().to_string();
         self.pushed
     }
 

@@ -321,24 +321,9 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
         let c = ctx.as_mut_ptr();
         fill(c, v, regs, side, false, index, (area as u64).wrapping_add(script::SCALAR_SLOTS as u64));
-        let (pc, fp) = match side {
-            Side::Sample { pc, fp } => (pc, fp),
-            _ => (0, 0),
-        };
-        // Field by field: adjacent zeros would go out in a vector register.
         let mut env = core::mem::MaybeUninit::<Env>::uninit();
         let e = env.as_mut_ptr();
-        write_volatile(&raw mut (*e).s, s);
-        write_volatile(&raw mut (*e).call_rsp, call_rsp);
-        write_volatile(&raw mut (*e).area, area);
-        write_volatile(&raw mut (*e).syscall, syscall);
-        write_volatile(&raw mut (*e).h, t.h as *const _);
-        write_volatile(&raw mut (*e).index, index);
-        write_volatile(&raw mut (*e).thread, t.base);
-        write_volatile(&raw mut (*e).below, below);
-        write_volatile(&raw mut (*e).returned, !matches!(side, Side::Entry | Side::Sample { .. }));
-        write_volatile(&raw mut (*e).sample.0, pc);
-        write_volatile(&raw mut (*e).sample.1, fp);
+        write_env(e, s, t, index, below, side, call_rsp, area, syscall);
         write_volatile(&mut (*c).runtime, e as u64);
         let ctx = ctx.assume_init_mut();
         if call_probes(s, list, ctx) {
@@ -369,22 +354,38 @@ unsafe fn run_handler(t: &Thread, v: *const RuntimeVars, list: u32, index: u64, 
         write_volatile(&mut (*c).name, name);
         write_volatile(&mut (*c).addr, addr);
         write_volatile(&mut (*c).nr, syscall.wrapping_sub(1));
-        // No area and no call: field by field, or the two zeros go out in a vector register.
+        // No area and no call.
         let mut env = core::mem::MaybeUninit::<Env>::uninit();
         let e = env.as_mut_ptr();
+        write_env(e, s, t, index, below, side, 0, core::ptr::null_mut(), syscall);
+        write_volatile(&mut (*c).runtime, e as u64);
+        call_probes(s, list, ctx.assume_init_mut());
+    }
+}
+
+/// Fills the probes' environment at `e`: the call or site (`call_rsp`, `syscall`), the thread,
+/// the area, and a sample's instruction and frame pointer. Field by field, with volatile
+/// stores: adjacent zeros would go out in a vector register.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn write_env(e: *mut Env, s: *const ScriptImage, t: &Thread, index: u64, below: u32, side: Side, call_rsp: u64, area: *mut ScriptArea, syscall: u64) {
+    let (pc, fp) = match side {
+        Side::Sample { pc, fp } => (pc, fp),
+        _ => (0, 0),
+    };
+    // SAFETY: `e` is the caller's uninitialised Env, each field written once.
+    unsafe {
         write_volatile(&raw mut (*e).s, s);
-        write_volatile(&raw mut (*e).call_rsp, 0);
-        write_volatile(&raw mut (*e).area, core::ptr::null_mut());
+        write_volatile(&raw mut (*e).call_rsp, call_rsp);
+        write_volatile(&raw mut (*e).area, area);
         write_volatile(&raw mut (*e).syscall, syscall);
         write_volatile(&raw mut (*e).h, t.h as *const _);
         write_volatile(&raw mut (*e).index, index);
         write_volatile(&raw mut (*e).thread, t.base);
         write_volatile(&raw mut (*e).below, below);
         write_volatile(&raw mut (*e).returned, !matches!(side, Side::Entry | Side::Sample { .. }));
-        write_volatile(&raw mut (*e).sample.0, 0);
-        write_volatile(&raw mut (*e).sample.1, 0);
-        write_volatile(&mut (*c).runtime, e as u64);
-        call_probes(s, list, ctx.assume_init_mut());
+        write_volatile(&raw mut (*e).sample.0, pc);
+        write_volatile(&raw mut (*e).sample.1, fp);
     }
 }
 
