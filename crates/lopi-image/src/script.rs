@@ -127,6 +127,8 @@ impl ScriptSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AreaLayout {
     pub tables: Vec<TableShape>,
+    /// `pystack`'s table of code objects' names (0: none).
+    pub py_codes: u64,
     pub ring_offset: u64,
     pub ring_len: u64,
     pub len: u64,
@@ -153,8 +155,16 @@ pub fn area_layout(spec: &ScriptSpec) -> AreaLayout {
             shape
         })
         .collect();
+    let py_codes = match program.needs().pystack {
+        true => {
+            let offset = at.next_multiple_of(64);
+            at = offset + (lopi_rt_abi::python::PY_CODES * lopi_rt_abi::python::PY_CODE_NAME_LEN) as u64;
+            offset
+        }
+        false => 0,
+    };
     let ring_offset = at.next_multiple_of(64);
-    AreaLayout { tables, ring_offset, ring_len: spec.meta.ring_len, len: page_align(ring_offset + spec.meta.ring_len) }
+    AreaLayout { tables, py_codes, ring_offset, ring_len: spec.meta.ring_len, len: page_align(ring_offset + spec.meta.ring_len) }
 }
 
 /// The function a counter counts: its name, other names (aliases, which points may use too)
@@ -247,6 +257,7 @@ pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compile
         printf: helper(8),
         print_map: helper(9),
         print_value: helper(10),
+        pystack: helper(11),
     };
     codegen::compile(&spec.program, &helpers, at)
 }
@@ -389,6 +400,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         site_args: site_args_at,
         arg_specs: arg_specs_at,
         profile_ns: spec.profile_ns(),
+        py_codes: area.py_codes,
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

@@ -391,6 +391,8 @@ pub struct RuntimeVars {
     /// replaced (the kernel's `struct sigaction`), which a detach puts back.
     pub sample_handler_installed: u64,
     pub sample_old_action: [u64; 4],
+    /// `pystack`: CPython 3.11's `_PyRuntime` in the process (0: none found).
+    pub py_runtime: u64,
 }
 
 /// The signal of sampled time's per-thread timers: `SIGURG`, whose default action is to ignore
@@ -508,12 +510,14 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 288);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 296);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;
 #[path = "script.rs"]
 pub mod script;
+#[path = "python.rs"]
+pub mod python;
 #[path = "script_map.rs"]
 pub mod script_map;
 #[path = "syscall_name.rs"]

@@ -94,6 +94,8 @@ pub struct Helpers {
     pub print_map: u64,
     /// [`PrintValueFn`].
     pub print_value: u64,
+    /// [`UstackFn`]'s type: writes up to `depth` Python frames, innermost first (`pystack`).
+    pub pystack: u64,
 }
 
 /// `builtin(ctx, which) -> value`.
@@ -235,7 +237,7 @@ pub fn lhist_bucket(value: i64, min: i64, max: i64, step: i64) -> usize {
 }
 
 /// First bytes of a module image's [`ScriptImage`].
-pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI3";
+pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI4";
 
 /// A module image's probe script (R region), found through the module descriptor: the
 /// compiled probes and what the runtime needs to run them and to make each thread's area.
@@ -317,6 +319,8 @@ pub struct ScriptImage {
     pub arg_specs: i64,
     /// `profile:` points: the period, in ns of the process's CPU time (0: none).
     pub profile_ns: u64,
+    /// `pystack`: the offset in a thread's area of its [`PyCodeName`] table (0: none).
+    pub py_codes: u64,
 }
 
 /// Where one argument of an instruction point is (a USDT marker's specifier, `-4@%eax`,
@@ -395,7 +399,7 @@ pub mod lock_event {
 /// [`ScriptImage::flags`]: the probes are a C handler's functions.
 pub const HANDLER: u32 = 1;
 
-pub const SCRIPT_IMAGE_LEN: usize = 232;
+pub const SCRIPT_IMAGE_LEN: usize = 240;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -429,7 +433,7 @@ impl ScriptImage {
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
         out[148..152].copy_from_slice(&self.flags.to_le_bytes());
-        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64, self.profile_ns].iter().enumerate() {
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64, self.profile_ns, self.py_codes].iter().enumerate() {
             out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         out

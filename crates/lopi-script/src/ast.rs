@@ -238,6 +238,8 @@ pub enum Callee {
     /// `str(ptr)`, `str(ptr, len)`: a string read from the traced program's memory.
     Str,
     Ustack,
+    /// `pystack`: the running Python code's frames (CPython 3.11).
+    Pystack,
     /// Only valid as a whole assignment value; kept as a call so the checker can say so.
     Agg(AggFunc),
 }

@@ -208,7 +208,7 @@ impl Run<'_> {
                 }
             }
             // No program memory or stack here: the checker gives these points neither.
-            ExprKind::ReadStr { .. } | ExprKind::Ustack { .. } => {
+            ExprKind::ReadStr { .. } | ExprKind::Ustack { .. } | ExprKind::Pystack { .. } => {
                 self.faults += 1;
                 zero(self.program, expr.ty)
             }

@@ -188,6 +188,8 @@ pub enum ExprKind {
     /// `str(ptr)` / `str(ptr, len)`: at most [`Program::str_size`] bytes of the traced program.
     ReadStr { ptr: Box<Expr>, len: Option<Box<Expr>> },
     Ustack { depth: u8 },
+    /// `pystack(n)`: frames tagged `lopi_rt_abi::python::PY_FRAME`.
+    Pystack { depth: u8 },
     Unary { op: UnOp, expr: Box<Expr> },
     /// `==`/`!=` compare strings when both sides are `Str`.
     Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },

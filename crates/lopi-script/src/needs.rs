@@ -10,6 +10,8 @@ pub struct Needs {
     pub builtins: BTreeSet<Builtin>,
     /// Deepest `ustack(n)`; `None` when no stack is taken.
     pub ustack: Option<u8>,
+    /// Some `pystack` reads the Python interpreter's frames.
+    pub pystack: bool,
     /// Some `str()` reads the traced program's memory.
     pub user_strings: bool,
     /// Some probe calls `exit()`.
@@ -63,6 +65,7 @@ impl Needs {
                 self.builtins.insert(*b);
             }
             ExprKind::Ustack { depth } => self.ustack = self.ustack.max(Some(*depth)),
+            ExprKind::Pystack { .. } => self.pystack = true,
             ExprKind::ReadStr { ptr, len } => {
                 self.user_strings = true;
                 self.expr(ptr);

@@ -284,6 +284,7 @@ const FAR: Helpers = Helpers {
     printf: 0x7000_0080,
     print_map: 0x7000_0090,
     print_value: 0x7000_00a0,
+    pystack: 0x7000_00b0,
 };
 
 /// `helpers` moved by `delta`.
@@ -301,6 +302,7 @@ fn moved(helpers: Helpers, delta: u64) -> Helpers {
         printf: m(helpers.printf),
         print_map: m(helpers.print_map),
         print_value: m(helpers.print_value),
+        pystack: m(helpers.pystack),
     }
 }
 

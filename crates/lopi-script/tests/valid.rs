@@ -270,6 +270,16 @@ fn stacks_as_keys_and_locals() {
 }
 
 #[test]
+fn stacks_without_brackets_are_whole_depth() {
+    let p = compile("func:foo { @u[ustack] = count(); @p[pystack] = count(); print(pystack(3)); }");
+    assert!(matches!(&p.probes[0].body[0], Stmt::Aggregate { keys, .. } if keys[0].kind == ExprKind::Ustack { depth: 127 }));
+    assert!(matches!(&p.probes[0].body[1], Stmt::Aggregate { keys, .. } if keys[0].kind == ExprKind::Pystack { depth: 127 }));
+    assert!(matches!(&p.probes[0].body[2], Stmt::Print(e) if e.kind == ExprKind::Pystack { depth: 3 }));
+    assert!(p.needs().pystack);
+    assert!(!named("ustack_keys").needs().pystack);
+}
+
+#[test]
 fn if_chains_are_flat() {
     let p = named("if_chain");
     let Stmt::If { arms, els } = &p.probes[0].body[0] else { panic!() };

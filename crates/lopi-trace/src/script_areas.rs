@@ -92,6 +92,25 @@ impl<'a> AreaView<'a> {
         self.bytes.get(shape.offset as usize..).and_then(|t| t.get(..len)).unwrap_or(&[])
     }
 
+    /// The code objects `pystack` named in the thread's table at `offset` (0: none), each as
+    /// `qualname (file:line)`.
+    pub fn python_names(&self, offset: u64) -> Vec<(u64, String)> {
+        use lopi_rt_abi::python::{PY_CODES, PY_CODE_NAME_LEN, PY_FILE_LEN, PY_NAME_LEN};
+        let Some(table) = (offset != 0).then(|| self.bytes.get(offset as usize..)).flatten() else { return Vec::new() };
+        table
+            .chunks_exact(PY_CODE_NAME_LEN)
+            .take(PY_CODES)
+            .filter(|e| u64_at(e, 0) != 0)
+            .map(|e| {
+                let text = |at: usize, len: usize, cap: usize| String::from_utf8_lossy(&e[at..at + len.min(cap)]).into_owned();
+                let (name_len, file_len) = (u32_at(e, 12) as usize & 0xffff, (u32_at(e, 12) >> 16) as usize);
+                let name = text(16, name_len, PY_NAME_LEN);
+                let file = text(16 + PY_NAME_LEN, file_len, PY_FILE_LEN);
+                (u64_at(e, 0), format!("{name} ({file}:{})", u32_at(e, 8)))
+            })
+            .collect()
+    }
+
     /// The records from `tail` (where the last reader stopped) to the ring's head: the new
     /// tail and the records.
     pub fn records(&self, ring_offset: u64, ring_len: u64, tail: u64) -> (u64, Vec<OutputRecord>) {

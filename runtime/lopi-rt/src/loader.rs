@@ -32,6 +32,26 @@ pub(crate) fn glibc_tid_offset(auxv: &Auxv) -> Option<u32> {
 /// Addresses of libc's dynamic symbols `names`; libc is found through ld.so's `_r_debug`
 /// link map. `None` when libc is not loaded.
 pub(crate) fn libc_symbols<const N: usize>(auxv: &Auxv, names: [&[u8]; N]) -> Option<[Option<usize>; N]> {
+    // SAFETY: a loaded object's base and dynamic table.
+    find_object(auxv, |base, name, dynamic| {
+        // SAFETY: the link map's name is NUL-terminated.
+        (!name.is_null() && unsafe { contains(name, b"/libc.so.6") }).then(|| unsafe { dynamic_symbols(base, dynamic, names) })
+    })
+}
+
+/// CPython 3.11's `_PyRuntime`, in whichever loaded object defines it with a `Py_Version` of
+/// 3.11 (the executable, or libpython).
+pub(crate) fn python_runtime(auxv: &Auxv) -> Option<usize> {
+    find_object(auxv, |base, _, dynamic| {
+        // SAFETY: a loaded object's base and dynamic table; `Py_Version` is a u32 constant.
+        let [runtime, version] = unsafe { dynamic_symbols(base, dynamic, [b"_PyRuntime\0", b"Py_Version\0"]) };
+        let version = unsafe { *(version? as *const u32) };
+        (u64::from(version >> 16) == crate::abi::python::PY_VERSION_MAJOR_MINOR).then_some(runtime).flatten()
+    })
+}
+
+/// The first answer of `f(base, name, dynamic)` over the loaded objects, in ld.so's order.
+fn find_object<T>(auxv: &Auxv, mut f: impl FnMut(usize, *const u8, usize) -> Option<T>) -> Option<T> {
     let ldso = auxv.base?;
     // SAFETY: ld.so is mapped at AT_BASE; `_r_debug` is its `struct r_debug`
     // {int version; struct link_map *r_map; ...}, whose link maps
@@ -44,8 +64,10 @@ pub(crate) fn libc_symbols<const N: usize>(auxv: &Auxv, names: [&[u8]; N]) -> Op
             let base = *(map as *const usize);
             let name = *((map + 8) as *const *const u8);
             let dynamic = *((map + 16) as *const usize);
-            if !name.is_null() && contains(name, b"/libc.so.6") && dynamic != 0 {
-                return Some(dynamic_symbols(base, dynamic, names));
+            if dynamic != 0 {
+                if let Some(found) = f(base, name, dynamic) {
+                    return Some(found);
+                }
             }
             map = *((map + 24) as *const usize);
             hops += 1;

@@ -3,6 +3,7 @@
 //! (from each thread's output ring in the data file), runs `begin`, `interval:` and `end`
 //! itself, and prints the maps when the program ends, or when a probe calls `exit()`.
 mod probed;
+mod python;
 mod resolve;
 mod session;
 mod usdt;
@@ -168,6 +169,7 @@ pub fn run(request: Request) -> Result<()> {
     let library_file = |lib: &str| resolve::library_file(&libraries, lib);
     let (markers, semaphores) = usdt::sites(&spec.program, &module, &analysis, &path, |lib| resolve::names_program(lib, &path), library_file)?;
     spec.markers = markers;
+    python::check(&spec.program, &module, &path, &libraries)?;
     let spec = Arc::new(spec);
     let probes = Probes {
         include: function_globs(&spec),

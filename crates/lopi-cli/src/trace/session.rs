@@ -151,7 +151,7 @@ impl<'s> Session<'s> {
                         1 => Type::Str,
                         _ => Type::Stack,
                     };
-                    let text = self.value_text(ty, &r.payload);
+                    let text = self.value_text(&bytes, ty, &r.payload);
                     self.out.write_all(text.as_bytes())?;
                 }
                 record::EXIT => {
@@ -182,16 +182,17 @@ impl<'s> Session<'s> {
         output::printf(program, format, &args).map_err(|e| anyhow!("printf: {e}"))
     }
 
-    fn value_text(&self, ty: Type, bytes: &[u8]) -> String {
+    fn value_text(&self, data: &[u8], ty: Type, bytes: &[u8]) -> String {
         let word = |at: usize| bytes.get(at..at + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
         match ty {
             Type::Int => format!("{}\n", word(0) as i64),
             Type::Str => format!("{}\n", String::from_utf8_lossy(bytes.split(|&b| b == 0).next().unwrap_or_default())),
             Type::Stack => {
                 let frames = (word(0) as usize).min(lopi_rt_abi::script::STACK_FRAMES);
+                let names = self.frame_names(data);
                 let mut text = String::from("\n");
                 for i in 0..frames {
-                    text += &format!("        {}\n", self.symbols.name(word(8 + 8 * i)));
+                    text += &format!("        {}\n", names.name(word(8 + 8 * i)));
                 }
                 text + "\n"
             }
@@ -252,14 +253,26 @@ impl<'s> Session<'s> {
 
     fn map_text(&self, bytes: &[u8], map: MapId) -> Result<String> {
         let merged = self.merged_map(bytes, map.0)?;
-        Ok(output::text_map(&merged, &|a| self.symbols.name(a)))
+        let names = self.frame_names(bytes);
+        Ok(output::text_map(&merged, &|a| names.name(a)))
+    }
+
+    /// What names the frames of stacks: the program's symbols, and for `pystack`'s frames the
+    /// names the threads' tables give their code objects.
+    fn frame_names(&self, bytes: &[u8]) -> FrameNames<'_> {
+        let python = match self.area.py_codes {
+            0 => HashMap::new(),
+            at => script_areas::areas(bytes, self.spec.id).iter().flat_map(|a| a.python_names(at)).collect(),
+        };
+        FrameNames { symbols: self.symbols, python }
     }
 
     /// Prints every map as it is now.
     pub fn print_maps(&mut self) -> Result<()> {
         let Some(bytes) = map(&self.data)? else { return Ok(()) };
         let maps = self.merged(&bytes)?;
-        let symbolize = |a: u64| self.symbols.name(a);
+        let names = self.frame_names(&bytes);
+        let symbolize = |a: u64| names.name(a);
         let text = if self.json { output::json(&maps, &symbolize) + "\n" } else { output::text(&maps, &symbolize) };
         self.out.write_all(text.as_bytes())?;
         self.out.flush()?;
@@ -421,11 +434,30 @@ impl Host for Env<'_, '_> {
     }
 
     fn print_value(&mut self, ty: Type, bytes: &[u8]) {
-        let text = self.session.value_text(ty, bytes);
+        let text = self.session.value_text(self.bytes, ty, bytes);
         self.write(text.as_bytes());
     }
 
     fn exit(&mut self) {
         self.session.exited = true;
+    }
+}
+
+/// Names of a stack's frames: see [`Session::frame_names`].
+struct FrameNames<'s> {
+    symbols: &'s Symbols,
+    python: HashMap<u64, String>,
+}
+
+impl FrameNames<'_> {
+    fn name(&self, frame: u64) -> String {
+        use lopi_rt_abi::python::PY_FRAME;
+        match frame & PY_FRAME {
+            0 => self.symbols.name(frame),
+            _ => {
+                let code = frame & !PY_FRAME;
+                self.python.get(&code).cloned().unwrap_or_else(|| format!("<python code {code:#x}>"))
+            }
+        }
     }
 }

@@ -104,23 +104,24 @@ impl Checker<'_> {
                 self.issues.push(Issue::new(span, message));
                 None
             }
-            Callee::Ustack => {
+            Callee::Ustack | Callee::Pystack => {
+                let word = if callee == Callee::Ustack { "ustack" } else { "pystack" };
                 let depth = match args {
                     [] => MAX_USTACK,
                     [depth] => match literal(depth).and_then(|d| u8::try_from(d).ok()).filter(|d| (1..=MAX_USTACK).contains(d)) {
                         Some(d) => d,
                         None => {
-                            let message = format!("the depth of `ustack(n)` must be a literal from 1 to {MAX_USTACK}");
+                            let message = format!("the depth of `{word}(n)` must be a literal from 1 to {MAX_USTACK}");
                             self.issues.push(Issue::new(depth.span, message));
                             return None;
                         }
                     },
                     _ => {
-                        self.issues.push(Issue::new(span, "`ustack` takes at most one argument, its depth"));
+                        self.issues.push(Issue::new(span, format!("`{word}` takes at most one argument, its depth")));
                         return None;
                     }
                 };
-                Some((Type::Stack, ExprKind::Ustack { depth }))
+                Some((Type::Stack, if callee == Callee::Ustack { ExprKind::Ustack { depth } } else { ExprKind::Pystack { depth } }))
             }
             Callee::Str => {
                 if !(1..=2).contains(&args.len()) {

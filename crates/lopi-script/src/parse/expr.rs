@@ -168,6 +168,7 @@ impl Parser<'_> {
         let callee = match word {
             "str" => Callee::Str,
             "ustack" => Callee::Ustack,
+            "pystack" => Callee::Pystack,
             "printf" | "print" | "delete" | "clear" | "exit" | "time" => {
                 return Err(Issue::new(span, format!("`{word}` is a statement, not a value")));
             }
@@ -179,6 +180,10 @@ impl Parser<'_> {
                 None => return Err(Issue::new(span, format!("unknown identifier `{word}`"))),
             },
         };
+        // bpftrace writes a stack of the whole depth without brackets: `@[ustack] = count()`.
+        if matches!(callee, Callee::Ustack | Callee::Pystack) && !self.at(&Tok::LParen)? {
+            return Ok((Expr { kind: ExprKind::Call { callee, args: Vec::new() }, span }, 1));
+        }
         self.expect(Tok::LParen, &format!(" after `{word}`"))?;
         let (args, height) = self.bracketed(Parser::list_until_paren)?;
         Ok((Expr { kind: ExprKind::Call { callee, args }, span: Span::new(span.start, self.last_end) }, height + 1))

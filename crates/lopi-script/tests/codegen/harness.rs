@@ -297,6 +297,18 @@ extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64
     rt.ustack_claims.unwrap_or(n as u64)
 }
 
+/// Python frames: the frames `ustack` walks, tagged as the runtime tags code objects.
+extern "sysv64" fn pystack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64 {
+    let rt = runtime(ctx);
+    rt.calls.push(format!("pystack {depth}"));
+    let n = rt.frames.len().min(depth as usize);
+    for (i, frame) in rt.frames.iter().take(n).enumerate() {
+        // SAFETY: `dst` has room for `depth` frames, and i < n <= depth.
+        unsafe { *dst.add(i) = frame | lopi_rt_abi::python::PY_FRAME };
+    }
+    n as u64
+}
+
 extern "sysv64" fn printf(ctx: *mut ScriptCtx, format: u64, args: *const u64) {
     let rt = runtime(ctx);
     rt.calls.push("printf".into());
@@ -340,7 +352,7 @@ extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
 }
 
 /// The helpers' addresses, in the order of [`Helpers`]' fields.
-fn helper_addresses() -> [u64; 11] {
+fn helper_addresses() -> [u64; 12] {
     let builtin_fn: BuiltinFn = builtin;
     let builtin_str_fn: BuiltinStrFn = builtin_str;
     let map_slot_fn: MapSlotFn = map_slot;
@@ -352,6 +364,7 @@ fn helper_addresses() -> [u64; 11] {
     let printf_fn: PrintfFn = printf;
     let print_map_fn: PrintMapFn = print_map;
     let print_value_fn: PrintValueFn = print_value;
+    let pystack_fn: UstackFn = pystack;
     [
         builtin_fn as usize as u64,
         builtin_str_fn as usize as u64,
@@ -364,12 +377,13 @@ fn helper_addresses() -> [u64; 11] {
         printf_fn as usize as u64,
         print_map_fn as usize as u64,
         print_value_fn as usize as u64,
+        pystack_fn as usize as u64,
     ]
 }
 
-fn helpers_at(thunks: &[u64; 11]) -> Helpers {
-    let [builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value] = *thunks;
-    Helpers { builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value }
+fn helpers_at(thunks: &[u64; 12]) -> Helpers {
+    let [builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value, pystack] = *thunks;
+    Helpers { builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value, pystack }
 }
 
 /// A thunk at `at`: jumps to `target`, unless the caller's stack was misaligned (rsp + 8 is
@@ -437,7 +451,7 @@ impl Script {
     pub fn of(program: Program) -> Result<Script, CodegenError> {
         let mut mapping = MmapMut::map_anon(MAPPING).expect("an anonymous mapping");
         let base = mapping.as_ptr() as u64;
-        let mut thunks = [0; 11];
+        let mut thunks = [0; 12];
         for (i, target) in helper_addresses().into_iter().enumerate() {
             let at = i * THUNK;
             let bytes = thunk(base + at as u64, target);
@@ -445,7 +459,7 @@ impl Script {
             mapping[at..at + bytes.len()].copy_from_slice(&bytes);
             thunks[i] = base + at as u64;
         }
-        let wrapper_at = 11 * THUNK;
+        let wrapper_at = 12 * THUNK;
         let bytes = wrapper(base + wrapper_at as u64);
         mapping[wrapper_at..wrapper_at + bytes.len()].copy_from_slice(&bytes);
         let compiled = codegen::compile(&program, &helpers_at(&thunks), base + GLUE as u64)?;
@@ -465,7 +479,7 @@ impl Script {
         let function = base + GLUE + self.compiled.probes[probe] as usize;
         ctx.runtime = rt as *mut Runtime as u64;
         // SAFETY: the wrapper was assembled above at this address for this signature.
-        let wrapper: extern "sysv64" fn(*mut ScriptCtx, u64) -> u64 = unsafe { std::mem::transmute(base + 11 * THUNK) };
+        let wrapper: extern "sysv64" fn(*mut ScriptCtx, u64) -> u64 = unsafe { std::mem::transmute(base + 12 * THUNK) };
         let clobbered = wrapper(ctx, function as u64);
         ctx.runtime = 0;
         assert_eq!(clobbered, 0, "a callee-saved register was not preserved");

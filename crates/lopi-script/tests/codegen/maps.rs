@@ -111,6 +111,17 @@ fn stack_keys_hold_the_frames_in_use() {
 }
 
 #[test]
+fn python_stacks_are_keys_as_user_stacks_are() {
+    let script = Script::new("profile:hz:99 { @py[pystack] = count(); @both[pystack(2), ustack] = count(); }");
+    let (_, rt) = script.run_args([0; 6]);
+    let tag = lopi_rt_abi::python::PY_FRAME;
+    let (user, python) = ([0x40_1000, 0x40_2000, 0x40_3000], [0x40_1000 | tag, 0x40_2000 | tag, 0x40_3000 | tag]);
+    assert_eq!(rt.words("py", &[K::Stack(&python)]), Some(vec![1]));
+    assert_eq!(rt.words("both", &[K::Stack(&python[..2]), K::Stack(&user)]), Some(vec![1]));
+    assert!(rt.calls.iter().any(|c| c == "pystack 127") && rt.calls.iter().any(|c| c == "pystack 2"));
+}
+
+#[test]
 fn a_helper_counting_too_many_frames_is_cut_to_the_depth() {
     let script = Script::new("func:foo { @two[ustack(2)] = count(); print(ustack(1)); }");
     let mut rt = script.runtime();

@@ -59,7 +59,7 @@ pub(crate) unsafe fn enable(
             fork::register_handlers(v, auxv);
         }
         calibrate(v, page as u64);
-        script::enable(v, d, clock_pair(clock));
+        script::enable(v, d, clock_pair(clock), auxv);
         whatif::enable(v, envp);
         if probes & abi::PROBE_LOCKS != 0 {
             records::maps::record(v, pid);

@@ -28,6 +28,7 @@ global_asm!(
     "jmp {printf}", ".p2align 3",
     "jmp {print_map}", ".p2align 3",
     "jmp {print_value}", ".p2align 3",
+    "jmp {pystack}", ".p2align 3",
     builtin = sym builtin,
     builtin_str = sym builtin_str,
     map_slot = sym map_slot,
@@ -39,6 +40,7 @@ global_asm!(
     printf = sym printf,
     print_map = sym print_map,
     print_value = sym print_value,
+    pystack = sym super::python::pystack,
 );
 
 /// What the helpers find through `ScriptCtx::runtime`. In C order, the fields callers often
@@ -65,7 +67,7 @@ pub(super) struct Env {
 }
 
 /// The context's environment.
-unsafe fn env<'a>(ctx: *mut ScriptCtx) -> &'a Env {
+pub(super) unsafe fn env<'a>(ctx: *mut ScriptCtx) -> &'a Env {
     // SAFETY: `run` set `runtime` to an Env that outlives the probe function.
     unsafe { &*((*ctx).runtime as *const Env) }
 }
@@ -276,7 +278,7 @@ extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64
 
 /// Copies `len` bytes of the program's memory at `src` to `dst` with `process_vm_readv`:
 /// how many were read (fewer where memory is not readable).
-unsafe fn read_program(e: &Env, src: u64, dst: *mut u8, len: u64) -> u64 {
+pub(super) unsafe fn read_program(e: &Env, src: u64, dst: *mut u8, len: u64) -> u64 {
     // SAFETY: `dst` has `len` bytes; the iovecs are on this stack.
     unsafe {
         let local = [dst as u64, len];

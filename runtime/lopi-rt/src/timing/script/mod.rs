@@ -9,6 +9,7 @@
 mod helpers;
 mod image;
 mod profile;
+mod python;
 mod site_args;
 
 use super::thread::chunk::Thread;
@@ -78,7 +79,7 @@ pub(super) unsafe fn hooks(v: *const RuntimeVars, index: u64) -> (u32, u32) {
 }
 
 /// Sets up the module's script at init, if its image has one.
-pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescriptor, clock: (u64, u64)) {
+pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescriptor, clock: (u64, u64), auxv: &crate::loader::Auxv) {
     // SAFETY: the descriptor's script offset points into its own image (checked by magic).
     unsafe {
         (*v).ns_per_tick_q32 = if (*v).tsc_hz == 0 { 0 } else { (1_000_000_000u64 << 32) / (*v).tsc_hz };
@@ -95,6 +96,9 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
             start_handler(s as *const ScriptImage);
         }
         (*v).script = s;
+        if (*(s as *const ScriptImage)).py_codes != 0 {
+            (*v).py_runtime = crate::loader::python_runtime(auxv).unwrap_or(0) as u64;
+        }
         (*v).script_hooks = s.wrapping_add((*(s as *const ScriptImage)).hooks as u64);
         let locks = (*(s as *const ScriptImage)).locks;
         if locks != 0 {
