@@ -240,6 +240,43 @@ pub(crate) enum Command {
         #[arg(last = true, required_unless_present = "pid", value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
     },
+    /// Profile a Python program (Debian's python3.11) by its Python functions: each thread is
+    /// sampled in proportion to its CPU time and the sample's Python frames are read from the
+    /// interpreter; per function, the share of samples it ran in (self) or was on the stack
+    /// for (inclusive), and with --calls its exact calls.
+    Pyprofile {
+        /// Samples per second of each thread's CPU time.
+        #[arg(long, default_value_t = 199)]
+        hz: u32,
+        /// Count each function's calls too (its returns, at python3.11's function__return
+        /// marker): exact, at about a microsecond per call.
+        #[arg(long)]
+        calls: bool,
+        /// Put the C function each sample ran in under its Python frames (flame graph and
+        /// folded stacks).
+        #[arg(long)]
+        native: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Rows of the table (0 = all).
+        #[arg(long, default_value_t = 30)]
+        top: usize,
+        /// Write the table to FILE (else stdout when it is a terminal, else stderr).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Draw a flame graph of the samples (SVG).
+        #[arg(long, value_name = "FILE")]
+        flamegraph: Option<PathBuf>,
+        /// Write the samples as folded stacks (root first), for inferno, speedscope and others.
+        #[arg(long, value_name = "FILE")]
+        folded: Option<PathBuf>,
+        /// Most distinct stacks kept per thread (more are dropped and counted).
+        #[arg(long, value_name = "N")]
+        max_entries: Option<u32>,
+        /// The interpreter and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "PROG ARGS")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run PROG natively and under an emulated kernel (a giant lock around every system call,
     /// one lock per subsystem, or an application kernel whose proxy threads on one CPU make
     /// every thread's system calls), on one CPU and on N, each recorded with --probe

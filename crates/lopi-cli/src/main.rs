@@ -29,6 +29,7 @@ mod probe_arg;
 mod processes;
 mod progress;
 mod push;
+mod pyprofile;
 mod queue;
 mod report;
 mod rewrite;
@@ -96,6 +97,9 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => bail!("lopi trace needs a script: a file, or -e 'PROGRAM'"),
             };
             trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, pid, duration, record, command, cache })
+        }
+        Command::Pyprofile { hz, calls, native, format, top, output, flamegraph, folded, max_entries, command } => {
+            pyprofile::run(pyprofile::Request { hz, calls, native, json: format == Format::Json, top, output, flamegraph, folded, max_entries, command, cache })
         }
         Command::Whatif { kernel, proxy_wait, cpus, runs, format, command } => {
             whatif::run(whatif::Request { kernel, proxy_wait, cpus, runs, json: format == Format::Json, command })

@@ -8,9 +8,19 @@
 //! 3.11.
 use core::mem::{offset_of, size_of};
 
-/// A stack frame word with this bit set is a Python frame: the rest is its code object's
-/// address (a user-space address never has it).
+/// A stack frame word with this bit set is a Python frame: its low [`PY_CODE_BITS`] are its code
+/// object's address (a user-space address never has bit 63), the bits between a hash of the
+/// code object's names ([`py_code_tag`]), so that a code object made where a freed one was is
+/// another frame.
 pub const PY_FRAME: u64 = 1 << 63;
+pub const PY_CODE_BITS: u32 = 47;
+
+/// The bits of a Python frame word above the code object's address: a hash of the addresses of
+/// its name and file name objects and its first line.
+pub fn py_code_tag(qualname: u64, filename: u64, line: u32) -> u64 {
+    let h = (qualname ^ filename.rotate_left(21) ^ u64::from(line).rotate_left(42)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> (64 - (63 - PY_CODE_BITS))) << PY_CODE_BITS
+}
 
 /// `Py_Version`'s major and minor bytes (`PY_VERSION_HEX >> 16`) `pystack` reads.
 pub const PY_VERSION_MAJOR_MINOR: u64 = 0x030b;
@@ -21,8 +31,8 @@ pub const PY_CODES: usize = 1024;
 pub const PY_NAME_LEN: usize = 64;
 pub const PY_FILE_LEN: usize = 176;
 
-/// One code object's names. `code` is written last (0: a free entry): an entry whose `code`
-/// is set is whole.
+/// One code object's names. `code` (its frame word less [`PY_FRAME`]) is written last (0: a
+/// free entry): an entry whose `code` is set is whole.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PyCodeName {

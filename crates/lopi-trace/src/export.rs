@@ -65,18 +65,23 @@ pub fn folded(t: &Timing, weight: Weight) -> String {
 
 /// A flame graph of [`folded`] stacks as an SVG document.
 pub fn flamegraph_svg(t: &Timing, weight: Weight, title: &str) -> Result<Vec<u8>, ExportError> {
-    let stacks = folded(t, weight);
+    let count_name = match weight {
+        Weight::SelfTime => "ns",
+        Weight::Calls => "calls",
+    };
+    folded_svg(&folded(t, weight), title, count_name)
+}
+
+/// A flame graph of folded stacks (`root;child;leaf weight` lines) as an SVG document, widths
+/// in `count_name`.
+pub fn folded_svg(stacks: &str, title: &str, count_name: &str) -> Result<Vec<u8>, ExportError> {
     if stacks.is_empty() {
         // inferno would draw an error message into the SVG; the caller should hear it instead.
         return Err(ExportError::NoStacks);
     }
     let mut options = inferno::flamegraph::Options::default();
     options.title = title.to_string();
-    options.count_name = match weight {
-        Weight::SelfTime => "ns",
-        Weight::Calls => "calls",
-    }
-    .to_string();
+    options.count_name = count_name.to_string();
     // Colours from a hash of the name instead of at random: the same profile gives the same SVG.
     options.hash = true;
     let mut svg = Vec::new();

@@ -35,7 +35,7 @@ pub use otlp::OtlpContext;
 pub use processes::{ProcessRow, ProcessRun, Processes};
 pub use meta::{MetaAction, MetaBlock, MetaFunction, MetaPoint, MetaProbe, MetaScript, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
-pub use export::{chrome_trace, flamegraph_svg, folded, ChromeEvent, ChromeTrace, ExportError, Weight};
+pub use export::{chrome_trace, flamegraph_svg, folded, folded_svg, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use pprof::{lock_pprof, pprof, LockProfile, SiteFrame};
 pub use report::{Edge, FunctionCount, Profile, SwitchSummary, ThreadSummary, TimingSummary};
 pub use timing::{BudgetUse, Sampling};

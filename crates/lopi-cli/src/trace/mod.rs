@@ -63,7 +63,7 @@ impl std::fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 /// The program's path as `exec` would find it.
-fn find_program(program: &OsString) -> Result<PathBuf> {
+pub(crate) fn find_program(program: &OsString) -> Result<PathBuf> {
     let given = Path::new(program);
     if given.components().count() > 1 {
         return Ok(given.to_path_buf());
@@ -140,8 +140,23 @@ pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<St
     module.functions.iter().filter(|f| probed::counted_by_probes(spec, f) && !probed::named_by_points(spec, None, f)).map(|f| f.name.clone()).collect()
 }
 
-/// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
+/// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`: exits as the program did.
 pub fn run(request: Request) -> Result<()> {
+    match trace(request)? {
+        Some(ended) => live::exit_like(ended.status, &ended.blocked),
+        None => Ok(()),
+    }
+}
+
+/// How a program lopi started ended: its status, and the signals lopi blocked while it ran
+/// (for [`live::exit_like`]).
+pub struct Ended {
+    pub status: std::process::ExitStatus,
+    pub blocked: nix::sys::signal::SigSet,
+}
+
+/// Traces the program or process of `request`; how the program ended, if lopi started it.
+pub fn trace(request: Request) -> Result<Option<Ended>> {
     let path = match (request.pid, request.command.first()) {
         (Some(pid), _) => {
             lopi_live::preflight(pid)?;
@@ -244,7 +259,8 @@ pub fn run(request: Request) -> Result<()> {
             }
         }
         finish(&mut session)?;
-        return tidy(&attached.output, keep);
+        tidy(&attached.output, keep)?;
+        return Ok(None);
     }
     let mut launched = live::launch(&probes, &request.command, None, true, &check)?;
     let (symbols, data) = start(&launched.installation, &launched.output, launched.child.id() as i32)?;
@@ -261,7 +277,7 @@ pub fn run(request: Request) -> Result<()> {
     launched.finish();
     finish(&mut session)?;
     tidy(&launched.output, keep)?;
-    live::exit_like(status, &launched.blocked)
+    Ok(Some(Ended { status, blocked: launched.blocked }))
 }
 
 /// `lopi report DATA --script`: what a rewritten program's script (`lopi rewrite --script`)

@@ -1,16 +1,21 @@
 //! `pystack`: the Python frames of the running thread, innermost first, each its code object's
-//! address tagged [`PY_FRAME`]; the code object's names go into the thread's table once, for
-//! the host to print. Every read of the interpreter's memory goes through `process_vm_readv`:
-//! a sample can land while CPython links or frees a frame, and a bad pointer then reads
-//! nothing instead of faulting.
+//! address tagged [`PY_FRAME`] and with a hash of its names; the code object's names go into
+//! the thread's table once, for the host to print. Every read of the interpreter's memory goes
+//! through `process_vm_readv`: a sample can land while CPython links or frees a frame, and a
+//! bad pointer then reads nothing instead of faulting.
 use super::helpers::{env, read_program, Env};
-use crate::abi::python::{cpython311 as py, PyCodeName, PY_CODES, PY_FILE_LEN, PY_FRAME, PY_NAME_LEN};
+use crate::abi::python::{cpython311 as py, py_code_tag, PyCodeName, PY_CODES, PY_FILE_LEN, PY_FRAME, PY_NAME_LEN};
 use crate::abi::script::{ScriptCtx, STACK_FRAMES};
+use crate::base::sys;
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
 
 /// Threads of the interpreter looked at before giving up on finding the running one.
 const MAX_THREADS: usize = 256;
+/// Code objects read by one system call.
+const BATCH: usize = 16;
+/// The bytes of a code object read: `co_firstlineno` to `co_qualname`.
+const CODE_SPAN: u64 = py::CODE_QUALNAME + 8 - py::CODE_FIRSTLINENO;
 
 pub(super) extern "sysv64" fn pystack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64 {
     // SAFETY: `dst` has room for `depth` frames (at most `STACK_FRAMES`); the environment is
@@ -24,6 +29,7 @@ pub(super) extern "sysv64" fn pystack(ctx: *mut ScriptCtx, dst: *mut u64, depth:
         let Some(tstate) = own_thread_state(e, runtime) else { return 0 };
         let depth = depth.min(STACK_FRAMES as u64) as usize;
         let Some(cframe) = word(e, tstate + py::TSTATE_CFRAME) else { return 0 };
+        // The code objects first, then their names a batch at a time.
         let mut frame = word(e, cframe + py::CFRAME_CURRENT_FRAME).unwrap_or(0);
         let mut n = 0;
         while n < depth && frame != 0 {
@@ -34,15 +40,52 @@ pub(super) extern "sysv64" fn pystack(ctx: *mut ScriptCtx, dst: *mut u64, depth:
             }
             let w = words.as_ptr() as *const u64;
             let (code, previous) = (read_volatile(w), read_volatile(w.add(2)));
-            if code == 0 || code & PY_FRAME != 0 {
+            if code == 0 || code >> crate::abi::python::PY_CODE_BITS != 0 {
                 break;
             }
-            name_code(e, code);
-            write_volatile(dst.add(n), PY_FRAME | code);
+            write_volatile(dst.add(n), code);
             n += 1;
             frame = previous;
         }
+        let mut at = 0;
+        while at < n {
+            let batch = (n - at).min(BATCH);
+            name_batch(e, dst.add(at), batch);
+            at += batch;
+        }
         n as u64
+    }
+}
+
+/// Turns `n` code object addresses at `codes` into frame words, reading their names' objects
+/// and first lines with one system call, and names those the thread's table lacks. A code
+/// object that cannot be read stays a bare address.
+unsafe fn name_batch(e: &Env, codes: *mut u64, n: usize) {
+    // SAFETY: `codes` has `n` words, at most `BATCH`; the iovecs and spans are on this stack.
+    unsafe {
+        let mut spans = core::mem::MaybeUninit::<[[u64; CODE_SPAN as usize / 8]; BATCH]>::uninit();
+        let mut local = core::mem::MaybeUninit::<[[u64; 2]; BATCH]>::uninit();
+        let mut remote = core::mem::MaybeUninit::<[[u64; 2]; BATCH]>::uninit();
+        let (spans, local, remote) = (spans.as_mut_ptr() as *mut [u64; CODE_SPAN as usize / 8], local.as_mut_ptr() as *mut [u64; 2], remote.as_mut_ptr() as *mut [u64; 2]);
+        for i in 0..n {
+            write_volatile(local.add(i), [spans.add(i) as u64, CODE_SPAN]);
+            write_volatile(remote.add(i), [read_volatile(codes.add(i)) + py::CODE_FIRSTLINENO, CODE_SPAN]);
+        }
+        let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local as usize, n, remote as usize, n, 0);
+        // Whole spans only: the kernel stops at the first that fails.
+        let whole = (got.max(0) as u64 / CODE_SPAN) as usize;
+        for i in 0..n.min(whole) {
+            let span = spans.add(i) as *const u64;
+            let field = |offset: u64| read_volatile(span.add(((offset - py::CODE_FIRSTLINENO) / 8) as usize));
+            let line = field(py::CODE_FIRSTLINENO) as u32;
+            let (filename, qualname) = (field(py::CODE_FILENAME), field(py::CODE_QUALNAME));
+            let code = read_volatile(codes.add(i)) | py_code_tag(qualname, filename, line);
+            name_code(e, code, line, qualname, filename);
+            write_volatile(codes.add(i), PY_FRAME | code);
+        }
+        for i in whole..n {
+            write_volatile(codes.add(i), PY_FRAME | read_volatile(codes.add(i)));
+        }
     }
 }
 
@@ -77,8 +120,9 @@ unsafe fn word(e: &Env, addr: u64) -> Option<u64> {
     (got == 8).then_some(w)
 }
 
-/// Puts `code`'s names in the thread's table, unless they are there or it is full.
-unsafe fn name_code(e: &Env, code: u64) {
+/// Puts the names of `code` (a frame word less `PY_FRAME`) in the thread's table, unless they
+/// are there or it is full.
+unsafe fn name_code(e: &Env, code: u64, line: u32, qualname: u64, filename: u64) {
     // SAFETY: the table is `PY_CODES` entries at `py_codes` in the thread's area, which only
     // this thread writes.
     unsafe {
@@ -87,10 +131,9 @@ unsafe fn name_code(e: &Env, code: u64) {
             return;
         }
         let table = (e.area as u64 + at) as *mut PyCodeName;
-        let mut slot = (code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize % PY_CODES;
+        let mut slot = code.wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize % PY_CODES;
         for _ in 0..PY_CODES {
-            let entry = table.add(slot);
-            match read_volatile(&(*entry).code) {
+            match read_volatile(&(*table.add(slot)).code) {
                 0 => break,
                 c if c == code => return,
                 _ => slot = (slot + 1) % PY_CODES,
@@ -100,16 +143,8 @@ unsafe fn name_code(e: &Env, code: u64) {
         if read_volatile(&(*entry).code) != 0 {
             return;
         }
-        let mut line = 0u32;
-        read_program(e, code + py::CODE_FIRSTLINENO, &mut line as *mut u32 as *mut u8, 4);
-        let name_len = match word(e, code + py::CODE_QUALNAME) {
-            Some(s) => text(e, s, (&raw mut (*entry).name) as *mut u8, PY_NAME_LEN),
-            None => 0,
-        };
-        let file_len = match word(e, code + py::CODE_FILENAME) {
-            Some(s) => text(e, s, (&raw mut (*entry).file) as *mut u8, PY_FILE_LEN),
-            None => 0,
-        };
+        let name_len = text(e, qualname, (&raw mut (*entry).name) as *mut u8, PY_NAME_LEN);
+        let file_len = text(e, filename, (&raw mut (*entry).file) as *mut u8, PY_FILE_LEN);
         write_volatile(&raw mut (*entry).line, line);
         write_volatile(&raw mut (*entry).name_len, name_len as u16);
         write_volatile(&raw mut (*entry).file_len, file_len as u16);
@@ -125,7 +160,7 @@ unsafe fn text(e: &Env, s: u64, dst: *mut u8, cap: usize) -> usize {
     // SAFETY: reads through `read_program`, into `dst`'s `cap` bytes.
     unsafe {
         let mut head = core::mem::MaybeUninit::<[u64; 8]>::uninit();
-        if read_program(e, s, head.as_mut_ptr() as *mut u8, 64) != 64 {
+        if s == 0 || read_program(e, s, head.as_mut_ptr() as *mut u8, 64) != 64 {
             return 0;
         }
         let w = head.as_ptr() as *const u64;
