@@ -25,6 +25,11 @@ pub fn py_code_tag(qualname: u64, filename: u64, line: u32) -> u64 {
 /// `Py_Version`'s major and minor bytes (`PY_VERSION_HEX >> 16`) `pystack` reads.
 pub const PY_VERSION_MAJOR_MINOR: u64 = 0x030b;
 
+/// Set in `pystack`'s depth argument at CPython's own markers (provider `python`), which fire in
+/// the interpreter with the GIL held: the running thread's state is then `_PyRuntime`'s
+/// current one and its frames whole, so they are read with plain loads, without a system call.
+pub const PYSTACK_GIL_HELD: u64 = 1 << 16;
+
 /// Code objects a thread's table names; a frame of one more prints as its address.
 pub const PY_CODES: usize = 1024;
 /// Bytes of a name, and of a file name, kept (longer ones are cut).
@@ -57,6 +62,8 @@ const _: () = {
 pub mod cpython311 {
     /// `_PyRuntime.interpreters.head`.
     pub const RUNTIME_INTERPRETERS_HEAD: u64 = 40;
+    /// `_PyRuntime.gilstate.tstate_current`: the state of the thread holding the GIL.
+    pub const RUNTIME_TSTATE_CURRENT: u64 = 576;
     /// `PyInterpreterState.threads.head`.
     pub const INTERP_THREADS_HEAD: u64 = 16;
     /// `PyThreadState.next`, `.cframe` and `.thread_id` (its `pthread_self()`).

@@ -81,12 +81,13 @@ fn hash(key: &[u8]) -> u32 {
     let mut h: u64 = 0x243f_6a88_85a3_08d3 ^ key.len() as u64;
     let mut step = |w: u64| h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
     let words = key.len() / 8;
-    for i in 0..words {
-        let mut w = [0u8; 8];
-        if let Some(bytes) = key.get(8 * i..8 * i + 8) {
-            w.copy_from_slice(bytes);
+    for (i, w) in key.chunks_exact(8).enumerate() {
+        // A stack key is mostly zero words (its unused frames): those are skipped, and the
+        // others mixed with their place.
+        let w = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        if w != 0 {
+            step(w ^ (i as u64).wrapping_mul(0xff51_afd7_ed55_8ccd));
         }
-        step(u64::from_le_bytes(w));
     }
     let mut tail = 0u64;
     for (i, &b) in key.iter().enumerate().skip(8 * words) {
@@ -100,15 +101,10 @@ fn hash(key: &[u8]) -> u32 {
 /// more than the hash; the runtime has no `memcmp`).
 #[inline(always)]
 fn same(a: &[u8], b: &[u8]) -> bool {
-    let word = |s: &[u8], i: usize| {
-        let mut w = [0u8; 8];
-        if let Some(bytes) = s.get(8 * i..8 * i + 8) {
-            w.copy_from_slice(bytes);
-        }
-        u64::from_le_bytes(w)
-    };
-    let words = a.len() / 8;
-    a.len() == b.len() && (0..words).all(|i| word(a, i) == word(b, i)) && a.iter().zip(b).skip(8 * words).all(|(x, y)| x == y)
+    let word = |w: &[u8]| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tails_equal = wa.remainder().iter().zip(wb.remainder()).all(|(x, y)| x == y);
+    a.len() == b.len() && wa.zip(wb).all(|(x, y)| word(x) == word(y)) && tails_equal
 }
 
 /// The header's shape, if the table is as large as it says.

@@ -188,8 +188,9 @@ pub enum ExprKind {
     /// `str(ptr)` / `str(ptr, len)`: at most [`Program::str_size`] bytes of the traced program.
     ReadStr { ptr: Box<Expr>, len: Option<Box<Expr>> },
     Ustack { depth: u8 },
-    /// `pystack(n)`: frames tagged `lopi_rt_abi::python::PY_FRAME`.
-    Pystack { depth: u8 },
+    /// `pystack(n)`: frames tagged `lopi_rt_abi::python::PY_FRAME`; `gil_held` at CPython's own
+    /// markers only (`lopi_rt_abi::python::PYSTACK_GIL_HELD`).
+    Pystack { depth: u8, gil_held: bool },
     Unary { op: UnOp, expr: Box<Expr> },
     /// `==`/`!=` compare strings when both sides are `Str`.
     Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },

@@ -273,9 +273,13 @@ fn stacks_as_keys_and_locals() {
 fn stacks_without_brackets_are_whole_depth() {
     let p = compile("func:foo { @u[ustack] = count(); @p[pystack] = count(); print(pystack(3)); }");
     assert!(matches!(&p.probes[0].body[0], Stmt::Aggregate { keys, .. } if keys[0].kind == ExprKind::Ustack { depth: 127 }));
-    assert!(matches!(&p.probes[0].body[1], Stmt::Aggregate { keys, .. } if keys[0].kind == ExprKind::Pystack { depth: 127 }));
-    assert!(matches!(&p.probes[0].body[2], Stmt::Print(e) if e.kind == ExprKind::Pystack { depth: 3 }));
+    assert!(matches!(&p.probes[0].body[1], Stmt::Aggregate { keys, .. } if keys[0].kind == ExprKind::Pystack { depth: 127, gil_held: false }));
+    assert!(matches!(&p.probes[0].body[2], Stmt::Print(e) if e.kind == ExprKind::Pystack { depth: 3, gil_held: false }));
     assert!(p.needs().pystack);
+    // At CPython's own markers the interpreter holds the GIL: its frames are read directly.
+    let p = compile("usdt:./python:python:function__return { @[pystack(1)] = count(); } profile:hz:99 { @s[pystack(1)] = count(); }");
+    assert!(matches!(&p.probes[0].body[0], Stmt::Aggregate { keys, .. } if keys[0].kind == ExprKind::Pystack { depth: 1, gil_held: true }));
+    assert!(matches!(&p.probes[1].body[0], Stmt::Aggregate { keys, .. } if keys[0].kind == ExprKind::Pystack { depth: 1, gil_held: false }));
     assert!(!named("ustack_keys").needs().pystack);
 }
 

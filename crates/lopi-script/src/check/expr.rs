@@ -4,7 +4,7 @@
 use super::Checker;
 use crate::ast::{self, BinOp, Callee, UnOp};
 use crate::diag::{Issue, Span};
-use crate::ir::{Expr, ExprKind, MapId, Type};
+use crate::ir::{Expr, ExprKind, MapId, Point, Type};
 use crate::limits::MAX_USTACK;
 
 /// The value of an integer literal, negated or not.
@@ -121,7 +121,8 @@ impl Checker<'_> {
                         return None;
                     }
                 };
-                Some((Type::Stack, if callee == Callee::Ustack { ExprKind::Ustack { depth } } else { ExprKind::Pystack { depth } }))
+                let gil_held = !self.points.is_empty() && self.points.iter().all(|p| matches!(p, Point::Usdt { provider: Some(provider), .. } if provider == "python"));
+                Some((Type::Stack, if callee == Callee::Ustack { ExprKind::Ustack { depth } } else { ExprKind::Pystack { depth, gil_held } }))
             }
             Callee::Str => {
                 if !(1..=2).contains(&args.len()) {

@@ -88,13 +88,17 @@ impl Gen<'_> {
     /// Evaluates a `stack` expression: `rax` = the address of its [`StackValue`].
     pub fn stack(&mut self, expr: &Expr) -> Result {
         match &expr.kind {
-            ExprKind::Ustack { depth } | ExprKind::Pystack { depth } => {
-                let helper = if matches!(expr.kind, ExprKind::Ustack { .. }) { Helper::Ustack } else { Helper::Pystack };
+            ExprKind::Ustack { depth } | ExprKind::Pystack { depth, .. } => {
+                let (helper, flags) = match expr.kind {
+                    ExprKind::Pystack { gil_held: true, .. } => (Helper::Pystack, lopi_rt_abi::python::PYSTACK_GIL_HELD as i64),
+                    ExprKind::Pystack { .. } => (Helper::Pystack, 0),
+                    _ => (Helper::Ustack, 0),
+                };
                 let buffer = self.frame.alloc(size_of::<StackValue>());
                 self.zero(buffer, size_of::<StackValue>())?;
                 self.frame_addr(rsi, buffer + offset_of!(StackValue, frames))?;
                 let depth = i64::from(*depth).min(STACK_FRAMES as i64);
-                self.imm(rdx, depth)?;
+                self.imm(rdx, depth | flags)?;
                 self.call(helper)?;
                 // The frame count is the helper's word, but never past the room it was given.
                 self.imm(rcx, depth)?;

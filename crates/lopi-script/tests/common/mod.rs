@@ -33,10 +33,15 @@ impl Resolver for TestResolver {
         SYSCALLS.iter().filter(|n| glob_match(glob, n)).count()
     }
 
-    /// The program (`./prog`) has `myprov:tick` and `myprov:tock`.
+    /// The program (`./prog`) has `myprov:tick` and `myprov:tock`; `./python`, CPython's
+    /// `python:function__entry` and `python:function__return`.
     fn markers_matching(&self, lib: &str, provider: Option<&str>, name: &str) -> usize {
-        let of_provider = provider.is_none_or(|p| glob_match(p, "myprov"));
-        if lib != "./prog" || !of_provider { 0 } else { ["tick", "tock"].iter().filter(|n| glob_match(name, n)).count() }
+        let (of, names): (&str, &[&str]) = match lib {
+            "./prog" => ("myprov", &["tick", "tock"]),
+            "./python" => ("python", &["function__entry", "function__return"]),
+            _ => return 0,
+        };
+        if provider.is_some_and(|p| !glob_match(p, of)) { 0 } else { names.iter().filter(|n| glob_match(name, n)).count() }
     }
 }
 

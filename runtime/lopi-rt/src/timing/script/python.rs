@@ -4,7 +4,7 @@
 //! through `process_vm_readv`: a sample can land while CPython links or frees a frame, and a
 //! bad pointer then reads nothing instead of faulting.
 use super::helpers::{env, read_program, Env};
-use crate::abi::python::{cpython311 as py, py_code_tag, PyCodeName, PY_CODES, PY_FILE_LEN, PY_FRAME, PY_NAME_LEN};
+use crate::abi::python::{cpython311 as py, py_code_tag, PyCodeName, PYSTACK_GIL_HELD, PY_CODES, PY_CODE_BITS, PY_FILE_LEN, PY_FRAME, PY_NAME_LEN};
 use crate::abi::script::{ScriptCtx, STACK_FRAMES};
 use crate::base::sys;
 use core::arch::asm;
@@ -26,8 +26,12 @@ pub(super) extern "sysv64" fn pystack(ctx: *mut ScriptCtx, dst: *mut u64, depth:
         if runtime == 0 {
             return 0;
         }
+        let gil_held = depth & PYSTACK_GIL_HELD != 0;
+        let depth = (depth & (PYSTACK_GIL_HELD - 1)).min(STACK_FRAMES as u64) as usize;
+        if gil_held {
+            return held_frames(e, runtime, dst, depth) as u64;
+        }
         let Some(tstate) = own_thread_state(e, runtime) else { return 0 };
-        let depth = depth.min(STACK_FRAMES as u64) as usize;
         let Some(cframe) = word(e, tstate + py::TSTATE_CFRAME) else { return 0 };
         // The code objects first, then their names a batch at a time.
         let mut frame = word(e, cframe + py::CFRAME_CURRENT_FRAME).unwrap_or(0);
@@ -40,7 +44,7 @@ pub(super) extern "sysv64" fn pystack(ctx: *mut ScriptCtx, dst: *mut u64, depth:
             }
             let w = words.as_ptr() as *const u64;
             let (code, previous) = (read_volatile(w), read_volatile(w.add(2)));
-            if code == 0 || code >> crate::abi::python::PY_CODE_BITS != 0 {
+            if code == 0 || code >> PY_CODE_BITS != 0 {
                 break;
             }
             write_volatile(dst.add(n), code);
@@ -54,6 +58,39 @@ pub(super) extern "sysv64" fn pystack(ctx: *mut ScriptCtx, dst: *mut u64, depth:
             at += batch;
         }
         n as u64
+    }
+}
+
+/// The frames of the thread holding the GIL, which the caller is (a marker of CPython's own):
+/// its state and frames are whole and stay so while it runs the probe, so plain loads read
+/// them. Only a code object's names, on its first sight, cost system calls.
+unsafe fn held_frames(e: &Env, runtime: u64, dst: *mut u64, depth: usize) -> usize {
+    // SAFETY: `_PyRuntime` is the interpreter's static state; the thread state, its `_PyCFrame`
+    // and the frames on its `previous` chain are the calling thread's own, initialised before
+    // CPython links them; a frame holds a strong reference to its code object.
+    unsafe {
+        let load = |addr: u64| read_volatile(addr as *const u64);
+        let tstate = load(runtime + py::RUNTIME_TSTATE_CURRENT);
+        if tstate == 0 {
+            return 0;
+        }
+        let cframe = load(tstate + py::TSTATE_CFRAME);
+        let mut frame = if cframe == 0 { 0 } else { load(cframe + py::CFRAME_CURRENT_FRAME) };
+        let mut n = 0;
+        while n < depth && frame != 0 {
+            let code = load(frame + py::FRAME_CODE);
+            if code == 0 || code >> PY_CODE_BITS != 0 {
+                break;
+            }
+            let line = read_volatile((code + py::CODE_FIRSTLINENO) as *const u32);
+            let (filename, qualname) = (load(code + py::CODE_FILENAME), load(code + py::CODE_QUALNAME));
+            let word = code | py_code_tag(qualname, filename, line);
+            name_code(e, word, line, qualname, filename);
+            write_volatile(dst.add(n), PY_FRAME | word);
+            n += 1;
+            frame = load(frame + py::FRAME_PREVIOUS);
+        }
+        n
     }
 }
 
