@@ -147,7 +147,7 @@ pub fn area_layout(spec: &ScriptSpec) -> AreaLayout {
     let tables = (0..program.maps.len())
         .map(|i| {
             let map = &program.maps[i];
-            let key_size = codegen::abi::key_size(&map.keys, program.str_size) as u32;
+            let key_size = codegen::abi::key_size(map, program.str_size) as u32;
             let slot_size = codegen::abi::slot_size(map.value, program.str_size) as u32;
             let max_entries = max_entries(program, i);
             let shape = TableShape { key_size, slot_size, max_entries, _pad: 0, offset: at };

@@ -108,8 +108,11 @@ impl Run<'_> {
         }
     }
 
-    fn key(&mut self, keys: &[Expr]) -> Vec<u8> {
-        keys.iter().flat_map(|k| self.expr(k).bytes()).collect()
+    /// The packed key of `map` (a stack part cut to the frames the map keeps).
+    fn key(&mut self, map: MapId, keys: &[Expr]) -> Vec<u8> {
+        let m = self.program.map(map);
+        let parts: Vec<usize> = (0..keys.len()).map(|i| abi::key_part_size(m, i, self.program.str_size)).collect();
+        keys.iter().zip(parts).flat_map(|(k, part)| self.expr(k).bytes().into_iter().take(part)).collect()
     }
 
     fn stmt(&mut self, stmt: &Stmt) {
@@ -123,7 +126,7 @@ impl Run<'_> {
                 self.locals[local.0] = value;
             }
             Stmt::SetMap { map, keys, op, value } => {
-                let key = self.key(keys);
+                let key = self.key(*map, keys);
                 let value = self.expr(value);
                 let value = match op {
                     Some(op) => {
@@ -139,7 +142,7 @@ impl Run<'_> {
                 }
             }
             Stmt::Aggregate { map, keys, value } => {
-                let key = self.key(keys);
+                let key = self.key(*map, keys);
                 let value = value.as_ref().map_or(0, |v| self.expr(v).int());
                 let ValueKind::Agg(kind) = self.program.map(*map).value else { return };
                 if let Some(slot) = self.host.slot(*map, &key) {
@@ -151,7 +154,7 @@ impl Run<'_> {
                 None => self.stmts(els),
             },
             Stmt::Delete { map, keys } => {
-                let key = self.key(keys);
+                let key = self.key(*map, keys);
                 self.host.delete(*map, &key);
             }
             Stmt::Clear(map) => self.host.clear(*map),
@@ -200,7 +203,7 @@ impl Run<'_> {
             ExprKind::Builtin(b) => Value::Int(self.host.int_builtin(*b)),
             ExprKind::Local(id) => self.locals[id.0].clone(),
             ExprKind::Map { map, keys } => {
-                let key = self.key(keys);
+                let key = self.key(*map, keys);
                 match (self.host.value(*map, &key), expr.ty) {
                     (Some(slot), Type::Int) => Value::Int(word(&slot, 0)),
                     (Some(slot), _) => string(self.program, &slot),

@@ -96,6 +96,9 @@ pub struct Map {
     pub value: ValueKind,
     /// Bound on live keys.
     pub max_entries: u32,
+    /// Per part of the key, the frames a stack part keeps (0 for other parts): see
+    /// `codegen::abi::key_size`.
+    pub key_frames: Vec<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

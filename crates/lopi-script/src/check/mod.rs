@@ -54,7 +54,7 @@ pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagno
     let mut maps = Vec::new();
     for info in round.maps {
         match (info.keys, info.value) {
-            (Some((keys, _)), Some((value, _))) => maps.push(ir::Map { name: info.name, keys, value, max_entries: DEFAULT_MAX_ENTRIES }),
+            (Some((keys, _)), Some((value, _))) => maps.push(ir::Map { name: info.name, keys, value, max_entries: DEFAULT_MAX_ENTRIES, key_frames: Vec::new() }),
             _ if issues.is_empty() => issues.push(Issue::new(info.first, format!("the type of map `@{}` could not be inferred", info.name))),
             _ => {}
         }
@@ -62,7 +62,12 @@ pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagno
     if !issues.is_empty() {
         return Err(diagnostics(issues, &script.source));
     }
-    Ok(Program { maps, probes: round.probes, strings: round.strings, formats: round.formats, str_size: DEFAULT_STR_SIZE })
+    let mut program = Program { maps, probes: round.probes, strings: round.strings, formats: round.formats, str_size: DEFAULT_STR_SIZE };
+    let key_frames = crate::stack_keys::key_frames(&program);
+    for (map, frames) in program.maps.iter_mut().zip(key_frames) {
+        map.key_frames = frames;
+    }
+    Ok(program)
 }
 
 /// A probe as it is checked and compiled: a probe of the script with all its points, or with

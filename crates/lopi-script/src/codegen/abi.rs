@@ -43,11 +43,20 @@ pub fn value_size(ty: Type, str_size: usize) -> usize {
     }
 }
 
-/// Bytes of a key of a map keyed by `keys`: the elements' values one after the other, with no
-/// padding ([`value_size`] each: an `i64`, `str_size` bytes, a [`StackValue`]). A map without
-/// keys has the empty key.
-pub fn key_size(keys: &[Type], str_size: usize) -> usize {
-    keys.iter().map(|&ty| value_size(ty, str_size)).sum()
+/// Bytes of a key of `map`: its parts' values one after the other, with no padding
+/// ([`key_part_size`] each). A map without keys has the empty key.
+pub fn key_size(map: &crate::ir::Map, str_size: usize) -> usize {
+    (0..map.keys.len()).map(|i| key_part_size(map, i, str_size)).sum()
+}
+
+/// Bytes of part `i` of `map`'s key: an `i64`, `str_size` bytes, or a stack's frame count and
+/// the frames the map keeps there ([`crate::ir::Map::key_frames`]), the first words of its
+/// [`StackValue`].
+pub fn key_part_size(map: &crate::ir::Map, i: usize, str_size: usize) -> usize {
+    match map.keys[i] {
+        Type::Stack => 8 * (1 + usize::from(map.key_frames.get(i).copied().unwrap_or(STACK_FRAMES as u8)).min(STACK_FRAMES)),
+        ty => value_size(ty, str_size),
+    }
 }
 
 #[cfg(test)]
@@ -77,7 +86,9 @@ mod tests {
 
     #[test]
     fn keys_are_packed() {
-        assert_eq!(key_size(&[], 64), 0);
-        assert_eq!(key_size(&[Type::Int, Type::Str, Type::Stack], 16), 8 + 16 + 1024);
+        let map = |keys: &[Type], key_frames: &[u8]| crate::ir::Map { name: String::new(), keys: keys.to_vec(), value: ValueKind::Agg(AggKind::Count), max_entries: 1, key_frames: key_frames.to_vec() };
+        assert_eq!(key_size(&map(&[], &[]), 64), 0);
+        assert_eq!(key_size(&map(&[Type::Int, Type::Str, Type::Stack], &[0, 0, 127]), 16), 8 + 16 + 1024);
+        assert_eq!(key_size(&map(&[Type::Stack, Type::Int], &[2, 0]), 16), 24 + 8);
     }
 }

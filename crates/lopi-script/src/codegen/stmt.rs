@@ -61,7 +61,7 @@ impl Gen<'_> {
     /// Evaluates the keys and the value (kept in a temporary: the value, or the address of a
     /// string), then `r8` = the slot, skipping to `skip` when the map is full.
     fn slot_for(&mut self, map: MapId, keys: &[Expr], value: Option<&Expr>, skip: CodeLabel) -> Result<usize> {
-        let (key, len) = self.key(keys)?;
+        let (key, len) = self.key(map, keys)?;
         let held = self.frame.alloc(8);
         if let Some(value) = value {
             self.value(value)?;

@@ -4,7 +4,7 @@
 //! a local, or a buffer of the frame it fills (a temporary the consumer releases once done
 //! with it). What comes from a map is copied out at once, as a later map update may move the
 //! slot it was read from.
-use super::abi::{key_size, value_size, StackValue, StrBuiltin, STACK_FRAMES};
+use super::abi::{key_part_size, key_size, StackValue, StrBuiltin, STACK_FRAMES};
 use super::func::{Gen, Helper, Result};
 use super::CodegenError;
 use crate::ir::{BinOp, Builtin, Expr, ExprKind, MapId, Type};
@@ -145,21 +145,23 @@ impl Gen<'_> {
 
     /// Builds the key of `keys` in a frame temporary: each element's value in turn, packed as
     /// [`key_size`] says. Returns its offset and length.
-    pub fn key(&mut self, keys: &[Expr]) -> Result<(usize, usize)> {
+    pub fn key(&mut self, map: MapId, keys: &[Expr]) -> Result<(usize, usize)> {
         let size = self.program.str_size;
-        let types: Vec<Type> = keys.iter().map(|k| k.ty).collect();
-        let len = key_size(&types, size);
+        let map = &self.program.maps[map.0];
+        let len = key_size(map, size);
+        let parts: Vec<usize> = (0..keys.len()).map(|i| key_part_size(map, i, size)).collect();
         let key = self.frame.alloc(len);
         let mut at = key;
-        for element in keys {
+        for (element, part) in keys.iter().zip(parts) {
             let mark = self.frame.mark();
             self.value(element)?;
             match element.ty {
                 Type::Int => self.asm.mov(self.frame_qword(at)?, rax)?,
-                ty => self.copy_to_frame(at, value_size(ty, size))?,
+                // A string whole; a stack's first words (its count, then the frames the map keeps).
+                _ => self.copy_to_frame(at, part)?,
             }
             self.frame.release(mark);
-            at += value_size(element.ty, size);
+            at += part;
         }
         Ok((key, len))
     }
@@ -167,7 +169,7 @@ impl Gen<'_> {
     /// Calls a map helper (`map_slot`, `map_lookup`, `map_delete`) on `map` with the key of
     /// `keys`; the key's temporary stays allocated.
     pub fn map_call(&mut self, helper: Helper, map: MapId, keys: &[Expr]) -> Result {
-        let (key, len) = self.key(keys)?;
+        let (key, len) = self.key(map, keys)?;
         self.imm(rsi, map.0 as i64)?;
         self.frame_addr(rdx, key)?;
         self.imm(rcx, len as i64)?;

@@ -16,14 +16,14 @@ pub enum Key {
 
 /// Splits `bytes`, a key of `map`, into its elements.
 pub(super) fn decode(map: &Map, str_size: usize, bytes: &[u8]) -> Result<Vec<Key>, OutputError> {
-    let expected = abi::key_size(&map.keys, str_size);
+    let expected = abi::key_size(map, str_size);
     if bytes.len() != expected {
         return Err(OutputError::KeyLength { map: map.name.clone(), expected, found: bytes.len() });
     }
     let mut rest = bytes;
     let mut key = Vec::with_capacity(map.keys.len());
-    for &ty in &map.keys {
-        let (value, tail) = rest.split_at(abi::value_size(ty, str_size));
+    for (i, &ty) in map.keys.iter().enumerate() {
+        let (value, tail) = rest.split_at(abi::key_part_size(map, i, str_size));
         rest = tail;
         key.push(match ty {
             Type::Int => Key::Int(le_i64(value)),

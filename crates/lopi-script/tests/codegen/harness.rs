@@ -87,6 +87,7 @@ pub struct Runtime {
     pub errors: Vec<String>,
     names: Vec<String>,
     key_sizes: Vec<usize>,
+    key_frames: Vec<Vec<u8>>,
     slot_sizes: Vec<usize>,
     formats: Vec<Vec<ConvKind>>,
     str_size: usize,
@@ -119,7 +120,8 @@ impl Runtime {
             printed: Vec::new(),
             errors: Vec::new(),
             names: program.maps.iter().map(|m| m.name.clone()).collect(),
-            key_sizes: program.maps.iter().map(|m| key_size(&m.keys, size)).collect(),
+            key_sizes: program.maps.iter().map(|m| key_size(m, size)).collect(),
+            key_frames: program.maps.iter().map(|m| m.key_frames.clone()).collect(),
             slot_sizes: program.maps.iter().map(|m| slot_size(m.value, size)).collect(),
             formats,
             str_size: size,
@@ -130,16 +132,17 @@ impl Runtime {
         self.names.iter().position(|n| n == name).unwrap_or_else(|| panic!("no map @{name}")) as u64
     }
 
-    /// A key as the ABI encodes it.
-    pub fn key(&self, parts: &[K]) -> Vec<u8> {
+    /// A key of map `map` as the ABI encodes it.
+    pub fn key(&self, map: u64, parts: &[K]) -> Vec<u8> {
         let mut key = Vec::new();
-        for part in parts {
+        for (i, part) in parts.iter().enumerate() {
             match part {
                 K::Int(v) => key.extend(v.to_le_bytes()),
                 K::Str(text) => key.extend(self.str_bytes(text)),
                 K::Stack(frames) => {
                     key.extend((frames.len() as u64).to_le_bytes());
-                    (0..STACK_FRAMES).for_each(|i| key.extend(frames.get(i).copied().unwrap_or(0).to_le_bytes()));
+                    let kept = self.key_frames[map as usize].get(i).map_or(STACK_FRAMES, |&n| usize::from(n));
+                    (0..kept).for_each(|i| key.extend(frames.get(i).copied().unwrap_or(0).to_le_bytes()));
                 }
             }
         }
@@ -155,7 +158,7 @@ impl Runtime {
 
     /// The slot of `@name[parts]`, if present.
     pub fn slot(&self, name: &str, parts: &[K]) -> Option<&[u8]> {
-        self.maps.get(&(self.map_id(name), self.key(parts))).map(|b| &b[..])
+        self.maps.get(&(self.map_id(name), self.key(self.map_id(name), parts))).map(|b| &b[..])
     }
 
     /// The `i64`s of that slot.

@@ -8,7 +8,7 @@ use std::mem::{offset_of, size_of};
 pub const STR: usize = 16;
 
 pub fn map(name: &str, keys: &[Type], value: ValueKind) -> Map {
-    Map { name: name.to_string(), keys: keys.to_vec(), value, max_entries: 100 }
+    Map { name: name.to_string(), keys: keys.to_vec(), value, max_entries: 100, key_frames: keys.iter().map(|&t| if t == Type::Stack { 127 } else { 0 }).collect() }
 }
 
 pub fn agg(name: &str, keys: &[Type], kind: AggKind) -> Map {
