@@ -273,8 +273,14 @@ pub(crate) enum Command {
         /// Most distinct stacks kept per thread (more are dropped and counted).
         #[arg(long, value_name = "N")]
         max_entries: Option<u32>,
+        /// Profile this running Python process instead (its probes are taken out at the end).
+        #[arg(short, long, conflicts_with = "command")]
+        pid: Option<i32>,
+        /// With -p: stop after this long (10s, 500ms, 2m), else on Ctrl-C.
+        #[arg(long, value_parser = live::parse_duration, requires = "pid")]
+        duration: Option<std::time::Duration>,
         /// The interpreter and its arguments (after `--`).
-        #[arg(last = true, required = true, value_name = "PROG ARGS")]
+        #[arg(last = true, required_unless_present = "pid", value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
     },
     /// Run PROG natively and under an emulated kernel (a giant lock around every system call,

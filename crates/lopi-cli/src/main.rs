@@ -98,8 +98,8 @@ fn run(cli: Cli) -> Result<()> {
             };
             trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, pid, duration, record, command, cache })
         }
-        Command::Pyprofile { hz, calls, native, format, top, output, flamegraph, folded, max_entries, command } => {
-            pyprofile::run(pyprofile::Request { hz, calls, native, json: format == Format::Json, top, output, flamegraph, folded, max_entries, command, cache })
+        Command::Pyprofile { hz, calls, native, format, top, output, flamegraph, folded, max_entries, pid, duration, command } => {
+            pyprofile::run(pyprofile::Request { hz, calls, native, json: format == Format::Json, top, output, flamegraph, folded, max_entries, pid, duration, command, cache })
         }
         Command::Whatif { kernel, proxy_wait, cpus, runs, format, command } => {
             whatif::run(whatif::Request { kernel, proxy_wait, cpus, runs, json: format == Format::Json, command })

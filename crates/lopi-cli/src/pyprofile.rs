@@ -24,6 +24,9 @@ pub struct Request {
     pub flamegraph: Option<PathBuf>,
     pub folded: Option<PathBuf>,
     pub max_entries: Option<u32>,
+    /// A running process to profile instead of a command, for `duration` (else until Ctrl-C).
+    pub pid: Option<i32>,
+    pub duration: Option<std::time::Duration>,
     pub command: Vec<OsString>,
     pub cache: Option<lopi_cache::PlanCache>,
 }
@@ -53,11 +56,14 @@ pub struct Profile {
 }
 
 pub fn run(r: Request) -> Result<()> {
-    let Some(program) = r.command.first() else { bail!("lopi pyprofile needs a program: lopi pyprofile -- /usr/bin/python3.11 SCRIPT ARGS") };
     if r.hz == 0 || r.hz > 10_000 {
         bail!("--hz must be from 1 to 10000");
     }
-    let program = trace::find_program(program)?;
+    let program = match (r.pid, r.command.first()) {
+        (Some(pid), _) => std::fs::read_link(format!("/proc/{pid}/exe")).with_context(|| format!("finding the program of process {pid}"))?,
+        (None, Some(program)) => trace::find_program(program)?,
+        (None, None) => bail!("lopi pyprofile needs a program or a process: lopi pyprofile -- /usr/bin/python3.11 SCRIPT ARGS, or lopi pyprofile -p PID"),
+    };
     let program = std::fs::canonicalize(&program).unwrap_or(program);
     let stack = if r.native { "pystack, ustack(1)" } else { "pystack" };
     let mut script = format!("profile:hz:{} {{ @stacks[{stack}] = count(); }}\n", r.hz);
@@ -66,15 +72,17 @@ pub fn run(r: Request) -> Result<()> {
     }
     let maps_file = TempFile(std::env::temp_dir().join(format!("lopi-pyprofile-{}.json", std::process::id())));
     let mut command = r.command.clone();
-    command[0] = program.clone().into_os_string();
+    if let Some(first) = command.first_mut() {
+        *first = program.clone().into_os_string();
+    }
     let ended = trace::trace(trace::Request {
         source: script,
         source_name: "lopi pyprofile".to_string(),
         json: true,
         output: Some(maps_file.0.clone()),
         max_entries: r.max_entries,
-        pid: None,
-        duration: None,
+        pid: r.pid,
+        duration: r.duration,
         record: None,
         command,
         cache: r.cache,
@@ -86,7 +94,10 @@ pub fn run(r: Request) -> Result<()> {
         std::fs::write(path, folded_text(&profile)).with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &r.flamegraph {
-        let title = format!("{} at {} Hz", command_line(&r.command), r.hz);
+        let title = match r.pid {
+            Some(pid) => format!("process {pid} at {} Hz", r.hz),
+            None => format!("{} at {} Hz", command_line(&r.command), r.hz),
+        };
         let svg = lopi_trace::folded_svg(&folded_text(&profile), &title, "samples")?;
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }

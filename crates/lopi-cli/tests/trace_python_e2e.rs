@@ -240,3 +240,51 @@ fn pyprofile_counts_calls_as_cprofile_does() {
     assert!(svg.starts_with("<?xml") && svg.contains("<svg") && svg.contains("at 199 Hz"), "{}", &svg[..svg.len().min(300)]);
     cleanup(&dir);
 }
+
+const SERVER: &str = r#"
+import sys, time
+
+def handle(n):
+    x = 0
+    for i in range(n):
+        x = (x * 31 + i) % 1000003
+    return x
+
+def serve():
+    print("ready", flush=True)
+    end = time.time() + 4
+    n = 0
+    while time.time() < end:
+        handle(20000)
+        n += 1
+    print("served", n, flush=True)
+
+serve()
+"#;
+
+/// `lopi pyprofile -p PID --duration 1s` profiles a running interpreter and leaves it as it
+/// was: the profile timer deleted and `SIGPROF`'s action put back at the detach (a timer left
+/// behind would kill it with its next signal), so it goes on serving and exits 0.
+#[test]
+fn pyprofile_attaches_to_a_running_interpreter_and_leaves_it_running() {
+    use std::io::{BufRead, BufReader};
+    let python = require_file("/usr/bin/python3.11", "python3.11");
+    let dir = fresh_dir("pyprofile-attach");
+    let work = dir.join("server.py");
+    std::fs::write(&work, SERVER).unwrap();
+    let mut server = Command::new(&python).arg(&work).stdout(std::process::Stdio::piped()).spawn().expect("python3.11");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let json = dir.join("profile.json");
+    let pid = server.id().to_string();
+    let out = run(Command::new(lopi_bin()).args(["pyprofile", "--calls", "--format", "json", "-o"]).arg(&json).args(["-p", &pid, "--duration", "1s"]), default_timeout()).expect("lopi pyprofile");
+    assert!(out.status.success(), "{}\n{}", out.describe_status(), out.stderr_str());
+    let status = server.wait().expect("the server's end");
+    let served = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(status.success() && served.starts_with("served "), "the server after the detach: {status:?} {served:?}\n{}", out.stderr_str());
+    let profile: Json = serde_json::from_str(&std::fs::read_to_string(&json).expect("the profile")).expect("JSON");
+    let handle = profile["functions"].as_array().expect("functions").iter().find(|f| f["function"].as_str().is_some_and(|n| n.starts_with("handle ("))).cloned().unwrap_or_default();
+    assert!(profile["samples"].as_u64().unwrap_or(0) > 50, "{profile}");
+    assert!(handle["self_percent"].as_f64().unwrap_or(0.0) > 80.0 && handle["calls"].as_u64().unwrap_or(0) > 50, "{profile}");
+    cleanup(&dir);
+}

@@ -356,6 +356,7 @@ impl Target {
     pub fn remove(&mut self, installation: &Installation) -> Result<Removal, LiveError> {
         let mut removal = Removal::default();
         self.stop_sampling_of(installation)?;
+        self.stop_profile_of(installation)?;
         for module in &installation.modules {
             let mut restore = Vec::new();
             for p in &module.patches {

@@ -1,6 +1,7 @@
-//! Sampled time at a detach: the threads' CPU-time timers deleted and the action of their
-//! signal (`SAMPLE_SIGNAL`, `SIGURG`) put back before the runtime's handler is unmapped, so
-//! that no signal reaches code that is gone.
+//! Sampled time and `profile:` points at a detach: the threads' CPU-time timers (the
+//! process's, for `profile:`) deleted and the action of their signal (`SAMPLE_SIGNAL`,
+//! `SIGURG`; `SIGPROF`) put back before the runtime's handler is unmapped, so that no signal
+//! reaches code that is gone; `SIGPROF`s that came while lopi held the threads are dropped.
 use crate::error::LiveError;
 use crate::glibc::LOPI_TCB_WORDS;
 use crate::install::Installation;
@@ -9,6 +10,7 @@ use lopi_rt_abi::{RuntimeVars, ThreadHeader, PAGE_SIZE, SAMPLE_SIGNAL, THREAD_MA
 use std::mem::offset_of;
 
 const SIG_IGN: u64 = 1;
+const SIGPROF: u64 = 27;
 
 impl Target {
     /// With sampled time in any timed module of `installation`: the signal ignored first
@@ -51,6 +53,30 @@ impl Target {
         };
         self.syscall(gadget, sys::RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), old, 0, 8, 0, 0])?;
         Ok(())
+    }
+
+    /// With `profile:` points in a module of `installation` whose runtime made the process's
+    /// timer: `SIGPROF` ignored (dropping a sample already pending), the timer deleted, and the
+    /// action the runtime replaced put back.
+    pub(crate) fn stop_profile_of(&mut self, installation: &Installation) -> Result<(), LiveError> {
+        let read = |at: u64| self.mem.read_u64(at).unwrap_or(0);
+        let Some(vars) = installation.modules.iter().map(|m| m.vars).find(|&v| read(v + offset_of!(RuntimeVars, profile_timer) as u64) != 0) else {
+            return Ok(());
+        };
+        let timer = read(vars + offset_of!(RuntimeVars, profile_timer) as u64) - 1;
+        self.with_gadget(|target, _, gadget| {
+            let leader = target.threads.leader();
+            let scratch = (target.threads.regs(leader)?.rsp - 1024) & !15;
+            let ignore: Vec<u8> = [SIG_IGN, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+            target.mem.write(scratch, &ignore).map_err(LiveError::io("writing a signal action into the process"))?;
+            target.syscall(gadget, sys::RT_SIGACTION, [SIGPROF, scratch, 0, 8, 0, 0])?;
+            target.syscall(gadget, sys::TIMER_DELETE, [timer, 0, 0, 0, 0, 0])?;
+            target.syscall(gadget, sys::RT_SIGACTION, [SIGPROF, vars + offset_of!(RuntimeVars, profile_old_action) as u64, 0, 8, 0, 0])?;
+            // Samples that came while the threads were held would be delivered at the detach,
+            // to the default action: the process would die of them.
+            target.threads.forget_held(nix::sys::signal::Signal::SIGPROF);
+            Ok(())
+        })
     }
 
     /// The sampling timer of thread `tid`, from the chunk its TCB word points at.

@@ -327,6 +327,14 @@ impl Threads {
         self.stop_new_threads()
     }
 
+    /// Forgets the `signal`s the threads received while held: lopi's own (a `profile:` timer's,
+    /// deleted since), which the program must not get once the handler is gone.
+    pub(crate) fn forget_held(&mut self, signal: Signal) {
+        for signals in self.held.values_mut() {
+            signals.retain(|&s| s != signal);
+        }
+    }
+
     /// Lets every thread go, delivering the signals they received while held.
     pub fn release(mut self) {
         self.release_all();

@@ -393,6 +393,11 @@ pub struct RuntimeVars {
     pub sample_old_action: [u64; 4],
     /// `pystack`: CPython 3.11's `_PyRuntime` in the process (0: none found).
     pub py_runtime: u64,
+    /// `profile:` points: the process's timer id plus 1 when this module's runtime made it and
+    /// installed the `SIGPROF` handler (0: it did not), and the action it replaced, which a
+    /// detach puts back after deleting the timer.
+    pub profile_timer: u64,
+    pub profile_old_action: [u64; 4],
 }
 
 /// The signal of sampled time's per-thread timers: `SIGURG`, whose default action is to ignore
@@ -510,7 +515,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 296);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 336);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -177,9 +177,6 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
         None => resolve::needed_libraries(&path),
     };
     let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries.clone()).of_program(&path))?;
-    if request.pid.is_some() && spec.profile_ns() != 0 {
-        bail!("`profile:` points run in a program lopi starts (lopi trace SCRIPT -- PROG): a detach cannot take their timer and signal handler back out of a running process yet");
-    }
     spec.point_addrs = resolve::instruction_points(&spec.program, &module)?;
     let library_file = |lib: &str| resolve::library_file(&libraries, lib);
     let (markers, semaphores) = usdt::sites(&spec.program, &module, &analysis, &path, |lib| resolve::names_program(lib, &path), library_file)?;

@@ -119,14 +119,14 @@ pub(super) unsafe fn enable(v: *mut RuntimeVars, d: &crate::abi::ModuleDescripto
 /// Once the runtime is ready: starts the `profile:` points' samples, if the script has any,
 /// and makes the calling thread's chunk (a thread takes samples once it has one; others make
 /// theirs at their start or first system call).
-pub(super) unsafe fn start_profile(v: *const RuntimeVars) {
+pub(super) unsafe fn start_profile(v: *mut RuntimeVars) {
     // SAFETY: a non-zero `script` is this module's script image.
     unsafe {
         let s = read_volatile(&(*v).script) as *const ScriptImage;
         if s.is_null() || (*s).profile_ns == 0 {
             return;
         }
-        profile::start((*s).profile_ns);
+        profile::start(v, (*s).profile_ns);
         let _ = Thread::current(v);
     }
 }

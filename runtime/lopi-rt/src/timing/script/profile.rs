@@ -22,8 +22,8 @@ const REG_RIP: usize = 16;
 
 /// Starts sampling the process every `ns` of its CPU time, unless a module's runtime already
 /// does (its handler is installed) or the program handles `SIGPROF` itself (said, and no
-/// samples).
-pub(crate) unsafe fn start(ns: u64) {
+/// samples). The timer and the replaced action go into `v` for a detach.
+pub(crate) unsafe fn start(v: *mut RuntimeVars, ns: u64) {
     // SAFETY: reading the signal's action.
     let Some(old) = (unsafe { sampling::action(SIGPROF) }) else { return };
     // SAFETY: a handler the kernel holds is mapped code.
@@ -55,6 +55,11 @@ pub(crate) unsafe fn start(ns: u64) {
     if unsafe { sys::call3(sys::TIMER_CREATE, CLOCK_PROCESS_CPUTIME_ID, ev.as_ptr() as usize, &mut id as *mut i32 as usize) } < 0 {
         write_stderr(b"lopi: cannot make the profile timer: no profile samples\n");
         return;
+    }
+    // SAFETY: this module's variables.
+    unsafe {
+        (*v).profile_old_action = old.words();
+        (*v).profile_timer = id as u64 + 1;
     }
     let mut spec = core::mem::MaybeUninit::<[u64; 4]>::uninit();
     let words = spec.as_mut_ptr() as *mut u64;

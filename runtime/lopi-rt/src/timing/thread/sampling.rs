@@ -34,6 +34,11 @@ impl KernelSigaction {
     pub(crate) fn ours(handler: usize) -> KernelSigaction {
         KernelSigaction { handler, flags: SA_SIGINFO | SA_RESTART | SA_RESTORER, restorer: lopi_sample_restorer as usize, mask: 0 }
     }
+
+    /// Its words, as a detach writes them back with `rt_sigaction`.
+    pub(crate) fn words(&self) -> [u64; 4] {
+        [self.handler as u64, self.flags, self.restorer as u64, self.mask]
+    }
 }
 
 /// The action of `signal` now; `None` if the kernel does not say.
@@ -99,7 +104,7 @@ pub(crate) unsafe fn install_handler(v: *mut RuntimeVars, executable: bool) -> b
     }
     // SAFETY: `v` is this module's variables page.
     unsafe {
-        (*v).sample_old_action = [old.handler as u64, old.flags, old.restorer as u64, old.mask];
+        (*v).sample_old_action = old.words();
         (*v).sample_handler_installed = 1;
     }
     true
