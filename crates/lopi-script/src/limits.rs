@@ -24,3 +24,7 @@ pub const MIN_INTERVAL_NS: u64 = 1_000_000;
 pub const DEFAULT_MAX_ENTRIES: u32 = 4096;
 /// Bytes of a string value (`comm`, `str(p)`, map values and keys).
 pub const DEFAULT_STR_SIZE: usize = 64;
+/// Most times one `unroll (N)` writes its block out (bpftrace's limit).
+pub const MAX_UNROLL: usize = 100;
+/// Most copies of a block nested `unroll`s write out together.
+pub const MAX_UNROLLED: usize = 1000;

@@ -28,7 +28,9 @@ const CASES: &[(&str, &str, usize, usize)] = &[
     // Loops.
     ("begin { while (1) { } }", "loops are not allowed: `while` could run without bound, and a probe must finish in bounded time", 1, 9),
     ("begin {\n  for ($i = 0; $i < 3; $i++) { }\n}", "loops are not allowed: `for` could run without bound, and a probe must finish in bounded time", 2, 3),
-    ("begin { $a = 1; unroll(5) { } }", "loops are not allowed: `unroll` could run without bound, and a probe must finish in bounded time", 1, 17),
+    ("begin { $a = 1; unroll(0) { } }", "`unroll` takes a literal count from 1 to 100", 1, 24),
+    ("begin { unroll($n) { } }", "`unroll` takes a literal count from 1 to 100", 1, 16),
+    ("begin { unroll(100) { unroll(100) { @n = count(); } } }", "nested `unroll`s would write the block out more than 1000 times", 1, 23),
     ("begin { if (1) { do { } } }", "loops are not allowed: `do` could run without bound, and a probe must finish in bounded time", 1, 18),
     // Probe points.
     ("kprobe:do_sys_open { }", "`kprobe:` points are the kernel's; lopi probes user space (func:, syscall:, lock:, thread:, addr:)", 1, 1),

@@ -416,3 +416,10 @@ fn unicode_in_strings_and_comments() {
     let p = compile("// caf\u{e9}\nbegin { printf(\"\u{e9}t\u{e9} %d\\n\", 1); }");
     assert!(p.strings.iter().any(|s| s.as_slice() == "\u{e9}t\u{e9} ".as_bytes()));
 }
+
+#[test]
+fn unroll_writes_its_block_out() {
+    let p = compile("begin { $i = 0; unroll (3) { $i++; @sq[$i] = $i * $i; } unroll(2) { unroll(2) { @n = count(); } } }");
+    // `$i = 0`, three `$i++` and three map stores, then four counts.
+    assert_eq!(p.probes[0].body.len(), 1 + 6 + 4);
+}

@@ -9,7 +9,7 @@ mod point;
 use crate::ast::{Agg, AssignOp, Callee, Expr, ExprKind, IfArm, Name, Probe, Rhs, Script, Stmt, StmtKind, Target};
 use crate::diag::{diagnostics, Diagnostics, Issue, SourceMap, Span};
 use crate::lexer::{Lexer, Tok, Token};
-use crate::limits::MAX_DEPTH;
+use crate::limits::{MAX_DEPTH, MAX_UNROLL, MAX_UNROLLED};
 
 /// The syntax tree of `source`, or its first syntax error.
 pub fn parse(source: &str) -> Result<Script, Diagnostics> {
@@ -30,6 +30,8 @@ pub(crate) struct Parser<'a> {
     depth: usize,
     /// `if`s being parsed inside one another.
     ifs: usize,
+    /// How many times the enclosing `unroll`s write the block at hand out.
+    unrolled: usize,
     /// In a predicate and outside brackets, where `/` ends the predicate instead of dividing.
     in_predicate: bool,
     /// The fields of `args` the probe being parsed names, each once.
@@ -38,7 +40,7 @@ pub(crate) struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str) -> Parser<'a> {
-        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, in_predicate: false, args: Vec::new() }
+        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, unrolled: 1, in_predicate: false, args: Vec::new() }
     }
 
     fn peek(&mut self) -> Result<&Token, Issue> {
@@ -150,6 +152,10 @@ impl<'a> Parser<'a> {
                 Tok::Eof => return Err(self.unexpected("`}`").note(Some(open.span), "to close this `{`")),
                 _ => {}
             }
+            if self.at_word("unroll")? {
+                stmts.extend(self.unroll()?);
+                continue;
+            }
             let stmt = self.statement()?;
             let needs_semi = !matches!(stmt.kind, StmtKind::If { .. });
             stmts.push(stmt);
@@ -164,7 +170,7 @@ impl<'a> Parser<'a> {
         match tok {
             Tok::Ident(word) => match word.as_str() {
                 "if" => self.if_stmt(),
-                "while" | "for" | "unroll" | "do" => {
+                "while" | "for" | "do" => {
                     Err(Issue::new(span, format!("loops are not allowed: `{word}` could run without bound, and a probe must finish in bounded time")))
                 }
                 "printf" | "print" | "delete" | "clear" | "exit" | "time" => self.call_stmt(&word, span),
@@ -204,6 +210,27 @@ impl<'a> Parser<'a> {
     }
 
     /// `if (C) {..} [else if (C) {..}]* [else {..}]`.
+    /// `unroll (N) { .. }`: the block N times over (bpftrace's bounded loop, N from 1 to
+    /// [`MAX_UNROLL`]), written out here; nested ones multiply, up to `MAX_UNROLLED` copies.
+    fn unroll(&mut self) -> Result<Vec<Stmt>, Issue> {
+        let keyword = self.bump()?.span;
+        self.expect(Tok::LParen, " after `unroll`")?;
+        let count = self.bump()?;
+        let n = match count.tok {
+            Tok::Int(n) if (1..=MAX_UNROLL as u64).contains(&n) => n as usize,
+            _ => return Err(Issue::new(count.span, format!("`unroll` takes a literal count from 1 to {MAX_UNROLL}"))),
+        };
+        self.expect(Tok::RParen, " to end the count")?;
+        let outer = self.unrolled;
+        self.unrolled = outer.saturating_mul(n);
+        if self.unrolled > MAX_UNROLLED {
+            return Err(Issue::new(keyword, format!("nested `unroll`s would write the block out more than {MAX_UNROLLED} times")));
+        }
+        let body = self.block()?;
+        self.unrolled = outer;
+        Ok(std::iter::repeat_n(body, n).flatten().collect())
+    }
+
     fn if_stmt(&mut self) -> Result<Stmt, Issue> {
         let keyword = self.bump()?.span;
         self.ifs += 1;
