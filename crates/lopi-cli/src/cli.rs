@@ -209,9 +209,10 @@ pub(crate) enum Command {
     /// `func:NAME:return`, predicates, maps, aggregations, printf); print what the script
     /// prints as it runs, and its maps at the end.
     Trace {
-        /// The script's file (or use -e).
-        #[arg(required_unless_present = "expr", conflicts_with = "expr", value_name = "SCRIPT")]
-        file: Option<PathBuf>,
+        /// The script's file (or use -e), then its positional parameters (`$1`, `$2`, ..;
+        /// `$#` is their count): with -e, all of these are parameters.
+        #[arg(required_unless_present = "expr", value_name = "SCRIPT [PARAMS]")]
+        args: Vec<String>,
         /// The script itself.
         #[arg(short = 'e', long = "expr", value_name = "PROGRAM")]
         expr: Option<String>,

@@ -90,12 +90,13 @@ fn run(cli: Cli) -> Result<()> {
         Command::HandlerHeader => print(handler::HEADER),
         Command::Cache { clear } => cache::show(cache.as_ref(), clear),
         Command::Demo { which, dir } => demo::run(which, dir),
-        Command::Trace { file, expr, format, output, max_entries, pid, duration, record, command } => {
-            let (source, source_name) = match (expr, file) {
-                (Some(text), _) => (text, "-e".to_string()),
-                (None, Some(path)) => (std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?, path.display().to_string()),
+        Command::Trace { args, expr, format, output, max_entries, pid, duration, record, command } => {
+            let (source, source_name, params) = match (expr, args.split_first()) {
+                (Some(text), _) => (text, "-e".to_string(), &args[..]),
+                (None, Some((path, params))) => (std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?, path.clone(), params),
                 (None, None) => bail!("lopi trace needs a script: a file, or -e 'PROGRAM'"),
             };
+            let source = lopi_script::positional::substitute(&source, params);
             trace::run(trace::Request { source, source_name, json: format == Format::Json, output, max_entries, pid, duration, record, command, cache })
         }
         Command::Pyprofile { hz, calls, native, format, top, output, flamegraph, folded, max_entries, pid, duration, command } => {

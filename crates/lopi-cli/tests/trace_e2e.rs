@@ -177,6 +177,25 @@ fn losses_are_counted_and_bad_scripts_refused() {
     cleanup(&dir);
 }
 
+/// Positional parameters, as bpftrace takes them: the words after the script (after its file,
+/// or all of them with -e), a number as a number, a word through `str($N)`, `$#` their count.
+#[test]
+fn positional_parameters_are_the_words_after_the_script() {
+    let dir = fresh_dir("trace_params");
+    let prog = fixture(&dir);
+    let script = dir.join("params.bt");
+    std::fs::write(&script, "func:step /arg0 < $1/ { @small[str($2)] = count(); } END { printf(\"%d params\\n\", $#); }").unwrap();
+    let out_file = dir.join("out.json");
+    let out = run(Command::new(lopi_bin()).args(["trace", "--format", "json", "-o"]).arg(&out_file).arg(&script).args(["10", "below", "--"]).arg(&prog), common::default_timeout()).unwrap();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert!(text.starts_with("2 params\n"), "{text}");
+    let got: Json = serde_json::from_str(text.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    // step(i) for i below 1000 in each of four threads.
+    assert_eq!(got["maps"]["@small"], json!({"below": 40}), "{got}");
+    cleanup(&dir);
+}
+
 /// Calls `tick(i)` 25 times, 10 ms apart.
 const TICKER: &str = r#"
 #include <stdio.h>

@@ -31,6 +31,7 @@ pub mod lower;
 mod needs;
 pub mod output;
 mod parse;
+pub mod positional;
 mod stack_keys;
 mod syscall_args;
 

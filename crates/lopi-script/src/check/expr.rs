@@ -130,6 +130,10 @@ impl Checker<'_> {
                     return None;
                 }
                 let values: Vec<Option<Expr>> = args.iter().map(|a| self.expr(a)).collect();
+                // `str($1)` of a word given as a positional parameter: already the string.
+                if let [Some(text @ Expr { ty: Type::Str, kind: ExprKind::Str(_) })] = &values[..] {
+                    return Some((Type::Str, text.kind.clone()));
+                }
                 let mut ok = true;
                 for (value, arg) in values.iter().zip(args) {
                     if let Some(value) = value {
