@@ -6,7 +6,7 @@ total). Argument: rounds (default 600, ~1.5 s on this machine).
 On stderr: the CPU time of its main part (the rounds), `cpu_s=S`, and the CPU time of each of
 the four functions main calls, `phase_s fib=S walk=S pipeline=S total_area=S` (time.process_time
 around each call): their inclusive times without a profiler. Natively about fib 48%, walk 29%,
-pipeline 20%, total_area 2%; no other function of this file takes more than ~6%, so the five
+pipeline 20%, total_area 3%; no other function of this file takes more than ~6%, so the five
 top functions by inclusive time (<module> and main, at ~100% both, then fib, walk, pipeline)
 stand more than 5 points apart, also under cProfile, whose cost per call inflates fib most."""
 import sys

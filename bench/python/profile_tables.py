@@ -156,7 +156,8 @@ def cost_rows(view: WorkloadView) -> tuple[list[list[str]], dict]:
             if missed:
                 samples += f" (+{missed:.0f} not taken: inside lopi's probe)"
                 notes.append("samples that land inside the function__return probe are not taken (lopi says how "
-                             "many): the profile is of the time outside the probe")
+                             "many); the probe's cost still shows in the shares, as cProfile's does in cProfile's "
+                             "(the functions that make the most calls weigh more)")
         if cfg == CPROFILE:
             all_calls = statistics.median(r.extra["cprofile"]["all_calls"] for r in ok)
             notes.append(f"it saw {all_calls:,.0f} calls, builtins' included")
