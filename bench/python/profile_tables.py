@@ -364,7 +364,7 @@ def method(n: int, hz: int, python: str) -> list[str]:
     return [
         f"- Interpreter: Debian's `{python}` in every configuration (lopi pyprofile reads its structures; "
         "`python3.11` on PATH may be another build). Workloads: [profile_work.py](../../fixtures/python/profile_work.py) "
-        "(few calls, long loops; shares by design: parse 50%, tokenize 40%, render 30%, checksum 15%, classify 12%), "
+        "(few calls, long loops; shares by design: parse 65%, tokenize 45%, render 22%, classify 15%, checksum 8%), "
         "run by [timed.py](../python/timed.py), which runs it as `__main__` and prints its CPU time, and "
         "[calls_work.py](../python/calls_work.py) (~8,800 Python calls per round: recursive fib, a tree walked "
         "with a method at its leaves, a generator pipeline, a class hierarchy), which prints its main part's CPU "
