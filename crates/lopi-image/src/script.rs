@@ -99,7 +99,7 @@ impl ScriptSpec {
     /// Whether some point is a system call's: the script then goes wherever system calls are
     /// probed.
     pub fn probes_system_calls(&self) -> bool {
-        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::SyscallEntry(_) | Point::SyscallReturn(_)))
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::SyscallEntry { .. } | Point::SyscallReturn { .. }))
     }
 
     /// `program` checked from `source` with `max_entries` (if given), less its probes that
@@ -228,8 +228,8 @@ pub fn syscall_hooks(program: &Program) -> Vec<(HookList, HookList)> {
             let (mut entry, mut exit) = (Vec::new(), Vec::new());
             for (n, (probe, point)) in points(program).enumerate() {
                 match point {
-                    Point::SyscallEntry(glob) if lopi_script::glob_match(glob, &name) => entry.push((probe as u32, n as u32)),
-                    Point::SyscallReturn(glob) if lopi_script::glob_match(glob, &name) => exit.push((probe as u32, n as u32)),
+                    Point::SyscallEntry { glob, .. } if lopi_script::glob_match(glob, &name) => entry.push((probe as u32, n as u32)),
+                    Point::SyscallReturn { glob, .. } if lopi_script::glob_match(glob, &name) => exit.push((probe as u32, n as u32)),
                     _ => {}
                 }
             }
@@ -284,7 +284,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         })
         .collect();
     let point_names: Vec<[u32; 2]> = points(program).map(|(_, p)| intern(p.to_string().as_bytes())).collect();
-    let syscall_names: Vec<[u32; 2]> = match spec.probes_system_calls() {
+    let syscall_names: Vec<[u32; 2]> = match spec.handler.is_some() && spec.probes_system_calls() {
         true => (0..abi::SYSCALLS as u64).map(|nr| intern(lopi_trace::syscall_name(nr).as_bytes())).collect(),
         false => Vec::new(),
     };
@@ -342,9 +342,9 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
     let words = |v: &[u64]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
     let formats_at = place(&formats.iter().flat_map(|f| [u64::from(f.count), f.strings]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
     let hooks_at = place(&words(&hooks));
-    // The call names follow their table, for `probe` (`syscall:read`).
+    // The call names follow their table, for C handlers' `name`.
     let syscalls_at = if syscalls.is_empty() { 0 } else { place(&words(&syscalls)) };
-    if !syscalls.is_empty() {
+    if !syscall_names.is_empty() {
         place(&syscall_names.iter().flatten().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
     }
     let lists_at = place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());

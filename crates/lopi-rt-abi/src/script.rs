@@ -245,8 +245,9 @@ pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI4";
 ///
 /// ```text
 /// formats      a FormatArgs per printf format
-/// syscalls     a u64 per system-call number: entry list and return list, as hooks; then a
-///              (u32 offset, u32 length) per number into `strings`: the call's name
+/// syscalls     a u64 per system-call number: entry list and return list, as hooks; then, for
+///              a C handler, a (u32 offset, u32 length) per number into `strings`: the call's
+///              name
 /// hooks        a u64 per counter: entry list (low u32) and exit list (high u32), indices of
 ///              the first word of a list in `lists`, 0 for none (word 0 is never a list's)
 /// lists        u32 words: (probe, point) pairs, each list ending with u32::MAX

@@ -21,12 +21,18 @@ pub struct Probe {
     pub span: Span,
     /// The fields of `args` it names (`args.filename`), each once, in the order written.
     pub args: Vec<String>,
+    /// It reads `probe`: each system call a glob of its points matches is then a point of
+    /// its own, named as the call (bpftrace expands such probes the same way).
+    pub reads_probe: bool,
 }
 
 #[derive(Clone, Debug)]
 pub struct Point {
     pub spec: PointSpec,
     pub span: Span,
+    /// Written in bpftrace's spelling (`uprobe:`, `uretprobe:`, `tracepoint:`, `BEGIN`,
+    /// `END`): `elapsed` there is bpftrace's, the time since the trace began.
+    pub bpftrace: bool,
 }
 
 /// A probe point as written; function and system-call names are resolved by the checker.
@@ -39,8 +45,8 @@ pub enum PointSpec {
     Addr(u64),
     /// `usdt:PATH:[PROVIDER:]NAME`: a SystemTap static marker of the file at PATH.
     Usdt { lib: Name, provider: Option<Name>, name: Name },
-    /// `syscall:GLOB[:entry|:return]`.
-    Syscall { glob: Name, ret: bool },
+    /// `syscall:GLOB[:entry|:return]`, or bpftrace's tracepoints of the same calls.
+    Syscall { glob: Name, ret: bool, spelling: Spelling },
     /// `lock:EVENT`; `None` for `lock:*`.
     Lock(Option<LockEvent>),
     Begin,
@@ -51,6 +57,17 @@ pub enum PointSpec {
     Profile { ns: u64 },
     ThreadStart,
     ThreadExit,
+}
+
+/// How a system-call point is written, which is what `probe` gives back there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Spelling {
+    /// `syscall:NAME`, `syscall:NAME:return`.
+    Lopi,
+    /// bpftrace's `tracepoint:syscalls:sys_enter_NAME`, `sys_exit_NAME`.
+    Tracepoint,
+    /// bpftrace's `tracepoint:raw_syscalls:sys_enter`, `sys_exit`: every call, one point.
+    RawTracepoint,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -3,7 +3,7 @@
 //! split into text and typed conversions. Nothing in it needs checking again.
 use std::fmt;
 
-pub use crate::ast::{BinOp, Builtin, LockEvent, UnOp};
+pub use crate::ast::{BinOp, Builtin, LockEvent, Spelling, UnOp};
 
 /// Type of a value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,8 +117,9 @@ pub enum Point {
     /// The static markers (USDT) named `name` (a glob), of provider `provider` if given, in
     /// the file `lib` (the program, by path or name, or a library).
     Usdt { lib: String, provider: Option<String>, name: String },
-    SyscallEntry(String),
-    SyscallReturn(String),
+    /// Before the system calls matching `glob`.
+    SyscallEntry { glob: String, spelling: Spelling },
+    SyscallReturn { glob: String, spelling: Spelling },
     Lock(LockEvent),
     Begin,
     End,
@@ -129,7 +130,9 @@ pub enum Point {
     ThreadExit,
 }
 
-/// The point as a script writes it; also what the `probe` builtin yields.
+/// The point as a script writes it; also what the `probe` builtin yields (a system call's in
+/// the spelling the script used, the tracepoints' names where they differ: `stat` is
+/// `tracepoint:syscalls:sys_enter_newstat`).
 impl fmt::Display for Point {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lib = |lib: &Option<String>| lib.as_ref().map(|l| format!("{l}:")).unwrap_or_default();
@@ -140,8 +143,8 @@ impl fmt::Display for Point {
             Point::Addr(addr) => write!(f, "addr:{addr:#x}"),
             Point::Usdt { lib, provider: Some(provider), name } => write!(f, "usdt:{lib}:{provider}:{name}"),
             Point::Usdt { lib, provider: None, name } => write!(f, "usdt:{lib}:{name}"),
-            Point::SyscallEntry(glob) => write!(f, "syscall:{glob}"),
-            Point::SyscallReturn(glob) => write!(f, "syscall:{glob}:return"),
+            Point::SyscallEntry { glob, spelling } => syscall(f, glob, *spelling, false),
+            Point::SyscallReturn { glob, spelling } => syscall(f, glob, *spelling, true),
             Point::Lock(event) => write!(f, "lock:{}", event.name()),
             Point::Begin => f.write_str("begin"),
             Point::End => f.write_str("end"),
@@ -156,6 +159,15 @@ impl fmt::Display for Point {
             Point::ThreadStart => f.write_str("thread:start"),
             Point::ThreadExit => f.write_str("thread:exit"),
         }
+    }
+}
+
+fn syscall(f: &mut fmt::Formatter<'_>, glob: &str, spelling: Spelling, ret: bool) -> fmt::Result {
+    let side = if ret { "exit" } else { "enter" };
+    match spelling {
+        Spelling::Lopi => write!(f, "syscall:{glob}{}", if ret { ":return" } else { "" }),
+        Spelling::Tracepoint => write!(f, "tracepoint:syscalls:sys_{side}_{}", crate::syscall_args::tracepoint_of_call(glob)),
+        Spelling::RawTracepoint => write!(f, "tracepoint:raw_syscalls:sys_{side}"),
     }
 }
 

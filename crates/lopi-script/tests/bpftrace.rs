@@ -5,7 +5,7 @@
 mod common;
 
 use common::{compile, errors};
-use lopi_script::ir::{Builtin, Expr, ExprKind, Piece, Point, Program, Stmt};
+use lopi_script::ir::{Builtin, Expr, ExprKind, Piece, Point, Program, Spelling, Stmt};
 use lopi_script::output::printf;
 
 /// The builtins the statements of probe `p` read, in order, as `name`s.
@@ -42,7 +42,7 @@ fn reads(program: &Program, p: usize) -> Vec<String> {
 }
 
 fn entry(call: &str) -> Point {
-    Point::SyscallEntry(call.into())
+    Point::SyscallEntry { glob: call.into(), spelling: Spelling::Tracepoint }
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn args_are_the_calls_arguments_and_result() {
     assert_eq!(p.probes.len(), 3);
     assert_eq!((p.probes[0].points.clone(), reads(&p, 0)), (vec![entry("open")], vec!["tid".to_string(), "arg0".into()]));
     assert_eq!((p.probes[1].points.clone(), reads(&p, 1)), (vec![entry("openat")], vec!["tid".to_string(), "arg1".into()]));
-    assert_eq!(p.probes[2].points, [Point::SyscallReturn("open".into()), Point::SyscallReturn("openat".into())]);
+    assert_eq!(p.probes[2].points, ["open", "openat"].map(|glob| Point::SyscallReturn { glob: glob.into(), spelling: Spelling::Tracepoint }));
     assert_eq!(reads(&p, 2), ["retval"]);
     // `args.NAME` is `args->NAME`; the kill tracepoint's fields by their kernel names.
     let p = compile("tracepoint:syscalls:sys_enter_read { @[args.fd] = sum(args->count); }");
@@ -114,4 +114,20 @@ fn time_prints_the_time_of_day() {
 fn an_executable_scripts_first_line_is_skipped() {
     let p = compile("#!/usr/bin/env bpftrace\n/* opensnoop */\nBEGIN\n{\n\t@x = 2e3;\n}\n");
     assert!(matches!(&p.probes[0].body[0], Stmt::SetMap { value, .. } if matches!(value.kind, ExprKind::Int(2000))));
+}
+
+#[test]
+fn probe_names_the_call_in_the_scripts_spelling() {
+    let names = |src: &str| -> Vec<String> { compile(src).probes.iter().flat_map(|p| &p.points).map(|p| p.to_string()).collect() };
+    // A glob read by `probe` is a point per call, each named as bpftrace names its tracepoint.
+    let all = names("tracepoint:syscalls:sys_enter_* { @[probe] = count(); }");
+    assert_eq!(all.len(), 10);
+    assert!(all.contains(&"tracepoint:syscalls:sys_enter_read".to_string()), "{all:?}");
+    assert!(all.contains(&"tracepoint:syscalls:sys_enter_newstat".to_string()), "{all:?}");
+    assert_eq!(names("tracepoint:syscalls:sys_exit_open* { @[probe] = count(); }"), ["tracepoint:syscalls:sys_exit_open", "tracepoint:syscalls:sys_exit_openat"]);
+    assert_eq!(names("syscall:open* { @[probe] = count(); }"), ["syscall:open", "syscall:openat"]);
+    assert_eq!(names("syscall:open*:return /probe == \"x\"/ { }"), ["syscall:open:return", "syscall:openat:return"]);
+    // raw_syscalls is one tracepoint; a probe not reading `probe` keeps its glob.
+    assert_eq!(names("tracepoint:raw_syscalls:sys_exit { @[probe] = count(); }"), ["tracepoint:raw_syscalls:sys_exit"]);
+    assert_eq!(names("tracepoint:syscalls:sys_enter_open* { @ = count(); }"), ["tracepoint:syscalls:sys_enter_open*"]);
 }

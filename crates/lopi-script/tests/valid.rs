@@ -4,7 +4,7 @@ mod common;
 
 use common::{compile, script, SCRIPTS};
 use lopi_script::ir::{
-    AggKind, BinOp, Builtin, ConvKind, Expr, ExprKind, LockEvent, Map, Piece, Point, Program, Stmt, Type, UnOp, ValueKind,
+    AggKind, BinOp, Builtin, ConvKind, Expr, ExprKind, LockEvent, Map, Piece, Point, Program, Spelling, Stmt, Type, UnOp, ValueKind,
 };
 use lopi_script::limits::DEFAULT_MAX_ENTRIES;
 
@@ -22,6 +22,11 @@ fn agg(kind: AggKind) -> ValueKind {
 
 fn entry(glob: &str) -> Point {
     Point::FuncEntry { lib: None, glob: glob.into() }
+}
+
+fn syscall(glob: &str, ret: bool) -> Point {
+    let (glob, spelling) = (glob.to_string(), Spelling::Lopi);
+    if ret { Point::SyscallReturn { glob, spelling } } else { Point::SyscallEntry { glob, spelling } }
 }
 
 /// The value of statement `i` of probe `p`.
@@ -117,7 +122,7 @@ fn elapsed_and_retval_need_return_probes() {
     assert_eq!(p.probes[0].points, [Point::FuncReturn { lib, glob: "inflate".into() }]);
     assert!(p.needs().retval());
     let p = named("shared_return");
-    assert_eq!(p.probes[0].points, [Point::FuncReturn { lib: None, glob: "foo".into() }, Point::SyscallReturn("read".into())]);
+    assert_eq!(p.probes[0].points, [Point::FuncReturn { lib: None, glob: "foo".into() }, syscall("read", true)]);
     assert_eq!(map(&p, "r").value, agg(AggKind::Sum));
 }
 
@@ -165,14 +170,17 @@ fn usdt_markers_give_their_arguments() {
 #[test]
 fn syscalls() {
     let p = named("syscall_read");
-    assert_eq!(p.probes[0].points, [Point::SyscallEntry("read".into())]);
+    assert_eq!(p.probes[0].points, [syscall("read", false)]);
     assert_eq!(map(&p, "fds").keys, [Type::Int]);
     let p = named("syscall_errors");
-    assert_eq!(p.probes[0].points, [Point::SyscallReturn("*".into())]);
+    // It reads `probe`: a point per call, named as the call.
+    let calls = ["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group"];
+    assert_eq!(p.probes[0].points, calls.map(|c| syscall(c, true)));
+    assert_eq!(p.probes[0].points[4].to_string(), "syscall:stat:return");
     assert_eq!(map(&p, "errors").keys, [Type::Str]);
     assert_eq!(shape(p.probes[0].predicate.as_ref().unwrap()), "(< retval 0)");
     let p = named("syscall_glob");
-    assert_eq!(p.probes[0].points, [Point::SyscallEntry("[rw]*".into())]);
+    assert_eq!(p.probes[0].points, [syscall("[rw]*", false)]);
     let p = named("syscall_lhist");
     assert_eq!(map(&p, "fd").value, agg(AggKind::Lhist { min: 0, max: 100, step: 10 }));
 }

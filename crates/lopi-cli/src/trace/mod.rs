@@ -98,7 +98,7 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
     for point in program.probes.iter().flat_map(|p| &p.points) {
         let supported = matches!(
             point,
-            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Usdt { .. } | Point::Begin | Point::End | Point::Interval { .. } | Point::Profile { .. }
+            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry { .. } | Point::SyscallReturn { .. } | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Usdt { .. } | Point::Begin | Point::End | Point::Interval { .. } | Point::Profile { .. }
         );
         if !supported {
             bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], func:NAME+OFF, addr:, usdt:, syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");

@@ -107,8 +107,10 @@ impl lopi_script::Resolver for Functions<'_> {
         (0..1024).any(|nr| lopi_trace::syscall_name(nr) == name)
     }
 
-    fn syscalls_matching(&self, glob: &str) -> usize {
-        (0..1024).filter(|&nr| lopi_script::glob_match(glob, &lopi_trace::syscall_name(nr))).count()
+    /// Calls of the numbers the probes cover that x86-64 names (not `syscall_N`).
+    fn syscalls_matching(&self, glob: &str) -> Vec<String> {
+        let names = (0..lopi_rt_abi::script::SYSCALLS as u64).map(lopi_trace::syscall_name).filter(|n| !n.starts_with("syscall_"));
+        names.filter(|n| lopi_script::glob_match(glob, n)).collect()
     }
 
     fn markers_matching(&self, lib: &str, provider: Option<&str>, name: &str) -> usize {

@@ -25,9 +25,9 @@ pub(super) fn split(points: &[Point], fields: &[String], resolver: &dyn Resolver
         None => groups.push((vec![point], read)),
     };
     for point in points {
-        let (glob, ret) = match point {
-            Point::SyscallEntry(glob) => (glob, false),
-            Point::SyscallReturn(glob) => (glob, true),
+        let (glob, spelling, ret) = match point {
+            Point::SyscallEntry { glob, spelling } => (glob, *spelling, false),
+            Point::SyscallReturn { glob, spelling } => (glob, *spelling, true),
             other => {
                 let why = format!("`{other}` has no `args`: they are the fields of a system call's tracepoint (use arg0..arg5, retval)");
                 add(other.clone(), fields.iter().map(|f| (f.clone(), Err(why.clone()))).collect());
@@ -55,8 +55,8 @@ pub(super) fn split(points: &[Point], fields: &[String], resolver: &dyn Resolver
             add(point.clone(), each.swap_remove(0));
         } else {
             for (call, read) in matched.into_iter().zip(each) {
-                let call = call.to_string();
-                add(if ret { Point::SyscallReturn(call) } else { Point::SyscallEntry(call) }, read);
+                let glob = call.to_string();
+                add(if ret { Point::SyscallReturn { glob, spelling } } else { Point::SyscallEntry { glob, spelling } }, read);
             }
         }
     }

@@ -28,7 +28,10 @@ pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagno
     let mut issues = Vec::new();
     let mut units = Vec::new();
     for (index, probe) in script.probes.iter().enumerate() {
-        let points = points::resolve(&probe.points, resolver, &mut issues);
+        let mut points = points::resolve(&probe.points, resolver, &mut issues);
+        if probe.reads_probe {
+            points = points::each_call(points, resolver);
+        }
         units.extend(args::split(&points, &probe.args, resolver).into_iter().map(|(points, args)| Unit { probe: index, points, args }));
     }
     if let Some(extra) = units.get(MAX_PROBES) {

@@ -163,6 +163,7 @@ impl Parser<'_> {
             if self.at(&Tok::LParen)? {
                 return Err(Issue::new(span, format!("`{word}` is a builtin value, not a function")));
             }
+            self.reads_probe |= builtin == Builtin::Probe;
             return Ok((Expr { kind: ExprKind::Builtin(builtin), span }, 1));
         }
         let callee = match word {

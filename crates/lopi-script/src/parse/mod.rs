@@ -34,11 +34,13 @@ pub(crate) struct Parser<'a> {
     in_predicate: bool,
     /// The fields of `args` the probe being parsed names, each once.
     args: Vec<String>,
+    /// The probe being parsed reads `probe`.
+    reads_probe: bool,
 }
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str) -> Parser<'a> {
-        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, in_predicate: false, args: Vec::new() }
+        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, in_predicate: false, args: Vec::new(), reads_probe: false }
     }
 
     fn peek(&mut self) -> Result<&Token, Issue> {
@@ -130,7 +132,7 @@ impl<'a> Parser<'a> {
             None
         };
         let body = self.block()?;
-        Ok(Probe { points, predicate, body, span, args: std::mem::take(&mut self.args) })
+        Ok(Probe { points, predicate, body, span, args: std::mem::take(&mut self.args), reads_probe: std::mem::take(&mut self.reads_probe) })
     }
 
     /// `{ STATEMENT [; STATEMENT]* [;] }`: an `if` needs no `;` after its `}`.

@@ -29,8 +29,8 @@ impl Resolver for TestResolver {
         SYSCALLS.contains(&name)
     }
 
-    fn syscalls_matching(&self, glob: &str) -> usize {
-        SYSCALLS.iter().filter(|n| glob_match(glob, n)).count()
+    fn syscalls_matching(&self, glob: &str) -> Vec<String> {
+        SYSCALLS.iter().filter(|n| glob_match(glob, n)).map(|n| n.to_string()).collect()
     }
 
     /// The program (`./prog`) has `myprov:tick` and `myprov:tock`.

@@ -150,20 +150,6 @@ extern "sysv64" fn builtin_str(ctx: *mut ScriptCtx, which: u64, dst: *mut u8, ca
                 Some(f) => string(e.s, f.name, f.name_len),
                 None => (dst as *const u8, 0),
             },
-            // A system call's probe names the call it fired for.
-            2 if e.syscall != 0 && (*e.s).syscalls != 0 && e.syscall <= script::SYSCALLS as u64 => {
-                let names = (e.s as u64).wrapping_add((*e.s).syscalls as u64 + 8 * script::SYSCALLS as u64) as *const [u32; 2];
-                let name = *names.add(e.syscall as usize - 1);
-                let (name, name_len) = string(e.s, name[0], name[1]);
-                let suffix: &[u8] = if e.returned { b":return" } else { b"" };
-                let mut n = 0;
-                for (src, len) in [(b"syscall:".as_ptr(), 8), (name, name_len), (suffix.as_ptr(), suffix.len())] {
-                    let len = len.min(cap as usize - n);
-                    crate::base::mem::copy(dst as usize + n, src as usize, len);
-                    n += len;
-                }
-                return n as u64;
-            }
             2 if (*ctx).probe < u64::from((*e.s).point_count) => {
                 let point = *((e.s as u64).wrapping_add((*e.s).points as u64) as *const [u32; 2]).add((*ctx).probe as usize);
                 string(e.s, point[0], point[1])
