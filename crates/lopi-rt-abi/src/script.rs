@@ -7,7 +7,7 @@
 //! `ctx` first, so the runtime finds its per-thread state in [`ScriptCtx::runtime`].
 //!
 //! Values:
-//! - an `int` is an `i64`;
+//! - an `int` is an `i64`, a `uint` a `u64`;
 //! - a `str` is exactly `str_size` bytes: its text ends at the first NUL or at `str_size`, and
 //!   every byte after that NUL is 0, so two strings are equal exactly when their bytes are;
 //! - a `stack` is a [`StackValue`]: a frame count, then [`STACK_FRAMES`] frames, the unused
@@ -152,6 +152,8 @@ pub enum ValueType {
     Int = 0,
     Str = 1,
     Stack = 2,
+    /// An unsigned int, 8 bytes as an `Int`.
+    Uint = 3,
 }
 
 

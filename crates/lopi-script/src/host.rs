@@ -2,9 +2,9 @@
 //! runs on), `interval:` (while it runs) and `end` (after it ended). They touch no program
 //! state, only maps and output, so lopi runs them by walking the IR with the semantics the
 //! code generator gives the same statements: two's complement wrapping, `x / 0 == x % 0 == 0`
-//! with a fault counted, `i64::MIN / -1 == i64::MIN`, shift counts modulo 64, `>>`
-//! arithmetic, `&&` `||` `?:` evaluating only what they need, keys and slots in the bytes of
-//! [`crate::codegen::abi`].
+//! with a fault counted, `i64::MIN / -1 == i64::MIN`, shift counts modulo 64, unsigned
+//! operations where an operand is unsigned (`>>` arithmetic otherwise), `&&` `||` `?:`
+//! evaluating only what they need, keys and slots in the bytes of [`crate::codegen::abi`].
 use crate::codegen::abi::{self, AvgSlot, ExtremeSlot, StatsSlot};
 use crate::ir::{AggKind, BinOp, Builtin, Expr, ExprKind, FormatId, MapId, Probe, Program, Stmt, Type, UnOp, ValueKind};
 use crate::output::Arg;
@@ -55,6 +55,7 @@ impl Value {
 
 struct Run<'a> {
     program: &'a Program,
+    probe: &'a Probe,
     host: &'a mut dyn Host,
     point: String,
     locals: Vec<Value>,
@@ -66,7 +67,7 @@ struct Run<'a> {
 /// faults it counted.
 pub fn run(program: &Program, probe: &Probe, point: &str, host: &mut dyn Host) -> u64 {
     let locals = probe.locals.iter().map(|l| zero(program, l.ty)).collect();
-    let mut r = Run { program, host, point: point.to_string(), locals, faults: 0, exited: false };
+    let mut r = Run { program, probe, host, point: point.to_string(), locals, faults: 0, exited: false };
     if probe.predicate.as_ref().is_none_or(|p| r.expr(p).int() != 0) {
         r.stmts(&probe.body);
     }
@@ -75,7 +76,7 @@ pub fn run(program: &Program, probe: &Probe, point: &str, host: &mut dyn Host) -
 
 fn zero(program: &Program, ty: Type) -> Value {
     match ty {
-        Type::Int => Value::Int(0),
+        Type::Int | Type::Uint => Value::Int(0),
         _ => Value::Bytes(vec![0; abi::value_size(ty, program.str_size)]),
     }
 }
@@ -114,21 +115,25 @@ impl Run<'_> {
 
     fn stmt(&mut self, stmt: &Stmt) {
         match stmt {
-            Stmt::SetLocal { local, op, value } => {
-                let value = self.expr(value);
+            Stmt::SetLocal { local, op, value: v } => {
+                let value = self.expr(v);
                 let value = match op {
-                    Some(op) => Value::Int(self.binary(*op, self.locals[local.0].int(), value.int())),
+                    Some(op) => {
+                        let unsigned = Type::unsigned_op(*op, self.probe.locals[local.0].ty, v.ty);
+                        Value::Int(self.binary(*op, self.locals[local.0].int(), value.int(), unsigned))
+                    }
                     None => value,
                 };
                 self.locals[local.0] = value;
             }
-            Stmt::SetMap { map, keys, op, value } => {
+            Stmt::SetMap { map, keys, op, value: v } => {
                 let key = self.key(keys);
-                let value = self.expr(value);
+                let value = self.expr(v);
                 let value = match op {
                     Some(op) => {
                         let old = self.host.value(*map, &key).map_or(0, |slot| word(&slot, 0));
-                        Value::Int(self.binary(*op, old, value.int()))
+                        let ValueKind::Plain(ty) = self.program.map(*map).value else { return };
+                        Value::Int(self.binary(*op, old, value.int(), Type::unsigned_op(*op, ty, v.ty)))
                     }
                     None => value,
                 };
@@ -177,8 +182,8 @@ impl Run<'_> {
         }
     }
 
-    fn binary(&mut self, op: BinOp, l: i64, r: i64) -> i64 {
-        int_op(op, l, r).unwrap_or_else(|| {
+    fn binary(&mut self, op: BinOp, l: i64, r: i64, unsigned: bool) -> i64 {
+        int_op(op, l, r, unsigned).unwrap_or_else(|| {
             self.faults += 1;
             0
         })
@@ -202,7 +207,7 @@ impl Run<'_> {
             ExprKind::Map { map, keys } => {
                 let key = self.key(keys);
                 match (self.host.value(*map, &key), expr.ty) {
-                    (Some(slot), Type::Int) => Value::Int(word(&slot, 0)),
+                    (Some(slot), Type::Int | Type::Uint) => Value::Int(word(&slot, 0)),
                     (Some(slot), _) => string(self.program, &slot),
                     (None, ty) => zero(self.program, ty),
                 }
@@ -228,7 +233,7 @@ impl Run<'_> {
             }
             ExprKind::Binary { op, lhs, rhs } => {
                 let (l, r) = (self.expr(lhs).int(), self.expr(rhs).int());
-                Value::Int(self.binary(*op, l, r))
+                Value::Int(self.binary(*op, l, r, Type::unsigned_op(*op, lhs.ty, rhs.ty)))
             }
             ExprKind::Ternary { cond, then, els } => {
                 if self.expr(cond).int() != 0 {
@@ -241,15 +246,23 @@ impl Run<'_> {
     }
 }
 
-/// `l op r` on ints as the generated code computes it; `None` for a division or remainder by
-/// zero, which gives 0 and counts a fault. `&&` and `||` here take both values (the callers
-/// evaluate only what they need).
-pub fn int_op(op: BinOp, l: i64, r: i64) -> Option<i64> {
+/// `l op r` on ints as the generated code computes it, their bits taken as unsigned numbers
+/// with `unsigned`; `None` for a division or remainder by zero, which gives 0 and counts a
+/// fault. `&&` and `||` here take both values (the callers evaluate only what they need).
+pub fn int_op(op: BinOp, l: i64, r: i64, unsigned: bool) -> Option<i64> {
+    let (a, b) = (l as u64, r as u64);
     Some(match op {
+        BinOp::Div | BinOp::Rem if r == 0 => return None,
+        BinOp::Div if unsigned => (a / b) as i64,
+        BinOp::Rem if unsigned => (a % b) as i64,
+        BinOp::Shr if unsigned => a.wrapping_shr(r as u32) as i64,
+        BinOp::Lt if unsigned => i64::from(a < b),
+        BinOp::Le if unsigned => i64::from(a <= b),
+        BinOp::Gt if unsigned => i64::from(a > b),
+        BinOp::Ge if unsigned => i64::from(a >= b),
         BinOp::Add => l.wrapping_add(r),
         BinOp::Sub => l.wrapping_sub(r),
         BinOp::Mul => l.wrapping_mul(r),
-        BinOp::Div | BinOp::Rem if r == 0 => return None,
         BinOp::Div => l.wrapping_div(r),
         BinOp::Rem => l.wrapping_rem(r),
         // `wrapping_sh*` take the count modulo the width; `>>` of an i64 is arithmetic.
@@ -273,14 +286,16 @@ pub fn int_op(op: BinOp, l: i64, r: i64) -> Option<i64> {
 fn update(slot: &mut [u8], kind: AggKind, value: i64) {
     match kind {
         AggKind::Count => set_word(slot, 0, word(slot, 0).wrapping_add(1)),
-        AggKind::Sum => set_word(slot, 0, word(slot, 0).wrapping_add(value)),
+        AggKind::Sum { .. } => set_word(slot, 0, word(slot, 0).wrapping_add(value)),
         AggKind::Avg => {
             set_word(slot, offset_of!(AvgSlot, sum), word(slot, offset_of!(AvgSlot, sum)).wrapping_add(value));
             set_word(slot, offset_of!(AvgSlot, count), word(slot, offset_of!(AvgSlot, count)).wrapping_add(1));
         }
-        AggKind::Min | AggKind::Max => {
+        AggKind::Min { unsigned } | AggKind::Max { unsigned } => {
             let (set, old) = (word(slot, offset_of!(ExtremeSlot, set)), word(slot, offset_of!(ExtremeSlot, value)));
-            if set == 0 || (kind == AggKind::Min && value < old) || (kind == AggKind::Max && value > old) {
+            let order = if unsigned { (value as u64).cmp(&(old as u64)) } else { value.cmp(&old) };
+            let min = matches!(kind, AggKind::Min { .. });
+            if set == 0 || (min && order.is_lt()) || (!min && order.is_gt()) {
                 set_word(slot, offset_of!(ExtremeSlot, value), value);
                 set_word(slot, offset_of!(ExtremeSlot, set), 1);
             }

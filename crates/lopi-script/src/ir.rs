@@ -5,11 +5,15 @@ use std::fmt;
 
 pub use crate::ast::{BinOp, Builtin, LockEvent, Spelling, UnOp};
 
-/// Type of a value.
+/// Type of a value. Ints have bpftrace's signedness: literals are signed, what the context
+/// gives (`arg0`..`arg5`, `retval` of a function, `pid`, `nsecs`, `elapsed`...) unsigned, and
+/// an operation is unsigned when an operand is (a shift when its left one is).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
     /// 64-bit signed.
     Int,
+    /// 64-bit unsigned: compared, divided, shifted right and printed as such.
+    Uint,
     /// Bounded by [`Program::str_size`].
     Str,
     /// A user stack (`ustack()`): only a key, a local or printed.
@@ -20,20 +24,45 @@ impl fmt::Display for Type {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Type::Int => "int",
+            Type::Uint => "uint",
             Type::Str => "str",
             Type::Stack => "stack",
         })
     }
 }
 
-/// What an aggregation map keeps per key.
+impl Type {
+    /// `int` or `uint`.
+    pub fn is_int(self) -> bool {
+        matches!(self, Type::Int | Type::Uint)
+    }
+
+    /// Whether a value of one type goes where the other is wanted: ints of either sign do (a
+    /// map, a local or a key keeps the sign it was first given, as bpftrace's do).
+    pub fn same_kind(self, other: Type) -> bool {
+        self == other || (self.is_int() && other.is_int())
+    }
+
+    /// Whether `lhs op rhs` on ints is unsigned, as bpftrace has it: when either operand is,
+    /// and for a shift when its left operand is.
+    pub fn unsigned_op(op: BinOp, lhs: Type, rhs: Type) -> bool {
+        match op {
+            BinOp::Shl | BinOp::Shr => lhs == Type::Uint,
+            _ => lhs == Type::Uint || rhs == Type::Uint,
+        }
+    }
+}
+
+/// What an aggregation map keeps per key. A sum, min or max of unsigned values is unsigned
+/// (compared and printed as such); averages, stats and histograms take their values as signed,
+/// as bpftrace's do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AggKind {
     Count,
-    Sum,
+    Sum { unsigned: bool },
     Avg,
-    Min,
-    Max,
+    Min { unsigned: bool },
+    Max { unsigned: bool },
     /// Count, sum, min and max together.
     Stats,
     /// Power-of-two buckets.
@@ -45,7 +74,7 @@ pub enum AggKind {
 /// What a map's values are: plain values assigned by `=`, or an aggregation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ValueKind {
-    /// `Int` or `Str`.
+    /// `Int`, `Uint` or `Str`.
     Plain(Type),
     Agg(AggKind),
 }
@@ -58,16 +87,30 @@ impl fmt::Display for ValueKind {
             ValueKind::Agg(agg) => {
                 let name = match agg {
                     AggKind::Count => "count",
-                    AggKind::Sum => "sum",
+                    AggKind::Sum { .. } => "sum",
                     AggKind::Avg => "avg",
-                    AggKind::Min => "min",
-                    AggKind::Max => "max",
+                    AggKind::Min { .. } => "min",
+                    AggKind::Max { .. } => "max",
                     AggKind::Stats => "stats",
                     _ => "hist",
                 };
                 write!(f, "{name}()")
             }
         }
+    }
+}
+
+impl ValueKind {
+    /// Whether two assignments agree: the same kind of values, of either sign for ints.
+    pub fn same_kind(self, other: ValueKind) -> bool {
+        let signless = |kind: ValueKind| match kind {
+            ValueKind::Plain(ty) if ty.is_int() => ValueKind::Plain(Type::Int),
+            ValueKind::Agg(AggKind::Sum { .. }) => ValueKind::Agg(AggKind::Sum { unsigned: false }),
+            ValueKind::Agg(AggKind::Min { .. }) => ValueKind::Agg(AggKind::Min { unsigned: false }),
+            ValueKind::Agg(AggKind::Max { .. }) => ValueKind::Agg(AggKind::Max { unsigned: false }),
+            other => other,
+        };
+        signless(self) == signless(other)
     }
 }
 

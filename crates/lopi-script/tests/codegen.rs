@@ -77,11 +77,14 @@ fn division_by_zero_is_zero_and_a_fault() {
     assert_eq!(eval("arg0 / arg1", [5, 0, 0, 0, 0, 0]), (0, 1));
     assert_eq!(eval("arg0 % arg1", [5, 0, 0, 0, 0, 0]), (0, 1));
     assert_eq!(eval("arg0 / arg1 + arg0 % arg1 + 1", [5, 0, 0, 0, 0, 0]), (1, 2));
-    assert_eq!(eval("arg0 / arg1", [-7, 2, 0, 0, 0, 0]), (-3, 0));
-    // The two cases where idiv traps.
-    assert_eq!(eval("arg0 / arg1", [i64::MIN, -1, 0, 0, 0, 0]), (i64::MIN, 0));
-    assert_eq!(eval("arg0 % arg1", [i64::MIN, -1, 0, 0, 0, 0]), (0, 0));
-    assert_eq!(eval("arg0 / arg1", [7, -1, 0, 0, 0, 0]), (-7, 0));
+    // Arguments are unsigned, and so is what they divide.
+    assert_eq!(eval("arg0 / arg1", [-7, 2, 0, 0, 0, 0]), (((-7i64 as u64) / 2) as i64, 0));
+    assert_eq!(eval("arg0 % arg1", [-7, 2, 0, 0, 0, 0]), (1, 0));
+    assert_eq!(eval("arg0 / arg1", [7, -1, 0, 0, 0, 0]), (0, 0));
+    // The two cases where idiv traps, signed.
+    assert_eq!(value("-9223372036854775808 / -1"), i64::MIN);
+    assert_eq!(value("-9223372036854775808 % -1"), 0);
+    assert_eq!(value("7 / -1"), -7);
     let script = Script::new("func:foo { $x = arg0; $x /= arg1; @m = arg0; @m %= arg1; printf(\"%d %d\", $x, @m); }");
     let (ctx, rt) = script.run_args([9, 0, 0, 0, 0, 0]);
     assert_eq!((rt.printfs[0].args.clone(), ctx.faults), (vec![Value::Int(0), Value::Int(0)], 2));
@@ -104,7 +107,33 @@ fn shifts_take_their_count_modulo_64() {
         assert_eq!(value(expr), expected, "{expr}");
     }
     assert_eq!(eval("arg0 << arg1", [3, 66, 0, 0, 0, 0]).0, 12);
-    assert_eq!(eval("arg0 >> arg1", [-64, 3, 0, 0, 0, 0]).0, -8);
+    // An unsigned left operand shifts right logically.
+    assert_eq!(eval("arg0 >> arg1", [-64, 3, 0, 0, 0, 0]).0, ((-64i64 as u64) >> 3) as i64);
+    assert_eq!(eval("-64 >> arg1", [0, 3, 0, 0, 0, 0]).0, -8);
+}
+
+#[test]
+fn comparisons_are_unsigned_where_an_operand_is() {
+    // bpftrace's classify: `arg0 < 0` is never true, a negative int's bits are a large uint64.
+    let cases: &[(&str, [i64; 6], i64)] = &[
+        ("arg0 < 0", [-3, 0, 0, 0, 0, 0], 0),
+        ("arg0 > 1000", [-3, 0, 0, 0, 0, 0], 1),
+        ("arg0 <= arg1", [1, -1, 0, 0, 0, 0], 1),
+        ("arg0 >= arg1", [1, -1, 0, 0, 0, 0], 0),
+        ("arg0 == -3", [-3, 0, 0, 0, 0, 0], 1),
+        ("-1 < 1", [0; 6], 1),
+    ];
+    for &(expr, args, expected) in cases {
+        assert_eq!(eval(expr, args), (expected, 0), "{expr} with {args:?}");
+    }
+    // min(), max() and compound assignments of unsigned values.
+    let script = Script::new("func:foo { @lo = min(arg0); @hi = max(arg0); $x = arg0; $x /= 2; @m = arg0; @m >>= 60; printf(\"%d %d\", $x, @m); }");
+    let mut rt = script.runtime();
+    for v in [5, -1] {
+        script.run(0, &mut harness::ctx([v, 0, 0, 0, 0, 0]), &mut rt);
+    }
+    assert_eq!((rt.words("lo", &[]), rt.words("hi", &[])), (Some(vec![5, 1]), Some(vec![-1, 1])));
+    assert_eq!(rt.printfs[1].args, [Value::Int((u64::MAX / 2) as i64), Value::Int(15)]);
 }
 
 #[test]
@@ -154,7 +183,8 @@ fn and_or_short_circuit() {
 #[test]
 fn ternaries_evaluate_one_branch() {
     assert_eq!(eval("arg0 > 0 ? 10 : 20", [1, 0, 0, 0, 0, 0]).0, 10);
-    assert_eq!(eval("arg0 > 0 ? 10 : 20", [-1, 0, 0, 0, 0, 0]).0, 20);
+    // `arg0` is unsigned: -1 is above 0 there.
+    assert_eq!(eval("arg0 > 0 ? 10 : 20", [-1, 0, 0, 0, 0, 0]).0, 10);
     assert_eq!(eval("arg0 ? arg1 ? 1 : 2 : arg2 ? 3 : 4", [0, 0, 1, 0, 0, 0]).0, 3);
     assert_eq!(eval("arg0 ? 1 : arg1 / arg0", [0, 8, 0, 0, 0, 0]), (0, 1));
     let script = Script::new("func:foo { printf(\"%d\", arg0 ? pid : tid); }");

@@ -149,7 +149,8 @@ impl<'s> Session<'s> {
                     let ty = match r.what {
                         0 => Type::Int,
                         1 => Type::Str,
-                        _ => Type::Stack,
+                        2 => Type::Stack,
+                        _ => Type::Uint,
                     };
                     let text = self.value_text(&bytes, ty, &r.payload);
                     self.out.write_all(text.as_bytes())?;
@@ -186,6 +187,7 @@ impl<'s> Session<'s> {
         let word = |at: usize| bytes.get(at..at + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
         match ty {
             Type::Int => format!("{}\n", word(0) as i64),
+            Type::Uint => format!("{}\n", word(0)),
             Type::Str => format!("{}\n", String::from_utf8_lossy(bytes.split(|&b| b == 0).next().unwrap_or_default())),
             Type::Stack => {
                 let frames = (word(0) as usize).min(lopi_rt_abi::script::STACK_FRAMES);

@@ -180,7 +180,11 @@ impl<'s> Checker<'s> {
         }
         Some(match builtin {
             Builtin::Comm | Builtin::Func | Builtin::Probe => Type::Str,
-            _ => Type::Int,
+            // The kernel's result of a system call is a `long` (`-errno` on failure), as
+            // bpftrace's `args.ret`; a function's `rax` is bpftrace's uint64 `retval`.
+            Builtin::Retval if self.points.iter().all(|p| matches!(p, Point::SyscallReturn { .. })) => Type::Int,
+            // bpftrace's uint64 builtins.
+            Builtin::Pid | Builtin::Tid | Builtin::Cpu | Builtin::Nsecs | Builtin::Arg(_) | Builtin::Retval | Builtin::Elapsed => Type::Uint,
         })
     }
 }

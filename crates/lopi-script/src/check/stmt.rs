@@ -81,7 +81,7 @@ impl Checker<'_> {
                 let typed = self.expr(value);
                 let ((local, ty), typed) = (current?, typed?);
                 let mut ok = !zero;
-                if ty != Type::Int {
+                if !ty.is_int() {
                     self.issues.push(Issue::new(name.span, format!("{what} local, and `${}` holds {ty} values", name.text)));
                     ok = false;
                 }
@@ -101,7 +101,7 @@ impl Checker<'_> {
                     None => typed.ty,
                     Some(_) => {
                         self.want_int(&typed, value.span, &format!("{what} value"))?;
-                        Type::Int
+                        typed.ty
                     }
                 };
                 let ok = self.maps.assign(id, ValueKind::Plain(ty), map.name.span, &mut self.issues);
@@ -121,29 +121,31 @@ impl Checker<'_> {
     /// The kind of an aggregation and the value it takes, if any.
     fn aggregation(&mut self, agg: &ast::Agg) -> Option<(AggKind, Option<Expr>)> {
         let name = agg.func.name();
-        let simple = match agg.func {
+        match agg.func {
+            AggFunc::Count if agg.args.is_empty() => return Some((AggKind::Count, None)),
             AggFunc::Count => {
-                if !agg.args.is_empty() {
-                    self.issues.push(Issue::new(agg.span, "`count()` takes no arguments"));
-                    return None;
-                }
-                return Some((AggKind::Count, None));
+                self.issues.push(Issue::new(agg.span, "`count()` takes no arguments"));
+                return None;
             }
             AggFunc::Lhist => return self.lhist(agg),
-            AggFunc::Sum => AggKind::Sum,
-            AggFunc::Avg => AggKind::Avg,
-            AggFunc::Min => AggKind::Min,
-            AggFunc::Max => AggKind::Max,
-            AggFunc::Stats => AggKind::Stats,
-            AggFunc::Hist => AggKind::Hist,
-        };
+            _ => {}
+        }
         let [arg] = agg.args.as_slice() else {
             self.issues.push(Issue::new(agg.span, format!("`{name}` takes one int argument")));
             return None;
         };
         let value = self.expr(arg)?;
         self.want_int(&value, arg.span, &format!("`{name}` needs an int"))?;
-        Some((simple, Some(value)))
+        let unsigned = value.ty == Type::Uint;
+        let kind = match agg.func {
+            AggFunc::Sum => AggKind::Sum { unsigned },
+            AggFunc::Min => AggKind::Min { unsigned },
+            AggFunc::Max => AggKind::Max { unsigned },
+            AggFunc::Avg => AggKind::Avg,
+            AggFunc::Stats => AggKind::Stats,
+            _ => AggKind::Hist,
+        };
+        Some((kind, Some(value)))
     }
 
     /// `lhist(x, min, max, step)`: literal bounds, a positive step, at most
@@ -232,8 +234,8 @@ impl Checker<'_> {
                     self.issues.push(Issue::new(format.span_of(at.start, at.end), format!("`{shown}` has no argument")));
                     ok = false;
                 }
-                (Some(arg), Some(Some(value))) if value.ty != want => {
-                    let article = if want == Type::Int { "an" } else { "a" };
+                (Some(arg), Some(Some(value))) if !value.ty.same_kind(want) => {
+                    let article = if want.is_int() { "an" } else { "a" };
                     self.issues.push(Issue::new(arg.span, format!("`{shown}` needs {article} {want}, found {}", value.ty)));
                     ok = false;
                 }

@@ -37,16 +37,17 @@ impl Gen<'_> {
 
     fn set_local(&mut self, local: LocalId, op: Option<BinOp>, value: &Expr) -> Result {
         let at = self.frame.local(local.0);
+        let ty = self.frame.local_type(local.0);
         match (value.ty, op) {
-            (Type::Int, None) => {
+            (Type::Int | Type::Uint, None) => {
                 self.int(value)?;
                 self.asm.mov(self.frame_qword(at)?, rax)?;
             }
-            (Type::Int, Some(op)) => {
+            (Type::Int | Type::Uint, Some(op)) => {
                 self.int(value)?;
                 self.asm.mov(rcx, rax)?;
                 self.asm.mov(rax, self.frame_qword(at)?)?;
-                self.arith(op)?;
+                self.arith(op, Type::unsigned_op(op, ty, value.ty))?;
                 self.asm.mov(self.frame_qword(at)?, rax)?;
             }
             // A copy onto itself (`$s = $s`) is harmless.
@@ -93,15 +94,19 @@ impl Gen<'_> {
     fn set_map(&mut self, map: MapId, keys: &[Expr], op: Option<BinOp>, value: &Expr) -> Result {
         let mut skip = self.asm.create_label();
         let held = self.slot_for(map, keys, Some(value), skip)?;
+        let ty = match self.program.map(map).value {
+            ValueKind::Plain(ty) => ty,
+            ValueKind::Agg(_) => return Err(CodegenError::Unchecked("an assignment to a map of aggregations")),
+        };
         match (value.ty, op) {
-            (Type::Int, None) => {
+            (Type::Int | Type::Uint, None) => {
                 self.asm.mov(rax, self.frame_qword(held)?)?;
                 self.asm.mov(qword_ptr(r8), rax)?;
             }
-            (Type::Int, Some(op)) => {
+            (Type::Int | Type::Uint, Some(op)) => {
                 self.asm.mov(rcx, self.frame_qword(held)?)?;
                 self.asm.mov(rax, qword_ptr(r8))?;
-                self.arith(op)?;
+                self.arith(op, Type::unsigned_op(op, ty, value.ty))?;
                 self.asm.mov(qword_ptr(r8), rax)?;
             }
             (ty, _) => {
@@ -162,7 +167,7 @@ impl Gen<'_> {
 
     fn print(&mut self, value: &Expr) -> Result {
         self.value(value)?;
-        if value.ty == Type::Int {
+        if value.ty.is_int() {
             let spill = self.frame.alloc(8);
             self.asm.mov(self.frame_qword(spill)?, rax)?;
             self.frame_addr(rax, spill)?;

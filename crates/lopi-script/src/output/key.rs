@@ -8,6 +8,7 @@ use crate::ir::{Map, Type};
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Key {
     Int(i64),
+    Uint(u64),
     /// The text up to its NUL.
     Str(Vec<u8>),
     /// Return addresses, innermost first.
@@ -27,6 +28,7 @@ pub(super) fn decode(map: &Map, str_size: usize, bytes: &[u8]) -> Result<Vec<Key
         rest = tail;
         key.push(match ty {
             Type::Int => Key::Int(le_i64(value)),
+            Type::Uint => Key::Uint(le_i64(value) as u64),
             Type::Str => Key::Str(until_nul(value).to_vec()),
             Type::Stack => {
                 let mut words = value.chunks_exact(8).map(|w| le_i64(w) as u64);
@@ -73,6 +75,7 @@ fn join(key: &[Key], separator: &str, stack: impl Fn(&[u64]) -> String) -> Strin
         .iter()
         .map(|element| match element {
             Key::Int(value) => value.to_string(),
+            Key::Uint(value) => value.to_string(),
             Key::Str(text) => String::from_utf8_lossy(text).into_owned(),
             Key::Stack(frames) => stack(frames),
         })

@@ -59,6 +59,8 @@ pub enum Value {
     Count(u64),
     /// `sum()`, `min()`, `max()` or a plain `int`.
     Int(i64),
+    /// The same of unsigned values, or a plain `uint`.
+    Uint(u64),
     /// A plain `str`, up to its NUL.
     Str(Vec<u8>),
     Avg { sum: i64, count: u64 },

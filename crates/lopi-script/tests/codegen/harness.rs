@@ -33,6 +33,7 @@ const MARKS: [u64; 6] = [0x1111_2222_3333_4444, 0x5555_6666_7777_8888, 0x0123_45
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Int(i64),
+    Uint(u64),
     /// Up to the first NUL.
     Str(Vec<u8>),
     /// The frames in use.
@@ -339,6 +340,7 @@ extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
     rt.calls.push("print_value".into());
     let printed = match ty {
         0 => Value::Int(i64::from_le_bytes(bytes(value, 8).try_into().unwrap())),
+        3 => Value::Uint(u64::from_le_bytes(bytes(value, 8).try_into().unwrap())),
         1 => {
             let text = bytes(value, rt.str_size).to_vec();
             rt.text(&text)

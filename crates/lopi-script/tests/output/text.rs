@@ -16,10 +16,10 @@ fn line(label: &str, count: u64, bar: usize) -> String {
 fn scalars_print_their_number() {
     let cases = [
         (agg("n", &[], AggKind::Count), int(42), "@n: 42\n\n"),
-        (agg("total", &[], AggKind::Sum), int(-7), "@total: -7\n\n"),
+        (agg("total", &[], AggKind::Sum { unsigned: false }), int(-7), "@total: -7\n\n"),
         (agg("mean", &[], AggKind::Avg), avg(-15, 4), "@mean: -3\n\n"),
-        (agg("least", &[], AggKind::Min), extreme(Some(-9)), "@least: -9\n\n"),
-        (agg("most", &[], AggKind::Max), extreme(Some(9)), "@most: 9\n\n"),
+        (agg("least", &[], AggKind::Min { unsigned: false }), extreme(Some(-9)), "@least: -9\n\n"),
+        (agg("most", &[], AggKind::Max { unsigned: false }), extreme(Some(9)), "@most: 9\n\n"),
         (agg("s", &[], AggKind::Stats), stats(&[1, 5, 10]), "@s: count 3, average 5, total 16\n\n"),
         (map("who", &[], ValueKind::Plain(Type::Str)), str("bash"), "@who: bash\n\n"),
         (map("", &[], ValueKind::Plain(Type::Int)), int(3), "@: 3\n\n"),
@@ -46,6 +46,21 @@ fn keyed_maps_sort_by_value_then_key() {
     let names = map("name", &[Type::Int], ValueKind::Plain(Type::Str));
     let entries = [(int(1), str("b")), (int(2), str("a"))];
     assert_eq!(show(&merged(&names, &entries)), "@name[2]: a\n@name[1]: b\n\n");
+}
+
+#[test]
+fn unsigned_keys_and_values_print_and_sort_as_unsigned() {
+    // classify.bt: a 32-bit -1 in `retval` is 4294967295; a 64-bit one 18446744073709551615.
+    let rets = agg("", &[Type::Uint], AggKind::Count);
+    let entries = [(int(-1), int(3)), (int(0xffff_ffff), int(2)), (int(1), int(1))];
+    assert_eq!(show(&merged(&rets, &entries)), "@[1]: 1\n@[4294967295]: 2\n@[18446744073709551615]: 3\n\n");
+    let sums = agg("s", &[Type::Int], AggKind::Sum { unsigned: true });
+    let entries = [(int(-1), int(-2)), (int(1), int(7))];
+    assert_eq!(show(&merged(&sums, &entries)), "@s[1]: 7\n@s[-1]: 18446744073709551614\n\n");
+    let most = agg("m", &[], AggKind::Max { unsigned: true });
+    assert_eq!(show(&merged(&most, &[(Vec::new(), extreme(Some(-5)))])), "@m: 18446744073709551611\n\n");
+    let plain = map("p", &[], ValueKind::Plain(Type::Uint));
+    assert_eq!(show(&merged(&plain, &[(Vec::new(), int(-1))])), "@p: 18446744073709551615\n\n");
 }
 
 #[test]
@@ -105,10 +120,10 @@ fn lhist_shows_below_linear_and_above_buckets() {
 
 #[test]
 fn maps_print_by_name_and_empty_ones_not_at_all() {
-    let (b, a, empty) = (agg("b", &[], AggKind::Count), agg("a", &[Type::Int], AggKind::Sum), agg("c", &[], AggKind::Count));
+    let (b, a, empty) = (agg("b", &[], AggKind::Count), agg("a", &[Type::Int], AggKind::Sum { unsigned: false }), agg("c", &[], AggKind::Count));
     let maps = [merged(&b, &[(Vec::new(), int(1))]), merged(&empty, &[]), merged(&a, &[(int(1), int(2))])];
     assert_eq!(text(&maps, &symbol), "@a[1]: 2\n\n@b: 1\n\n");
     assert_eq!(show(&maps[1]), "");
-    let never_set = agg("m", &[], AggKind::Max);
+    let never_set = agg("m", &[], AggKind::Max { unsigned: false });
     assert_eq!(show(&merged(&never_set, &[(Vec::new(), extreme(None))])), "");
 }

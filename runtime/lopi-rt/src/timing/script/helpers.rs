@@ -341,9 +341,9 @@ extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
     unsafe {
         let e = env(ctx);
         let len = match ty {
-            0 => 8,
             1 => (*e.s).str_size as usize,
-            _ => core::mem::size_of::<script::StackValue>(),
+            2 => core::mem::size_of::<script::StackValue>(),
+            _ => 8,
         };
         emit(e.area, e.s, record::PRINT_VALUE, ty as u32, 1, |_| (value, len));
     }
