@@ -46,7 +46,7 @@ pub struct ScriptCtx {
     /// C handlers only: the probed function's address in the process, or the `syscall`
     /// instruction's.
     pub addr: u64,
-    /// C handlers only: the system call's number; `u64::MAX` at a function's probe.
+    /// The system call's number (a script's `args.id`); `u64::MAX` at a function's probe.
     pub nr: u64,
 }
 
@@ -118,8 +118,8 @@ pub type UstackFn = extern "sysv64" fn(ctx: *mut ScriptCtx, dst: *mut u64, depth
 /// `printf(ctx, format, args)`: `format` is a format id's index; `args` holds
 /// one `u64` per conversion: an int's value, or the address of a `str` (`str_size` bytes).
 pub type PrintfFn = extern "sysv64" fn(ctx: *mut ScriptCtx, format: u64, args: *const u64);
-/// `print_map(ctx, map)`.
-pub type PrintMapFn = extern "sysv64" fn(ctx: *mut ScriptCtx, map: u64);
+/// `print_map(ctx, map, top, div)`: `print(@map, top, div)`, 0 and 1 for a whole map.
+pub type PrintMapFn = extern "sysv64" fn(ctx: *mut ScriptCtx, map: u64, top: u64, div: u64);
 /// `print_value(ctx, ty, value)`: `ty` a [`ValueType`] number, `value` the address of the value.
 pub type PrintValueFn = extern "sysv64" fn(ctx: *mut ScriptCtx, ty: u64, value: *const u8);
 
@@ -557,7 +557,8 @@ pub mod record {
     /// `printf`: `what` is the format; per conversion, an int (8 bytes) or a string
     /// (`str_size` bytes, padded to 8).
     pub const PRINTF: u16 = 1;
-    /// `print(@map)`: `what` is the map; the host prints the map as it is then.
+    /// `print(@map, top, div)`: `what` is the map; then `top` and `div` (u64 each); the host
+    /// prints the map as it is then.
     pub const PRINT_MAP: u16 = 2;
     /// `print(value)`: `what` is the `ValueType`; the value's bytes, padded to 8.
     pub const PRINT_VALUE: u16 = 3;

@@ -117,8 +117,9 @@ pub enum StmtKind {
     Printf { format: StrLit, args: Vec<Expr> },
     /// `time("%H:%M:%S")`: the time of day, `strftime`'s format; `None` for `time()`.
     Time(Option<StrLit>),
-    /// `print(@m)`: the whole map.
-    PrintMap(Name),
+    /// `print(@m)`: the whole map; `print(@m, top[, div])`: its `top` greatest entries, values
+    /// divided by `div` (integer literals, checked later).
+    PrintMap { map: Name, args: Vec<Expr> },
     Print(Expr),
 }
 
@@ -278,6 +279,8 @@ pub enum Builtin {
     Retval,
     /// Nanoseconds since the matching entry, in return probes.
     Elapsed,
+    /// The system call's number: `args.id` (bpftrace's `raw_syscalls` field), no name of its own.
+    SyscallNr,
 }
 
 impl Builtin {
@@ -309,6 +312,7 @@ impl Builtin {
             Builtin::Arg(n) => format!("arg{n}"),
             Builtin::Retval => "retval".into(),
             Builtin::Elapsed => "elapsed".into(),
+            Builtin::SyscallNr => "args.id".into(),
         }
     }
 }

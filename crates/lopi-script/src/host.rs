@@ -24,7 +24,8 @@ pub trait Host {
     fn delete(&mut self, map: MapId, key: &[u8]);
     fn clear(&mut self, map: MapId);
     fn printf(&mut self, format: FormatId, args: &[Arg]);
-    fn print_map(&mut self, map: MapId);
+    /// `print(@m, top, div)` (0: all entries; 1: values as they are).
+    fn print_map(&mut self, map: MapId, top: u32, div: u32);
     /// `print(value)` of a value of type `ty`, in its bytes.
     fn print_value(&mut self, ty: Type, bytes: &[u8]);
     fn exit(&mut self);
@@ -174,7 +175,7 @@ impl Run<'_> {
                     .collect();
                 self.host.printf(*format, &args);
             }
-            Stmt::PrintMap(map) => self.host.print_map(*map),
+            Stmt::PrintMap { map, top, div } => self.host.print_map(*map, *top, *div),
             Stmt::Print(value) => {
                 let bytes = self.expr(value).bytes();
                 self.host.print_value(value.ty, &bytes);

@@ -265,7 +265,9 @@ pub enum Stmt {
     Clear(MapId),
     Exit,
     Printf { format: FormatId, args: Vec<Expr> },
-    PrintMap(MapId),
+    /// `print(@m[, top[, div]])`: its `top` greatest entries (0: all), values divided by `div`
+    /// (0 is 1), as bpftrace's.
+    PrintMap { map: MapId, top: u32, div: u32 },
     Print(Expr),
 }
 

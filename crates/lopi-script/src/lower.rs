@@ -65,7 +65,7 @@ fn stmt_reads(stmt: &Stmt, out: &mut Vec<MapId>) {
         Stmt::Delete { keys, .. } => exprs.extend(keys),
         Stmt::Printf { args, .. } => exprs.extend(args),
         Stmt::If { arms, .. } => exprs.extend(arms.iter().map(|a| &a.cond)),
-        Stmt::Clear(_) | Stmt::Exit | Stmt::PrintMap(_) => {}
+        Stmt::Clear(_) | Stmt::Exit | Stmt::PrintMap { .. } => {}
     }
     while let Some(e) = exprs.pop() {
         match &e.kind {

@@ -54,7 +54,7 @@ impl Needs {
                 }
                 Stmt::Printf { args, .. } => args.iter().for_each(|a| self.expr(a)),
                 Stmt::Exit => self.exit = true,
-                Stmt::Clear(_) | Stmt::PrintMap(_) => {}
+                Stmt::Clear(_) | Stmt::PrintMap { .. } => {}
             }
         }
     }

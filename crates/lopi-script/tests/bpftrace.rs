@@ -5,7 +5,7 @@
 mod common;
 
 use common::{compile, errors};
-use lopi_script::ir::{Builtin, Expr, ExprKind, Piece, Point, Program, Spelling, Stmt};
+use lopi_script::ir::{Builtin, Expr, ExprKind, Piece, Point, Program, Spelling, Stmt, Type};
 use lopi_script::output::printf;
 
 /// The builtins the statements of probe `p` read, in order, as `name`s.
@@ -88,7 +88,6 @@ fn fields_that_are_not_there_are_refused_where_written() {
     let msg = |m: &str, line, column| (m.to_string(), line, column);
     assert_eq!(first("tracepoint:syscalls:sys_enter_openat { @x = args->path; }"), msg("`openat` has no argument `path`; its arguments are dfd, filename, flags, mode", 1, 51));
     assert_eq!(first("tracepoint:syscalls:sys_exit_read { @x = args.fd; }"), msg("at a system call's exit `args` has only `ret`, not `fd`", 1, 47));
-    assert_eq!(first("tracepoint:raw_syscalls:sys_enter { @[args->id] = count(); }"), msg("`args.id`, the system call's number, is not given by lopi's probes yet", 1, 45));
     assert_eq!(first("uprobe:foo { @x = args->ret; }"), msg("`func:foo` has no `args`: they are the fields of a system call's tracepoint (use arg0..arg5, retval)", 1, 25));
     assert_eq!(first("tracepoint:syscalls:sys_enter_* { @x = args.fd; }"), msg("`clone` has no argument `fd`; its arguments are clone_flags, newsp, parent_tidptr, child_tidptr, tls (`*` matches `clone`)", 1, 45));
     assert_eq!(first("tracepoint:syscalls:sys_enter_read { @x = args; }"), msg("`args` holds a tracepoint's fields: write `args.NAME` or `args->NAME`", 1, 43));
@@ -130,4 +129,22 @@ fn probe_names_the_call_in_the_scripts_spelling() {
     // raw_syscalls is one tracepoint; a probe not reading `probe` keeps its glob.
     assert_eq!(names("tracepoint:raw_syscalls:sys_exit { @[probe] = count(); }"), ["tracepoint:raw_syscalls:sys_exit"]);
     assert_eq!(names("tracepoint:syscalls:sys_enter_open* { @ = count(); }"), ["tracepoint:syscalls:sys_enter_open*"]);
+}
+
+#[test]
+fn syscount_reads_the_call_number_and_prints_the_top() {
+    // syscount.bt: `args->id` is the call's number, signed as the kernel's `long id`.
+    let p = compile(
+        "tracepoint:raw_syscalls:sys_enter { @syscall[args->id] = count(); @process[comm] = count(); }\n\
+         END { print(@syscall, 10); clear(@syscall); print(@process, 10, 1000); }",
+    );
+    assert_eq!(reads(&p, 0), ["args.id", "comm"]);
+    assert_eq!(p.maps[0].keys, [Type::Int]);
+    let prints: Vec<(u32, u32)> = p.probes[1].body.iter().filter_map(|s| if let Stmt::PrintMap { top, div, .. } = s { Some((*top, *div)) } else { None }).collect();
+    assert_eq!(prints, [(10, 1), (10, 1000)]);
+    let first = |src: &str| errors(src).remove(0).0;
+    assert!(first("BEGIN { @m = 1; print(@m, -1); }").contains("integer literals from 0 to 4294967295"));
+    assert!(first("BEGIN { @m = 1; print(@m, pid); }").contains("integer literals"));
+    assert!(first("BEGIN { @m = 1; print(@m, 1, 2, 3); }").contains("at most a top and a divisor"));
+    assert!(first("BEGIN { print(1, 2); }").contains("takes no more arguments"));
 }

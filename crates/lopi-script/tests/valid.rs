@@ -201,7 +201,7 @@ fn intervals_and_printing_whole_maps() {
     let p = named("interval_print");
     assert_eq!(p.probes[0].points, [Point::Interval { ns: 500_000_000 }]);
     assert_eq!(p.probes[0].body.len(), 2);
-    assert!(matches!(p.probes[0].body[0], Stmt::PrintMap(id) if p.map(id).name == "calls"));
+    assert!(matches!(p.probes[0].body[0], Stmt::PrintMap { map: id, top: 0, div: 1 } if p.map(id).name == "calls"));
     assert!(matches!(p.probes[0].body[1], Stmt::Clear(_)));
     assert_eq!(map(&p, "calls").value, agg(AggKind::Count));
     let p = named("interval_units");
@@ -218,7 +218,7 @@ fn thread_points_begin_and_end() {
     let p = named("begin_end");
     assert_eq!(p.probes[1].points, [Point::End]);
     assert!(matches!(&p.probes[1].body[0], Stmt::Printf { args, .. } if shape(&args[0]) == "(- nsecs @0[])"));
-    assert!(matches!(p.probes[1].body[1], Stmt::PrintMap(_)));
+    assert!(matches!(p.probes[1].body[1], Stmt::PrintMap { .. }));
 }
 
 #[test]

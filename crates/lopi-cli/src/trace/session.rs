@@ -142,7 +142,8 @@ impl<'s> Session<'s> {
                     self.out.write_all(&text)?;
                 }
                 record::PRINT_MAP => {
-                    let text = self.map_text(&bytes, MapId(r.what as usize))?;
+                    let word = |at: usize| r.payload.get(at..at + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+                    let text = self.map_text(&bytes, MapId(r.what as usize), word(0) as u32, word(8) as u32)?;
                     self.out.write_all(text.as_bytes())?;
                 }
                 record::PRINT_VALUE => {
@@ -253,10 +254,13 @@ impl<'s> Session<'s> {
         merged.map_err(|e| anyhow!("reading map @{}: {e}", m.name))
     }
 
-    fn map_text(&self, bytes: &[u8], map: MapId) -> Result<String> {
-        let merged = self.merged_map(bytes, map.0)?;
+    /// What `print(@m, top, div)` prints: the map as text, or with `--format json` a line of its
+    /// own in the form of the maps at the end (`{"maps": {"@m": ...}}`).
+    fn map_text(&self, bytes: &[u8], map: MapId, top: u32, div: u32) -> Result<String> {
+        let merged = output::limited(&self.merged_map(bytes, map.0)?, top, div);
         let names = self.frame_names(bytes);
-        Ok(output::text_map(&merged, &|a| names.name(a)))
+        let symbolize = |a: u64| names.name(a);
+        Ok(if self.json { output::json(&[merged], &symbolize) + "\n" } else { output::text_map(&merged, &symbolize) })
     }
 
     /// What names the frames of stacks: the program's symbols, and for `pystack`'s frames the
@@ -427,8 +431,8 @@ impl Host for Env<'_, '_> {
         }
     }
 
-    fn print_map(&mut self, map: MapId) {
-        let text = self.session.map_text(self.bytes, map);
+    fn print_map(&mut self, map: MapId, top: u32, div: u32) {
+        let text = self.session.map_text(self.bytes, map, top, div);
         match text {
             Ok(text) => self.write(text.as_bytes()),
             Err(e) => self.keep(Err(e)),

@@ -185,6 +185,8 @@ impl<'s> Checker<'s> {
             Builtin::Retval if self.points.iter().all(|p| matches!(p, Point::SyscallReturn { .. })) => Type::Int,
             // bpftrace's uint64 builtins.
             Builtin::Pid | Builtin::Tid | Builtin::Cpu | Builtin::Nsecs | Builtin::Arg(_) | Builtin::Retval | Builtin::Elapsed => Type::Uint,
+            // The kernel's `long id`.
+            Builtin::SyscallNr => Type::Int,
         })
     }
 }

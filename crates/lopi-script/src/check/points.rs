@@ -131,7 +131,8 @@ impl Source {
             Builtin::Elapsed => Some(Source::Elapsed),
             Builtin::Arg(_) => Some(Source::Args),
             Builtin::Func => Some(Source::Func),
-            Builtin::Pid | Builtin::Tid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe => None,
+            // `args.id` is only ever a system call's (see `args.rs`).
+            Builtin::Pid | Builtin::Tid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe | Builtin::SyscallNr => None,
         }
     }
 

@@ -26,9 +26,19 @@ impl Checker<'_> {
                 let id = self.maps.id(name, &mut self.issues)?;
                 self.maps.check_assigned(name, &mut self.issues).then_some(Stmt::Clear(id))
             }
-            ast::StmtKind::PrintMap(name) => {
-                let id = self.maps.id(name, &mut self.issues)?;
-                self.maps.check_assigned(name, &mut self.issues).then_some(Stmt::PrintMap(id))
+            ast::StmtKind::PrintMap { map: name, args } => {
+                let id = self.maps.id(name, &mut self.issues);
+                let mut limit = args.iter().map(|arg| match literal(arg).and_then(|v| u32::try_from(v).ok()) {
+                    Some(v) => Some(v),
+                    None => {
+                        self.issues.push(Issue::new(arg.span, "the top and the divisor of `print(@m, top, div)` must be integer literals from 0 to 4294967295"));
+                        None
+                    }
+                });
+                let (top, div) = (limit.next().unwrap_or(Some(0)), limit.next().unwrap_or(Some(1)));
+                let id = id?;
+                let (top, div) = (top?, div?);
+                self.maps.check_assigned(name, &mut self.issues).then_some(Stmt::PrintMap { map: id, top, div })
             }
             ast::StmtKind::Exit => Some(Stmt::Exit),
             ast::StmtKind::Printf { format, args } => self.printf(format, args),

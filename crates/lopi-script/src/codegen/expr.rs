@@ -24,6 +24,7 @@ fn ctx_field(builtin: Builtin) -> Option<usize> {
         Builtin::Arg(n) if n < 6 => offset_of!(ScriptCtx, args) + 8 * usize::from(n),
         Builtin::Retval => offset_of!(ScriptCtx, retval),
         Builtin::Elapsed => offset_of!(ScriptCtx, elapsed_ns),
+        Builtin::SyscallNr => offset_of!(ScriptCtx, nr),
         _ => return None,
     })
 }

@@ -22,7 +22,11 @@ impl Gen<'_> {
             Stmt::If { arms, els } => self.if_chain(arms, els)?,
             Stmt::Delete { map, keys } => self.map_call(Helper::MapDelete, *map, keys)?,
             Stmt::Clear(map) => self.map_only(Helper::MapClear, *map)?,
-            Stmt::PrintMap(map) => self.map_only(Helper::PrintMap, *map)?,
+            Stmt::PrintMap { map, top, div } => {
+                self.imm(rdx, i64::from(*top))?;
+                self.imm(rcx, i64::from(*div))?;
+                self.map_only(Helper::PrintMap, *map)?;
+            }
             // `exit()` also ends this run: what follows it would run after the script asked to stop.
             Stmt::Exit => {
                 self.asm.mov(qword_ptr(rbx + offset_of!(ScriptCtx, exit)), 1)?;
@@ -146,7 +150,8 @@ impl Gen<'_> {
         self.bind(&mut done)
     }
 
-    /// `map_clear` or `print_map`: a helper that takes only the map.
+    /// `map_clear` or `print_map`: a helper that takes the map (`print_map`'s top and divisor
+    /// are already in place).
     fn map_only(&mut self, helper: Helper, map: MapId) -> Result {
         self.imm(rsi, map.0 as i64)?;
         self.call(helper)

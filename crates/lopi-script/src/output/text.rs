@@ -53,7 +53,7 @@ fn value(value: &Value) -> String {
 
 /// bpftrace's order: by the number shown (an average for `avg()` and `stats()`, the total
 /// count for a histogram), strings by their bytes.
-fn by_value(a: &Value, b: &Value) -> Ordering {
+pub(super) fn by_value(a: &Value, b: &Value) -> Ordering {
     fn number(value: &Value) -> i128 {
         match value {
             Value::Count(count) => i128::from(*count),

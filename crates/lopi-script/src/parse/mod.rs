@@ -252,10 +252,22 @@ impl<'a> Parser<'a> {
                 }
                 StmtKind::Printf { format, args }
             }
-            "print" => match self.expr()? {
-                Expr { kind: ExprKind::Map(map), .. } if map.keys.is_empty() => StmtKind::PrintMap(map.name),
-                value => StmtKind::Print(value),
-            },
+            "print" => {
+                let value = self.expr()?;
+                let mut args = Vec::new();
+                while self.at(&Tok::Comma)? {
+                    self.bump()?;
+                    args.push(self.expr()?);
+                }
+                match value {
+                    Expr { kind: ExprKind::Map(map), .. } if map.keys.is_empty() && args.len() <= 2 => StmtKind::PrintMap { map: map.name, args },
+                    Expr { kind: ExprKind::Map(map), .. } if map.keys.is_empty() => {
+                        return Err(Issue::new(args[2].span, "`print` of a map takes at most a top and a divisor: `print(@m, 10, 1000)`"));
+                    }
+                    value if args.is_empty() => StmtKind::Print(value),
+                    _ => return Err(Issue::new(args[0].span, "`print` of a value takes no more arguments; a top and a divisor are a whole map's")),
+                }
+            }
             "delete" => {
                 if !matches!(self.peek()?.tok, Tok::Map(_)) {
                     return Err(self.unexpected("a map element, as in `delete(@m[k])`"));
@@ -304,7 +316,7 @@ mod tests {
         assert_eq!(script.probes[0].points.len(), 2);
         assert!(matches!(script.probes[0].points[1].spec, PointSpec::Func { ret: true, .. }));
         let Some(Expr { kind: ExprKind::Binary { op: BinOp::And, .. }, .. }) = &script.probes[0].predicate else { panic!() };
-        assert!(matches!(script.probes[1].body[0].kind, StmtKind::PrintMap(_)));
+        assert!(matches!(script.probes[1].body[0].kind, StmtKind::PrintMap { .. }));
     }
 
     #[test]

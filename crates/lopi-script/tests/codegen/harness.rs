@@ -38,8 +38,8 @@ pub enum Value {
     Str(Vec<u8>),
     /// The frames in use.
     Stack(Vec<u64>),
-    /// `print(@m)`: the map's index.
-    Map(u64),
+    /// `print(@m, top, div)`: the map's index, the top and the divisor.
+    Map(u64, u64, u64),
 }
 
 pub fn s(text: &str) -> Value {
@@ -329,10 +329,10 @@ extern "sysv64" fn printf(ctx: *mut ScriptCtx, format: u64, args: *const u64) {
     rt.printfs.push(Printf { format, args: values });
 }
 
-extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64) {
+extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64, top: u64, div: u64) {
     let rt = runtime(ctx);
     rt.calls.push("print_map".into());
-    rt.printed.push(Value::Map(map));
+    rt.printed.push(Value::Map(map, top, div));
 }
 
 extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {

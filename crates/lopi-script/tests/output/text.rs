@@ -64,6 +64,22 @@ fn unsigned_keys_and_values_print_and_sort_as_unsigned() {
 }
 
 #[test]
+fn print_with_a_top_and_a_divisor_shows_the_greatest_entries_divided() {
+    use lopi_script::output::limited;
+    let calls = agg("calls", &[Type::Str], AggKind::Count);
+    let entries = [(str("a"), int(5000)), (str("b"), int(1000)), (str("c"), int(3000)), (str("d"), int(2999))];
+    let all = merged(&calls, &entries);
+    assert_eq!(show(&limited(&all, 2, 1000)), "@calls[c]: 3\n@calls[a]: 5\n\n");
+    assert_eq!(show(&limited(&all, 0, 0)), show(&all), "0 is all, a divisor 0 is 1");
+    assert_eq!(show(&limited(&all, 9, 1)), show(&all));
+    // stats() takes neither, as bpftrace's.
+    let st = agg("st", &[Type::Int], AggKind::Stats);
+    let entries = [(int(1), stats(&[10, 20])), (int(2), stats(&[30]))];
+    let both = merged(&st, &entries);
+    assert_eq!(show(&limited(&both, 1, 10)), show(&both));
+}
+
+#[test]
 fn stack_keys_take_a_line_per_frame() {
     let map = agg("", &[Type::Stack], AggKind::Count);
     let entries = [(stack(&[0x1234, 0x40]), int(4))];

@@ -328,11 +328,11 @@ extern "sysv64" fn printf(ctx: *mut ScriptCtx, format: u64, args: *const u64) {
     }
 }
 
-extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64) {
-    // SAFETY: see `env`.
+extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64, top: u64, div: u64) {
+    // SAFETY: see `env`; the parts are this frame's arguments.
     unsafe {
         let e = env(ctx);
-        emit(e.area, e.s, record::PRINT_MAP, map as u32, 0, |_| (value_none(), 0));
+        emit(e.area, e.s, record::PRINT_MAP, map as u32, 2, |i| (if i == 0 { &top } else { &div } as *const u64 as *const u8, 8));
     }
 }
 
