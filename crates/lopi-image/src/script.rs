@@ -26,6 +26,9 @@ pub struct ScriptSpec {
     pub point_addrs: std::collections::BTreeMap<usize, u64>,
     /// The markers each `usdt:` point probes, by point index.
     pub markers: std::collections::BTreeMap<usize, Vec<MarkerSite>>,
+    /// When the trace began (CLOCK_MONOTONIC ns), which bpftrace's `elapsed` counts from; 0: when
+    /// each module's runtime starts (a rewritten program).
+    pub start_ns: u64,
 }
 
 /// A USDT marker a `usdt:` point probes: its module, its `nop`, and where its arguments are
@@ -112,14 +115,14 @@ impl ScriptSpec {
         for b in options.bytes() {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None, point_addrs: Default::default(), markers: Default::default() }
+        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None, point_addrs: Default::default(), markers: Default::default(), start_ns: 0 }
     }
 
     /// A C handler's: its callbacks run at every timed function's entry and return and every
     /// probed system call, in every module it goes into.
     pub fn handler(handler: crate::handler::Handler) -> ScriptSpec {
         let meta = lopi_trace::MetaScript { source: String::new(), max_entries: None, ring_len: 0 };
-        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler), point_addrs: Default::default(), markers: Default::default() }
+        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler), point_addrs: Default::default(), markers: Default::default(), start_ns: 0 }
     }
 }
 
@@ -258,6 +261,7 @@ pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compile
         print_map: helper(9),
         print_value: helper(10),
         pystack: helper(11),
+        join: helper(12),
     };
     codegen::compile(&spec.program, &helpers, at)
 }
@@ -401,6 +405,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         arg_specs: arg_specs_at,
         profile_ns: spec.profile_ns(),
         py_codes: area.py_codes,
+        start_ns: spec.start_ns,
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

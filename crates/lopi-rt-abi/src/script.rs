@@ -96,6 +96,8 @@ pub struct Helpers {
     pub print_value: u64,
     /// [`UstackFn`]'s type: writes up to `depth` Python frames, innermost first (`pystack`).
     pub pystack: u64,
+    /// [`JoinFn`].
+    pub join: u64,
 }
 
 /// `builtin(ctx, which) -> value`.
@@ -120,6 +122,9 @@ pub type UstackFn = extern "sysv64" fn(ctx: *mut ScriptCtx, dst: *mut u64, depth
 pub type PrintfFn = extern "sysv64" fn(ctx: *mut ScriptCtx, format: u64, args: *const u64);
 /// `print_map(ctx, map, top, div)`: `print(@map, top, div)`, 0 and 1 for a whole map.
 pub type PrintMapFn = extern "sysv64" fn(ctx: *mut ScriptCtx, map: u64, top: u64, div: u64);
+/// `join(ctx, array, sep)`: a [`record::JOIN`] of the strings the traced program's
+/// NULL-terminated array of pointers at `array` points at; `sep` is the separator's string id.
+pub type JoinFn = extern "sysv64" fn(ctx: *mut ScriptCtx, array: u64, sep: u64);
 /// `print_value(ctx, ty, value)`: `ty` a [`ValueType`] number, `value` the address of the value.
 pub type PrintValueFn = extern "sysv64" fn(ctx: *mut ScriptCtx, ty: u64, value: *const u8);
 
@@ -131,6 +136,8 @@ pub enum IntBuiltin {
     Tid = 1,
     Cpu = 2,
     Nsecs = 3,
+    /// Nanoseconds since the trace began ([`ScriptImage::start_ns`]): bpftrace's `elapsed`.
+    SinceStart = 4,
 }
 
 /// The `which` of [`BuiltinStrFn`].
@@ -156,6 +163,11 @@ pub enum ValueType {
     Uint = 3,
 }
 
+
+/// Strings `join()` takes from its array at most, and bytes of each with its NUL (bpftrace's
+/// `join_argnum` and `join_argsize`).
+pub const JOIN_ARGS: usize = 16;
+pub const JOIN_ARG_SIZE: usize = 1024;
 
 /// Frames a [`StackValue`] has room for: the deepest `ustack(n)`.
 pub const STACK_FRAMES: usize = 127;
@@ -324,6 +336,9 @@ pub struct ScriptImage {
     pub profile_ns: u64,
     /// `pystack`: the offset in a thread's area of its [`PyCodeName`] table (0: none).
     pub py_codes: u64,
+    /// When the trace began, in CLOCK_MONOTONIC ns (0: when the module's runtime started, as in
+    /// a rewritten program).
+    pub start_ns: u64,
 }
 
 /// Where one argument of an instruction point is (a USDT marker's specifier, `-4@%eax`,
@@ -402,7 +417,7 @@ pub mod lock_event {
 /// [`ScriptImage::flags`]: the probes are a C handler's functions.
 pub const HANDLER: u32 = 1;
 
-pub const SCRIPT_IMAGE_LEN: usize = 240;
+pub const SCRIPT_IMAGE_LEN: usize = 248;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -436,7 +451,7 @@ impl ScriptImage {
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
         out[148..152].copy_from_slice(&self.flags.to_le_bytes());
-        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64, self.profile_ns, self.py_codes].iter().enumerate() {
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64, self.profile_ns, self.py_codes, self.start_ns].iter().enumerate() {
             out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         out
@@ -564,4 +579,6 @@ pub mod record {
     pub const PRINT_VALUE: u16 = 3;
     /// `exit()` ran: the host stops the trace.
     pub const EXIT: u16 = 4;
+    /// `join()`: `what` is the separator's string id; the strings, each ended by a NUL.
+    pub const JOIN: u16 = 5;
 }

@@ -121,6 +121,8 @@ pub enum StmtKind {
     /// divided by `div` (integer literals, checked later).
     PrintMap { map: Name, args: Vec<Expr> },
     Print(Expr),
+    /// `join(argv[, sep])`: the strings of a NULL-terminated array of pointers, on one line.
+    Join { array: Expr, sep: Option<StrLit> },
 }
 
 #[derive(Clone, Debug)]
@@ -281,6 +283,9 @@ pub enum Builtin {
     Elapsed,
     /// The system call's number: `args.id` (bpftrace's `raw_syscalls` field), no name of its own.
     SyscallNr,
+    /// Nanoseconds since the trace began: what `elapsed` is where a point has no call's time
+    /// (bpftrace's meaning), no name of its own.
+    SinceStart,
 }
 
 impl Builtin {
@@ -313,6 +318,7 @@ impl Builtin {
             Builtin::Retval => "retval".into(),
             Builtin::Elapsed => "elapsed".into(),
             Builtin::SyscallNr => "args.id".into(),
+            Builtin::SinceStart => "elapsed".into(),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! operations where an operand is unsigned (`>>` arithmetic otherwise), `&&` `||` `?:`
 //! evaluating only what they need, keys and slots in the bytes of [`crate::codegen::abi`].
 use crate::codegen::abi::{self, AvgSlot, ExtremeSlot, StatsSlot};
-use crate::ir::{AggKind, BinOp, Builtin, Expr, ExprKind, FormatId, MapId, Probe, Program, Stmt, Type, UnOp, ValueKind};
+use crate::ir::{AggKind, BinOp, Builtin, Expr, ExprKind, FormatId, MapId, Probe, Program, Stmt, StrId, Type, UnOp, ValueKind};
 use crate::output::Arg;
 use core::mem::offset_of;
 
@@ -28,6 +28,8 @@ pub trait Host {
     fn print_map(&mut self, map: MapId, top: u32, div: u32);
     /// `print(value)` of a value of type `ty`, in its bytes.
     fn print_value(&mut self, ty: Type, bytes: &[u8]);
+    /// `join()`'s line: `args` joined by the string `sep`.
+    fn join(&mut self, sep: StrId, args: &[&[u8]]);
     fn exit(&mut self);
 }
 
@@ -179,6 +181,12 @@ impl Run<'_> {
             Stmt::Print(value) => {
                 let bytes = self.expr(value).bytes();
                 self.host.print_value(value.ty, &bytes);
+            }
+            // No program memory here: an empty line, as of an array that cannot be read.
+            Stmt::Join { array, sep } => {
+                self.expr(array);
+                self.faults += 1;
+                self.host.join(*sep, &[]);
             }
         }
     }

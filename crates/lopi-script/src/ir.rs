@@ -269,6 +269,11 @@ pub enum Stmt {
     /// (0 is 1), as bpftrace's.
     PrintMap { map: MapId, top: u32, div: u32 },
     Print(Expr),
+    /// `join(array, sep)`: the strings the NULL-terminated array of pointers at `array` points
+    /// at (up to [`crate::codegen::abi::JOIN_ARGS`] of at most
+    /// [`crate::codegen::abi::JOIN_ARG_SIZE`] bytes each, to the first empty one), joined by
+    /// `sep`, as one line.
+    Join { array: Expr, sep: StrId },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -59,7 +59,7 @@ fn touched(stmts: &[Stmt], out: &mut Vec<MapId>) {
 fn stmt_reads(stmt: &Stmt, out: &mut Vec<MapId>) {
     let mut exprs = Vec::new();
     match stmt {
-        Stmt::SetLocal { value, .. } | Stmt::Print(value) => exprs.push(value),
+        Stmt::SetLocal { value, .. } | Stmt::Print(value) | Stmt::Join { array: value, .. } => exprs.push(value),
         Stmt::SetMap { keys, value, .. } => exprs.extend(keys.iter().chain([value])),
         Stmt::Aggregate { keys, value, .. } => exprs.extend(keys.iter().chain(value)),
         Stmt::Delete { keys, .. } => exprs.extend(keys),

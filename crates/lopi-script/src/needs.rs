@@ -54,6 +54,10 @@ impl Needs {
                 }
                 Stmt::Printf { args, .. } => args.iter().for_each(|a| self.expr(a)),
                 Stmt::Exit => self.exit = true,
+                Stmt::Join { array, .. } => {
+                    self.user_strings = true;
+                    self.expr(array);
+                }
                 Stmt::Clear(_) | Stmt::PrintMap { .. } => {}
             }
         }

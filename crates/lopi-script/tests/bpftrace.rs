@@ -120,7 +120,7 @@ fn probe_names_the_call_in_the_scripts_spelling() {
     let names = |src: &str| -> Vec<String> { compile(src).probes.iter().flat_map(|p| &p.points).map(|p| p.to_string()).collect() };
     // A glob read by `probe` is a point per call, each named as bpftrace names its tracepoint.
     let all = names("tracepoint:syscalls:sys_enter_* { @[probe] = count(); }");
-    assert_eq!(all.len(), 10);
+    assert_eq!(all.len(), 12);
     assert!(all.contains(&"tracepoint:syscalls:sys_enter_read".to_string()), "{all:?}");
     assert!(all.contains(&"tracepoint:syscalls:sys_enter_newstat".to_string()), "{all:?}");
     assert_eq!(names("tracepoint:syscalls:sys_exit_open* { @[probe] = count(); }"), ["tracepoint:syscalls:sys_exit_open", "tracepoint:syscalls:sys_exit_openat"]);
@@ -147,4 +147,41 @@ fn syscount_reads_the_call_number_and_prints_the_top() {
     assert!(first("BEGIN { @m = 1; print(@m, pid); }").contains("integer literals"));
     assert!(first("BEGIN { @m = 1; print(@m, 1, 2, 3); }").contains("at most a top and a divisor"));
     assert!(first("BEGIN { print(1, 2); }").contains("takes no more arguments"));
+}
+
+#[test]
+fn elapsed_is_the_calls_time_at_lopis_returns_and_bpftraces_elsewhere() {
+    // lopi's own return points and lock events: the call's time, the wait, the hold.
+    for src in ["func:foo:return { @ = sum(elapsed); }", "syscall:read:return { @ = sum(elapsed); }", "lock:acquired, lock:release { @ = sum(elapsed); }"] {
+        assert!(matches!(&compile(src).probes[0].body[0], Stmt::Aggregate { value: Some(Expr { kind: ExprKind::Builtin(Builtin::Elapsed), .. }), .. }), "{src}");
+    }
+    // Everywhere else, and at points written as bpftrace writes them (sslsnoop.bt's uretprobes):
+    // the time since the trace began.
+    for src in ["uretprobe:foo { $t = elapsed; }", "func:foo { $t = elapsed; }", "tracepoint:syscalls:sys_exit_read { $t = elapsed; }", "BEGIN { $t = elapsed; }", "end { $t = elapsed; }", "lock:acquire { $t = elapsed; }"] {
+        let p = compile(src);
+        assert!(matches!(&p.probes[0].body[0], Stmt::SetLocal { value: Expr { kind: ExprKind::Builtin(Builtin::SinceStart), .. }, .. }), "{src}");
+        assert!(!p.needs().elapsed(), "{src}: no call time needed");
+    }
+}
+
+#[test]
+fn execsnoop_joins_the_arguments_on_one_line() {
+    let p = compile(
+        "tracepoint:syscalls:sys_enter_exec* { printf(\"%-10u %-5d \", elapsed / 1e6, pid); join(args->argv); }\n\
+         tracepoint:syscalls:sys_enter_execve { join(args->envp, \",\"); }",
+    );
+    // execve's argv is its second argument, execveat's its third: a probe for each.
+    let joins: Vec<(String, Vec<u8>)> = p
+        .probes
+        .iter()
+        .flat_map(|probe| &probe.body)
+        .filter_map(|s| match s {
+            Stmt::Join { array: Expr { kind: ExprKind::Builtin(b), .. }, sep } => Some((b.name(), p.string(*sep).to_vec())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joins, [("arg1".to_string(), b" ".to_vec()), ("arg2".to_string(), b" ".to_vec()), ("arg2".to_string(), b",".to_vec())]);
+    assert!(p.needs().user_strings);
+    let first = |src: &str| errors(src).remove(0).0;
+    assert_eq!(first("BEGIN { $x = join(0); }"), "`join` is a statement, not a value");
 }

@@ -257,6 +257,23 @@ fn builtins_from_the_context_and_the_helpers() {
 }
 
 #[test]
+fn bpftraces_builtins_elapsed_args_id_and_join() {
+    // `elapsed` at an entry is the time since the trace began (a helper); `args.id` the call's
+    // number from the context; `join` hands the array and the separator to its helper.
+    let script = Script::new("func:foo { printf(\"%d\", elapsed); join(arg0 + 8, \"-\"); join(arg1); }\n\
+                              tracepoint:raw_syscalls:sys_exit { printf(\"%d %d\", args->id, args->ret); }");
+    let mut ctx = ScriptCtx { args: [0x1000, 0x2000, 0, 0, 0, 0], retval: (-2i64) as u64, nr: 257, ..ScriptCtx::default() };
+    let mut rt = script.runtime();
+    script.run(0, &mut ctx, &mut rt);
+    script.run(1, &mut ctx, &mut rt);
+    assert_eq!(rt.printfs[0].args, [Value::Int(harness::SINCE_START as i64)]);
+    let sep = |text: &[u8]| script.program.strings.iter().position(|s| s == text).unwrap();
+    let joins: Vec<String> = rt.calls.iter().filter(|c| c.starts_with("join") || c.starts_with("builtin")).cloned().collect();
+    assert_eq!(joins, ["builtin 4".to_string(), format!("join 0x1008 {}", sep(b"-")), format!("join 0x2000 {}", sep(b" "))]);
+    assert_eq!(rt.printfs[1].args, [Value::Int(257), Value::Int(-2)]);
+}
+
+#[test]
 fn exit_sets_the_flag_and_ends_the_run() {
     let script = Script::new("func:foo { @a = 1; if (arg0) { exit(); } @b = 2; }");
     let (ctx, rt) = script.run_args([1, 0, 0, 0, 0, 0]);
@@ -315,6 +332,7 @@ const FAR: Helpers = Helpers {
     print_map: 0x7000_0090,
     print_value: 0x7000_00a0,
     pystack: 0x7000_00b0,
+    join: 0x7000_00c0,
 };
 
 /// `helpers` moved by `delta`.
@@ -333,6 +351,7 @@ fn moved(helpers: Helpers, delta: u64) -> Helpers {
         print_map: m(helpers.print_map),
         print_value: m(helpers.print_value),
         pystack: m(helpers.pystack),
+        join: m(helpers.join),
     }
 }
 

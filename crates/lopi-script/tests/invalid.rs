@@ -57,8 +57,10 @@ const CASES: &[(&str, &str, usize, usize)] = &[
     ("func:foo:return { @x = arg0 }", "`arg0` needs a function entry, `func:F+OFF`, `addr:`, `usdt:`, system call entry or `lock:` probe, and `func:foo:return` is not one", 1, 24),
     ("begin { @x = func }", "`func` needs a `func:` or `lock:` probe, and `begin` is not one", 1, 14),
     ("func:foo, func:bar:return /arg0/ { }", "`arg0` needs a function entry, `func:F+OFF`, `addr:`, `usdt:`, system call entry or `lock:` probe, and `func:bar:return` is not one", 1, 28),
-    ("syscall:read { @x = elapsed; }", "`elapsed` needs a return probe (`func:F:return`, `syscall:S:return`), `lock:acquired` or `lock:release`, and `syscall:read` is not one", 1, 21),
-    ("lock:* { @x = elapsed; }", "`elapsed` needs a return probe (`func:F:return`, `syscall:S:return`), `lock:acquired` or `lock:release`, and `lock:acquire` is not one", 1, 15),
+    ("lock:* { @x = elapsed; }", "`elapsed` is the call's time at some points of this probe (lopi's own return points, `lock:acquired`, `lock:release`) and the time since the trace began at the others (bpftrace's): write them as two probes", 1, 15),
+    ("func:foo:return, uretprobe:bar { @x = elapsed; }", "`elapsed` is the call's time at some points of this probe (lopi's own return points, `lock:acquired`, `lock:release`) and the time since the trace began at the others (bpftrace's): write them as two probes", 1, 39),
+    ("begin { join(\"x\"); }", "`join` needs the address of an array of string pointers, found str", 1, 14),
+    ("begin { join(0, 1); }", "the separator of `join` must be a string literal", 1, 17),
     ("lock:release { @x = retval; }", "`retval` needs a return probe (`func:F:return`, `syscall:S:return` or `lock:acquired`), and `lock:release` is not one", 1, 21),
     ("thread:start { @x = retval; }", "`retval` needs a return probe (`func:F:return`, `syscall:S:return` or `lock:acquired`), and `thread:start` is not one", 1, 21),
     // printf.

@@ -174,7 +174,7 @@ fn syscalls() {
     assert_eq!(map(&p, "fds").keys, [Type::Uint]);
     let p = named("syscall_errors");
     // It reads `probe`: a point per call, named as the call.
-    let calls = ["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group"];
+    let calls = ["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group", "execve", "execveat"];
     assert_eq!(p.probes[0].points, calls.map(|c| syscall(c, true)));
     assert_eq!(p.probes[0].points[4].to_string(), "syscall:stat:return");
     assert_eq!(map(&p, "errors").keys, [Type::Str]);

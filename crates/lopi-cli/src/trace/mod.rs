@@ -142,6 +142,8 @@ pub fn count_only(spec: &ScriptSpec, module: &lopi_elf::ElfModule<'_>) -> Vec<St
 
 /// `lopi trace SCRIPT -- PROG ARGS` or `lopi trace SCRIPT -p PID`.
 pub fn run(request: Request) -> Result<()> {
+    // bpftrace's `elapsed` counts from its start.
+    let started = session::monotonic_ns();
     let path = match (request.pid, request.command.first()) {
         (Some(pid), _) => {
             lopi_live::preflight(pid)?;
@@ -166,6 +168,7 @@ pub fn run(request: Request) -> Result<()> {
         bail!("`profile:` points run in a program lopi starts (lopi trace SCRIPT -- PROG): a detach cannot take their timer and signal handler back out of a running process yet");
     }
     spec.point_addrs = resolve::instruction_points(&spec.program, &module)?;
+    spec.start_ns = started;
     let library_file = |lib: &str| resolve::library_file(&libraries, lib);
     let (markers, semaphores) = usdt::sites(&spec.program, &module, &analysis, &path, |lib| resolve::names_program(lib, &path), library_file)?;
     spec.markers = markers;

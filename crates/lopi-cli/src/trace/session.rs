@@ -8,7 +8,7 @@ use lopi_rt_abi::script::{record, CLEARS_DONE, CLEAR_REQUESTS, RING_TAIL, SCALAR
 use lopi_rt_abi::script_map;
 use lopi_script::host::{self, Host};
 use lopi_script::lower::CountedMap;
-use lopi_script::ir::{Builtin, ConvKind, FormatId, MapId, Piece, Point, Type};
+use lopi_script::ir::{Builtin, ConvKind, FormatId, MapId, Piece, Point, StrId, Type};
 use lopi_script::output::{self, Arg, MergedMap};
 use lopi_trace::script_areas::{self, AreaView, OutputRecord};
 use std::collections::HashMap;
@@ -155,6 +155,10 @@ impl<'s> Session<'s> {
                     };
                     let text = self.value_text(&bytes, ty, &r.payload);
                     self.out.write_all(text.as_bytes())?;
+                }
+                record::JOIN => {
+                    let args: Vec<&[u8]> = r.payload.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+                    self.out.write_all(&output::join(&self.spec.program, StrId(r.what as usize), &args))?;
                 }
                 record::EXIT => {
                     self.exited = true;
@@ -366,7 +370,10 @@ impl Host for Env<'_, '_> {
         match builtin {
             Builtin::Pid | Builtin::Tid => i64::from(std::process::id()),
             Builtin::Cpu => nix::sched::sched_getcpu().map_or(0, |c| c as i64),
-            Builtin::Nsecs => nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| t.tv_sec() * 1_000_000_000 + t.tv_nsec()),
+            Builtin::Nsecs => monotonic_ns() as i64,
+            // A record read afterwards (`lopi report --script`) has no start of its own.
+            Builtin::SinceStart if self.session.spec.start_ns == 0 => 0,
+            Builtin::SinceStart => monotonic_ns().saturating_sub(self.session.spec.start_ns) as i64,
             _ => 0,
         }
     }
@@ -444,9 +451,19 @@ impl Host for Env<'_, '_> {
         self.write(text.as_bytes());
     }
 
+    fn join(&mut self, sep: StrId, args: &[&[u8]]) {
+        let line = output::join(&self.session.spec.program, sep, args);
+        self.write(&line);
+    }
+
     fn exit(&mut self) {
         self.session.exited = true;
     }
+}
+
+/// CLOCK_MONOTONIC now, in ns.
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| (t.tv_sec() * 1_000_000_000 + t.tv_nsec()) as u64)
 }
 
 /// Names of a stack's frames: see [`Session::frame_names`].

@@ -30,7 +30,10 @@ impl Checker<'_> {
             // Literals above i64::MAX are masks: they keep their bits.
             ast::ExprKind::Int(v) => (Type::Int, ExprKind::Int(*v as i64)),
             ast::ExprKind::Str(lit) => (Type::Str, ExprKind::Str(self.intern(&lit.bytes))),
-            ast::ExprKind::Builtin(b) => (self.builtin(*b, expr.span)?, ExprKind::Builtin(*b)),
+            ast::ExprKind::Builtin(b) => {
+                let (b, ty) = self.builtin(*b, expr.span)?;
+                (ty, ExprKind::Builtin(b))
+            }
             // The tracepoints' fields are the kernel's `long`s and `int`s (and pointers and sizes,
             // which stay below 2^63): signed.
             ast::ExprKind::Args(field) => {

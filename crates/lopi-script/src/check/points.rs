@@ -112,34 +112,65 @@ pub(super) fn each_call(points: Vec<Point>, resolver: &dyn Resolver) -> Vec<Poin
     out
 }
 
+/// What `elapsed` is at the points of a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Elapsed {
+    /// The call's time: at lopi's own return points (`func:F:return`, `syscall:S:return`), the
+    /// wait at `lock:acquired`, the hold at `lock:release`.
+    Call,
+    /// bpftrace's meaning, the time since the trace began: at every other point, those written
+    /// in bpftrace's spelling too (`uretprobe:`, `tracepoint:syscalls:sys_exit_*`), so that its
+    /// scripts (sslsnoop.bt's timestamps at uretprobes) mean what they meant there.
+    SinceStart,
+    /// Some points of each kind (`lock:*` is).
+    Both,
+}
+
+impl Elapsed {
+    pub fn at(points: &[ast::Point]) -> Elapsed {
+        let (mut call, mut since) = (false, false);
+        for point in points {
+            let (c, s) = match &point.spec {
+                PointSpec::Func { ret: true, .. } | PointSpec::Syscall { ret: true, .. } if !point.bpftrace => (true, false),
+                PointSpec::Lock(Some(LockEvent::Acquired | LockEvent::Release)) => (true, false),
+                PointSpec::Lock(None) => (true, true),
+                _ => (false, true),
+            };
+            (call, since) = (call || c, since || s);
+        }
+        match (call, since) {
+            (true, false) => Elapsed::Call,
+            (false, _) => Elapsed::SinceStart,
+            (true, true) => Elapsed::Both,
+        }
+    }
+}
+
 /// The builtins only some points give, grouped by the points that give them.
 #[derive(Clone, Copy)]
 pub(super) enum Source {
     Return,
-    Elapsed,
     Args,
     Func,
 }
 
 impl Source {
-    pub const ALL: [Source; 4] = [Source::Return, Source::Elapsed, Source::Args, Source::Func];
+    pub const ALL: [Source; 3] = [Source::Return, Source::Args, Source::Func];
 
     /// `None` for the builtins every point gives.
     pub fn of(builtin: Builtin) -> Option<Source> {
         match builtin {
             Builtin::Retval => Some(Source::Return),
-            Builtin::Elapsed => Some(Source::Elapsed),
             Builtin::Arg(_) => Some(Source::Args),
             Builtin::Func => Some(Source::Func),
-            // `args.id` is only ever a system call's (see `args.rs`).
-            Builtin::Pid | Builtin::Tid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe | Builtin::SyscallNr => None,
+            // `elapsed` is given everywhere ([`Elapsed`]); `args.id` only ever a system call's.
+            Builtin::Pid | Builtin::Tid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe | Builtin::Elapsed | Builtin::SinceStart | Builtin::SyscallNr => None,
         }
     }
 
     pub fn gives(self, point: &Point) -> bool {
         match self {
             Source::Return => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn { .. } | Point::Lock(LockEvent::Acquired)),
-            Source::Elapsed => matches!(point, Point::FuncReturn { .. } | Point::SyscallReturn { .. } | Point::Lock(LockEvent::Acquired | LockEvent::Release)),
             Source::Args => matches!(point, Point::FuncEntry { .. } | Point::FuncOffset { .. } | Point::Addr(_) | Point::Usdt { .. } | Point::SyscallEntry { .. } | Point::Lock(_)),
             Source::Func => matches!(point, Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::FuncOffset { .. } | Point::Lock(_)),
         }
@@ -149,7 +180,6 @@ impl Source {
     pub fn needed(self) -> &'static str {
         match self {
             Source::Return => "a return probe (`func:F:return`, `syscall:S:return` or `lock:acquired`)",
-            Source::Elapsed => "a return probe (`func:F:return`, `syscall:S:return`), `lock:acquired` or `lock:release`",
             Source::Args => "a function entry, `func:F+OFF`, `addr:`, `usdt:`, system call entry or `lock:` probe",
             Source::Func => "a `func:` or `lock:` probe",
         }

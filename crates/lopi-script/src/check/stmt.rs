@@ -50,6 +50,13 @@ impl Checker<'_> {
                 Some(Stmt::Printf { format: FormatId(self.formats.len() - 1), args: Vec::new() })
             }
             ast::StmtKind::Print(value) => Some(Stmt::Print(self.expr(value)?)),
+            ast::StmtKind::Join { array, sep } => {
+                let value = self.expr(array)?;
+                self.want_int(&value, array.span, "`join` needs the address of an array of string pointers")?;
+                // bpftrace's separator is a space.
+                let sep = self.intern(sep.as_ref().map_or(&b" "[..], |s| &s.bytes));
+                Some(Stmt::Join { array: value, sep })
+            }
         }
     }
 

@@ -90,6 +90,7 @@ impl Gen<'_> {
             Builtin::Tid => IntBuiltin::Tid,
             Builtin::Cpu => IntBuiltin::Cpu,
             Builtin::Nsecs => IntBuiltin::Nsecs,
+            Builtin::SinceStart => IntBuiltin::SinceStart,
             _ => return Err(CodegenError::Unchecked("a builtin that is not an int")),
         };
         self.asm.mov(esi, which as u32)?;

@@ -34,6 +34,12 @@ impl Gen<'_> {
             }
             Stmt::Printf { format, args } => self.printf(*format, args)?,
             Stmt::Print(value) => self.print(value)?,
+            Stmt::Join { array, sep } => {
+                self.int(array)?;
+                self.asm.mov(rsi, rax)?;
+                self.imm(rdx, sep.0 as i64)?;
+                self.call(Helper::Join)?;
+            }
         }
         self.frame.release(mark);
         Ok(())

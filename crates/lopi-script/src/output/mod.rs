@@ -28,7 +28,7 @@ pub use buckets::{buckets, Bucket};
 pub use json::{json, json_value};
 pub use key::Key;
 pub use merge::merge;
-pub use printf::{printf, Arg};
+pub use printf::{join, printf, Arg};
 pub use text::{text, text_map};
 
 use crate::ir::{AggKind, Map, ValueKind};

@@ -2,7 +2,7 @@
 //! written with C's semantics (glibc's where C leaves a choice, e.g. `%05s` pads with spaces).
 use super::key::until_nul;
 use super::OutputError;
-use crate::ir::{ConvKind, Conversion, Format, Piece, Program};
+use crate::ir::{ConvKind, Conversion, Format, Piece, Program, StrId};
 
 /// One argument of a `printf`: an int, or the bytes of a `str` (its text ends at a NUL).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +46,13 @@ pub fn printf(program: &Program, format: &Format, args: &[Arg]) -> Result<Vec<u8
         }
     }
     Ok(out)
+}
+
+/// `join()`'s line: `args` (each up to its NUL) joined by the string `sep` of `program`.
+pub fn join(program: &Program, sep: StrId, args: &[&[u8]]) -> Vec<u8> {
+    let mut out = args.iter().map(|a| until_nul(a)).collect::<Vec<_>>().join(program.string(sep));
+    out.push(b'\n');
+    out
 }
 
 /// `%d %i %u %x %X`: sign or `0x` prefix, digits padded to the precision (none at all for 0

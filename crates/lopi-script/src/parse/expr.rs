@@ -170,7 +170,7 @@ impl Parser<'_> {
             "str" => Callee::Str,
             "ustack" => Callee::Ustack,
             "pystack" => Callee::Pystack,
-            "printf" | "print" | "delete" | "clear" | "exit" | "time" => {
+            "printf" | "print" | "delete" | "clear" | "exit" | "time" | "join" => {
                 return Err(Issue::new(span, format!("`{word}` is a statement, not a value")));
             }
             _ => match AggFunc::from_name(word) {

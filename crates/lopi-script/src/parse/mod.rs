@@ -169,7 +169,7 @@ impl<'a> Parser<'a> {
                 "while" | "for" | "unroll" | "do" => {
                     Err(Issue::new(span, format!("loops are not allowed: `{word}` could run without bound, and a probe must finish in bounded time")))
                 }
-                "printf" | "print" | "delete" | "clear" | "exit" | "time" => self.call_stmt(&word, span),
+                "printf" | "print" | "delete" | "clear" | "exit" | "time" | "join" => self.call_stmt(&word, span),
                 "else" => Err(Issue::new(span, "`else` without an `if`")),
                 _ => Err(self.unexpected("a statement")),
             },
@@ -235,7 +235,8 @@ impl<'a> Parser<'a> {
         Ok(IfArm { cond, body: self.block()? })
     }
 
-    /// `printf(..)`, `print(..)`, `delete(@m[..])`, `clear(@m)`, `exit()`, `time([..])`.
+    /// `printf(..)`, `print(..)`, `delete(@m[..])`, `clear(@m)`, `exit()`, `time([..])`,
+    /// `join(..)`.
     fn call_stmt(&mut self, word: &str, start: Span) -> Result<Stmt, Issue> {
         self.bump()?;
         self.expect(Tok::LParen, &format!(" after `{word}`"))?;
@@ -283,6 +284,21 @@ impl<'a> Parser<'a> {
                     return Err(Issue::new(map.span, "`clear` empties a whole map: write `clear(@m)`, or `delete(@m[k])` for one element"));
                 }
                 StmtKind::Clear(map.name)
+            }
+            "join" => {
+                let array = self.expr()?;
+                let sep = match self.at(&Tok::Comma)? {
+                    true => {
+                        self.bump()?;
+                        let next = self.bump()?;
+                        let Tok::Str(sep) = next.tok else {
+                            return Err(Issue::new(next.span, "the separator of `join` must be a string literal"));
+                        };
+                        Some(sep)
+                    }
+                    false => None,
+                };
+                StmtKind::Join { array, sep }
             }
             "time" => match self.peek()?.tok.clone() {
                 Tok::Str(format) => {

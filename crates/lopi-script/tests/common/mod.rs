@@ -11,7 +11,7 @@ const LIBS: &[(&str, &[&str])] = &[
     ("/usr/lib/x86_64-linux-gnu/libc.so.6", &["malloc", "free", "calloc", "pthread_mutex_lock"]),
     ("/usr/lib/x86_64-linux-gnu/libz.so.1", &["inflate", "deflate"]),
 ];
-const SYSCALLS: &[&str] = &["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group"];
+const SYSCALLS: &[&str] = &["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group", "execve", "execveat"];
 
 /// Knows [`MAIN`], [`LIBS`] (by path or file name) and [`SYSCALLS`].
 pub struct TestResolver;
