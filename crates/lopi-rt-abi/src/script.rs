@@ -100,7 +100,7 @@ pub struct Helpers {
     pub join: u64,
 }
 
-/// `builtin(ctx, which) -> value`.
+/// `builtin(ctx, which) -> value`, `which` an [`IntBuiltin`].
 pub type BuiltinFn = extern "sysv64" fn(ctx: *mut ScriptCtx, which: u64) -> u64;
 /// `builtin_str(ctx, which, dst, cap) -> length`: writes at most `cap` bytes of the text to
 /// `dst` and leaves the rest of it alone (the generated code has zeroed it).
@@ -138,6 +138,12 @@ pub enum IntBuiltin {
     Nsecs = 3,
     /// Nanoseconds since the trace began ([`ScriptImage::start_ns`]): bpftrace's `elapsed`.
     SinceStart = 4,
+    /// The thread's real user and group ids.
+    Uid = 5,
+    Gid = 6,
+    /// The pid of the process the module's runtime started in: the one lopi started or
+    /// attached to.
+    Cpid = 7,
 }
 
 /// The `which` of [`BuiltinStrFn`].
@@ -161,6 +167,8 @@ pub enum ValueType {
     Stack = 2,
     /// An unsigned int, 8 bytes as an `Int`.
     Uint = 3,
+    /// A `usym()`: the address, 8 bytes.
+    Usym = 4,
 }
 
 

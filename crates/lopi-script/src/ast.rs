@@ -260,6 +260,8 @@ pub enum Callee {
     Ustack,
     /// `pystack`: the running Python code's frames (CPython 3.11).
     Pystack,
+    /// `usym(addr)`: the symbol of an address of the program, named when printed.
+    Usym,
     /// Only valid as a whole assignment value; kept as a call so the checker can say so.
     Agg(AggFunc),
 }
@@ -269,6 +271,11 @@ pub enum Callee {
 pub enum Builtin {
     Pid,
     Tid,
+    /// The thread's user and group ids.
+    Uid,
+    Gid,
+    /// The pid of the process lopi started (`lopi trace -- PROG`) or attached to.
+    Cpid,
     Comm,
     Cpu,
     Nsecs,
@@ -293,6 +300,9 @@ impl Builtin {
         Some(match name {
             "pid" => Builtin::Pid,
             "tid" => Builtin::Tid,
+            "uid" => Builtin::Uid,
+            "gid" => Builtin::Gid,
+            "cpid" => Builtin::Cpid,
             "comm" => Builtin::Comm,
             "cpu" => Builtin::Cpu,
             "nsecs" => Builtin::Nsecs,
@@ -309,6 +319,9 @@ impl Builtin {
         match self {
             Builtin::Pid => "pid".into(),
             Builtin::Tid => "tid".into(),
+            Builtin::Uid => "uid".into(),
+            Builtin::Gid => "gid".into(),
+            Builtin::Cpid => "cpid".into(),
             Builtin::Comm => "comm".into(),
             Builtin::Cpu => "cpu".into(),
             Builtin::Nsecs => "nsecs".into(),

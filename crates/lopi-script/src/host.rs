@@ -12,7 +12,8 @@ use core::mem::offset_of;
 
 /// What a host probe reads and changes.
 pub trait Host {
-    /// `pid`, `tid`, `cpu`, `nsecs` (the others are not given to these points).
+    /// `pid`, `tid`, `uid`, `gid`, `cpid`, `cpu`, `nsecs`, `elapsed` (the others are not given
+    /// to these points).
     fn int_builtin(&mut self, builtin: Builtin) -> i64;
     /// `comm`.
     fn comm(&mut self) -> Vec<u8>;
@@ -28,6 +29,8 @@ pub trait Host {
     fn print_map(&mut self, map: MapId, top: u32, div: u32);
     /// `print(value)` of a value of type `ty`, in its bytes.
     fn print_value(&mut self, ty: Type, bytes: &[u8]);
+    /// The name of the symbol at `addr` (`usym()`).
+    fn symbol(&mut self, addr: u64) -> Vec<u8>;
     /// `join()`'s line: `args` joined by the string `sep`.
     fn join(&mut self, sep: StrId, args: &[&[u8]]);
     fn exit(&mut self);
@@ -79,7 +82,7 @@ pub fn run(program: &Program, probe: &Probe, point: &str, host: &mut dyn Host) -
 
 fn zero(program: &Program, ty: Type) -> Value {
     match ty {
-        Type::Int | Type::Uint => Value::Int(0),
+        Type::Int | Type::Uint | Type::Usym => Value::Int(0),
         _ => Value::Bytes(vec![0; abi::value_size(ty, program.str_size)]),
     }
 }
@@ -171,6 +174,7 @@ impl Run<'_> {
                 let args: Vec<Arg> = args
                     .iter()
                     .map(|a| match self.expr(a) {
+                        Value::Int(v) if a.ty == Type::Usym => Arg::Str(self.host.symbol(v as u64)),
                         Value::Int(v) => Arg::Int(v),
                         Value::Bytes(b) => Arg::Str(b),
                     })
@@ -226,6 +230,7 @@ impl Run<'_> {
                 self.faults += 1;
                 zero(self.program, expr.ty)
             }
+            ExprKind::Usym(addr) => self.expr(addr),
             ExprKind::Unary { op, expr } => {
                 let v = self.expr(expr).int();
                 Value::Int(match op {

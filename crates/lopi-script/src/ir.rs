@@ -18,6 +18,9 @@ pub enum Type {
     Str,
     /// A user stack (`ustack()`): only a key, a local or printed.
     Stack,
+    /// An address of the program that prints as its symbol (`usym()`): only a key, a local,
+    /// printed, or `printf`'s `%s`.
+    Usym,
 }
 
 impl fmt::Display for Type {
@@ -27,6 +30,7 @@ impl fmt::Display for Type {
             Type::Uint => "uint",
             Type::Str => "str",
             Type::Stack => "stack",
+            Type::Usym => "usym",
         })
     }
 }
@@ -35,6 +39,11 @@ impl Type {
     /// `int` or `uint`.
     pub fn is_int(self) -> bool {
         matches!(self, Type::Int | Type::Uint)
+    }
+
+    /// Whether a value is one 64-bit word, held in a register: an int, or a `usym`'s address.
+    pub fn is_word(self) -> bool {
+        matches!(self, Type::Int | Type::Uint | Type::Usym)
     }
 
     /// Whether a value of one type goes where the other is wanted: ints of either sign do (a
@@ -245,6 +254,8 @@ pub enum ExprKind {
     Ustack { depth: u8 },
     /// `pystack(n)`: frames tagged `lopi_rt_abi::python::PY_FRAME`.
     Pystack { depth: u8 },
+    /// `usym(addr)`: the address, typed to print as its symbol.
+    Usym(Box<Expr>),
     Unary { op: UnOp, expr: Box<Expr> },
     /// `==`/`!=` compare strings when both sides are `Str`.
     Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
@@ -324,6 +335,8 @@ pub enum ConvKind {
     Str,
     /// `%c`: the low byte of an int.
     Char,
+    /// `%s` of a `usym`: its symbol's name.
+    Sym,
 }
 
 impl ConvKind {
@@ -331,6 +344,7 @@ impl ConvKind {
     pub fn arg_type(self) -> Type {
         match self {
             ConvKind::Str => Type::Str,
+            ConvKind::Sym => Type::Usym,
             _ => Type::Int,
         }
     }

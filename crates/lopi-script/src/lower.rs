@@ -74,7 +74,7 @@ fn stmt_reads(stmt: &Stmt, out: &mut Vec<MapId>) {
                 exprs.extend(keys);
             }
             ExprKind::ReadStr { ptr, len } => exprs.extend([&**ptr].into_iter().chain(len.as_deref())),
-            ExprKind::Unary { expr, .. } => exprs.push(expr),
+            ExprKind::Unary { expr, .. } | ExprKind::Usym(expr) => exprs.push(expr),
             ExprKind::Binary { lhs, rhs, .. } => exprs.extend([&**lhs, &**rhs]),
             ExprKind::Ternary { cond, then, els } => exprs.extend([&**cond, &**then, &**els]),
             _ => {}

@@ -76,7 +76,7 @@ impl Needs {
                 len.iter().for_each(|l| self.expr(l));
             }
             ExprKind::Map { keys, .. } => keys.iter().for_each(|k| self.expr(k)),
-            ExprKind::Unary { expr, .. } => self.expr(expr),
+            ExprKind::Unary { expr, .. } | ExprKind::Usym(expr) => self.expr(expr),
             ExprKind::Binary { lhs, rhs, .. } => {
                 self.expr(lhs);
                 self.expr(rhs);

@@ -22,7 +22,7 @@ use common::{compile, script, SCRIPTS};
 use harness::{eval, printed_int, s, Script, Value};
 use lopi_script::codegen::abi::{Helpers, ScriptCtx};
 use lopi_script::codegen::{self, CodegenError, MAX_FRAME};
-use lopi_script::ir::{Expr, ExprKind, StrId, Type};
+use lopi_script::ir::{ConvKind, Expr, ExprKind, Piece, StrId, Type};
 
 const NO_ARGS: [i64; 6] = [0; 6];
 
@@ -271,6 +271,17 @@ fn bpftraces_builtins_elapsed_args_id_and_join() {
     let joins: Vec<String> = rt.calls.iter().filter(|c| c.starts_with("join") || c.starts_with("builtin")).cloned().collect();
     assert_eq!(joins, ["builtin 4".to_string(), format!("join 0x1008 {}", sep(b"-")), format!("join 0x2000 {}", sep(b" "))]);
     assert_eq!(rt.printfs[1].args, [Value::Int(257), Value::Int(-2)]);
+}
+
+#[test]
+fn usym_is_its_address_and_uid_gid_cpid_come_from_the_helper() {
+    let script = Script::new("func:foo { printf(\"%s %d %d %d\", usym(arg2), uid, gid, cpid); @[usym(arg2 + 1)] = count(); print(usym(arg2)); }");
+    let (_, rt) = script.run_args([0, 0, 0x40_1000, 0, 0, 0]);
+    assert_eq!(rt.printfs[0].args, [Value::Int(0x40_1000), Value::Int(1005), Value::Int(1006), Value::Int(1007)]);
+    assert!(rt.slot("", &[harness::K::Int(0x40_1001)]).is_some());
+    assert_eq!(rt.printed, [Value::Uint(0x40_1000)]);
+    // `%s` of a usym is a word, not a string's bytes.
+    assert_eq!(script.program.formats[0].pieces.iter().filter(|p| matches!(p, Piece::Conv(c) if c.kind == ConvKind::Sym)).count(), 1);
 }
 
 #[test]

@@ -61,6 +61,12 @@ const CASES: &[(&str, &str, usize, usize)] = &[
     ("func:foo:return, uretprobe:bar { @x = elapsed; }", "`elapsed` is the call's time at some points of this probe (lopi's own return points, `lock:acquired`, `lock:release`) and the time since the trace began at the others (bpftrace's): write them as two probes", 1, 39),
     ("begin { join(\"x\"); }", "`join` needs the address of an array of string pointers, found str", 1, 14),
     ("begin { join(0, 1); }", "the separator of `join` must be a string literal", 1, 17),
+    ("func:foo { @u = usym(arg0); }", "a map value must be an int or a str; a stack or a usym can only be a key", 1, 17),
+    ("func:foo { $b = usym(arg0) == usym(arg1); }", "usyms cannot be compared; compare the addresses", 1, 17),
+    ("func:foo { $b = usym(arg0) + 1; }", "`+` needs int operands, found usym", 1, 17),
+    ("func:foo { printf(\"%d\", usym(arg0)); }", "`%d` needs an int, found usym", 1, 25),
+    ("func:foo { $u = usym(\"x\"); }", "`usym` needs an int, an address, found str", 1, 22),
+    ("func:foo { $u = usym(); }", "`usym` takes one argument, an address: `usym(arg0)`", 1, 17),
     ("lock:release { @x = retval; }", "`retval` needs a return probe (`func:F:return`, `syscall:S:return` or `lock:acquired`), and `lock:release` is not one", 1, 21),
     ("thread:start { @x = retval; }", "`retval` needs a return probe (`func:F:return`, `syscall:S:return` or `lock:acquired`), and `thread:start` is not one", 1, 21),
     // printf.
@@ -104,7 +110,7 @@ const CASES: &[(&str, &str, usize, usize)] = &[
     ("begin { $x = @never; }", "map `@never` is never assigned", 1, 14),
     ("begin { print(@never) }", "map `@never` is never assigned", 1, 15),
     ("begin { @x = @x + 1; @x = \"text\"; }", "map `@x` was first given int values, not str", 1, 22),
-    ("begin { @s = ustack(); }", "a map value must be an int or a str; a stack can only be a key", 1, 14),
+    ("begin { @s = ustack(); }", "a map value must be an int or a str; a stack or a usym can only be a key", 1, 14),
     // Aggregations.
     ("begin { $x = count(); }", "an aggregation can only be assigned to a map, as in `@m = count(..)`", 1, 14),
     ("begin { @x = count() + 1; }", "`count()` is an aggregation: it can only be the whole value assigned to a map, as in `@m[k] = count(..)`", 1, 14),

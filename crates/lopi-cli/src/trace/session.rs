@@ -49,6 +49,8 @@ pub struct Session<'s> {
     pub exited: bool,
     /// Faults of the probes lopi ran.
     faults: u64,
+    /// The pid of the process lopi started or attached to (`cpid`; 0 when it reads a record).
+    pub cpid: u32,
 }
 
 /// A read-only view of the data file as it is now.
@@ -93,6 +95,7 @@ impl<'s> Session<'s> {
             deleted: vec![Default::default(); maps],
             exited: false,
             faults: 0,
+            cpid: 0,
         }
     }
 
@@ -151,7 +154,8 @@ impl<'s> Session<'s> {
                         0 => Type::Int,
                         1 => Type::Str,
                         2 => Type::Stack,
-                        _ => Type::Uint,
+                        3 => Type::Uint,
+                        _ => Type::Usym,
                     };
                     let text = self.value_text(&bytes, ty, &r.payload);
                     self.out.write_all(text.as_bytes())?;
@@ -178,9 +182,11 @@ impl<'s> Session<'s> {
         let mut at = 0;
         for piece in &format.pieces {
             let Piece::Conv(conv) = piece else { continue };
+            let word = || r.payload.get(at..at + 8).map_or(0, |w| i64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
             let (arg, len) = match conv.kind {
                 ConvKind::Str => (Arg::Str(r.payload.get(at..at + program.str_size).unwrap_or_default().to_vec()), program.str_size),
-                _ => (Arg::Int(r.payload.get(at..at + 8).map_or(0, |w| i64::from_le_bytes(w.try_into().unwrap_or([0; 8])))), 8),
+                ConvKind::Sym => (Arg::Str(self.symbols.symbol(word() as u64).into_bytes()), 8),
+                _ => (Arg::Int(word()), 8),
             };
             args.push(arg);
             at += len.next_multiple_of(8);
@@ -193,6 +199,7 @@ impl<'s> Session<'s> {
         match ty {
             Type::Int => format!("{}\n", word(0) as i64),
             Type::Uint => format!("{}\n", word(0)),
+            Type::Usym => format!("{}\n", self.symbols.symbol(word(0))),
             Type::Str => format!("{}\n", String::from_utf8_lossy(bytes.split(|&b| b == 0).next().unwrap_or_default())),
             Type::Stack => {
                 let frames = (word(0) as usize).min(lopi_rt_abi::script::STACK_FRAMES);
@@ -369,6 +376,9 @@ impl Host for Env<'_, '_> {
     fn int_builtin(&mut self, builtin: Builtin) -> i64 {
         match builtin {
             Builtin::Pid | Builtin::Tid => i64::from(std::process::id()),
+            Builtin::Uid => i64::from(nix::unistd::getuid().as_raw()),
+            Builtin::Gid => i64::from(nix::unistd::getgid().as_raw()),
+            Builtin::Cpid => i64::from(self.session.cpid),
             Builtin::Cpu => nix::sched::sched_getcpu().map_or(0, |c| c as i64),
             Builtin::Nsecs => monotonic_ns() as i64,
             // A record read afterwards (`lopi report --script`) has no start of its own.
@@ -449,6 +459,10 @@ impl Host for Env<'_, '_> {
     fn print_value(&mut self, ty: Type, bytes: &[u8]) {
         let text = self.session.value_text(self.bytes, ty, bytes);
         self.write(text.as_bytes());
+    }
+
+    fn symbol(&mut self, addr: u64) -> Vec<u8> {
+        self.session.symbols.symbol(addr).into_bytes()
     }
 
     fn join(&mut self, sep: StrId, args: &[&[u8]]) {

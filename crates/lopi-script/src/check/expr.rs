@@ -132,6 +132,15 @@ impl Checker<'_> {
                 };
                 Some((Type::Stack, if callee == Callee::Ustack { ExprKind::Ustack { depth } } else { ExprKind::Pystack { depth } }))
             }
+            Callee::Usym => {
+                let [arg] = args else {
+                    self.issues.push(Issue::new(span, "`usym` takes one argument, an address: `usym(arg0)`"));
+                    return None;
+                };
+                let value = self.expr(arg)?;
+                self.want_int(&value, arg.span, "`usym` needs an int, an address")?;
+                Some((Type::Usym, ExprKind::Usym(Box::new(value))))
+            }
             Callee::Str => {
                 if !(1..=2).contains(&args.len()) {
                     self.issues.push(Issue::new(span, "`str` takes a pointer and an optional length: `str(p)` or `str(p, n)`"));
@@ -164,6 +173,7 @@ impl Checker<'_> {
             BinOp::Eq | BinOp::Ne => {
                 let message = match (left.ty, right.ty) {
                     (Type::Stack, Type::Stack) => "stacks cannot be compared".to_string(),
+                    (Type::Usym, Type::Usym) => "usyms cannot be compared; compare the addresses".to_string(),
                     (l, r) if !l.same_kind(r) => format!("cannot compare {l} with {r}"),
                     _ => String::new(),
                 };

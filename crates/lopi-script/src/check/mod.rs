@@ -198,7 +198,7 @@ impl<'s> Checker<'s> {
             // bpftrace's `args.ret`; a function's `rax` is bpftrace's uint64 `retval`.
             Builtin::Retval if self.points.iter().all(|p| matches!(p, Point::SyscallReturn { .. })) => Type::Int,
             // bpftrace's uint64 builtins.
-            Builtin::Pid | Builtin::Tid | Builtin::Cpu | Builtin::Nsecs | Builtin::Arg(_) | Builtin::Retval | Builtin::Elapsed | Builtin::SinceStart => Type::Uint,
+            Builtin::Pid | Builtin::Tid | Builtin::Uid | Builtin::Gid | Builtin::Cpid | Builtin::Cpu | Builtin::Nsecs | Builtin::Arg(_) | Builtin::Retval | Builtin::Elapsed | Builtin::SinceStart => Type::Uint,
             // The kernel's `long id`.
             Builtin::SyscallNr => Type::Int,
         }))

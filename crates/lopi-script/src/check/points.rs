@@ -164,7 +164,7 @@ impl Source {
             Builtin::Arg(_) => Some(Source::Args),
             Builtin::Func => Some(Source::Func),
             // `elapsed` is given everywhere ([`Elapsed`]); `args.id` only ever a system call's.
-            Builtin::Pid | Builtin::Tid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe | Builtin::Elapsed | Builtin::SinceStart | Builtin::SyscallNr => None,
+            Builtin::Pid | Builtin::Tid | Builtin::Uid | Builtin::Gid | Builtin::Cpid | Builtin::Comm | Builtin::Cpu | Builtin::Nsecs | Builtin::Probe | Builtin::Elapsed | Builtin::SinceStart | Builtin::SyscallNr => None,
         }
     }
 

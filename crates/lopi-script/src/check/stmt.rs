@@ -5,7 +5,7 @@ use super::Checker;
 use crate::ast::{self, AggFunc, AssignOp, BinOp, Rhs, StrLit, Target};
 use crate::diag::Issue;
 use crate::format::{self, Part};
-use crate::ir::{AggKind, Expr, Format, FormatId, IfArm, Piece, Stmt, Type, ValueKind};
+use crate::ir::{AggKind, ConvKind, Expr, Format, FormatId, IfArm, Piece, Stmt, Type, ValueKind};
 use crate::limits::MAX_LHIST_BUCKETS;
 
 impl Checker<'_> {
@@ -110,8 +110,8 @@ impl Checker<'_> {
                 let typed = self.expr(value);
                 let ((id, keys), typed) = (target?, typed?);
                 let ty = match binop {
-                    None if typed.ty == Type::Stack => {
-                        let message = "a map value must be an int or a str; a stack can only be a key";
+                    None if matches!(typed.ty, Type::Stack | Type::Usym) => {
+                        let message = "a map value must be an int or a str; a stack or a usym can only be a key";
                         self.issues.push(Issue::new(value.span, message));
                         return None;
                     }
@@ -237,7 +237,7 @@ impl Checker<'_> {
         let mut used = 0;
         let mut ok = true;
         for part in parts {
-            let (conv, at) = match part {
+            let (mut conv, at) = match part {
                 Part::Text(text) => {
                     pieces.push(Piece::Text(self.intern(&text)));
                     continue;
@@ -251,6 +251,8 @@ impl Checker<'_> {
                     self.issues.push(Issue::new(format.span_of(at.start, at.end), format!("`{shown}` has no argument")));
                     ok = false;
                 }
+                // `%s` names a usym's address.
+                (Some(_), Some(Some(value))) if conv.kind == ConvKind::Str && value.ty == Type::Usym => conv.kind = ConvKind::Sym,
                 (Some(arg), Some(Some(value))) if !value.ty.same_kind(want) => {
                     let article = if want.is_int() { "an" } else { "a" };
                     self.issues.push(Issue::new(arg.span, format!("`{shown}` needs {article} {want}, found {}", value.ty)));

@@ -14,6 +14,7 @@ impl From<Type> for ValueType {
         match ty {
             Type::Int => ValueType::Int,
             Type::Uint => ValueType::Uint,
+            Type::Usym => ValueType::Usym,
             Type::Str => ValueType::Str,
             Type::Stack => ValueType::Stack,
         }
@@ -38,7 +39,7 @@ pub fn slot_size(kind: ValueKind, str_size: usize) -> usize {
 /// Bytes of one value of type `ty`, as it is stored in a key, a slot or a local.
 pub fn value_size(ty: Type, str_size: usize) -> usize {
     match ty {
-        Type::Int | Type::Uint => 8,
+        Type::Int | Type::Uint | Type::Usym => 8,
         Type::Str => str_size,
         Type::Stack => size_of::<StackValue>(),
     }

@@ -40,7 +40,7 @@ impl Gen<'_> {
         match &expr.kind {
             ExprKind::Int(value) => self.imm(rax, *value)?,
             ExprKind::Builtin(builtin) => self.int_builtin(*builtin)?,
-            ExprKind::Local(id) if expr.ty.is_int() => {
+            ExprKind::Local(id) if expr.ty.is_word() => {
                 let local = self.frame_qword(self.frame.local(id.0))?;
                 self.asm.mov(rax, local)?;
             }
@@ -74,6 +74,7 @@ impl Gen<'_> {
                 self.arith(*op, Type::unsigned_op(*op, lhs.ty, rhs.ty))?;
             }
             ExprKind::Ternary { cond, then, els } => self.ternary(cond, then, els, Gen::int)?,
+            ExprKind::Usym(addr) => self.int(addr)?,
             _ => return Err(CodegenError::Unchecked("an int expression of another type")),
         }
         self.frame.release(mark);
@@ -91,6 +92,9 @@ impl Gen<'_> {
             Builtin::Cpu => IntBuiltin::Cpu,
             Builtin::Nsecs => IntBuiltin::Nsecs,
             Builtin::SinceStart => IntBuiltin::SinceStart,
+            Builtin::Uid => IntBuiltin::Uid,
+            Builtin::Gid => IntBuiltin::Gid,
+            Builtin::Cpid => IntBuiltin::Cpid,
             _ => return Err(CodegenError::Unchecked("a builtin that is not an int")),
         };
         self.asm.mov(esi, which as u32)?;
@@ -118,7 +122,7 @@ impl Gen<'_> {
     fn leaf(&self, expr: &Expr) -> Result<Option<Leaf>> {
         Ok(match &expr.kind {
             ExprKind::Int(value) => Some(Leaf::Imm(*value)),
-            ExprKind::Local(id) if expr.ty.is_int() => Some(Leaf::Mem(self.frame_qword(self.frame.local(id.0))?)),
+            ExprKind::Local(id) if expr.ty.is_word() => Some(Leaf::Mem(self.frame_qword(self.frame.local(id.0))?)),
             ExprKind::Builtin(builtin) => ctx_field(*builtin).map(|offset| Leaf::Mem(ctx(offset))),
             _ => None,
         })

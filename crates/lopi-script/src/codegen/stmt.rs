@@ -49,7 +49,7 @@ impl Gen<'_> {
         let at = self.frame.local(local.0);
         let ty = self.frame.local_type(local.0);
         match (value.ty, op) {
-            (Type::Int | Type::Uint, None) => {
+            (Type::Int | Type::Uint | Type::Usym, None) => {
                 self.int(value)?;
                 self.asm.mov(self.frame_qword(at)?, rax)?;
             }
@@ -178,7 +178,7 @@ impl Gen<'_> {
 
     fn print(&mut self, value: &Expr) -> Result {
         self.value(value)?;
-        if value.ty.is_int() {
+        if value.ty.is_word() {
             let spill = self.frame.alloc(8);
             self.asm.mov(self.frame_qword(spill)?, rax)?;
             self.frame_addr(rax, spill)?;

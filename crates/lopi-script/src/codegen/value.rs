@@ -112,7 +112,7 @@ impl Gen<'_> {
     /// Evaluates `expr` of any type: an `int` into `rax`, the others' address into `rax`.
     pub fn value(&mut self, expr: &Expr) -> Result {
         match expr.ty {
-            Type::Int | Type::Uint => self.int(expr),
+            Type::Int | Type::Uint | Type::Usym => self.int(expr),
             Type::Str => self.str(expr),
             Type::Stack => self.stack(expr),
         }
@@ -151,7 +151,7 @@ impl Gen<'_> {
             let mark = self.frame.mark();
             self.value(element)?;
             match element.ty {
-                Type::Int | Type::Uint => self.asm.mov(self.frame_qword(at)?, rax)?,
+                Type::Int | Type::Uint | Type::Usym => self.asm.mov(self.frame_qword(at)?, rax)?,
                 ty => self.copy_to_frame(at, value_size(ty, size))?,
             }
             self.frame.release(mark);

@@ -26,7 +26,7 @@ mod time;
 
 pub use buckets::{buckets, Bucket};
 pub use json::{json, json_value};
-pub use key::Key;
+pub use key::{symbol, Key};
 pub use merge::merge;
 pub use printf::{join, printf, Arg};
 pub use text::{text, text_map};

@@ -4,7 +4,8 @@ use super::key::until_nul;
 use super::OutputError;
 use crate::ir::{ConvKind, Conversion, Format, Piece, Program, StrId};
 
-/// One argument of a `printf`: an int, or the bytes of a `str` (its text ends at a NUL).
+/// One argument of a `printf`: an int, or the bytes of a `str` (its text ends at a NUL) or of a
+/// `usym`'s name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Arg {
     Int(i64),
@@ -35,12 +36,12 @@ pub fn printf(program: &Program, format: &Format, args: &[Arg]) -> Result<Vec<u8
         };
         let (index, arg) = args.next().ok_or_else(|| count_error.clone())?;
         match (conv.kind, arg) {
-            (ConvKind::Str, Arg::Str(text)) => {
+            (ConvKind::Str | ConvKind::Sym, Arg::Str(text)) => {
                 let text = until_nul(text);
                 let text = &text[..conv.precision.map_or(text.len(), |p| text.len().min(p.into()))];
                 pad(&mut out, conv, b"", text, false);
             }
-            (ConvKind::Str, _) | (_, Arg::Str(_)) => return Err(OutputError::ArgType { index }),
+            (ConvKind::Str | ConvKind::Sym, _) | (_, Arg::Str(_)) => return Err(OutputError::ArgType { index }),
             (ConvKind::Char, &Arg::Int(value)) => pad(&mut out, conv, b"", &[value as u8], false),
             (_, &Arg::Int(value)) => number(&mut out, conv, value),
         }

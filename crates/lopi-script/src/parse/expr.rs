@@ -170,6 +170,7 @@ impl Parser<'_> {
             "str" => Callee::Str,
             "ustack" => Callee::Ustack,
             "pystack" => Callee::Pystack,
+            "usym" => Callee::Usym,
             "printf" | "print" | "delete" | "clear" | "exit" | "time" | "join" => {
                 return Err(Issue::new(span, format!("`{word}` is a statement, not a value")));
             }

@@ -217,6 +217,7 @@ extern "sysv64" fn builtin(ctx: *mut ScriptCtx, which: u64) -> u64 {
         2 => rt.cpu,
         3 => rt.nsecs,
         4 => SINCE_START,
+        5..=7 => 1000 + which,
         _ => {
             rt.errors.push(format!("builtin {which}"));
             0
@@ -349,7 +350,7 @@ extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
     rt.calls.push("print_value".into());
     let printed = match ty {
         0 => Value::Int(i64::from_le_bytes(bytes(value, 8).try_into().unwrap())),
-        3 => Value::Uint(u64::from_le_bytes(bytes(value, 8).try_into().unwrap())),
+        3 | 4 => Value::Uint(u64::from_le_bytes(bytes(value, 8).try_into().unwrap())),
         1 => {
             let text = bytes(value, rt.str_size).to_vec();
             rt.text(&text)

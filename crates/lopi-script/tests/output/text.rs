@@ -80,6 +80,17 @@ fn print_with_a_top_and_a_divisor_shows_the_greatest_entries_divided() {
 }
 
 #[test]
+fn usym_keys_print_their_symbol_without_the_offset() {
+    use lopi_script::output::symbol;
+    let threads = agg("", &[Type::Usym], AggKind::Count);
+    // The test symbolizer names 0x40 `f40`: a symbol of its own.
+    assert_eq!(show(&merged(&threads, &[(int(0x40), int(4))])), "@[f40]: 4\n\n");
+    for (frame, name) in [("worker+12", "worker"), ("libc.so.6+0x29d90", "libc.so.6"), ("worker", "worker"), ("operator+", "operator+"), ("0x401000", "0x401000")] {
+        assert_eq!(symbol(frame), name, "{frame}");
+    }
+}
+
+#[test]
 fn stack_keys_take_a_line_per_frame() {
     let map = agg("", &[Type::Stack], AggKind::Count);
     let entries = [(stack(&[0x1234, 0x40]), int(4))];

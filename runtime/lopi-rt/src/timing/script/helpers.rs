@@ -135,6 +135,9 @@ extern "sysv64" fn builtin(ctx: *mut ScriptCtx, which: u64) -> u64 {
                 0 => now_ns(v).wrapping_sub((*v).clock_ns),
                 start => now_ns(v).saturating_sub(start),
             },
+            5 => sys::call3(sys::GETUID, 0, 0, 0) as u64,
+            6 => sys::call3(sys::GETGID, 0, 0, 0) as u64,
+            7 => u64::from((*v).space_pid),
             _ => 0,
         }
     }
