@@ -305,11 +305,9 @@ fn update(slot: &mut [u8], kind: AggKind, value: i64) {
             set_word(slot, offset_of!(AvgSlot, sum), word(slot, offset_of!(AvgSlot, sum)).wrapping_add(value));
             set_word(slot, offset_of!(AvgSlot, count), word(slot, offset_of!(AvgSlot, count)).wrapping_add(1));
         }
-        AggKind::Min { unsigned } | AggKind::Max { unsigned } => {
+        AggKind::Min | AggKind::Max => {
             let (set, old) = (word(slot, offset_of!(ExtremeSlot, set)), word(slot, offset_of!(ExtremeSlot, value)));
-            let order = if unsigned { (value as u64).cmp(&(old as u64)) } else { value.cmp(&old) };
-            let min = matches!(kind, AggKind::Min { .. });
-            if set == 0 || (min && order.is_lt()) || (!min && order.is_gt()) {
+            if set == 0 || (kind == AggKind::Min && value < old) || (kind == AggKind::Max && value > old) {
                 set_word(slot, offset_of!(ExtremeSlot, value), value);
                 set_word(slot, offset_of!(ExtremeSlot, set), 1);
             }

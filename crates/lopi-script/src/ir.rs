@@ -62,16 +62,16 @@ impl Type {
     }
 }
 
-/// What an aggregation map keeps per key. A sum, min or max of unsigned values is unsigned
-/// (compared and printed as such); averages, stats and histograms take their values as signed,
-/// as bpftrace's do.
+/// What an aggregation map keeps per key. A sum of unsigned values is unsigned (printed as such);
+/// minimums, maximums, averages, stats and histograms take their values as signed, as bpftrace's
+/// do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AggKind {
     Count,
     Sum { unsigned: bool },
     Avg,
-    Min { unsigned: bool },
-    Max { unsigned: bool },
+    Min,
+    Max,
     /// Count, sum, min and max together.
     Stats,
     /// Power-of-two buckets.
@@ -98,8 +98,8 @@ impl fmt::Display for ValueKind {
                     AggKind::Count => "count",
                     AggKind::Sum { .. } => "sum",
                     AggKind::Avg => "avg",
-                    AggKind::Min { .. } => "min",
-                    AggKind::Max { .. } => "max",
+                    AggKind::Min => "min",
+                    AggKind::Max => "max",
                     AggKind::Stats => "stats",
                     _ => "hist",
                 };
@@ -115,8 +115,6 @@ impl ValueKind {
         let signless = |kind: ValueKind| match kind {
             ValueKind::Plain(ty) if ty.is_int() => ValueKind::Plain(Type::Int),
             ValueKind::Agg(AggKind::Sum { .. }) => ValueKind::Agg(AggKind::Sum { unsigned: false }),
-            ValueKind::Agg(AggKind::Min { .. }) => ValueKind::Agg(AggKind::Min { unsigned: false }),
-            ValueKind::Agg(AggKind::Max { .. }) => ValueKind::Agg(AggKind::Max { unsigned: false }),
             other => other,
         };
         signless(self) == signless(other)

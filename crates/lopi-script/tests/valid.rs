@@ -316,7 +316,7 @@ fn compound_assignments() {
 fn every_aggregation() {
     let p = named("aggregations");
     let kinds: Vec<ValueKind> = p.maps.iter().map(|m| m.value).collect();
-    let expected = [AggKind::Count, AggKind::Sum { unsigned: true }, AggKind::Avg, AggKind::Min { unsigned: true }, AggKind::Max { unsigned: true }, AggKind::Stats, AggKind::Hist, AggKind::Lhist { min: -100, max: 100, step: 20 }];
+    let expected = [AggKind::Count, AggKind::Sum { unsigned: true }, AggKind::Avg, AggKind::Min, AggKind::Max, AggKind::Stats, AggKind::Hist, AggKind::Lhist { min: -100, max: 100, step: 20 }];
     assert_eq!(kinds, expected.map(agg));
     assert_eq!(agg(expected[7]).to_string(), "lhist(.., -100, 100, 20)");
 }

@@ -156,8 +156,8 @@ impl Checker<'_> {
         let unsigned = value.ty == Type::Uint;
         let kind = match agg.func {
             AggFunc::Sum => AggKind::Sum { unsigned },
-            AggFunc::Min => AggKind::Min { unsigned },
-            AggFunc::Max => AggKind::Max { unsigned },
+            AggFunc::Min => AggKind::Min,
+            AggFunc::Max => AggKind::Max,
             AggFunc::Avg => AggKind::Avg,
             AggFunc::Stats => AggKind::Stats,
             _ => AggKind::Hist,

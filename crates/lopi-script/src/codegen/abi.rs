@@ -29,7 +29,7 @@ pub fn slot_size(kind: ValueKind, str_size: usize) -> usize {
         ValueKind::Plain(ty) => value_size(ty, str_size),
         ValueKind::Agg(AggKind::Count | AggKind::Sum { .. }) => 8,
         ValueKind::Agg(AggKind::Avg) => size_of::<AvgSlot>(),
-        ValueKind::Agg(AggKind::Min { .. } | AggKind::Max { .. }) => size_of::<ExtremeSlot>(),
+        ValueKind::Agg(AggKind::Min | AggKind::Max) => size_of::<ExtremeSlot>(),
         ValueKind::Agg(AggKind::Stats) => size_of::<StatsSlot>(),
         ValueKind::Agg(AggKind::Hist) => 8 * HIST_BUCKETS,
         ValueKind::Agg(AggKind::Lhist { min, max, step }) => 8 * (lhist_linear_buckets(min, max, step) + 2),

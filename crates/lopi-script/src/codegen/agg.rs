@@ -21,8 +21,7 @@ impl Gen<'_> {
                 self.asm.add(field(offset_of!(AvgSlot, sum)), rax)?;
                 self.asm.inc(field(offset_of!(AvgSlot, count)))?;
             }
-            AggKind::Min { unsigned } => self.extreme(true, unsigned)?,
-            AggKind::Max { unsigned } => self.extreme(false, unsigned)?,
+            AggKind::Min | AggKind::Max => self.extreme(kind == AggKind::Min)?,
             AggKind::Stats => self.stats()?,
             AggKind::Hist => self.hist()?,
             AggKind::Lhist { min, max, step } => self.lhist(min, max, step)?,
@@ -30,18 +29,17 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// `min()`, `max()`: the first value, then whichever is smaller (larger), as unsigned
-    /// numbers or not.
-    fn extreme(&mut self, min: bool, unsigned: bool) -> Result {
+    /// `min()`, `max()`: the first value, then whichever is smaller (larger), as signed numbers
+    /// whatever their type (bpftrace's compare so).
+    fn extreme(&mut self, min: bool) -> Result {
         let (mut store, mut done) = (self.asm.create_label(), self.asm.create_label());
         self.asm.cmp(field(offset_of!(ExtremeSlot, set)), 0)?;
         self.asm.je(store)?;
         self.asm.cmp(rax, field(offset_of!(ExtremeSlot, value)))?;
-        match (min, unsigned) {
-            (true, false) => self.asm.jge(done)?,
-            (false, false) => self.asm.jle(done)?,
-            (true, true) => self.asm.jae(done)?,
-            (false, true) => self.asm.jbe(done)?,
+        if min {
+            self.asm.jge(done)?;
+        } else {
+            self.asm.jle(done)?;
         }
         self.bind(&mut store)?;
         self.asm.mov(field(offset_of!(ExtremeSlot, value)), rax)?;

@@ -41,10 +41,9 @@ fn decode(kind: ValueKind, slot: &[u8]) -> Option<Value> {
         ValueKind::Plain(_) | ValueKind::Agg(AggKind::Sum { .. }) => Value::Int(word(0)),
         ValueKind::Agg(AggKind::Count) => Value::Count(word(0) as u64),
         ValueKind::Agg(AggKind::Avg) => Value::Avg { sum: word(offset_of!(AvgSlot, sum)), count: word(offset_of!(AvgSlot, count)) as u64 },
-        ValueKind::Agg(AggKind::Min { unsigned } | AggKind::Max { unsigned }) => match (word(offset_of!(ExtremeSlot, set)), unsigned) {
-            (0, _) => return None,
-            (_, true) => Value::Uint(word(offset_of!(ExtremeSlot, value)) as u64),
-            (_, false) => Value::Int(word(offset_of!(ExtremeSlot, value))),
+        ValueKind::Agg(AggKind::Min | AggKind::Max) => match word(offset_of!(ExtremeSlot, set)) {
+            0 => return None,
+            _ => Value::Int(word(offset_of!(ExtremeSlot, value))),
         },
         ValueKind::Agg(AggKind::Stats) => match word(offset_of!(StatsSlot, count)) as u64 {
             0 => return None,
@@ -68,14 +67,12 @@ fn combine(kind: ValueKind, old: Value, new: Value) -> Value {
         (Value::Count(a), Value::Count(b)) => Value::Count(a.wrapping_add(b)),
         (Value::Int(a), Value::Int(b)) => Value::Int(match kind {
             ValueKind::Agg(AggKind::Sum { .. }) => a.wrapping_add(b),
-            ValueKind::Agg(AggKind::Min { .. }) => a.min(b),
-            ValueKind::Agg(AggKind::Max { .. }) => a.max(b),
+            ValueKind::Agg(AggKind::Min) => a.min(b),
+            ValueKind::Agg(AggKind::Max) => a.max(b),
             _ => b,
         }),
         (Value::Uint(a), Value::Uint(b)) => Value::Uint(match kind {
             ValueKind::Agg(AggKind::Sum { .. }) => a.wrapping_add(b),
-            ValueKind::Agg(AggKind::Min { .. }) => a.min(b),
-            ValueKind::Agg(AggKind::Max { .. }) => a.max(b),
             _ => b,
         }),
         (Value::Avg { sum, count }, Value::Avg { sum: s, count: c }) => Value::Avg { sum: sum.wrapping_add(s), count: count.wrapping_add(c) },

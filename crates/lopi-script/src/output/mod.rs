@@ -59,7 +59,7 @@ pub enum Value {
     Count(u64),
     /// `sum()`, `min()`, `max()` or a plain `int`.
     Int(i64),
-    /// The same of unsigned values, or a plain `uint`.
+    /// A `sum()` of unsigned values, or a plain `uint`.
     Uint(u64),
     /// A plain `str`, up to its NUL.
     Str(Vec<u8>),

@@ -21,13 +21,11 @@ fn count_sum_avg_min_max_stats() {
     let n = VALUES.len() as i64;
     let sum = VALUES.iter().fold(0i64, |a, &v| a.wrapping_add(v));
     let (min, max) = (*VALUES.iter().min().unwrap(), *VALUES.iter().max().unwrap());
-    // min() and max() of `arg0`, bpftrace's uint64, compare as unsigned; stats() as signed.
-    let (umin, umax) = (VALUES.iter().map(|&v| v as u64).min().unwrap(), VALUES.iter().map(|&v| v as u64).max().unwrap());
     assert_eq!(rt.words("c", &[]), Some(vec![n]));
     assert_eq!(rt.words("s", &[]), Some(vec![sum]));
     assert_eq!(rt.words("a", &[]), Some(vec![sum, n]));
-    assert_eq!(rt.words("mn", &[]), Some(vec![umin as i64, 1]));
-    assert_eq!(rt.words("mx", &[]), Some(vec![umax as i64, 1]));
+    assert_eq!(rt.words("mn", &[]), Some(vec![min, 1]));
+    assert_eq!(rt.words("mx", &[]), Some(vec![max, 1]));
     assert_eq!(rt.words("st", &[]), Some(vec![n, sum, min, max]));
 }
 
