@@ -67,16 +67,24 @@ def bpftrace_error(stderr: str) -> str:
 
 
 def read_lopi_output(path: Path) -> tuple[dict, list[str]]:
-    """lopi's -o file: the printed lines, then `{"maps": ...}` on the last line."""
+    """lopi's -o file: the printed lines, with a `{"maps": ...}` line for each print(@m), then
+    `{"maps": ...}` on the last line: the maps, each as the last of these lines gives it (as
+    bpftrace's map events are read)."""
     text = path.read_text(errors="replace").rstrip("\n").split("\n") if path.exists() else []
     if not text or not text[-1].startswith('{"maps"'):
         raise ValueError("no maps at the end of lopi's output")
-    return {k: norm(v) for k, v in json.loads(text[-1])["maps"].items()}, text[:-1]
+    maps, printed = {}, []
+    for line in text:
+        if line.startswith('{"maps"'):
+            maps.update({k: norm(v) for k, v in json.loads(line)["maps"].items()})
+        else:
+            printed.append(line)
+    return maps, printed
 
 
 def read_bpftrace_output(stdout: str) -> tuple[dict, list[str], str]:
-    """bpftrace -f json's events: maps, printed text (printf and time), and the lines that are
-    not events (the -c program's own stdout, on the same stream)."""
+    """bpftrace -f json's events: maps, printed text (printf, time, and join's line), and the
+    lines that are not events (the -c program's own stdout, on the same stream)."""
     maps, printed, program = {}, "", []
     for line in stdout.splitlines():
         if not line.startswith('{"type"'):
@@ -85,6 +93,8 @@ def read_bpftrace_output(stdout: str) -> tuple[dict, list[str], str]:
         event = json.loads(line)
         if event["type"] in ("printf", "time"):
             printed += event["data"]
+        elif event["type"] == "join":
+            printed += event["data"] + "\n"
         elif event["type"] in ("map", "hist", "stats"):
             maps.update({k: norm(v) for k, v in event["data"].items()})
     return maps, printed.splitlines(), "".join(x + "\n" for x in program if x)

@@ -2,7 +2,7 @@
 //! runtime blob in RX, its data at the end of RW, at the distance the handler was linked for
 //! (so its RIP-relative references hold wherever the image goes), and a `ScriptImage` whose
 //! probes are its callbacks: one probe model with the scripts.
-use lopi_script::ir::{LockEvent, Point, Probe, Program};
+use lopi_script::ir::{LockEvent, Point, Probe, Program, Spelling};
 
 /// The callbacks a handler may define, in probe order, and where each runs.
 pub const CALLBACKS: [&str; 10] = [
@@ -51,8 +51,8 @@ impl Handler {
         let points = [
             Point::FuncEntry { lib: None, glob: "*".into() },
             Point::FuncReturn { lib: None, glob: "*".into() },
-            Point::SyscallEntry("*".into()),
-            Point::SyscallReturn("*".into()),
+            Point::SyscallEntry { glob: "*".into(), spelling: Spelling::Lopi },
+            Point::SyscallReturn { glob: "*".into(), spelling: Spelling::Lopi },
             Point::Lock(LockEvent::Acquire),
             Point::Lock(LockEvent::Acquired),
             Point::Lock(LockEvent::Release),

@@ -26,6 +26,9 @@ pub struct ScriptSpec {
     pub point_addrs: std::collections::BTreeMap<usize, u64>,
     /// The markers each `usdt:` point probes, by point index.
     pub markers: std::collections::BTreeMap<usize, Vec<MarkerSite>>,
+    /// When the trace began (CLOCK_MONOTONIC ns), which bpftrace's `elapsed` counts from; 0: when
+    /// each module's runtime starts (a rewritten program).
+    pub start_ns: u64,
 }
 
 /// A USDT marker a `usdt:` point probes: its module, its `nop`, and where its arguments are
@@ -99,7 +102,7 @@ impl ScriptSpec {
     /// Whether some point is a system call's: the script then goes wherever system calls are
     /// probed.
     pub fn probes_system_calls(&self) -> bool {
-        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::SyscallEntry(_) | Point::SyscallReturn(_)))
+        self.program.probes.iter().flat_map(|p| &p.points).any(|p| matches!(p, Point::SyscallEntry { .. } | Point::SyscallReturn { .. }))
     }
 
     /// `program` checked from `source` with `max_entries` (if given), less its probes that
@@ -112,14 +115,14 @@ impl ScriptSpec {
         for b in options.bytes() {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None, point_addrs: Default::default(), markers: Default::default() }
+        ScriptSpec { program, id, meta: lopi_trace::MetaScript { source: source.to_string(), max_entries, ring_len }, counted, handler: None, point_addrs: Default::default(), markers: Default::default(), start_ns: 0 }
     }
 
     /// A C handler's: its callbacks run at every timed function's entry and return and every
     /// probed system call, in every module it goes into.
     pub fn handler(handler: crate::handler::Handler) -> ScriptSpec {
         let meta = lopi_trace::MetaScript { source: String::new(), max_entries: None, ring_len: 0 };
-        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler), point_addrs: Default::default(), markers: Default::default() }
+        ScriptSpec { program: handler.program(), id: handler.id, meta, counted: Vec::new(), handler: Some(handler), point_addrs: Default::default(), markers: Default::default(), start_ns: 0 }
     }
 }
 
@@ -228,8 +231,8 @@ pub fn syscall_hooks(program: &Program) -> Vec<(HookList, HookList)> {
             let (mut entry, mut exit) = (Vec::new(), Vec::new());
             for (n, (probe, point)) in points(program).enumerate() {
                 match point {
-                    Point::SyscallEntry(glob) if lopi_script::glob_match(glob, &name) => entry.push((probe as u32, n as u32)),
-                    Point::SyscallReturn(glob) if lopi_script::glob_match(glob, &name) => exit.push((probe as u32, n as u32)),
+                    Point::SyscallEntry { glob, .. } if lopi_script::glob_match(glob, &name) => entry.push((probe as u32, n as u32)),
+                    Point::SyscallReturn { glob, .. } if lopi_script::glob_match(glob, &name) => exit.push((probe as u32, n as u32)),
                     _ => {}
                 }
             }
@@ -258,6 +261,7 @@ pub fn compile(spec: &ScriptSpec, at: u64, blob: u64) -> Result<codegen::Compile
         print_map: helper(9),
         print_value: helper(10),
         pystack: helper(11),
+        join: helper(12),
     };
     codegen::compile(&spec.program, &helpers, at)
 }
@@ -284,7 +288,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         })
         .collect();
     let point_names: Vec<[u32; 2]> = points(program).map(|(_, p)| intern(p.to_string().as_bytes())).collect();
-    let syscall_names: Vec<[u32; 2]> = match spec.probes_system_calls() {
+    let syscall_names: Vec<[u32; 2]> = match spec.handler.is_some() && spec.probes_system_calls() {
         true => (0..abi::SYSCALLS as u64).map(|nr| intern(lopi_trace::syscall_name(nr).as_bytes())).collect(),
         false => Vec::new(),
     };
@@ -342,9 +346,9 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
     let words = |v: &[u64]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
     let formats_at = place(&formats.iter().flat_map(|f| [u64::from(f.count), f.strings]).flat_map(u64::to_le_bytes).collect::<Vec<u8>>());
     let hooks_at = place(&words(&hooks));
-    // The call names follow their table, for `probe` (`syscall:read`).
+    // The call names follow their table, for C handlers' `name`.
     let syscalls_at = if syscalls.is_empty() { 0 } else { place(&words(&syscalls)) };
-    if !syscalls.is_empty() {
+    if !syscall_names.is_empty() {
         place(&syscall_names.iter().flatten().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
     }
     let lists_at = place(&lists.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
@@ -401,6 +405,7 @@ pub fn descriptor(spec: &ScriptSpec, library: Option<&str>, compiled: &codegen::
         arg_specs: arg_specs_at,
         profile_ns: spec.profile_ns(),
         py_codes: area.py_codes,
+        start_ns: spec.start_ns,
     };
     out[..abi::SCRIPT_IMAGE_LEN].copy_from_slice(&header.to_bytes());
     out

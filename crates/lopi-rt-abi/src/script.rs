@@ -7,7 +7,7 @@
 //! `ctx` first, so the runtime finds its per-thread state in [`ScriptCtx::runtime`].
 //!
 //! Values:
-//! - an `int` is an `i64`;
+//! - an `int` is an `i64`, a `uint` a `u64`;
 //! - a `str` is exactly `str_size` bytes: its text ends at the first NUL or at `str_size`, and
 //!   every byte after that NUL is 0, so two strings are equal exactly when their bytes are;
 //! - a `stack` is a [`StackValue`]: a frame count, then [`STACK_FRAMES`] frames, the unused
@@ -46,7 +46,7 @@ pub struct ScriptCtx {
     /// C handlers only: the probed function's address in the process, or the `syscall`
     /// instruction's.
     pub addr: u64,
-    /// C handlers only: the system call's number; `u64::MAX` at a function's probe.
+    /// The system call's number (a script's `args.id`); `u64::MAX` at a function's probe.
     pub nr: u64,
 }
 
@@ -96,9 +96,11 @@ pub struct Helpers {
     pub print_value: u64,
     /// [`UstackFn`]'s type: writes up to `depth` Python frames, innermost first (`pystack`).
     pub pystack: u64,
+    /// [`JoinFn`].
+    pub join: u64,
 }
 
-/// `builtin(ctx, which) -> value`.
+/// `builtin(ctx, which) -> value`, `which` an [`IntBuiltin`].
 pub type BuiltinFn = extern "sysv64" fn(ctx: *mut ScriptCtx, which: u64) -> u64;
 /// `builtin_str(ctx, which, dst, cap) -> length`: writes at most `cap` bytes of the text to
 /// `dst` and leaves the rest of it alone (the generated code has zeroed it).
@@ -118,8 +120,11 @@ pub type UstackFn = extern "sysv64" fn(ctx: *mut ScriptCtx, dst: *mut u64, depth
 /// `printf(ctx, format, args)`: `format` is a format id's index; `args` holds
 /// one `u64` per conversion: an int's value, or the address of a `str` (`str_size` bytes).
 pub type PrintfFn = extern "sysv64" fn(ctx: *mut ScriptCtx, format: u64, args: *const u64);
-/// `print_map(ctx, map)`.
-pub type PrintMapFn = extern "sysv64" fn(ctx: *mut ScriptCtx, map: u64);
+/// `print_map(ctx, map, top, div)`: `print(@map, top, div)`, 0 and 1 for a whole map.
+pub type PrintMapFn = extern "sysv64" fn(ctx: *mut ScriptCtx, map: u64, top: u64, div: u64);
+/// `join(ctx, array, sep)`: a [`record::JOIN`] of the strings the traced program's
+/// NULL-terminated array of pointers at `array` points at; `sep` is the separator's string id.
+pub type JoinFn = extern "sysv64" fn(ctx: *mut ScriptCtx, array: u64, sep: u64);
 /// `print_value(ctx, ty, value)`: `ty` a [`ValueType`] number, `value` the address of the value.
 pub type PrintValueFn = extern "sysv64" fn(ctx: *mut ScriptCtx, ty: u64, value: *const u8);
 
@@ -131,6 +136,14 @@ pub enum IntBuiltin {
     Tid = 1,
     Cpu = 2,
     Nsecs = 3,
+    /// Nanoseconds since the trace began ([`ScriptImage::start_ns`]): bpftrace's `elapsed`.
+    SinceStart = 4,
+    /// The thread's real user and group ids.
+    Uid = 5,
+    Gid = 6,
+    /// The pid of the process the module's runtime started in: the one lopi started or
+    /// attached to.
+    Cpid = 7,
 }
 
 /// The `which` of [`BuiltinStrFn`].
@@ -152,8 +165,17 @@ pub enum ValueType {
     Int = 0,
     Str = 1,
     Stack = 2,
+    /// An unsigned int, 8 bytes as an `Int`.
+    Uint = 3,
+    /// A `usym()`: the address, 8 bytes.
+    Usym = 4,
 }
 
+
+/// Strings `join()` takes from its array at most, and bytes of each with its NUL (bpftrace's
+/// `join_argnum` and `join_argsize`).
+pub const JOIN_ARGS: usize = 16;
+pub const JOIN_ARG_SIZE: usize = 1024;
 
 /// Frames a [`StackValue`] has room for: the deepest `ustack(n)`.
 pub const STACK_FRAMES: usize = 127;
@@ -245,8 +267,9 @@ pub const SCRIPT_IMAGE_MAGIC: [u8; 8] = *b"LOPISCI4";
 ///
 /// ```text
 /// formats      a FormatArgs per printf format
-/// syscalls     a u64 per system-call number: entry list and return list, as hooks; then a
-///              (u32 offset, u32 length) per number into `strings`: the call's name
+/// syscalls     a u64 per system-call number: entry list and return list, as hooks; then, for
+///              a C handler, a (u32 offset, u32 length) per number into `strings`: the call's
+///              name
 /// hooks        a u64 per counter: entry list (low u32) and exit list (high u32), indices of
 ///              the first word of a list in `lists`, 0 for none (word 0 is never a list's)
 /// lists        u32 words: (probe, point) pairs, each list ending with u32::MAX
@@ -321,6 +344,9 @@ pub struct ScriptImage {
     pub profile_ns: u64,
     /// `pystack`: the offset in a thread's area of its [`PyCodeName`] table (0: none).
     pub py_codes: u64,
+    /// When the trace began, in CLOCK_MONOTONIC ns (0: when the module's runtime started, as in
+    /// a rewritten program).
+    pub start_ns: u64,
 }
 
 /// Where one argument of an instruction point is (a USDT marker's specifier, `-4@%eax`,
@@ -399,7 +425,7 @@ pub mod lock_event {
 /// [`ScriptImage::flags`]: the probes are a C handler's functions.
 pub const HANDLER: u32 = 1;
 
-pub const SCRIPT_IMAGE_LEN: usize = 240;
+pub const SCRIPT_IMAGE_LEN: usize = 248;
 /// System-call numbers the script probes of system calls cover.
 pub const SYSCALLS: usize = 512;
 const _: () = assert!(size_of::<ScriptImage>() == SCRIPT_IMAGE_LEN);
@@ -433,7 +459,7 @@ impl ScriptImage {
         }
         out[144..148].copy_from_slice(&self.format_count.to_le_bytes());
         out[148..152].copy_from_slice(&self.flags.to_le_bytes());
-        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64, self.profile_ns, self.py_codes].iter().enumerate() {
+        for (i, w) in [self.syscalls as u64, self.handler_data as u64, self.relocs as u64, self.reloc_count, self.handler_init as u64, self.locks as u64, self.threads as u64, self.site_args as u64, self.arg_specs as u64, self.profile_ns, self.py_codes, self.start_ns].iter().enumerate() {
             out[152 + 8 * i..160 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
         out
@@ -554,10 +580,13 @@ pub mod record {
     /// `printf`: `what` is the format; per conversion, an int (8 bytes) or a string
     /// (`str_size` bytes, padded to 8).
     pub const PRINTF: u16 = 1;
-    /// `print(@map)`: `what` is the map; the host prints the map as it is then.
+    /// `print(@map, top, div)`: `what` is the map; then `top` and `div` (u64 each); the host
+    /// prints the map as it is then.
     pub const PRINT_MAP: u16 = 2;
     /// `print(value)`: `what` is the `ValueType`; the value's bytes, padded to 8.
     pub const PRINT_VALUE: u16 = 3;
     /// `exit()` ran: the host stops the trace.
     pub const EXIT: u16 = 4;
+    /// `join()`: `what` is the separator's string id; the strings, each ended by a NUL.
+    pub const JOIN: u16 = 5;
 }

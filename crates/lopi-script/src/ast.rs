@@ -21,12 +21,18 @@ pub struct Probe {
     pub span: Span,
     /// The fields of `args` it names (`args.filename`), each once, in the order written.
     pub args: Vec<String>,
+    /// It reads `probe`: each system call a glob of its points matches is then a point of
+    /// its own, named as the call (bpftrace expands such probes the same way).
+    pub reads_probe: bool,
 }
 
 #[derive(Clone, Debug)]
 pub struct Point {
     pub spec: PointSpec,
     pub span: Span,
+    /// Written in bpftrace's spelling (`uprobe:`, `uretprobe:`, `tracepoint:`, `BEGIN`,
+    /// `END`): `elapsed` there is bpftrace's, the time since the trace began.
+    pub bpftrace: bool,
 }
 
 /// A probe point as written; function and system-call names are resolved by the checker.
@@ -39,8 +45,8 @@ pub enum PointSpec {
     Addr(u64),
     /// `usdt:PATH:[PROVIDER:]NAME`: a SystemTap static marker of the file at PATH.
     Usdt { lib: Name, provider: Option<Name>, name: Name },
-    /// `syscall:GLOB[:entry|:return]`.
-    Syscall { glob: Name, ret: bool },
+    /// `syscall:GLOB[:entry|:return]`, or bpftrace's tracepoints of the same calls.
+    Syscall { glob: Name, ret: bool, spelling: Spelling },
     /// `lock:EVENT`; `None` for `lock:*`.
     Lock(Option<LockEvent>),
     Begin,
@@ -51,6 +57,17 @@ pub enum PointSpec {
     Profile { ns: u64 },
     ThreadStart,
     ThreadExit,
+}
+
+/// How a system-call point is written, which is what `probe` gives back there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Spelling {
+    /// `syscall:NAME`, `syscall:NAME:return`.
+    Lopi,
+    /// bpftrace's `tracepoint:syscalls:sys_enter_NAME`, `sys_exit_NAME`.
+    Tracepoint,
+    /// bpftrace's `tracepoint:raw_syscalls:sys_enter`, `sys_exit`: every call, one point.
+    RawTracepoint,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -100,9 +117,12 @@ pub enum StmtKind {
     Printf { format: StrLit, args: Vec<Expr> },
     /// `time("%H:%M:%S")`: the time of day, `strftime`'s format; `None` for `time()`.
     Time(Option<StrLit>),
-    /// `print(@m)`: the whole map.
-    PrintMap(Name),
+    /// `print(@m)`: the whole map; `print(@m, top[, div])`: its `top` greatest entries, values
+    /// divided by `div` (integer literals, checked later).
+    PrintMap { map: Name, args: Vec<Expr> },
     Print(Expr),
+    /// `join(argv[, sep])`: the strings of a NULL-terminated array of pointers, on one line.
+    Join { array: Expr, sep: Option<StrLit> },
 }
 
 #[derive(Clone, Debug)]
@@ -240,6 +260,8 @@ pub enum Callee {
     Ustack,
     /// `pystack`: the running Python code's frames (CPython 3.11).
     Pystack,
+    /// `usym(addr)`: the symbol of an address of the program, named when printed.
+    Usym,
     /// Only valid as a whole assignment value; kept as a call so the checker can say so.
     Agg(AggFunc),
 }
@@ -249,6 +271,11 @@ pub enum Callee {
 pub enum Builtin {
     Pid,
     Tid,
+    /// The thread's user and group ids.
+    Uid,
+    Gid,
+    /// The pid of the process lopi started (`lopi trace -- PROG`) or attached to.
+    Cpid,
     Comm,
     Cpu,
     Nsecs,
@@ -261,6 +288,11 @@ pub enum Builtin {
     Retval,
     /// Nanoseconds since the matching entry, in return probes.
     Elapsed,
+    /// The system call's number: `args.id` (bpftrace's `raw_syscalls` field), no name of its own.
+    SyscallNr,
+    /// Nanoseconds since the trace began: what `elapsed` is where a point has no call's time
+    /// (bpftrace's meaning), no name of its own.
+    SinceStart,
 }
 
 impl Builtin {
@@ -268,6 +300,9 @@ impl Builtin {
         Some(match name {
             "pid" => Builtin::Pid,
             "tid" => Builtin::Tid,
+            "uid" => Builtin::Uid,
+            "gid" => Builtin::Gid,
+            "cpid" => Builtin::Cpid,
             "comm" => Builtin::Comm,
             "cpu" => Builtin::Cpu,
             "nsecs" => Builtin::Nsecs,
@@ -284,6 +319,9 @@ impl Builtin {
         match self {
             Builtin::Pid => "pid".into(),
             Builtin::Tid => "tid".into(),
+            Builtin::Uid => "uid".into(),
+            Builtin::Gid => "gid".into(),
+            Builtin::Cpid => "cpid".into(),
             Builtin::Comm => "comm".into(),
             Builtin::Cpu => "cpu".into(),
             Builtin::Nsecs => "nsecs".into(),
@@ -292,6 +330,8 @@ impl Builtin {
             Builtin::Arg(n) => format!("arg{n}"),
             Builtin::Retval => "retval".into(),
             Builtin::Elapsed => "elapsed".into(),
+            Builtin::SyscallNr => "args.id".into(),
+            Builtin::SinceStart => "elapsed".into(),
         }
     }
 }

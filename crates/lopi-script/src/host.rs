@@ -2,17 +2,18 @@
 //! runs on), `interval:` (while it runs) and `end` (after it ended). They touch no program
 //! state, only maps and output, so lopi runs them by walking the IR with the semantics the
 //! code generator gives the same statements: two's complement wrapping, `x / 0 == x % 0 == 0`
-//! with a fault counted, `i64::MIN / -1 == i64::MIN`, shift counts modulo 64, `>>`
-//! arithmetic, `&&` `||` `?:` evaluating only what they need, keys and slots in the bytes of
-//! [`crate::codegen::abi`].
+//! with a fault counted, `i64::MIN / -1 == i64::MIN`, shift counts modulo 64, unsigned
+//! operations where an operand is unsigned (`>>` arithmetic otherwise), `&&` `||` `?:`
+//! evaluating only what they need, keys and slots in the bytes of [`crate::codegen::abi`].
 use crate::codegen::abi::{self, AvgSlot, ExtremeSlot, StatsSlot};
-use crate::ir::{AggKind, BinOp, Builtin, Expr, ExprKind, FormatId, MapId, Probe, Program, Stmt, Type, UnOp, ValueKind};
+use crate::ir::{AggKind, BinOp, Builtin, Expr, ExprKind, FormatId, MapId, Probe, Program, Stmt, StrId, Type, UnOp, ValueKind};
 use crate::output::Arg;
 use core::mem::offset_of;
 
 /// What a host probe reads and changes.
 pub trait Host {
-    /// `pid`, `tid`, `cpu`, `nsecs` (the others are not given to these points).
+    /// `pid`, `tid`, `uid`, `gid`, `cpid`, `cpu`, `nsecs`, `elapsed` (the others are not given
+    /// to these points).
     fn int_builtin(&mut self, builtin: Builtin) -> i64;
     /// `comm`.
     fn comm(&mut self) -> Vec<u8>;
@@ -24,9 +25,14 @@ pub trait Host {
     fn delete(&mut self, map: MapId, key: &[u8]);
     fn clear(&mut self, map: MapId);
     fn printf(&mut self, format: FormatId, args: &[Arg]);
-    fn print_map(&mut self, map: MapId);
+    /// `print(@m, top, div)` (0: all entries; 1: values as they are).
+    fn print_map(&mut self, map: MapId, top: u32, div: u32);
     /// `print(value)` of a value of type `ty`, in its bytes.
     fn print_value(&mut self, ty: Type, bytes: &[u8]);
+    /// The name of the symbol at `addr` (`usym()`).
+    fn symbol(&mut self, addr: u64) -> Vec<u8>;
+    /// `join()`'s line: `args` joined by the string `sep`.
+    fn join(&mut self, sep: StrId, args: &[&[u8]]);
     fn exit(&mut self);
 }
 
@@ -55,6 +61,7 @@ impl Value {
 
 struct Run<'a> {
     program: &'a Program,
+    probe: &'a Probe,
     host: &'a mut dyn Host,
     point: String,
     locals: Vec<Value>,
@@ -66,7 +73,7 @@ struct Run<'a> {
 /// faults it counted.
 pub fn run(program: &Program, probe: &Probe, point: &str, host: &mut dyn Host) -> u64 {
     let locals = probe.locals.iter().map(|l| zero(program, l.ty)).collect();
-    let mut r = Run { program, host, point: point.to_string(), locals, faults: 0, exited: false };
+    let mut r = Run { program, probe, host, point: point.to_string(), locals, faults: 0, exited: false };
     if probe.predicate.as_ref().is_none_or(|p| r.expr(p).int() != 0) {
         r.stmts(&probe.body);
     }
@@ -75,7 +82,7 @@ pub fn run(program: &Program, probe: &Probe, point: &str, host: &mut dyn Host) -
 
 fn zero(program: &Program, ty: Type) -> Value {
     match ty {
-        Type::Int => Value::Int(0),
+        Type::Int | Type::Uint | Type::Usym => Value::Int(0),
         _ => Value::Bytes(vec![0; abi::value_size(ty, program.str_size)]),
     }
 }
@@ -117,21 +124,25 @@ impl Run<'_> {
 
     fn stmt(&mut self, stmt: &Stmt) {
         match stmt {
-            Stmt::SetLocal { local, op, value } => {
-                let value = self.expr(value);
+            Stmt::SetLocal { local, op, value: v } => {
+                let value = self.expr(v);
                 let value = match op {
-                    Some(op) => Value::Int(self.binary(*op, self.locals[local.0].int(), value.int())),
+                    Some(op) => {
+                        let unsigned = Type::unsigned_op(*op, self.probe.locals[local.0].ty, v.ty);
+                        Value::Int(self.binary(*op, self.locals[local.0].int(), value.int(), unsigned))
+                    }
                     None => value,
                 };
                 self.locals[local.0] = value;
             }
-            Stmt::SetMap { map, keys, op, value } => {
+            Stmt::SetMap { map, keys, op, value: v } => {
                 let key = self.key(*map, keys);
-                let value = self.expr(value);
+                let value = self.expr(v);
                 let value = match op {
                     Some(op) => {
                         let old = self.host.value(*map, &key).map_or(0, |slot| word(&slot, 0));
-                        Value::Int(self.binary(*op, old, value.int()))
+                        let ValueKind::Plain(ty) = self.program.map(*map).value else { return };
+                        Value::Int(self.binary(*op, old, value.int(), Type::unsigned_op(*op, ty, v.ty)))
                     }
                     None => value,
                 };
@@ -166,22 +177,29 @@ impl Run<'_> {
                 let args: Vec<Arg> = args
                     .iter()
                     .map(|a| match self.expr(a) {
+                        Value::Int(v) if a.ty == Type::Usym => Arg::Str(self.host.symbol(v as u64)),
                         Value::Int(v) => Arg::Int(v),
                         Value::Bytes(b) => Arg::Str(b),
                     })
                     .collect();
                 self.host.printf(*format, &args);
             }
-            Stmt::PrintMap(map) => self.host.print_map(*map),
+            Stmt::PrintMap { map, top, div } => self.host.print_map(*map, *top, *div),
             Stmt::Print(value) => {
                 let bytes = self.expr(value).bytes();
                 self.host.print_value(value.ty, &bytes);
             }
+            // No program memory here: an empty line, as of an array that cannot be read.
+            Stmt::Join { array, sep } => {
+                self.expr(array);
+                self.faults += 1;
+                self.host.join(*sep, &[]);
+            }
         }
     }
 
-    fn binary(&mut self, op: BinOp, l: i64, r: i64) -> i64 {
-        int_op(op, l, r).unwrap_or_else(|| {
+    fn binary(&mut self, op: BinOp, l: i64, r: i64, unsigned: bool) -> i64 {
+        int_op(op, l, r, unsigned).unwrap_or_else(|| {
             self.faults += 1;
             0
         })
@@ -205,7 +223,7 @@ impl Run<'_> {
             ExprKind::Map { map, keys } => {
                 let key = self.key(*map, keys);
                 match (self.host.value(*map, &key), expr.ty) {
-                    (Some(slot), Type::Int) => Value::Int(word(&slot, 0)),
+                    (Some(slot), Type::Int | Type::Uint) => Value::Int(word(&slot, 0)),
                     (Some(slot), _) => string(self.program, &slot),
                     (None, ty) => zero(self.program, ty),
                 }
@@ -215,6 +233,7 @@ impl Run<'_> {
                 self.faults += 1;
                 zero(self.program, expr.ty)
             }
+            ExprKind::Usym(addr) => self.expr(addr),
             ExprKind::Unary { op, expr } => {
                 let v = self.expr(expr).int();
                 Value::Int(match op {
@@ -231,7 +250,7 @@ impl Run<'_> {
             }
             ExprKind::Binary { op, lhs, rhs } => {
                 let (l, r) = (self.expr(lhs).int(), self.expr(rhs).int());
-                Value::Int(self.binary(*op, l, r))
+                Value::Int(self.binary(*op, l, r, Type::unsigned_op(*op, lhs.ty, rhs.ty)))
             }
             ExprKind::Ternary { cond, then, els } => {
                 if self.expr(cond).int() != 0 {
@@ -244,15 +263,23 @@ impl Run<'_> {
     }
 }
 
-/// `l op r` on ints as the generated code computes it; `None` for a division or remainder by
-/// zero, which gives 0 and counts a fault. `&&` and `||` here take both values (the callers
-/// evaluate only what they need).
-pub fn int_op(op: BinOp, l: i64, r: i64) -> Option<i64> {
+/// `l op r` on ints as the generated code computes it, their bits taken as unsigned numbers
+/// with `unsigned`; `None` for a division or remainder by zero, which gives 0 and counts a
+/// fault. `&&` and `||` here take both values (the callers evaluate only what they need).
+pub fn int_op(op: BinOp, l: i64, r: i64, unsigned: bool) -> Option<i64> {
+    let (a, b) = (l as u64, r as u64);
     Some(match op {
+        BinOp::Div | BinOp::Rem if r == 0 => return None,
+        BinOp::Div if unsigned => (a / b) as i64,
+        BinOp::Rem if unsigned => (a % b) as i64,
+        BinOp::Shr if unsigned => a.wrapping_shr(r as u32) as i64,
+        BinOp::Lt if unsigned => i64::from(a < b),
+        BinOp::Le if unsigned => i64::from(a <= b),
+        BinOp::Gt if unsigned => i64::from(a > b),
+        BinOp::Ge if unsigned => i64::from(a >= b),
         BinOp::Add => l.wrapping_add(r),
         BinOp::Sub => l.wrapping_sub(r),
         BinOp::Mul => l.wrapping_mul(r),
-        BinOp::Div | BinOp::Rem if r == 0 => return None,
         BinOp::Div => l.wrapping_div(r),
         BinOp::Rem => l.wrapping_rem(r),
         // `wrapping_sh*` take the count modulo the width; `>>` of an i64 is arithmetic.
@@ -276,7 +303,7 @@ pub fn int_op(op: BinOp, l: i64, r: i64) -> Option<i64> {
 fn update(slot: &mut [u8], kind: AggKind, value: i64) {
     match kind {
         AggKind::Count => set_word(slot, 0, word(slot, 0).wrapping_add(1)),
-        AggKind::Sum => set_word(slot, 0, word(slot, 0).wrapping_add(value)),
+        AggKind::Sum { .. } => set_word(slot, 0, word(slot, 0).wrapping_add(value)),
         AggKind::Avg => {
             set_word(slot, offset_of!(AvgSlot, sum), word(slot, offset_of!(AvgSlot, sum)).wrapping_add(value));
             set_word(slot, offset_of!(AvgSlot, count), word(slot, offset_of!(AvgSlot, count)).wrapping_add(1));

@@ -3,34 +3,72 @@
 //! split into text and typed conversions. Nothing in it needs checking again.
 use std::fmt;
 
-pub use crate::ast::{BinOp, Builtin, LockEvent, UnOp};
+pub use crate::ast::{BinOp, Builtin, LockEvent, Spelling, UnOp};
 
-/// Type of a value.
+/// Type of a value. Ints have bpftrace's signedness: literals are signed, what the context
+/// gives (`arg0`..`arg5`, `retval` of a function, `pid`, `nsecs`, `elapsed`...) unsigned, and
+/// an operation is unsigned when an operand is (a shift when its left one is).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
     /// 64-bit signed.
     Int,
+    /// 64-bit unsigned: compared, divided, shifted right and printed as such.
+    Uint,
     /// Bounded by [`Program::str_size`].
     Str,
     /// A user stack (`ustack()`): only a key, a local or printed.
     Stack,
+    /// An address of the program that prints as its symbol (`usym()`): only a key, a local,
+    /// printed, or `printf`'s `%s`.
+    Usym,
 }
 
 impl fmt::Display for Type {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Type::Int => "int",
+            Type::Uint => "uint",
             Type::Str => "str",
             Type::Stack => "stack",
+            Type::Usym => "usym",
         })
     }
 }
 
-/// What an aggregation map keeps per key.
+impl Type {
+    /// `int` or `uint`.
+    pub fn is_int(self) -> bool {
+        matches!(self, Type::Int | Type::Uint)
+    }
+
+    /// Whether a value is one 64-bit word, held in a register: an int, or a `usym`'s address.
+    pub fn is_word(self) -> bool {
+        matches!(self, Type::Int | Type::Uint | Type::Usym)
+    }
+
+    /// Whether a value of one type goes where the other is wanted: ints of either sign do (a
+    /// map, a local or a key keeps the sign it was first given, as bpftrace's do).
+    pub fn same_kind(self, other: Type) -> bool {
+        self == other || (self.is_int() && other.is_int())
+    }
+
+    /// Whether `lhs op rhs` on ints is unsigned, as bpftrace has it: when either operand is,
+    /// and for a shift when its left operand is.
+    pub fn unsigned_op(op: BinOp, lhs: Type, rhs: Type) -> bool {
+        match op {
+            BinOp::Shl | BinOp::Shr => lhs == Type::Uint,
+            _ => lhs == Type::Uint || rhs == Type::Uint,
+        }
+    }
+}
+
+/// What an aggregation map keeps per key. A sum of unsigned values is unsigned (printed as such);
+/// minimums, maximums, averages, stats and histograms take their values as signed, as bpftrace's
+/// do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AggKind {
     Count,
-    Sum,
+    Sum { unsigned: bool },
     Avg,
     Min,
     Max,
@@ -45,7 +83,7 @@ pub enum AggKind {
 /// What a map's values are: plain values assigned by `=`, or an aggregation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ValueKind {
-    /// `Int` or `Str`.
+    /// `Int`, `Uint` or `Str`.
     Plain(Type),
     Agg(AggKind),
 }
@@ -58,7 +96,7 @@ impl fmt::Display for ValueKind {
             ValueKind::Agg(agg) => {
                 let name = match agg {
                     AggKind::Count => "count",
-                    AggKind::Sum => "sum",
+                    AggKind::Sum { .. } => "sum",
                     AggKind::Avg => "avg",
                     AggKind::Min => "min",
                     AggKind::Max => "max",
@@ -68,6 +106,18 @@ impl fmt::Display for ValueKind {
                 write!(f, "{name}()")
             }
         }
+    }
+}
+
+impl ValueKind {
+    /// Whether two assignments agree: the same kind of values, of either sign for ints.
+    pub fn same_kind(self, other: ValueKind) -> bool {
+        let signless = |kind: ValueKind| match kind {
+            ValueKind::Plain(ty) if ty.is_int() => ValueKind::Plain(Type::Int),
+            ValueKind::Agg(AggKind::Sum { .. }) => ValueKind::Agg(AggKind::Sum { unsigned: false }),
+            other => other,
+        };
+        signless(self) == signless(other)
     }
 }
 
@@ -120,8 +170,9 @@ pub enum Point {
     /// The static markers (USDT) named `name` (a glob), of provider `provider` if given, in
     /// the file `lib` (the program, by path or name, or a library).
     Usdt { lib: String, provider: Option<String>, name: String },
-    SyscallEntry(String),
-    SyscallReturn(String),
+    /// Before the system calls matching `glob`.
+    SyscallEntry { glob: String, spelling: Spelling },
+    SyscallReturn { glob: String, spelling: Spelling },
     Lock(LockEvent),
     Begin,
     End,
@@ -132,7 +183,9 @@ pub enum Point {
     ThreadExit,
 }
 
-/// The point as a script writes it; also what the `probe` builtin yields.
+/// The point as a script writes it; also what the `probe` builtin yields (a system call's in
+/// the spelling the script used, the tracepoints' names where they differ: `stat` is
+/// `tracepoint:syscalls:sys_enter_newstat`).
 impl fmt::Display for Point {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lib = |lib: &Option<String>| lib.as_ref().map(|l| format!("{l}:")).unwrap_or_default();
@@ -143,8 +196,8 @@ impl fmt::Display for Point {
             Point::Addr(addr) => write!(f, "addr:{addr:#x}"),
             Point::Usdt { lib, provider: Some(provider), name } => write!(f, "usdt:{lib}:{provider}:{name}"),
             Point::Usdt { lib, provider: None, name } => write!(f, "usdt:{lib}:{name}"),
-            Point::SyscallEntry(glob) => write!(f, "syscall:{glob}"),
-            Point::SyscallReturn(glob) => write!(f, "syscall:{glob}:return"),
+            Point::SyscallEntry { glob, spelling } => syscall(f, glob, *spelling, false),
+            Point::SyscallReturn { glob, spelling } => syscall(f, glob, *spelling, true),
             Point::Lock(event) => write!(f, "lock:{}", event.name()),
             Point::Begin => f.write_str("begin"),
             Point::End => f.write_str("end"),
@@ -159,6 +212,15 @@ impl fmt::Display for Point {
             Point::ThreadStart => f.write_str("thread:start"),
             Point::ThreadExit => f.write_str("thread:exit"),
         }
+    }
+}
+
+fn syscall(f: &mut fmt::Formatter<'_>, glob: &str, spelling: Spelling, ret: bool) -> fmt::Result {
+    let side = if ret { "exit" } else { "enter" };
+    match spelling {
+        Spelling::Lopi => write!(f, "syscall:{glob}{}", if ret { ":return" } else { "" }),
+        Spelling::Tracepoint => write!(f, "tracepoint:syscalls:sys_{side}_{}", crate::syscall_args::tracepoint_of_call(glob)),
+        Spelling::RawTracepoint => write!(f, "tracepoint:raw_syscalls:sys_{side}"),
     }
 }
 
@@ -194,6 +256,8 @@ pub enum ExprKind {
     /// `pystack(n)`: frames tagged `lopi_rt_abi::python::PY_FRAME`; `gil_held` at CPython's own
     /// markers only (`lopi_rt_abi::python::PYSTACK_GIL_HELD`).
     Pystack { depth: u8, gil_held: bool },
+    /// `usym(addr)`: the address, typed to print as its symbol.
+    Usym(Box<Expr>),
     Unary { op: UnOp, expr: Box<Expr> },
     /// `==`/`!=` compare strings when both sides are `Str`.
     Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
@@ -214,8 +278,15 @@ pub enum Stmt {
     Clear(MapId),
     Exit,
     Printf { format: FormatId, args: Vec<Expr> },
-    PrintMap(MapId),
+    /// `print(@m[, top[, div]])`: its `top` greatest entries (0: all), values divided by `div`
+    /// (0 is 1), as bpftrace's.
+    PrintMap { map: MapId, top: u32, div: u32 },
     Print(Expr),
+    /// `join(array, sep)`: the strings the NULL-terminated array of pointers at `array` points
+    /// at (up to [`crate::codegen::abi::JOIN_ARGS`] of at most
+    /// [`crate::codegen::abi::JOIN_ARG_SIZE`] bytes each, to the first empty one), joined by
+    /// `sep`, as one line.
+    Join { array: Expr, sep: StrId },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -266,6 +337,8 @@ pub enum ConvKind {
     Str,
     /// `%c`: the low byte of an int.
     Char,
+    /// `%s` of a `usym`: its symbol's name.
+    Sym,
 }
 
 impl ConvKind {
@@ -273,6 +346,7 @@ impl ConvKind {
     pub fn arg_type(self) -> Type {
         match self {
             ConvKind::Str => Type::Str,
+            ConvKind::Sym => Type::Usym,
             _ => Type::Int,
         }
     }

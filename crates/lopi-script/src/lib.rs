@@ -33,6 +33,7 @@ pub mod output;
 mod parse;
 pub mod positional;
 mod stack_keys;
+mod walk;
 mod syscall_args;
 
 pub use check::{check, Resolver};

@@ -59,13 +59,13 @@ fn touched(stmts: &[Stmt], out: &mut Vec<MapId>) {
 fn stmt_reads(stmt: &Stmt, out: &mut Vec<MapId>) {
     let mut exprs = Vec::new();
     match stmt {
-        Stmt::SetLocal { value, .. } | Stmt::Print(value) => exprs.push(value),
+        Stmt::SetLocal { value, .. } | Stmt::Print(value) | Stmt::Join { array: value, .. } => exprs.push(value),
         Stmt::SetMap { keys, value, .. } => exprs.extend(keys.iter().chain([value])),
         Stmt::Aggregate { keys, value, .. } => exprs.extend(keys.iter().chain(value)),
         Stmt::Delete { keys, .. } => exprs.extend(keys),
         Stmt::Printf { args, .. } => exprs.extend(args),
         Stmt::If { arms, .. } => exprs.extend(arms.iter().map(|a| &a.cond)),
-        Stmt::Clear(_) | Stmt::Exit | Stmt::PrintMap(_) => {}
+        Stmt::Clear(_) | Stmt::Exit | Stmt::PrintMap { .. } => {}
     }
     while let Some(e) = exprs.pop() {
         match &e.kind {
@@ -74,7 +74,7 @@ fn stmt_reads(stmt: &Stmt, out: &mut Vec<MapId>) {
                 exprs.extend(keys);
             }
             ExprKind::ReadStr { ptr, len } => exprs.extend([&**ptr].into_iter().chain(len.as_deref())),
-            ExprKind::Unary { expr, .. } => exprs.push(expr),
+            ExprKind::Unary { expr, .. } | ExprKind::Usym(expr) => exprs.push(expr),
             ExprKind::Binary { lhs, rhs, .. } => exprs.extend([&**lhs, &**rhs]),
             ExprKind::Ternary { cond, then, els } => exprs.extend([&**cond, &**then, &**els]),
             _ => {}

@@ -34,28 +34,14 @@ impl Needs {
             _ => mask,
         })
     }
+}
 
-    fn stmts(&mut self, stmts: &[Stmt]) {
-        for stmt in stmts {
-            match stmt {
-                Stmt::SetLocal { value, .. } | Stmt::Print(value) => self.expr(value),
-                Stmt::SetMap { keys, value, .. } => {
-                    keys.iter().for_each(|k| self.expr(k));
-                    self.expr(value);
-                }
-                Stmt::Aggregate { keys, value, .. } => keys.iter().chain(value).for_each(|e| self.expr(e)),
-                Stmt::Delete { keys, .. } => keys.iter().for_each(|k| self.expr(k)),
-                Stmt::If { arms, els } => {
-                    for arm in arms {
-                        self.expr(&arm.cond);
-                        self.stmts(&arm.body);
-                    }
-                    self.stmts(els);
-                }
-                Stmt::Printf { args, .. } => args.iter().for_each(|a| self.expr(a)),
-                Stmt::Exit => self.exit = true,
-                Stmt::Clear(_) | Stmt::PrintMap(_) => {}
-            }
+impl crate::walk::Visit for Needs {
+    fn stmt(&mut self, stmt: &Stmt) {
+        match stmt {
+            Stmt::Exit => self.exit = true,
+            Stmt::Join { .. } => self.user_strings = true,
+            _ => {}
         }
     }
 
@@ -66,23 +52,8 @@ impl Needs {
             }
             ExprKind::Ustack { depth } => self.ustack = self.ustack.max(Some(*depth)),
             ExprKind::Pystack { .. } => self.pystack = true,
-            ExprKind::ReadStr { ptr, len } => {
-                self.user_strings = true;
-                self.expr(ptr);
-                len.iter().for_each(|l| self.expr(l));
-            }
-            ExprKind::Map { keys, .. } => keys.iter().for_each(|k| self.expr(k)),
-            ExprKind::Unary { expr, .. } => self.expr(expr),
-            ExprKind::Binary { lhs, rhs, .. } => {
-                self.expr(lhs);
-                self.expr(rhs);
-            }
-            ExprKind::Ternary { cond, then, els } => {
-                self.expr(cond);
-                self.expr(then);
-                self.expr(els);
-            }
-            ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Local(_) => {}
+            ExprKind::ReadStr { .. } => self.user_strings = true,
+            _ => {}
         }
     }
 }
@@ -92,8 +63,7 @@ impl Program {
     pub fn needs(&self) -> Needs {
         let mut needs = Needs::default();
         for probe in &self.probes {
-            probe.predicate.iter().for_each(|p| needs.expr(p));
-            needs.stmts(&probe.body);
+            crate::walk::probe(&mut needs, probe);
         }
         needs
     }

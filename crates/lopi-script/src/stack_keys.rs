@@ -3,19 +3,16 @@
 //! frames, so that `@[pystack(1)]` hashes and compares 16 bytes, not a whole 1 KiB
 //! `StackValue` (which locals and printing keep).
 use crate::codegen::abi::STACK_FRAMES;
-use crate::ir::{Expr, ExprKind, MapId, Program, Stmt, Type};
+use crate::ir::{Expr, ExprKind, MapId, Program, Type};
+use crate::walk::{self, Visit};
 
 /// Per map, per part of its key: the frames a stack part keeps (0 for other parts).
 pub fn key_frames(program: &Program) -> Vec<Vec<u8>> {
-    let mut frames: Vec<Vec<u8>> = program.maps.iter().map(|m| vec![0; m.keys.len()]).collect();
+    let mut keys = KeyFrames(program.maps.iter().map(|m| vec![0; m.keys.len()]).collect());
     for probe in &program.probes {
-        let mut walk = Walk { frames: &mut frames };
-        walk.stmts(&probe.body);
-        if let Some(predicate) = &probe.predicate {
-            walk.expr(predicate);
-        }
+        walk::probe(&mut keys, probe);
     }
-    frames
+    keys.0
 }
 
 /// The frames a stack expression holds at most: its `ustack(n)`/`pystack(n)` depth, or all of
@@ -28,66 +25,14 @@ fn depth(expr: &Expr) -> u8 {
     }
 }
 
-struct Walk<'a> {
-    frames: &'a mut Vec<Vec<u8>>,
-}
+struct KeyFrames(Vec<Vec<u8>>);
 
-impl Walk<'_> {
-    fn key(&mut self, map: MapId, keys: &[Expr]) {
-        for (i, key) in keys.iter().enumerate() {
-            self.expr(key);
-            if key.ty == Type::Stack {
-                if let Some(part) = self.frames.get_mut(map.0).and_then(|m| m.get_mut(i)) {
-                    *part = (*part).max(depth(key));
-                }
+impl Visit for KeyFrames {
+    fn map_key(&mut self, map: MapId, keys: &[Expr]) {
+        for (i, key) in keys.iter().enumerate().filter(|(_, k)| k.ty == Type::Stack) {
+            if let Some(part) = self.0.get_mut(map.0).and_then(|m| m.get_mut(i)) {
+                *part = (*part).max(depth(key));
             }
-        }
-    }
-
-    fn stmts(&mut self, stmts: &[Stmt]) {
-        for stmt in stmts {
-            match stmt {
-                Stmt::SetLocal { value, .. } | Stmt::Print(value) => self.expr(value),
-                Stmt::SetMap { map, keys, value, .. } => {
-                    self.key(*map, keys);
-                    self.expr(value);
-                }
-                Stmt::Aggregate { map, keys, value } => {
-                    self.key(*map, keys);
-                    value.iter().for_each(|v| self.expr(v));
-                }
-                Stmt::Delete { map, keys } => self.key(*map, keys),
-                Stmt::If { arms, els } => {
-                    for arm in arms {
-                        self.expr(&arm.cond);
-                        self.stmts(&arm.body);
-                    }
-                    self.stmts(els);
-                }
-                Stmt::Printf { args, .. } => args.iter().for_each(|a| self.expr(a)),
-                Stmt::Exit | Stmt::Clear(_) | Stmt::PrintMap(_) => {}
-            }
-        }
-    }
-
-    fn expr(&mut self, expr: &Expr) {
-        match &expr.kind {
-            ExprKind::Map { map, keys } => self.key(*map, keys),
-            ExprKind::ReadStr { ptr, len } => {
-                self.expr(ptr);
-                len.iter().for_each(|l| self.expr(l));
-            }
-            ExprKind::Unary { expr, .. } => self.expr(expr),
-            ExprKind::Binary { lhs, rhs, .. } => {
-                self.expr(lhs);
-                self.expr(rhs);
-            }
-            ExprKind::Ternary { cond, then, els } => {
-                self.expr(cond);
-                self.expr(then);
-                self.expr(els);
-            }
-            ExprKind::Builtin(_) | ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Local(_) | ExprKind::Ustack { .. } | ExprKind::Pystack { .. } => {}
         }
     }
 }

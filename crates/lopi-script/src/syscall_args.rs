@@ -12,6 +12,20 @@
 //! (then `newstat`, `newlstat`, `newfstat`, `newuname`, `sendfile64` and `umount` renamed as in
 //! [`crate::parse`]'s tracepoint names). A system call's exit has one field, `ret`.
 
+/// The tracepoints' names of the system calls whose x86-64 names differ (their kernel
+/// functions kept the name of a newer version): (tracepoint's, x86-64's).
+const RENAMED: [(&str, &str); 6] = [("newfstat", "fstat"), ("newlstat", "lstat"), ("newstat", "stat"), ("newuname", "uname"), ("sendfile64", "sendfile"), ("umount", "umount2")];
+
+/// The call a `syscalls` tracepoint name (`newstat`, or a glob) stands for.
+pub(crate) fn call_of_tracepoint(name: &str) -> &str {
+    RENAMED.iter().find(|(tracepoint, _)| *tracepoint == name).map_or(name, |(_, call)| call)
+}
+
+/// The `syscalls` tracepoints' name of `call` (`stat` is `newstat`).
+pub(crate) fn tracepoint_of_call(call: &str) -> &str {
+    RENAMED.iter().find(|(_, c)| *c == call).map_or(call, |(tracepoint, _)| tracepoint)
+}
+
 /// `(call, its arguments' names in order)`, sorted by call.
 const ARGS: &[(&str, &[&str])] = &[
     ("accept", &["fd", "upeer_sockaddr", "upeer_addrlen"]),
@@ -399,5 +413,7 @@ mod tests {
         assert_eq!(syscall_args("getpid"), Some(&[][..]));
         assert_eq!(syscall_args("newstat"), None);
         assert!(ARGS.iter().all(|(_, args)| args.len() <= 6));
+        assert_eq!((call_of_tracepoint("newstat"), call_of_tracepoint("read*")), ("stat", "read*"));
+        assert_eq!((tracepoint_of_call("umount2"), tracepoint_of_call("read")), ("umount", "read"));
     }
 }

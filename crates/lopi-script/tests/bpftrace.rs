@@ -5,7 +5,7 @@
 mod common;
 
 use common::{compile, errors};
-use lopi_script::ir::{Builtin, Expr, ExprKind, Piece, Point, Program, Stmt};
+use lopi_script::ir::{Builtin, Expr, ExprKind, Piece, Point, Program, Spelling, Stmt, Type};
 use lopi_script::output::printf;
 
 /// The builtins the statements of probe `p` read, in order, as `name`s.
@@ -42,7 +42,7 @@ fn reads(program: &Program, p: usize) -> Vec<String> {
 }
 
 fn entry(call: &str) -> Point {
-    Point::SyscallEntry(call.into())
+    Point::SyscallEntry { glob: call.into(), spelling: Spelling::Tracepoint }
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn args_are_the_calls_arguments_and_result() {
     assert_eq!(p.probes.len(), 3);
     assert_eq!((p.probes[0].points.clone(), reads(&p, 0)), (vec![entry("open")], vec!["tid".to_string(), "arg0".into()]));
     assert_eq!((p.probes[1].points.clone(), reads(&p, 1)), (vec![entry("openat")], vec!["tid".to_string(), "arg1".into()]));
-    assert_eq!(p.probes[2].points, [Point::SyscallReturn("open".into()), Point::SyscallReturn("openat".into())]);
+    assert_eq!(p.probes[2].points, ["open", "openat"].map(|glob| Point::SyscallReturn { glob: glob.into(), spelling: Spelling::Tracepoint }));
     assert_eq!(reads(&p, 2), ["retval"]);
     // `args.NAME` is `args->NAME`; the kill tracepoint's fields by their kernel names.
     let p = compile("tracepoint:syscalls:sys_enter_read { @[args.fd] = sum(args->count); }");
@@ -88,7 +88,6 @@ fn fields_that_are_not_there_are_refused_where_written() {
     let msg = |m: &str, line, column| (m.to_string(), line, column);
     assert_eq!(first("tracepoint:syscalls:sys_enter_openat { @x = args->path; }"), msg("`openat` has no argument `path`; its arguments are dfd, filename, flags, mode", 1, 51));
     assert_eq!(first("tracepoint:syscalls:sys_exit_read { @x = args.fd; }"), msg("at a system call's exit `args` has only `ret`, not `fd`", 1, 47));
-    assert_eq!(first("tracepoint:raw_syscalls:sys_enter { @[args->id] = count(); }"), msg("`args.id`, the system call's number, is not given by lopi's probes yet", 1, 45));
     assert_eq!(first("uprobe:foo { @x = args->ret; }"), msg("`func:foo` has no `args`: they are the fields of a system call's tracepoint (use arg0..arg5, retval)", 1, 25));
     assert_eq!(first("tracepoint:syscalls:sys_enter_* { @x = args.fd; }"), msg("`clone` has no argument `fd`; its arguments are clone_flags, newsp, parent_tidptr, child_tidptr, tls (`*` matches `clone`)", 1, 45));
     assert_eq!(first("tracepoint:syscalls:sys_enter_read { @x = args; }"), msg("`args` holds a tracepoint's fields: write `args.NAME` or `args->NAME`", 1, 43));
@@ -114,4 +113,75 @@ fn time_prints_the_time_of_day() {
 fn an_executable_scripts_first_line_is_skipped() {
     let p = compile("#!/usr/bin/env bpftrace\n/* opensnoop */\nBEGIN\n{\n\t@x = 2e3;\n}\n");
     assert!(matches!(&p.probes[0].body[0], Stmt::SetMap { value, .. } if matches!(value.kind, ExprKind::Int(2000))));
+}
+
+#[test]
+fn probe_names_the_call_in_the_scripts_spelling() {
+    let names = |src: &str| -> Vec<String> { compile(src).probes.iter().flat_map(|p| &p.points).map(|p| p.to_string()).collect() };
+    // A glob read by `probe` is a point per call, each named as bpftrace names its tracepoint.
+    let all = names("tracepoint:syscalls:sys_enter_* { @[probe] = count(); }");
+    assert_eq!(all.len(), 12);
+    assert!(all.contains(&"tracepoint:syscalls:sys_enter_read".to_string()), "{all:?}");
+    assert!(all.contains(&"tracepoint:syscalls:sys_enter_newstat".to_string()), "{all:?}");
+    assert_eq!(names("tracepoint:syscalls:sys_exit_open* { @[probe] = count(); }"), ["tracepoint:syscalls:sys_exit_open", "tracepoint:syscalls:sys_exit_openat"]);
+    assert_eq!(names("syscall:open* { @[probe] = count(); }"), ["syscall:open", "syscall:openat"]);
+    assert_eq!(names("syscall:open*:return /probe == \"x\"/ { }"), ["syscall:open:return", "syscall:openat:return"]);
+    // raw_syscalls is one tracepoint; a probe not reading `probe` keeps its glob.
+    assert_eq!(names("tracepoint:raw_syscalls:sys_exit { @[probe] = count(); }"), ["tracepoint:raw_syscalls:sys_exit"]);
+    assert_eq!(names("tracepoint:syscalls:sys_enter_open* { @ = count(); }"), ["tracepoint:syscalls:sys_enter_open*"]);
+}
+
+#[test]
+fn syscount_reads_the_call_number_and_prints_the_top() {
+    // syscount.bt: `args->id` is the call's number, signed as the kernel's `long id`.
+    let p = compile(
+        "tracepoint:raw_syscalls:sys_enter { @syscall[args->id] = count(); @process[comm] = count(); }\n\
+         END { print(@syscall, 10); clear(@syscall); print(@process, 10, 1000); }",
+    );
+    assert_eq!(reads(&p, 0), ["args.id", "comm"]);
+    assert_eq!(p.maps[0].keys, [Type::Int]);
+    let prints: Vec<(u32, u32)> = p.probes[1].body.iter().filter_map(|s| if let Stmt::PrintMap { top, div, .. } = s { Some((*top, *div)) } else { None }).collect();
+    assert_eq!(prints, [(10, 1), (10, 1000)]);
+    let first = |src: &str| errors(src).remove(0).0;
+    assert!(first("BEGIN { @m = 1; print(@m, -1); }").contains("integer literals from 0 to 4294967295"));
+    assert!(first("BEGIN { @m = 1; print(@m, pid); }").contains("integer literals"));
+    assert!(first("BEGIN { @m = 1; print(@m, 1, 2, 3); }").contains("at most a top and a divisor"));
+    assert!(first("BEGIN { print(1, 2); }").contains("takes no more arguments"));
+}
+
+#[test]
+fn elapsed_is_the_calls_time_at_lopis_returns_and_bpftraces_elsewhere() {
+    // lopi's own return points and lock events: the call's time, the wait, the hold.
+    for src in ["func:foo:return { @ = sum(elapsed); }", "syscall:read:return { @ = sum(elapsed); }", "lock:acquired, lock:release { @ = sum(elapsed); }"] {
+        assert!(matches!(&compile(src).probes[0].body[0], Stmt::Aggregate { value: Some(Expr { kind: ExprKind::Builtin(Builtin::Elapsed), .. }), .. }), "{src}");
+    }
+    // Everywhere else, and at points written as bpftrace writes them (sslsnoop.bt's uretprobes):
+    // the time since the trace began.
+    for src in ["uretprobe:foo { $t = elapsed; }", "func:foo { $t = elapsed; }", "tracepoint:syscalls:sys_exit_read { $t = elapsed; }", "BEGIN { $t = elapsed; }", "end { $t = elapsed; }", "lock:acquire { $t = elapsed; }"] {
+        let p = compile(src);
+        assert!(matches!(&p.probes[0].body[0], Stmt::SetLocal { value: Expr { kind: ExprKind::Builtin(Builtin::SinceStart), .. }, .. }), "{src}");
+        assert!(!p.needs().elapsed(), "{src}: no call time needed");
+    }
+}
+
+#[test]
+fn execsnoop_joins_the_arguments_on_one_line() {
+    let p = compile(
+        "tracepoint:syscalls:sys_enter_exec* { printf(\"%-10u %-5d \", elapsed / 1e6, pid); join(args->argv); }\n\
+         tracepoint:syscalls:sys_enter_execve { join(args->envp, \",\"); }",
+    );
+    // execve's argv is its second argument, execveat's its third: a probe for each.
+    let joins: Vec<(String, Vec<u8>)> = p
+        .probes
+        .iter()
+        .flat_map(|probe| &probe.body)
+        .filter_map(|s| match s {
+            Stmt::Join { array: Expr { kind: ExprKind::Builtin(b), .. }, sep } => Some((b.name(), p.string(*sep).to_vec())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joins, [("arg1".to_string(), b" ".to_vec()), ("arg2".to_string(), b" ".to_vec()), ("arg2".to_string(), b",".to_vec())]);
+    assert!(p.needs().user_strings);
+    let first = |src: &str| errors(src).remove(0).0;
+    assert_eq!(first("BEGIN { $x = join(0); }"), "`join` is a statement, not a value");
 }

@@ -22,7 +22,7 @@ use common::{compile, script, SCRIPTS};
 use harness::{eval, printed_int, s, Script, Value};
 use lopi_script::codegen::abi::{Helpers, ScriptCtx};
 use lopi_script::codegen::{self, CodegenError, MAX_FRAME};
-use lopi_script::ir::{Expr, ExprKind, StrId, Type};
+use lopi_script::ir::{ConvKind, Expr, ExprKind, Piece, StrId, Type};
 
 const NO_ARGS: [i64; 6] = [0; 6];
 
@@ -77,11 +77,14 @@ fn division_by_zero_is_zero_and_a_fault() {
     assert_eq!(eval("arg0 / arg1", [5, 0, 0, 0, 0, 0]), (0, 1));
     assert_eq!(eval("arg0 % arg1", [5, 0, 0, 0, 0, 0]), (0, 1));
     assert_eq!(eval("arg0 / arg1 + arg0 % arg1 + 1", [5, 0, 0, 0, 0, 0]), (1, 2));
-    assert_eq!(eval("arg0 / arg1", [-7, 2, 0, 0, 0, 0]), (-3, 0));
-    // The two cases where idiv traps.
-    assert_eq!(eval("arg0 / arg1", [i64::MIN, -1, 0, 0, 0, 0]), (i64::MIN, 0));
-    assert_eq!(eval("arg0 % arg1", [i64::MIN, -1, 0, 0, 0, 0]), (0, 0));
-    assert_eq!(eval("arg0 / arg1", [7, -1, 0, 0, 0, 0]), (-7, 0));
+    // Arguments are unsigned, and so is what they divide.
+    assert_eq!(eval("arg0 / arg1", [-7, 2, 0, 0, 0, 0]), (((-7i64 as u64) / 2) as i64, 0));
+    assert_eq!(eval("arg0 % arg1", [-7, 2, 0, 0, 0, 0]), (1, 0));
+    assert_eq!(eval("arg0 / arg1", [7, -1, 0, 0, 0, 0]), (0, 0));
+    // The two cases where idiv traps, signed.
+    assert_eq!(value("-9223372036854775808 / -1"), i64::MIN);
+    assert_eq!(value("-9223372036854775808 % -1"), 0);
+    assert_eq!(value("7 / -1"), -7);
     let script = Script::new("func:foo { $x = arg0; $x /= arg1; @m = arg0; @m %= arg1; printf(\"%d %d\", $x, @m); }");
     let (ctx, rt) = script.run_args([9, 0, 0, 0, 0, 0]);
     assert_eq!((rt.printfs[0].args.clone(), ctx.faults), (vec![Value::Int(0), Value::Int(0)], 2));
@@ -104,7 +107,34 @@ fn shifts_take_their_count_modulo_64() {
         assert_eq!(value(expr), expected, "{expr}");
     }
     assert_eq!(eval("arg0 << arg1", [3, 66, 0, 0, 0, 0]).0, 12);
-    assert_eq!(eval("arg0 >> arg1", [-64, 3, 0, 0, 0, 0]).0, -8);
+    // An unsigned left operand shifts right logically.
+    assert_eq!(eval("arg0 >> arg1", [-64, 3, 0, 0, 0, 0]).0, ((-64i64 as u64) >> 3) as i64);
+    assert_eq!(eval("-64 >> arg1", [0, 3, 0, 0, 0, 0]).0, -8);
+}
+
+#[test]
+fn comparisons_are_unsigned_where_an_operand_is() {
+    // bpftrace's classify: `arg0 < 0` is never true, a negative int's bits are a large uint64.
+    let cases: &[(&str, [i64; 6], i64)] = &[
+        ("arg0 < 0", [-3, 0, 0, 0, 0, 0], 0),
+        ("arg0 > 1000", [-3, 0, 0, 0, 0, 0], 1),
+        ("arg0 <= arg1", [1, -1, 0, 0, 0, 0], 1),
+        ("arg0 >= arg1", [1, -1, 0, 0, 0, 0], 0),
+        ("arg0 == -3", [-3, 0, 0, 0, 0, 0], 1),
+        ("-1 < 1", [0; 6], 1),
+    ];
+    for &(expr, args, expected) in cases {
+        assert_eq!(eval(expr, args), (expected, 0), "{expr} with {args:?}");
+    }
+    // min() and max() compare as signed whatever the values (bpftrace's do); compound
+    // assignments of unsigned values divide and shift as unsigned.
+    let script = Script::new("func:foo { @lo = min(arg0); @hi = max(arg0); $x = arg0; $x /= 2; @m = arg0; @m >>= 60; printf(\"%d %d\", $x, @m); }");
+    let mut rt = script.runtime();
+    for v in [5, -1] {
+        script.run(0, &mut harness::ctx([v, 0, 0, 0, 0, 0]), &mut rt);
+    }
+    assert_eq!((rt.words("lo", &[]), rt.words("hi", &[])), (Some(vec![-1, 1]), Some(vec![5, 1])));
+    assert_eq!(rt.printfs[1].args, [Value::Int((u64::MAX / 2) as i64), Value::Int(15)]);
 }
 
 #[test]
@@ -154,7 +184,8 @@ fn and_or_short_circuit() {
 #[test]
 fn ternaries_evaluate_one_branch() {
     assert_eq!(eval("arg0 > 0 ? 10 : 20", [1, 0, 0, 0, 0, 0]).0, 10);
-    assert_eq!(eval("arg0 > 0 ? 10 : 20", [-1, 0, 0, 0, 0, 0]).0, 20);
+    // `arg0` is unsigned: -1 is above 0 there.
+    assert_eq!(eval("arg0 > 0 ? 10 : 20", [-1, 0, 0, 0, 0, 0]).0, 10);
     assert_eq!(eval("arg0 ? arg1 ? 1 : 2 : arg2 ? 3 : 4", [0, 0, 1, 0, 0, 0]).0, 3);
     assert_eq!(eval("arg0 ? 1 : arg1 / arg0", [0, 8, 0, 0, 0, 0]), (0, 1));
     let script = Script::new("func:foo { printf(\"%d\", arg0 ? pid : tid); }");
@@ -227,6 +258,34 @@ fn builtins_from_the_context_and_the_helpers() {
 }
 
 #[test]
+fn bpftraces_builtins_elapsed_args_id_and_join() {
+    // `elapsed` at an entry is the time since the trace began (a helper); `args.id` the call's
+    // number from the context; `join` hands the array and the separator to its helper.
+    let script = Script::new("func:foo { printf(\"%d\", elapsed); join(arg0 + 8, \"-\"); join(arg1); }\n\
+                              tracepoint:raw_syscalls:sys_exit { printf(\"%d %d\", args->id, args->ret); }");
+    let mut ctx = ScriptCtx { args: [0x1000, 0x2000, 0, 0, 0, 0], retval: (-2i64) as u64, nr: 257, ..ScriptCtx::default() };
+    let mut rt = script.runtime();
+    script.run(0, &mut ctx, &mut rt);
+    script.run(1, &mut ctx, &mut rt);
+    assert_eq!(rt.printfs[0].args, [Value::Int(harness::SINCE_START as i64)]);
+    let sep = |text: &[u8]| script.program.strings.iter().position(|s| s == text).unwrap();
+    let joins: Vec<String> = rt.calls.iter().filter(|c| c.starts_with("join") || c.starts_with("builtin")).cloned().collect();
+    assert_eq!(joins, ["builtin 4".to_string(), format!("join 0x1008 {}", sep(b"-")), format!("join 0x2000 {}", sep(b" "))]);
+    assert_eq!(rt.printfs[1].args, [Value::Int(257), Value::Int(-2)]);
+}
+
+#[test]
+fn usym_is_its_address_and_uid_gid_cpid_come_from_the_helper() {
+    let script = Script::new("func:foo { printf(\"%s %d %d %d\", usym(arg2), uid, gid, cpid); @[usym(arg2 + 1)] = count(); print(usym(arg2)); }");
+    let (_, rt) = script.run_args([0, 0, 0x40_1000, 0, 0, 0]);
+    assert_eq!(rt.printfs[0].args, [Value::Int(0x40_1000), Value::Int(1005), Value::Int(1006), Value::Int(1007)]);
+    assert!(rt.slot("", &[harness::K::Int(0x40_1001)]).is_some());
+    assert_eq!(rt.printed, [Value::Uint(0x40_1000)]);
+    // `%s` of a usym is a word, not a string's bytes.
+    assert_eq!(script.program.formats[0].pieces.iter().filter(|p| matches!(p, Piece::Conv(c) if c.kind == ConvKind::Sym)).count(), 1);
+}
+
+#[test]
 fn exit_sets_the_flag_and_ends_the_run() {
     let script = Script::new("func:foo { @a = 1; if (arg0) { exit(); } @b = 2; }");
     let (ctx, rt) = script.run_args([1, 0, 0, 0, 0, 0]);
@@ -285,6 +344,7 @@ const FAR: Helpers = Helpers {
     print_map: 0x7000_0090,
     print_value: 0x7000_00a0,
     pystack: 0x7000_00b0,
+    join: 0x7000_00c0,
 };
 
 /// `helpers` moved by `delta`.
@@ -303,6 +363,7 @@ fn moved(helpers: Helpers, delta: u64) -> Helpers {
         print_map: m(helpers.print_map),
         print_value: m(helpers.print_value),
         pystack: m(helpers.pystack),
+        join: m(helpers.join),
     }
 }
 

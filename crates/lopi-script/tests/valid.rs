@@ -4,7 +4,7 @@ mod common;
 
 use common::{compile, script, SCRIPTS};
 use lopi_script::ir::{
-    AggKind, BinOp, Builtin, ConvKind, Expr, ExprKind, LockEvent, Map, Piece, Point, Program, Stmt, Type, UnOp, ValueKind,
+    AggKind, BinOp, Builtin, ConvKind, Expr, ExprKind, LockEvent, Map, Piece, Point, Program, Spelling, Stmt, Type, UnOp, ValueKind,
 };
 use lopi_script::limits::DEFAULT_MAX_ENTRIES;
 
@@ -22,6 +22,11 @@ fn agg(kind: AggKind) -> ValueKind {
 
 fn entry(glob: &str) -> Point {
     Point::FuncEntry { lib: None, glob: glob.into() }
+}
+
+fn syscall(glob: &str, ret: bool) -> Point {
+    let (glob, spelling) = (glob.to_string(), Spelling::Lopi);
+    if ret { Point::SyscallReturn { glob, spelling } } else { Point::SyscallEntry { glob, spelling } }
 }
 
 /// The value of statement `i` of probe `p`.
@@ -70,7 +75,7 @@ fn hello_prints_with_a_parsed_format() {
     assert!(matches!(pieces[1], Piece::Conv(c) if c.kind == ConvKind::Str));
     assert!(matches!(pieces[3], Piece::Conv(c) if c.kind == ConvKind::Signed));
     assert!(matches!(pieces[4], Piece::Text(id) if p.string(id) == b"\n"));
-    assert_eq!(args.iter().map(|a| a.ty).collect::<Vec<_>>(), [Type::Str, Type::Int]);
+    assert_eq!(args.iter().map(|a| a.ty).collect::<Vec<_>>(), [Type::Str, Type::Uint]);
     assert_eq!(p.probes[0].body[1], Stmt::Exit);
     assert!(p.needs().exit);
 }
@@ -89,11 +94,11 @@ fn latency_pairs_entry_and_return() {
     let p = named("latency");
     assert_eq!(p.probes[1].points, [Point::FuncReturn { lib: None, glob: "sqlite3_step".into() }]);
     let start = map(&p, "start");
-    assert_eq!((start.keys.as_slice(), start.value), (&[Type::Int][..], ValueKind::Plain(Type::Int)));
+    assert_eq!((start.keys.as_slice(), start.value), (&[Type::Uint][..], ValueKind::Plain(Type::Uint)));
     let lat = map(&p, "lat");
     assert_eq!((lat.keys.len(), lat.value), (0, agg(AggKind::Hist)));
     let predicate = p.probes[1].predicate.as_ref().unwrap();
-    assert_eq!((predicate.ty, shape(predicate)), (Type::Int, "@0[tid]".to_string()));
+    assert_eq!((predicate.ty, shape(predicate)), (Type::Uint, "@0[tid]".to_string()));
     assert_eq!(shape(value(&p, 1, 0)), "(- nsecs @0[tid])");
     assert!(matches!(&p.probes[1].body[1], Stmt::Delete { keys, .. } if keys.len() == 1));
 }
@@ -102,7 +107,7 @@ fn latency_pairs_entry_and_return() {
 fn read_before_assign_in_source_order() {
     let p = named("read_before_assign");
     let start = map(&p, "start");
-    assert_eq!((start.keys.as_slice(), start.value), (&[Type::Int][..], ValueKind::Plain(Type::Int)));
+    assert_eq!((start.keys.as_slice(), start.value), (&[Type::Uint][..], ValueKind::Plain(Type::Uint)));
     assert_eq!(map(&p, "lat").value, agg(AggKind::Hist));
 }
 
@@ -117,8 +122,8 @@ fn elapsed_and_retval_need_return_probes() {
     assert_eq!(p.probes[0].points, [Point::FuncReturn { lib, glob: "inflate".into() }]);
     assert!(p.needs().retval());
     let p = named("shared_return");
-    assert_eq!(p.probes[0].points, [Point::FuncReturn { lib: None, glob: "foo".into() }, Point::SyscallReturn("read".into())]);
-    assert_eq!(map(&p, "r").value, agg(AggKind::Sum));
+    assert_eq!(p.probes[0].points, [Point::FuncReturn { lib: None, glob: "foo".into() }, syscall("read", true)]);
+    assert_eq!(map(&p, "r").value, agg(AggKind::Sum { unsigned: true }));
 }
 
 #[test]
@@ -148,7 +153,7 @@ fn offsets_and_addresses() {
     assert_eq!(p.probes[0].points[0].to_string(), "func:main+0x10");
     let p = named("offset_decimal");
     assert_eq!(p.probes[0].points, [Point::FuncOffset { lib: None, name: "foo".into(), offset: 12 }]);
-    assert_eq!(map(&p, "x").value, ValueKind::Plain(Type::Int));
+    assert_eq!(map(&p, "x").value, ValueKind::Plain(Type::Uint));
     let p = named("addr");
     assert_eq!(p.probes[0].points, [Point::Addr(0x401000)]);
 }
@@ -165,14 +170,17 @@ fn usdt_markers_give_their_arguments() {
 #[test]
 fn syscalls() {
     let p = named("syscall_read");
-    assert_eq!(p.probes[0].points, [Point::SyscallEntry("read".into())]);
-    assert_eq!(map(&p, "fds").keys, [Type::Int]);
+    assert_eq!(p.probes[0].points, [syscall("read", false)]);
+    assert_eq!(map(&p, "fds").keys, [Type::Uint]);
     let p = named("syscall_errors");
-    assert_eq!(p.probes[0].points, [Point::SyscallReturn("*".into())]);
+    // It reads `probe`: a point per call, named as the call.
+    let calls = ["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group", "execve", "execveat"];
+    assert_eq!(p.probes[0].points, calls.map(|c| syscall(c, true)));
+    assert_eq!(p.probes[0].points[4].to_string(), "syscall:stat:return");
     assert_eq!(map(&p, "errors").keys, [Type::Str]);
     assert_eq!(shape(p.probes[0].predicate.as_ref().unwrap()), "(< retval 0)");
     let p = named("syscall_glob");
-    assert_eq!(p.probes[0].points, [Point::SyscallEntry("[rw]*".into())]);
+    assert_eq!(p.probes[0].points, [syscall("[rw]*", false)]);
     let p = named("syscall_lhist");
     assert_eq!(map(&p, "fd").value, agg(AggKind::Lhist { min: 0, max: 100, step: 10 }));
 }
@@ -193,7 +201,7 @@ fn intervals_and_printing_whole_maps() {
     let p = named("interval_print");
     assert_eq!(p.probes[0].points, [Point::Interval { ns: 500_000_000 }]);
     assert_eq!(p.probes[0].body.len(), 2);
-    assert!(matches!(p.probes[0].body[0], Stmt::PrintMap(id) if p.map(id).name == "calls"));
+    assert!(matches!(p.probes[0].body[0], Stmt::PrintMap { map: id, top: 0, div: 1 } if p.map(id).name == "calls"));
     assert!(matches!(p.probes[0].body[1], Stmt::Clear(_)));
     assert_eq!(map(&p, "calls").value, agg(AggKind::Count));
     let p = named("interval_units");
@@ -210,7 +218,7 @@ fn thread_points_begin_and_end() {
     let p = named("begin_end");
     assert_eq!(p.probes[1].points, [Point::End]);
     assert!(matches!(&p.probes[1].body[0], Stmt::Printf { args, .. } if shape(&args[0]) == "(- nsecs @0[])"));
-    assert!(matches!(p.probes[1].body[1], Stmt::PrintMap(_)));
+    assert!(matches!(p.probes[1].body[1], Stmt::PrintMap { .. }));
 }
 
 #[test]
@@ -265,7 +273,7 @@ fn stacks_as_keys_and_locals() {
     assert_eq!(p.needs().ustack, Some(127));
     let p = named("stack_local");
     assert_eq!(p.probes[0].locals[0].ty, Type::Stack);
-    assert_eq!(map(&p, "m").keys, [Type::Stack, Type::Int]);
+    assert_eq!(map(&p, "m").keys, [Type::Stack, Type::Uint]);
     assert!(matches!(&p.probes[0].body[2], Stmt::Print(e) if e.ty == Type::Stack));
 }
 
@@ -312,7 +320,7 @@ fn compound_assignments() {
 fn every_aggregation() {
     let p = named("aggregations");
     let kinds: Vec<ValueKind> = p.maps.iter().map(|m| m.value).collect();
-    let expected = [AggKind::Count, AggKind::Sum, AggKind::Avg, AggKind::Min, AggKind::Max, AggKind::Stats, AggKind::Hist, AggKind::Lhist { min: -100, max: 100, step: 20 }];
+    let expected = [AggKind::Count, AggKind::Sum { unsigned: true }, AggKind::Avg, AggKind::Min, AggKind::Max, AggKind::Stats, AggKind::Hist, AggKind::Lhist { min: -100, max: 100, step: 20 }];
     assert_eq!(kinds, expected.map(agg));
     assert_eq!(agg(expected[7]).to_string(), "lhist(.., -100, 100, 20)");
 }
@@ -320,9 +328,9 @@ fn every_aggregation() {
 #[test]
 fn keys_deletes_and_clears() {
     let p = named("multi_key");
-    assert_eq!(map(&p, "m").keys, [Type::Int, Type::Int, Type::Str, Type::Int]);
+    assert_eq!(map(&p, "m").keys, [Type::Uint, Type::Uint, Type::Str, Type::Uint]);
     let p = named("delete_clear");
-    assert_eq!(map(&p, "m").keys, [Type::Int, Type::Int]);
+    assert_eq!(map(&p, "m").keys, [Type::Uint, Type::Int]);
     assert!(matches!(&p.probes[0].body[1], Stmt::Delete { keys, .. } if keys.len() == 2));
     assert!(matches!(p.probes[1].body[0], Stmt::Clear(_)));
 }
@@ -422,4 +430,23 @@ fn unroll_writes_its_block_out() {
     let p = compile("begin { $i = 0; unroll (3) { $i++; @sq[$i] = $i * $i; } unroll(2) { unroll(2) { @n = count(); } } }");
     // `$i = 0`, three `$i++` and three map stores, then four counts.
     assert_eq!(p.probes[0].body.len(), 1 + 6 + 4);
+}
+
+#[test]
+fn ints_have_bpftraces_signedness() {
+    let types = |src: &str| -> Vec<Type> { compile(src).probes[0].locals.iter().map(|l| l.ty).collect() };
+    // Literals are signed; the context's values unsigned; an operation unsigned when an operand
+    // is (a shift when its left one is); `!` unsigned; `-` and `~` keep the operand's.
+    let got = types("func:foo { $a = arg0 < 0; $b = 1 - 2; $c = !1; $d = -arg0; $e = 1 << arg0; $f = arg0 >> 1; $g = ~pid; $h = -5; }");
+    assert_eq!(got, [Type::Uint, Type::Int, Type::Uint, Type::Uint, Type::Int, Type::Uint, Type::Uint, Type::Int]);
+    // A system call's result is the kernel's signed `long`, a function's `rax` unsigned.
+    assert_eq!(types("syscall:read:return { $r = retval; }"), [Type::Int]);
+    assert_eq!(types("tracepoint:syscalls:sys_exit_read { $r = args->ret; }"), [Type::Int]);
+    assert_eq!(types("func:foo:return { $r = retval; }"), [Type::Uint]);
+    assert_eq!(types("func:foo:return, syscall:read:return { $r = retval; }"), [Type::Uint]);
+    // A `?:` has its first branch's sign; a local, a key or a map value keeps its first one.
+    assert_eq!(types("func:foo { $t = arg0 ? -1 : arg1; $u = arg0 ? arg1 : -1; $x = 1; $x = arg0; }"), [Type::Int, Type::Uint, Type::Int]);
+    let p = compile("func:foo { @m[1] = 1; @m[arg0] = arg1; @s = sum(arg0); @s = sum(-1); }");
+    assert_eq!((map(&p, "m").keys.as_slice(), map(&p, "m").value), (&[Type::Int][..], ValueKind::Plain(Type::Int)));
+    assert_eq!(map(&p, "s").value, agg(AggKind::Sum { unsigned: true }));
 }

@@ -83,8 +83,14 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
         program.set_max_entries(entries);
     }
     // A library named by path, as the process maps it: planning and hooks compare the text.
-    // The program named as a library is the program.
+    // The program named as a library is the program; a library glibc emptied into libc is libc.
     for point in program.probes.iter_mut().flat_map(|p| &mut p.points) {
+        if let Point::FuncEntry { lib: Some(l), glob } | Point::FuncReturn { lib: Some(l), glob } = point {
+            if let Some(libc) = resolver.moved_to_libc(l, glob) {
+                eprintln!("lopi: `{l}:{glob}` is in {libc}: glibc 2.34 moved {l}'s functions there (bpftrace 0.17 finds none in {l})");
+                *l = libc;
+            }
+        }
         if let Point::FuncEntry { lib, .. } | Point::FuncReturn { lib, .. } | Point::FuncOffset { lib, .. } = point {
             *lib = lib.take().filter(|l| !resolver.is_program(l)).map(|l| resolve::canonical_library(&l));
         }
@@ -98,7 +104,7 @@ pub fn compile_script(source: &str, source_name: &str, max_entries: Option<u32>,
     for point in program.probes.iter().flat_map(|p| &p.points) {
         let supported = matches!(
             point,
-            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry(_) | Point::SyscallReturn(_) | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Usdt { .. } | Point::Begin | Point::End | Point::Interval { .. } | Point::Profile { .. }
+            Point::FuncEntry { .. } | Point::FuncReturn { .. } | Point::SyscallEntry { .. } | Point::SyscallReturn { .. } | Point::Lock(_) | Point::ThreadStart | Point::ThreadExit | Point::Addr(_) | Point::FuncOffset { .. } | Point::Usdt { .. } | Point::Begin | Point::End | Point::Interval { .. } | Point::Profile { .. }
         );
         if !supported {
             bail!("`{point}`: lopi trace runs func:[LIB:]GLOB[:return], func:NAME+OFF, addr:, usdt:, syscall:GLOB[:return], lock:EVENT, thread:start|exit, begin, end and interval: points so far; this kind of point is not built yet");
@@ -157,6 +163,8 @@ pub struct Ended {
 
 /// Traces the program or process of `request`; how the program ended, if lopi started it.
 pub fn trace(request: Request) -> Result<Option<Ended>> {
+    // bpftrace's `elapsed` counts from its start.
+    let started = session::monotonic_ns();
     let path = match (request.pid, request.command.first()) {
         (Some(pid), _) => {
             lopi_live::preflight(pid)?;
@@ -178,6 +186,7 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
     };
     let mut spec = compile_script(&request.source, &request.source_name, request.max_entries, RING_LEN, resolve::Functions::new(names, libraries.clone()).of_program(&path))?;
     spec.point_addrs = resolve::instruction_points(&spec.program, &module)?;
+    spec.start_ns = started;
     let library_file = |lib: &str| resolve::library_file(&libraries, lib);
     let (markers, semaphores) = usdt::sites(&spec.program, &module, &analysis, &path, |lib| resolve::names_program(lib, &path), library_file)?;
     spec.markers = markers;
@@ -239,6 +248,7 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
         let attached = live::attach_start(&probes, pid, true, &check)?;
         let (symbols, data) = start(&attached.installation, &attached.output, pid)?;
         let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
+        session.cpid = pid as u32;
         session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
         let mut intervals = Intervals::new(&spec.program);
         match request.duration {
@@ -262,6 +272,7 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
     let mut launched = live::launch(&probes, &request.command, None, true, &check)?;
     let (symbols, data) = start(&launched.installation, &launched.output, launched.child.id() as i32)?;
     let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
+    session.cpid = launched.child.id();
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
     let mut intervals = Intervals::new(&spec.program);
     let status = loop {
@@ -389,6 +400,11 @@ impl Symbols {
         let mut functions: Vec<(u64, u64, String)> = functions.map(|(addr, size, name)| (addr.wrapping_add(bias), addr.wrapping_add(bias) + size.max(1), name)).collect();
         functions.sort();
         Symbols { functions, aliases: HashMap::new(), others: None }
+    }
+
+    /// The symbol `addr` is in, without the offset (`usym()`, as bpftrace names it).
+    pub fn symbol(&self, addr: u64) -> String {
+        lopi_script::output::symbol(&self.name(addr)).to_string()
     }
 
     pub fn name(&self, addr: u64) -> String {

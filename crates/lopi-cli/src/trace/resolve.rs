@@ -43,12 +43,34 @@ impl<'a> Functions<'a> {
         one_library(&self.libraries, name)
     }
 
+    /// The library a point naming `lib` means for the functions `glob` matches, when it is not
+    /// `lib`: libc, for a library glibc 2.34 emptied into it ([`IN_LIBC`]) that the program loads
+    /// without those functions, or not at all, where libc has them.
+    pub fn moved_to_libc(&self, lib: &str, glob: &str) -> Option<String> {
+        let merged = IN_LIBC.iter().any(|m| lib == *m || lib.strip_prefix(m).is_some_and(|rest| rest.starts_with(".so")));
+        if !merged || self.libraries_known || self.matching_in(lib, glob) > 0 || self.matching_in("libc.so.6", glob) == 0 {
+            return None;
+        }
+        Some("libc.so.6".to_string())
+    }
+
+    /// How many functions of the loaded library `lib` match `glob`.
+    fn matching_in(&self, lib: &str, glob: &str) -> usize {
+        let Some(path) = self.library(lib) else { return 0 };
+        self.library_functions(path);
+        self.read.borrow().get(path).map_or(0, |names| names.iter().filter(|n| lopi_script::glob_match(glob, n)).count())
+    }
+
     fn library_functions(&self, path: &Path) -> usize {
         let mut read = self.read.borrow_mut();
         let names = read.entry(path.to_path_buf()).or_insert_with(|| function_names(path).unwrap_or_default());
         names.len()
     }
 }
+
+/// Libraries whose functions glibc 2.34 moved into libc, leaving each an empty stub for programs
+/// linked before (bpftrace's threadsnoop.bt still names `libpthread:pthread_create`).
+const IN_LIBC: [&str; 5] = ["libpthread", "libdl", "librt", "libutil", "libanl"];
 
 /// The one of `libraries` that `name` names, if exactly one does.
 fn one_library<'l>(libraries: &'l [PathBuf], name: &str) -> Option<&'l PathBuf> {
@@ -95,11 +117,10 @@ impl lopi_script::Resolver for Functions<'_> {
             Some(lib) if self.is_program(lib) => self.functions_matching(None, glob),
             None => self.names.iter().filter(|n| lopi_script::glob_match(glob, n)).count(),
             Some(_) if self.libraries_known => 1,
-            Some(lib) => {
-                let Some(path) = self.library(lib) else { return 0 };
-                self.library_functions(path);
-                self.read.borrow().get(path).map_or(0, |names| names.iter().filter(|n| lopi_script::glob_match(glob, n)).count())
-            }
+            Some(lib) => match self.moved_to_libc(lib, glob) {
+                Some(libc) => self.matching_in(&libc, glob),
+                None => self.matching_in(lib, glob),
+            },
         }
     }
 
@@ -107,8 +128,10 @@ impl lopi_script::Resolver for Functions<'_> {
         (0..1024).any(|nr| lopi_trace::syscall_name(nr) == name)
     }
 
-    fn syscalls_matching(&self, glob: &str) -> usize {
-        (0..1024).filter(|&nr| lopi_script::glob_match(glob, &lopi_trace::syscall_name(nr))).count()
+    /// Calls of the numbers the probes cover that x86-64 names (not `syscall_N`).
+    fn syscalls_matching(&self, glob: &str) -> Vec<String> {
+        let names = (0..lopi_rt_abi::script::SYSCALLS as u64).map(lopi_trace::syscall_name).filter(|n| !n.starts_with("syscall_"));
+        names.filter(|n| lopi_script::glob_match(glob, n)).collect()
     }
 
     fn markers_matching(&self, lib: &str, provider: Option<&str>, name: &str) -> usize {

@@ -8,7 +8,7 @@ use lopi_rt_abi::script::{record, CLEARS_DONE, CLEAR_REQUESTS, RING_TAIL, SCALAR
 use lopi_rt_abi::script_map;
 use lopi_script::host::{self, Host};
 use lopi_script::lower::CountedMap;
-use lopi_script::ir::{Builtin, ConvKind, FormatId, MapId, Piece, Point, Type};
+use lopi_script::ir::{Builtin, ConvKind, FormatId, MapId, Piece, Point, StrId, Type};
 use lopi_script::output::{self, Arg, MergedMap};
 use lopi_trace::script_areas::{self, AreaView, OutputRecord};
 use std::collections::HashMap;
@@ -49,6 +49,8 @@ pub struct Session<'s> {
     pub exited: bool,
     /// Faults of the probes lopi ran.
     faults: u64,
+    /// The pid of the process lopi started or attached to (`cpid`; 0 when it reads a record).
+    pub cpid: u32,
 }
 
 /// A read-only view of the data file as it is now.
@@ -93,6 +95,7 @@ impl<'s> Session<'s> {
             deleted: vec![Default::default(); maps],
             exited: false,
             faults: 0,
+            cpid: 0,
         }
     }
 
@@ -142,17 +145,24 @@ impl<'s> Session<'s> {
                     self.out.write_all(&text)?;
                 }
                 record::PRINT_MAP => {
-                    let text = self.map_text(&bytes, MapId(r.what as usize))?;
+                    let word = |at: usize| r.payload.get(at..at + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+                    let text = self.map_text(&bytes, MapId(r.what as usize), word(0) as u32, word(8) as u32)?;
                     self.out.write_all(text.as_bytes())?;
                 }
                 record::PRINT_VALUE => {
                     let ty = match r.what {
                         0 => Type::Int,
                         1 => Type::Str,
-                        _ => Type::Stack,
+                        2 => Type::Stack,
+                        3 => Type::Uint,
+                        _ => Type::Usym,
                     };
                     let text = self.value_text(&bytes, ty, &r.payload);
                     self.out.write_all(text.as_bytes())?;
+                }
+                record::JOIN => {
+                    let args: Vec<&[u8]> = r.payload.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+                    self.out.write_all(&output::join(&self.spec.program, StrId(r.what as usize), &args))?;
                 }
                 record::EXIT => {
                     self.exited = true;
@@ -172,9 +182,11 @@ impl<'s> Session<'s> {
         let mut at = 0;
         for piece in &format.pieces {
             let Piece::Conv(conv) = piece else { continue };
+            let word = || r.payload.get(at..at + 8).map_or(0, |w| i64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
             let (arg, len) = match conv.kind {
                 ConvKind::Str => (Arg::Str(r.payload.get(at..at + program.str_size).unwrap_or_default().to_vec()), program.str_size),
-                _ => (Arg::Int(r.payload.get(at..at + 8).map_or(0, |w| i64::from_le_bytes(w.try_into().unwrap_or([0; 8])))), 8),
+                ConvKind::Sym => (Arg::Str(self.symbols.symbol(word() as u64).into_bytes()), 8),
+                _ => (Arg::Int(word()), 8),
             };
             args.push(arg);
             at += len.next_multiple_of(8);
@@ -186,6 +198,8 @@ impl<'s> Session<'s> {
         let word = |at: usize| bytes.get(at..at + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
         match ty {
             Type::Int => format!("{}\n", word(0) as i64),
+            Type::Uint => format!("{}\n", word(0)),
+            Type::Usym => format!("{}\n", self.symbols.symbol(word(0))),
             Type::Str => format!("{}\n", String::from_utf8_lossy(bytes.split(|&b| b == 0).next().unwrap_or_default())),
             Type::Stack => {
                 let frames = (word(0) as usize).min(lopi_rt_abi::script::STACK_FRAMES);
@@ -251,10 +265,13 @@ impl<'s> Session<'s> {
         merged.map_err(|e| anyhow!("reading map @{}: {e}", m.name))
     }
 
-    fn map_text(&self, bytes: &[u8], map: MapId) -> Result<String> {
-        let merged = self.merged_map(bytes, map.0)?;
+    /// What `print(@m, top, div)` prints: the map as text, or with `--format json` a line of its
+    /// own in the form of the maps at the end (`{"maps": {"@m": ...}}`).
+    fn map_text(&self, bytes: &[u8], map: MapId, top: u32, div: u32) -> Result<String> {
+        let merged = output::limited(&self.merged_map(bytes, map.0)?, top, div);
         let names = self.frame_names(bytes);
-        Ok(output::text_map(&merged, &|a| names.name(a)))
+        let symbolize = |a: u64| names.name(a);
+        Ok(if self.json { output::json(&[merged], &symbolize) + "\n" } else { output::text_map(&merged, &symbolize) })
     }
 
     /// What names the frames of stacks: the program's symbols, and for `pystack`'s frames the
@@ -359,8 +376,14 @@ impl Host for Env<'_, '_> {
     fn int_builtin(&mut self, builtin: Builtin) -> i64 {
         match builtin {
             Builtin::Pid | Builtin::Tid => i64::from(std::process::id()),
+            Builtin::Uid => i64::from(nix::unistd::getuid().as_raw()),
+            Builtin::Gid => i64::from(nix::unistd::getgid().as_raw()),
+            Builtin::Cpid => i64::from(self.session.cpid),
             Builtin::Cpu => nix::sched::sched_getcpu().map_or(0, |c| c as i64),
-            Builtin::Nsecs => nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| t.tv_sec() * 1_000_000_000 + t.tv_nsec()),
+            Builtin::Nsecs => monotonic_ns() as i64,
+            // A record read afterwards (`lopi report --script`) has no start of its own.
+            Builtin::SinceStart if self.session.spec.start_ns == 0 => 0,
+            Builtin::SinceStart => monotonic_ns().saturating_sub(self.session.spec.start_ns) as i64,
             _ => 0,
         }
     }
@@ -425,8 +448,8 @@ impl Host for Env<'_, '_> {
         }
     }
 
-    fn print_map(&mut self, map: MapId) {
-        let text = self.session.map_text(self.bytes, map);
+    fn print_map(&mut self, map: MapId, top: u32, div: u32) {
+        let text = self.session.map_text(self.bytes, map, top, div);
         match text {
             Ok(text) => self.write(text.as_bytes()),
             Err(e) => self.keep(Err(e)),
@@ -438,9 +461,23 @@ impl Host for Env<'_, '_> {
         self.write(text.as_bytes());
     }
 
+    fn symbol(&mut self, addr: u64) -> Vec<u8> {
+        self.session.symbols.symbol(addr).into_bytes()
+    }
+
+    fn join(&mut self, sep: StrId, args: &[&[u8]]) {
+        let line = output::join(&self.session.spec.program, sep, args);
+        self.write(&line);
+    }
+
     fn exit(&mut self) {
         self.session.exited = true;
     }
+}
+
+/// CLOCK_MONOTONIC now, in ns.
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| (t.tv_sec() * 1_000_000_000 + t.tv_nsec()) as u64)
 }
 
 /// Names of a stack's frames: see [`Session::frame_names`].

@@ -1,6 +1,7 @@
 //! `args.NAME` (`args->NAME`): bpftrace's fields of the system-call tracepoints, which are the
 //! call's arguments at its entry (`args.filename` at `sys_enter_openat` is `arg1`) and its
-//! result at its exit (`args.ret` is `retval`). One probe body is compiled once for all its
+//! result at its exit (`args.ret` is `retval`); `args.id` is the call's number (`raw_syscalls`'
+//! field, at any system-call point here). One probe body is compiled once for all its
 //! points, but a field may be a different argument at each (`filename` is `open`'s first and
 //! `openat`'s second): such a probe is split into one probe per set of points that read its
 //! fields alike, a glob into the calls it matches where they differ.
@@ -25,9 +26,9 @@ pub(super) fn split(points: &[Point], fields: &[String], resolver: &dyn Resolver
         None => groups.push((vec![point], read)),
     };
     for point in points {
-        let (glob, ret) = match point {
-            Point::SyscallEntry(glob) => (glob, false),
-            Point::SyscallReturn(glob) => (glob, true),
+        let (glob, spelling, ret) = match point {
+            Point::SyscallEntry { glob, spelling } => (glob, *spelling, false),
+            Point::SyscallReturn { glob, spelling } => (glob, *spelling, true),
             other => {
                 let why = format!("`{other}` has no `args`: they are the fields of a system call's tracepoint (use arg0..arg5, retval)");
                 add(other.clone(), fields.iter().map(|f| (f.clone(), Err(why.clone()))).collect());
@@ -55,8 +56,8 @@ pub(super) fn split(points: &[Point], fields: &[String], resolver: &dyn Resolver
             add(point.clone(), each.swap_remove(0));
         } else {
             for (call, read) in matched.into_iter().zip(each) {
-                let call = call.to_string();
-                add(if ret { Point::SyscallReturn(call) } else { Point::SyscallEntry(call) }, read);
+                let glob = call.to_string();
+                add(if ret { Point::SyscallReturn { glob, spelling } } else { Point::SyscallEntry { glob, spelling } }, read);
             }
         }
     }
@@ -67,7 +68,7 @@ pub(super) fn split(points: &[Point], fields: &[String], resolver: &dyn Resolver
 fn field(call: &str, ret: bool, field: &str) -> Result<Builtin, String> {
     match (field, ret) {
         ("ret", true) => Ok(Builtin::Retval),
-        ("id", _) => Err("`args.id`, the system call's number, is not given by lopi's probes yet".into()),
+        ("id", _) => Ok(Builtin::SyscallNr),
         (_, true) => Err(format!("at a system call's exit `args` has only `ret`, not `{field}`")),
         ("args", false) => Err("`args.args`, the raw arguments: use arg0..arg5".into()),
         (_, false) => match syscall_args(call) {

@@ -30,10 +30,16 @@ impl Checker<'_> {
             // Literals above i64::MAX are masks: they keep their bits.
             ast::ExprKind::Int(v) => (Type::Int, ExprKind::Int(*v as i64)),
             ast::ExprKind::Str(lit) => (Type::Str, ExprKind::Str(self.intern(&lit.bytes))),
-            ast::ExprKind::Builtin(b) => (self.builtin(*b, expr.span)?, ExprKind::Builtin(*b)),
+            ast::ExprKind::Builtin(b) => {
+                let (b, ty) = self.builtin(*b, expr.span)?;
+                (ty, ExprKind::Builtin(b))
+            }
+            // The tracepoints' fields are the kernel's `long`s and `int`s (and pointers and sizes,
+            // which stay below 2^63): signed.
             ast::ExprKind::Args(field) => {
                 let b = self.args_field(field)?;
-                (self.builtin(b, expr.span)?, ExprKind::Builtin(b))
+                self.builtin(b, expr.span)?;
+                (Type::Int, ExprKind::Builtin(b))
             }
             ast::ExprKind::Local(name) => {
                 let (id, ty) = self.locals.read(name, expr.span, &mut self.issues)?;
@@ -52,17 +58,20 @@ impl Checker<'_> {
                     UnOp::BitNot => "~",
                 };
                 self.want_int(&value, operand.span, &format!("`{symbol}` needs an int operand"))?;
-                (Type::Int, ExprKind::Unary { op: *op, expr: Box::new(value) })
+                // bpftrace's `!` gives an unsigned 0 or 1; `-` and `~` keep the operand's sign.
+                let ty = if *op == UnOp::Not { Type::Uint } else { value.ty };
+                (ty, ExprKind::Unary { op: *op, expr: Box::new(value) })
             }
             ast::ExprKind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, expr.span)?,
             ast::ExprKind::Ternary { cond, then, els } => {
                 let (cond, then_value, els_value) = (self.condition(cond, "a `?:` condition"), self.expr(then), self.expr(els));
                 let (cond, then_value, els_value) = (cond?, then_value?, els_value?);
-                if then_value.ty != els_value.ty {
+                if !then_value.ty.same_kind(els_value.ty) {
                     let message = format!("the branches of `?:` differ: {} and {}", then_value.ty, els_value.ty);
                     self.issues.push(Issue::new(els.span, message));
                     return None;
                 }
+                // Its sign is the first branch's, as bpftrace's.
                 (then_value.ty, ExprKind::Ternary { cond: Box::new(cond), then: Box::new(then_value), els: Box::new(els_value) })
             }
         };
@@ -78,7 +87,7 @@ impl Checker<'_> {
 
     /// `Some` for an int, else an error "`what`, found `ty`" at `span`.
     pub(super) fn want_int(&mut self, value: &Expr, span: Span, what: &str) -> Option<()> {
-        if value.ty == Type::Int {
+        if value.ty.is_int() {
             return Some(());
         }
         self.issues.push(Issue::new(span, format!("{what}, found {}", value.ty)));
@@ -124,6 +133,15 @@ impl Checker<'_> {
                 let gil_held = !self.points.is_empty() && self.points.iter().all(|p| matches!(p, Point::Usdt { provider: Some(provider), .. } if provider == "python"));
                 Some((Type::Stack, if callee == Callee::Ustack { ExprKind::Ustack { depth } } else { ExprKind::Pystack { depth, gil_held } }))
             }
+            Callee::Usym => {
+                let [arg] = args else {
+                    self.issues.push(Issue::new(span, "`usym` takes one argument, an address: `usym(arg0)`"));
+                    return None;
+                };
+                let value = self.expr(arg)?;
+                self.want_int(&value, arg.span, "`usym` needs an int, an address")?;
+                Some((Type::Usym, ExprKind::Usym(Box::new(value))))
+            }
             Callee::Str => {
                 if !(1..=2).contains(&args.len()) {
                     self.issues.push(Issue::new(span, "`str` takes a pointer and an optional length: `str(p)` or `str(p, n)`"));
@@ -160,7 +178,8 @@ impl Checker<'_> {
             BinOp::Eq | BinOp::Ne => {
                 let message = match (left.ty, right.ty) {
                     (Type::Stack, Type::Stack) => "stacks cannot be compared".to_string(),
-                    (l, r) if l != r => format!("cannot compare {l} with {r}"),
+                    (Type::Usym, Type::Usym) => "usyms cannot be compared; compare the addresses".to_string(),
+                    (l, r) if !l.same_kind(r) => format!("cannot compare {l} with {r}"),
                     _ => String::new(),
                 };
                 if !message.is_empty() {
@@ -178,6 +197,7 @@ impl Checker<'_> {
                 l.and(r)?;
             }
         }
-        Some((Type::Int, ExprKind::Binary { op, lhs: Box::new(left), rhs: Box::new(right) }))
+        let ty = if left.ty.is_int() && Type::unsigned_op(op, left.ty, right.ty) { Type::Uint } else { Type::Int };
+        Some((ty, ExprKind::Binary { op, lhs: Box::new(left), rhs: Box::new(right) }))
     }
 }

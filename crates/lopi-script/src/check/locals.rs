@@ -43,7 +43,7 @@ impl Locals {
         };
         let slot = &mut self.slots[id.0];
         match (slot.ty, ty) {
-            (Some(old), Some(new)) if old != new => {
+            (Some(old), Some(new)) if !old.same_kind(new) => {
                 let message = format!("`${}` holds {old} values (from its first assignment), not {new}", slot.name);
                 issues.push(Issue::new(name.span, message).note(Some(slot.first), "first assigned here"));
             }

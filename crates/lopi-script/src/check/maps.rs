@@ -86,7 +86,7 @@ impl<'a> Maps<'a> {
         }
         let mut ok = true;
         for (i, ((ty, span), want)) in keys_used.iter().zip(fixed).enumerate() {
-            if let Some(ty) = ty.filter(|ty| ty != want) {
+            if let Some(ty) = ty.filter(|ty| !ty.same_kind(*want)) {
                 let message = format!("key {} of `@{}` is {ty} here, but {want} where the map was first used", i + 1, info.name);
                 issues.push(Issue::new(*span, message).note(Some(*first), note.clone()));
                 ok = false;
@@ -103,7 +103,8 @@ impl<'a> Maps<'a> {
                 info.value = Some((kind, at));
                 true
             }
-            Some((fixed, _)) if *fixed == kind => true,
+            // An int map keeps the sign it was first given, as bpftrace's.
+            Some((fixed, _)) if fixed.same_kind(kind) => true,
             Some((fixed, first)) => {
                 let message = format!("map `@{}` was first given {fixed} values, not {kind}", info.name);
                 issues.push(Issue::new(at, message).note(Some(*first), format!("`@{}` first given its values here", info.name)));

@@ -20,7 +20,7 @@ use crate::ir::{self, Builtin, Format, Point, Program, StrId, Type};
 use crate::limits::{DEFAULT_MAX_ENTRIES, DEFAULT_STR_SIZE, MAX_MAPS, MAX_PROBES};
 use locals::Locals;
 use maps::{Hints, MapInfo, Maps};
-use points::Source;
+use points::{Elapsed, Source};
 use std::collections::{HashMap, HashSet};
 
 /// The program `script` describes, checked against the target `resolver` knows.
@@ -28,7 +28,10 @@ pub fn check(script: &Script, resolver: &dyn Resolver) -> Result<Program, Diagno
     let mut issues = Vec::new();
     let mut units = Vec::new();
     for (index, probe) in script.probes.iter().enumerate() {
-        let points = points::resolve(&probe.points, resolver, &mut issues);
+        let mut points = points::resolve(&probe.points, resolver, &mut issues);
+        if probe.reads_probe {
+            points = points::each_call(points, resolver);
+        }
         units.extend(args::split(&points, &probe.args, resolver).into_iter().map(|(points, args)| Unit { probe: index, points, args }));
     }
     if let Some(extra) = units.get(MAX_PROBES) {
@@ -104,7 +107,9 @@ struct Checker<'s> {
     /// What its `args` fields read there.
     args: Option<&'s args::Fields>,
     /// Per [`Source`], the first of `points` that does not give its builtins, as written.
-    lacking: [Option<String>; 4],
+    lacking: [Option<String>; 3],
+    /// What `elapsed` is there.
+    elapsed: Elapsed,
     locals: Locals,
 }
 
@@ -119,6 +124,7 @@ impl<'s> Checker<'s> {
             points: &[],
             args: None,
             lacking: Default::default(),
+            elapsed: Elapsed::Call,
             locals: Locals::default(),
         };
         let mut probes = Vec::new();
@@ -144,6 +150,7 @@ impl<'s> Checker<'s> {
     fn probe(&mut self, probe: &ast::Probe) -> ir::Probe {
         self.locals = Locals::default();
         self.lacking = Source::ALL.map(|source| self.points.iter().find(|p| !source.gives(p)).map(Point::to_string));
+        self.elapsed = Elapsed::at(&probe.points);
         let predicate = probe.predicate.as_ref().and_then(|p| self.condition(p, "a predicate"));
         let body = self.block(&probe.body);
         let locals = std::mem::take(&mut self.locals).finish(&mut self.issues);
@@ -172,17 +179,33 @@ impl<'s> Checker<'s> {
         }
     }
 
-    /// The type of `builtin`, or an error if a point of the probe does not give it.
-    fn builtin(&mut self, builtin: Builtin, span: Span) -> Option<Type> {
+    /// What `builtin` reads at the probe's points (`elapsed` has two meanings, see [`Elapsed`])
+    /// and its type, or an error if a point of the probe does not give it.
+    fn builtin(&mut self, builtin: Builtin, span: Span) -> Option<(Builtin, Type)> {
+        let builtin = match (builtin, self.elapsed) {
+            (Builtin::Elapsed, Elapsed::SinceStart) => Builtin::SinceStart,
+            (Builtin::Elapsed, Elapsed::Both) => {
+                let message = "`elapsed` is the call's time at some points of this probe (lopi's own return points, `lock:acquired`, `lock:release`) and the time since the trace began at the others (bpftrace's): write them as two probes";
+                self.issues.push(Issue::new(span, message));
+                return None;
+            }
+            (builtin, _) => builtin,
+        };
         if let Some(source) = Source::of(builtin) {
             if let Some(point) = &self.lacking[source as usize] {
                 self.issues.push(Issue::new(span, format!("`{}` needs {}, and `{point}` is not one", builtin.name(), source.needed())));
                 return None;
             }
         }
-        Some(match builtin {
+        Some((builtin, match builtin {
             Builtin::Comm | Builtin::Func | Builtin::Probe => Type::Str,
-            _ => Type::Int,
-        })
+            // The kernel's result of a system call is a `long` (`-errno` on failure), as
+            // bpftrace's `args.ret`; a function's `rax` is bpftrace's uint64 `retval`.
+            Builtin::Retval if self.points.iter().all(|p| matches!(p, Point::SyscallReturn { .. })) => Type::Int,
+            // bpftrace's uint64 builtins.
+            Builtin::Pid | Builtin::Tid | Builtin::Uid | Builtin::Gid | Builtin::Cpid | Builtin::Cpu | Builtin::Nsecs | Builtin::Arg(_) | Builtin::Retval | Builtin::Elapsed | Builtin::SinceStart => Type::Uint,
+            // The kernel's `long id`.
+            Builtin::SyscallNr => Type::Int,
+        }))
     }
 }

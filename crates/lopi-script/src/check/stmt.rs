@@ -5,7 +5,7 @@ use super::Checker;
 use crate::ast::{self, AggFunc, AssignOp, BinOp, Rhs, StrLit, Target};
 use crate::diag::Issue;
 use crate::format::{self, Part};
-use crate::ir::{AggKind, Expr, Format, FormatId, IfArm, Piece, Stmt, Type, ValueKind};
+use crate::ir::{AggKind, ConvKind, Expr, Format, FormatId, IfArm, Piece, Stmt, Type, ValueKind};
 use crate::limits::MAX_LHIST_BUCKETS;
 
 impl Checker<'_> {
@@ -26,9 +26,19 @@ impl Checker<'_> {
                 let id = self.maps.id(name, &mut self.issues)?;
                 self.maps.check_assigned(name, &mut self.issues).then_some(Stmt::Clear(id))
             }
-            ast::StmtKind::PrintMap(name) => {
-                let id = self.maps.id(name, &mut self.issues)?;
-                self.maps.check_assigned(name, &mut self.issues).then_some(Stmt::PrintMap(id))
+            ast::StmtKind::PrintMap { map: name, args } => {
+                let id = self.maps.id(name, &mut self.issues);
+                let mut limit = args.iter().map(|arg| match literal(arg).and_then(|v| u32::try_from(v).ok()) {
+                    Some(v) => Some(v),
+                    None => {
+                        self.issues.push(Issue::new(arg.span, "the top and the divisor of `print(@m, top, div)` must be integer literals from 0 to 4294967295"));
+                        None
+                    }
+                });
+                let (top, div) = (limit.next().unwrap_or(Some(0)), limit.next().unwrap_or(Some(1)));
+                let id = id?;
+                let (top, div) = (top?, div?);
+                self.maps.check_assigned(name, &mut self.issues).then_some(Stmt::PrintMap { map: id, top, div })
             }
             ast::StmtKind::Exit => Some(Stmt::Exit),
             ast::StmtKind::Printf { format, args } => self.printf(format, args),
@@ -40,6 +50,13 @@ impl Checker<'_> {
                 Some(Stmt::Printf { format: FormatId(self.formats.len() - 1), args: Vec::new() })
             }
             ast::StmtKind::Print(value) => Some(Stmt::Print(self.expr(value)?)),
+            ast::StmtKind::Join { array, sep } => {
+                let value = self.expr(array)?;
+                self.want_int(&value, array.span, "`join` needs the address of an array of string pointers")?;
+                // bpftrace's separator is a space.
+                let sep = self.intern(sep.as_ref().map_or(&b" "[..], |s| &s.bytes));
+                Some(Stmt::Join { array: value, sep })
+            }
         }
     }
 
@@ -81,7 +98,7 @@ impl Checker<'_> {
                 let typed = self.expr(value);
                 let ((local, ty), typed) = (current?, typed?);
                 let mut ok = !zero;
-                if ty != Type::Int {
+                if !ty.is_int() {
                     self.issues.push(Issue::new(name.span, format!("{what} local, and `${}` holds {ty} values", name.text)));
                     ok = false;
                 }
@@ -93,15 +110,15 @@ impl Checker<'_> {
                 let typed = self.expr(value);
                 let ((id, keys), typed) = (target?, typed?);
                 let ty = match binop {
-                    None if typed.ty == Type::Stack => {
-                        let message = "a map value must be an int or a str; a stack can only be a key";
+                    None if matches!(typed.ty, Type::Stack | Type::Usym) => {
+                        let message = "a map value must be an int or a str; a stack or a usym can only be a key";
                         self.issues.push(Issue::new(value.span, message));
                         return None;
                     }
                     None => typed.ty,
                     Some(_) => {
                         self.want_int(&typed, value.span, &format!("{what} value"))?;
-                        Type::Int
+                        typed.ty
                     }
                 };
                 let ok = self.maps.assign(id, ValueKind::Plain(ty), map.name.span, &mut self.issues);
@@ -121,29 +138,31 @@ impl Checker<'_> {
     /// The kind of an aggregation and the value it takes, if any.
     fn aggregation(&mut self, agg: &ast::Agg) -> Option<(AggKind, Option<Expr>)> {
         let name = agg.func.name();
-        let simple = match agg.func {
+        match agg.func {
+            AggFunc::Count if agg.args.is_empty() => return Some((AggKind::Count, None)),
             AggFunc::Count => {
-                if !agg.args.is_empty() {
-                    self.issues.push(Issue::new(agg.span, "`count()` takes no arguments"));
-                    return None;
-                }
-                return Some((AggKind::Count, None));
+                self.issues.push(Issue::new(agg.span, "`count()` takes no arguments"));
+                return None;
             }
             AggFunc::Lhist => return self.lhist(agg),
-            AggFunc::Sum => AggKind::Sum,
-            AggFunc::Avg => AggKind::Avg,
-            AggFunc::Min => AggKind::Min,
-            AggFunc::Max => AggKind::Max,
-            AggFunc::Stats => AggKind::Stats,
-            AggFunc::Hist => AggKind::Hist,
-        };
+            _ => {}
+        }
         let [arg] = agg.args.as_slice() else {
             self.issues.push(Issue::new(agg.span, format!("`{name}` takes one int argument")));
             return None;
         };
         let value = self.expr(arg)?;
         self.want_int(&value, arg.span, &format!("`{name}` needs an int"))?;
-        Some((simple, Some(value)))
+        let unsigned = value.ty == Type::Uint;
+        let kind = match agg.func {
+            AggFunc::Sum => AggKind::Sum { unsigned },
+            AggFunc::Min => AggKind::Min,
+            AggFunc::Max => AggKind::Max,
+            AggFunc::Avg => AggKind::Avg,
+            AggFunc::Stats => AggKind::Stats,
+            _ => AggKind::Hist,
+        };
+        Some((kind, Some(value)))
     }
 
     /// `lhist(x, min, max, step)`: literal bounds, a positive step, at most
@@ -218,7 +237,7 @@ impl Checker<'_> {
         let mut used = 0;
         let mut ok = true;
         for part in parts {
-            let (conv, at) = match part {
+            let (mut conv, at) = match part {
                 Part::Text(text) => {
                     pieces.push(Piece::Text(self.intern(&text)));
                     continue;
@@ -232,8 +251,10 @@ impl Checker<'_> {
                     self.issues.push(Issue::new(format.span_of(at.start, at.end), format!("`{shown}` has no argument")));
                     ok = false;
                 }
-                (Some(arg), Some(Some(value))) if value.ty != want => {
-                    let article = if want == Type::Int { "an" } else { "a" };
+                // `%s` names a usym's address.
+                (Some(_), Some(Some(value))) if conv.kind == ConvKind::Str && value.ty == Type::Usym => conv.kind = ConvKind::Sym,
+                (Some(arg), Some(Some(value))) if !value.ty.same_kind(want) => {
+                    let article = if want.is_int() { "an" } else { "a" };
                     self.issues.push(Issue::new(arg.span, format!("`{shown}` needs {article} {want}, found {}", value.ty)));
                     ok = false;
                 }

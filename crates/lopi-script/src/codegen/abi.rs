@@ -13,6 +13,8 @@ impl From<Type> for ValueType {
     fn from(ty: Type) -> ValueType {
         match ty {
             Type::Int => ValueType::Int,
+            Type::Uint => ValueType::Uint,
+            Type::Usym => ValueType::Usym,
             Type::Str => ValueType::Str,
             Type::Stack => ValueType::Stack,
         }
@@ -20,12 +22,12 @@ impl From<Type> for ValueType {
 }
 
 /// Bytes of one value slot of a map holding `kind` values. Slots of aggregations are their
-/// counters (`lopi_rt_abi::script`'s slot types); a plain `int` is an `i64`, a plain `str`
+/// counters (`lopi_rt_abi::script`'s slot types); a plain int is 8 bytes, a plain `str`
 /// `str_size` bytes.
 pub fn slot_size(kind: ValueKind, str_size: usize) -> usize {
     match kind {
         ValueKind::Plain(ty) => value_size(ty, str_size),
-        ValueKind::Agg(AggKind::Count | AggKind::Sum) => 8,
+        ValueKind::Agg(AggKind::Count | AggKind::Sum { .. }) => 8,
         ValueKind::Agg(AggKind::Avg) => size_of::<AvgSlot>(),
         ValueKind::Agg(AggKind::Min | AggKind::Max) => size_of::<ExtremeSlot>(),
         ValueKind::Agg(AggKind::Stats) => size_of::<StatsSlot>(),
@@ -37,7 +39,7 @@ pub fn slot_size(kind: ValueKind, str_size: usize) -> usize {
 /// Bytes of one value of type `ty`, as it is stored in a key, a slot or a local.
 pub fn value_size(ty: Type, str_size: usize) -> usize {
     match ty {
-        Type::Int => 8,
+        Type::Int | Type::Uint | Type::Usym => 8,
         Type::Str => str_size,
         Type::Stack => size_of::<StackValue>(),
     }

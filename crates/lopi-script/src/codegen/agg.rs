@@ -16,7 +16,7 @@ impl Gen<'_> {
     pub fn update(&mut self, kind: AggKind) -> Result {
         match kind {
             AggKind::Count => self.asm.inc(field(0))?,
-            AggKind::Sum => self.asm.add(field(0), rax)?,
+            AggKind::Sum { .. } => self.asm.add(field(0), rax)?,
             AggKind::Avg => {
                 self.asm.add(field(offset_of!(AvgSlot, sum)), rax)?;
                 self.asm.inc(field(offset_of!(AvgSlot, count)))?;
@@ -29,7 +29,8 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// `min()`, `max()`: the first value, then whichever is smaller (larger).
+    /// `min()`, `max()`: the first value, then whichever is smaller (larger), as signed numbers
+    /// whatever their type (bpftrace's compare so).
     fn extreme(&mut self, min: bool) -> Result {
         let (mut store, mut done) = (self.asm.create_label(), self.asm.create_label());
         self.asm.cmp(field(offset_of!(ExtremeSlot, set)), 0)?;

@@ -1,8 +1,9 @@
-//! `int` expressions, into `rax`. C's semantics without its undefined behaviour: arithmetic
-//! wraps (two's complement), `/` and `%` by 0 give 0 and count a fault (and `i64::MIN / -1`
-//! wraps to `i64::MIN`, `i64::MIN % -1` is 0, where `idiv` would trap), shifts take their
-//! count modulo 64 (as the shift instructions do), `>>` is arithmetic, comparisons and `!`,
-//! `&&`, `||` give 0 or 1, and `&&`, `||`, `?:` evaluate only the side they need.
+//! `int` and `uint` expressions, into `rax`. C's semantics without its undefined behaviour:
+//! arithmetic wraps (two's complement), `/` and `%` by 0 give 0 and count a fault (and
+//! `i64::MIN / -1` wraps to `i64::MIN`, `i64::MIN % -1` is 0, where `idiv` would trap), shifts
+//! take their count modulo 64 (as the shift instructions do), comparisons and `!`, `&&`, `||`
+//! give 0 or 1, and `&&`, `||`, `?:` evaluate only the side they need. An unsigned operation
+//! ([`Type::unsigned_op`]) compares, divides and shifts right (logically) as unsigned.
 use super::abi::{IntBuiltin, ScriptCtx};
 use super::func::{Gen, Helper, Result};
 use super::CodegenError;
@@ -23,6 +24,7 @@ fn ctx_field(builtin: Builtin) -> Option<usize> {
         Builtin::Arg(n) if n < 6 => offset_of!(ScriptCtx, args) + 8 * usize::from(n),
         Builtin::Retval => offset_of!(ScriptCtx, retval),
         Builtin::Elapsed => offset_of!(ScriptCtx, elapsed_ns),
+        Builtin::SyscallNr => offset_of!(ScriptCtx, nr),
         _ => return None,
     })
 }
@@ -38,11 +40,11 @@ impl Gen<'_> {
         match &expr.kind {
             ExprKind::Int(value) => self.imm(rax, *value)?,
             ExprKind::Builtin(builtin) => self.int_builtin(*builtin)?,
-            ExprKind::Local(id) if expr.ty == Type::Int => {
+            ExprKind::Local(id) if expr.ty.is_word() => {
                 let local = self.frame_qword(self.frame.local(id.0))?;
                 self.asm.mov(rax, local)?;
             }
-            ExprKind::Map { map, keys } if expr.ty == Type::Int => {
+            ExprKind::Map { map, keys } if expr.ty.is_int() => {
                 self.lookup(*map, keys)?;
                 let (mut absent, mut done) = (self.asm.create_label(), self.asm.create_label());
                 self.asm.test(rax, rax)?;
@@ -69,9 +71,10 @@ impl Gen<'_> {
             ExprKind::Binary { op: op @ (BinOp::Eq | BinOp::Ne), lhs, rhs } if lhs.ty == Type::Str => self.str_eq(*op, lhs, rhs)?,
             ExprKind::Binary { op, lhs, rhs } => {
                 self.operands(lhs, rhs)?;
-                self.arith(*op)?;
+                self.arith(*op, Type::unsigned_op(*op, lhs.ty, rhs.ty))?;
             }
             ExprKind::Ternary { cond, then, els } => self.ternary(cond, then, els, Gen::int)?,
+            ExprKind::Usym(addr) => self.int(addr)?,
             _ => return Err(CodegenError::Unchecked("an int expression of another type")),
         }
         self.frame.release(mark);
@@ -88,6 +91,10 @@ impl Gen<'_> {
             Builtin::Tid => IntBuiltin::Tid,
             Builtin::Cpu => IntBuiltin::Cpu,
             Builtin::Nsecs => IntBuiltin::Nsecs,
+            Builtin::SinceStart => IntBuiltin::SinceStart,
+            Builtin::Uid => IntBuiltin::Uid,
+            Builtin::Gid => IntBuiltin::Gid,
+            Builtin::Cpid => IntBuiltin::Cpid,
             _ => return Err(CodegenError::Unchecked("a builtin that is not an int")),
         };
         self.asm.mov(esi, which as u32)?;
@@ -115,20 +122,25 @@ impl Gen<'_> {
     fn leaf(&self, expr: &Expr) -> Result<Option<Leaf>> {
         Ok(match &expr.kind {
             ExprKind::Int(value) => Some(Leaf::Imm(*value)),
-            ExprKind::Local(id) if expr.ty == Type::Int => Some(Leaf::Mem(self.frame_qword(self.frame.local(id.0))?)),
+            ExprKind::Local(id) if expr.ty.is_word() => Some(Leaf::Mem(self.frame_qword(self.frame.local(id.0))?)),
             ExprKind::Builtin(builtin) => ctx_field(*builtin).map(|offset| Leaf::Mem(ctx(offset))),
             _ => None,
         })
     }
 
-    /// `rax = rax op rcx`; touches only `rax`, `rcx`, `rdx` (and ctx's fault count).
-    pub fn arith(&mut self, op: BinOp) -> Result {
-        let setcc = |asm: &mut CodeAssembler, op: BinOp| match op {
-            BinOp::Lt => asm.setl(al),
-            BinOp::Le => asm.setle(al),
-            BinOp::Gt => asm.setg(al),
-            BinOp::Ge => asm.setge(al),
-            BinOp::Eq => asm.sete(al),
+    /// `rax = rax op rcx`, unsigned or not; touches only `rax`, `rcx`, `rdx` (and ctx's fault
+    /// count).
+    pub fn arith(&mut self, op: BinOp, unsigned: bool) -> Result {
+        let setcc = |asm: &mut CodeAssembler, op: BinOp| match (op, unsigned) {
+            (BinOp::Lt, false) => asm.setl(al),
+            (BinOp::Le, false) => asm.setle(al),
+            (BinOp::Gt, false) => asm.setg(al),
+            (BinOp::Ge, false) => asm.setge(al),
+            (BinOp::Lt, true) => asm.setb(al),
+            (BinOp::Le, true) => asm.setbe(al),
+            (BinOp::Gt, true) => asm.seta(al),
+            (BinOp::Ge, true) => asm.setae(al),
+            (BinOp::Eq, _) => asm.sete(al),
             _ => asm.setne(al),
         };
         match op {
@@ -139,7 +151,9 @@ impl Gen<'_> {
             BinOp::BitOr => self.asm.or(rax, rcx)?,
             BinOp::BitXor => self.asm.xor(rax, rcx)?,
             BinOp::Shl => self.asm.shl(rax, cl)?,
+            BinOp::Shr if unsigned => self.asm.shr(rax, cl)?,
             BinOp::Shr => self.asm.sar(rax, cl)?,
+            BinOp::Div | BinOp::Rem if unsigned => self.divide_unsigned(op == BinOp::Rem)?,
             BinOp::Div | BinOp::Rem => self.divide(op == BinOp::Rem)?,
             BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => {
                 self.asm.cmp(rax, rcx)?;
@@ -172,6 +186,23 @@ impl Gen<'_> {
         self.bind(&mut general)?;
         self.asm.cqo()?;
         self.asm.idiv(rcx)?;
+        if rem {
+            self.asm.mov(rax, rdx)?;
+        }
+        self.bind(&mut done)
+    }
+
+    /// `rax = rax / rcx` or `rax % rcx` as unsigned numbers: only 0 needs care.
+    fn divide_unsigned(&mut self, rem: bool) -> Result {
+        let (mut nonzero, mut done) = (self.asm.create_label(), self.asm.create_label());
+        self.asm.test(rcx, rcx)?;
+        self.asm.jnz(nonzero)?;
+        self.asm.inc(ctx(offset_of!(ScriptCtx, faults)))?;
+        self.asm.xor(eax, eax)?;
+        self.asm.jmp(done)?;
+        self.bind(&mut nonzero)?;
+        self.asm.xor(edx, edx)?;
+        self.asm.div(rcx)?;
         if rem {
             self.asm.mov(rax, rdx)?;
         }

@@ -2,7 +2,7 @@
 //! operands, string buffers, keys, `printf` arguments) handed out like a stack. Everything is
 //! addressed from `rsp`, which does not move between the prologue and the epilogue.
 use super::abi::value_size;
-use crate::ir::Probe;
+use crate::ir::{Probe, Type};
 
 /// Offsets are multiples of this, so that every `int` and pointer is aligned.
 const ALIGN: usize = 8;
@@ -12,8 +12,8 @@ fn aligned(bytes: usize) -> usize {
 }
 
 pub(super) struct Frame {
-    /// Offset of each local, by [`crate::ir::LocalId`].
-    locals: Vec<usize>,
+    /// Offset and type of each local, by [`crate::ir::LocalId`].
+    locals: Vec<(usize, Type)>,
     /// Bytes of the locals: what the prologue zeroes.
     locals_size: usize,
     /// End of the temporaries in use.
@@ -31,14 +31,18 @@ impl Frame {
         let mut locals = Vec::with_capacity(probe.locals.len());
         let mut end = 0;
         for local in &probe.locals {
-            locals.push(end);
+            locals.push((end, local.ty));
             end += aligned(value_size(local.ty, str_size));
         }
         Frame { locals, locals_size: end, top: end, high: end }
     }
 
     pub fn local(&self, id: usize) -> usize {
-        self.locals[id]
+        self.locals[id].0
+    }
+
+    pub fn local_type(&self, id: usize) -> Type {
+        self.locals[id].1
     }
 
     pub fn locals_size(&self) -> usize {

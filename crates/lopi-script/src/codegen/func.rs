@@ -45,6 +45,7 @@ pub(super) enum Helper {
     Printf,
     PrintMap,
     PrintValue,
+    Join,
 }
 
 impl Helper {
@@ -62,6 +63,7 @@ impl Helper {
             Helper::Printf => helpers.printf,
             Helper::PrintMap => helpers.print_map,
             Helper::PrintValue => helpers.print_value,
+            Helper::Join => helpers.join,
         }
     }
 
@@ -79,6 +81,7 @@ impl Helper {
             Helper::Printf => "printf",
             Helper::PrintMap => "print_map",
             Helper::PrintValue => "print_value",
+            Helper::Join => "join",
         }
     }
 }

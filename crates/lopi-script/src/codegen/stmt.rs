@@ -22,7 +22,11 @@ impl Gen<'_> {
             Stmt::If { arms, els } => self.if_chain(arms, els)?,
             Stmt::Delete { map, keys } => self.map_call(Helper::MapDelete, *map, keys)?,
             Stmt::Clear(map) => self.map_only(Helper::MapClear, *map)?,
-            Stmt::PrintMap(map) => self.map_only(Helper::PrintMap, *map)?,
+            Stmt::PrintMap { map, top, div } => {
+                self.imm(rdx, i64::from(*top))?;
+                self.imm(rcx, i64::from(*div))?;
+                self.map_only(Helper::PrintMap, *map)?;
+            }
             // `exit()` also ends this run: what follows it would run after the script asked to stop.
             Stmt::Exit => {
                 self.asm.mov(qword_ptr(rbx + offset_of!(ScriptCtx, exit)), 1)?;
@@ -30,6 +34,12 @@ impl Gen<'_> {
             }
             Stmt::Printf { format, args } => self.printf(*format, args)?,
             Stmt::Print(value) => self.print(value)?,
+            Stmt::Join { array, sep } => {
+                self.int(array)?;
+                self.asm.mov(rsi, rax)?;
+                self.imm(rdx, sep.0 as i64)?;
+                self.call(Helper::Join)?;
+            }
         }
         self.frame.release(mark);
         Ok(())
@@ -37,16 +47,17 @@ impl Gen<'_> {
 
     fn set_local(&mut self, local: LocalId, op: Option<BinOp>, value: &Expr) -> Result {
         let at = self.frame.local(local.0);
+        let ty = self.frame.local_type(local.0);
         match (value.ty, op) {
-            (Type::Int, None) => {
+            (Type::Int | Type::Uint | Type::Usym, None) => {
                 self.int(value)?;
                 self.asm.mov(self.frame_qword(at)?, rax)?;
             }
-            (Type::Int, Some(op)) => {
+            (Type::Int | Type::Uint, Some(op)) => {
                 self.int(value)?;
                 self.asm.mov(rcx, rax)?;
                 self.asm.mov(rax, self.frame_qword(at)?)?;
-                self.arith(op)?;
+                self.arith(op, Type::unsigned_op(op, ty, value.ty))?;
                 self.asm.mov(self.frame_qword(at)?, rax)?;
             }
             // A copy onto itself (`$s = $s`) is harmless.
@@ -93,15 +104,19 @@ impl Gen<'_> {
     fn set_map(&mut self, map: MapId, keys: &[Expr], op: Option<BinOp>, value: &Expr) -> Result {
         let mut skip = self.asm.create_label();
         let held = self.slot_for(map, keys, Some(value), skip)?;
+        let ty = match self.program.map(map).value {
+            ValueKind::Plain(ty) => ty,
+            ValueKind::Agg(_) => return Err(CodegenError::Unchecked("an assignment to a map of aggregations")),
+        };
         match (value.ty, op) {
-            (Type::Int, None) => {
+            (Type::Int | Type::Uint, None) => {
                 self.asm.mov(rax, self.frame_qword(held)?)?;
                 self.asm.mov(qword_ptr(r8), rax)?;
             }
-            (Type::Int, Some(op)) => {
+            (Type::Int | Type::Uint, Some(op)) => {
                 self.asm.mov(rcx, self.frame_qword(held)?)?;
                 self.asm.mov(rax, qword_ptr(r8))?;
-                self.arith(op)?;
+                self.arith(op, Type::unsigned_op(op, ty, value.ty))?;
                 self.asm.mov(qword_ptr(r8), rax)?;
             }
             (ty, _) => {
@@ -141,7 +156,8 @@ impl Gen<'_> {
         self.bind(&mut done)
     }
 
-    /// `map_clear` or `print_map`: a helper that takes only the map.
+    /// `map_clear` or `print_map`: a helper that takes the map (`print_map`'s top and divisor
+    /// are already in place).
     fn map_only(&mut self, helper: Helper, map: MapId) -> Result {
         self.imm(rsi, map.0 as i64)?;
         self.call(helper)
@@ -162,7 +178,7 @@ impl Gen<'_> {
 
     fn print(&mut self, value: &Expr) -> Result {
         self.value(value)?;
-        if value.ty == Type::Int {
+        if value.ty.is_word() {
             let spill = self.frame.alloc(8);
             self.asm.mov(self.frame_qword(spill)?, rax)?;
             self.frame_addr(rax, spill)?;

@@ -116,7 +116,7 @@ impl Gen<'_> {
     /// Evaluates `expr` of any type: an `int` into `rax`, the others' address into `rax`.
     pub fn value(&mut self, expr: &Expr) -> Result {
         match expr.ty {
-            Type::Int => self.int(expr),
+            Type::Int | Type::Uint | Type::Usym => self.int(expr),
             Type::Str => self.str(expr),
             Type::Stack => self.stack(expr),
         }
@@ -156,7 +156,7 @@ impl Gen<'_> {
             let mark = self.frame.mark();
             self.value(element)?;
             match element.ty {
-                Type::Int => self.asm.mov(self.frame_qword(at)?, rax)?,
+                Type::Int | Type::Uint | Type::Usym => self.asm.mov(self.frame_qword(at)?, rax)?,
                 // A string whole; a stack's first words (its count, then the frames the map keeps).
                 _ => self.copy_to_frame(at, part)?,
             }

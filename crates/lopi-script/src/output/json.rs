@@ -30,6 +30,7 @@ fn value(value: &Value) -> Json {
     match value {
         Value::Count(count) => json!(count),
         Value::Int(int) => json!(int),
+        Value::Uint(int) => json!(int),
         Value::Str(text) => json!(String::from_utf8_lossy(text)),
         Value::Avg { sum, count } => json!(Value::average(*sum, *count)),
         Value::Stats { count, sum, min, max } => json!({

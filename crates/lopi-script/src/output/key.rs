@@ -8,6 +8,9 @@ use crate::ir::{Map, Type};
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Key {
     Int(i64),
+    Uint(u64),
+    /// A `usym()`'s address.
+    Sym(u64),
     /// The text up to its NUL.
     Str(Vec<u8>),
     /// Return addresses, innermost first.
@@ -27,6 +30,8 @@ pub(super) fn decode(map: &Map, str_size: usize, bytes: &[u8]) -> Result<Vec<Key
         rest = tail;
         key.push(match ty {
             Type::Int => Key::Int(le_i64(value)),
+            Type::Uint => Key::Uint(le_i64(value) as u64),
+            Type::Usym => Key::Sym(le_i64(value) as u64),
             Type::Str => Key::Str(until_nul(value).to_vec()),
             Type::Stack => {
                 let mut words = value.chunks_exact(8).map(|w| le_i64(w) as u64);
@@ -60,19 +65,30 @@ pub(super) fn text(key: &[Key], symbolize: Symbolizer) -> String {
         return String::new();
     }
     let stack = |frames: &[u64]| frames.iter().map(|&pc| format!("\n        {}", symbolize(pc))).collect::<String>() + "\n";
-    format!("[{}]", join(key, ", ", stack))
+    format!("[{}]", join(key, ", ", symbolize, stack))
 }
 
 /// The name of a key in a JSON object: elements joined by `,`, a stack's frames by `;`.
 pub(super) fn json(key: &[Key], symbolize: Symbolizer) -> String {
-    join(key, ",", |frames| frames.iter().map(|&pc| symbolize(pc)).collect::<Vec<_>>().join(";"))
+    join(key, ",", symbolize, |frames| frames.iter().map(|&pc| symbolize(pc)).collect::<Vec<_>>().join(";"))
 }
 
-fn join(key: &[Key], separator: &str, stack: impl Fn(&[u64]) -> String) -> String {
+/// The symbol a frame's name (`main+12`, `libc.so.6+0x29d90`) is in: without its offset, as
+/// bpftrace's `usym` prints it.
+pub fn symbol(frame: &str) -> &str {
+    match frame.rsplit_once('+') {
+        Some((name, offset)) if !name.is_empty() && offset.strip_prefix("0x").map_or(offset.bytes().all(|b| b.is_ascii_digit()), |hex| hex.bytes().all(|b| b.is_ascii_hexdigit())) && !offset.is_empty() => name,
+        _ => frame,
+    }
+}
+
+fn join(key: &[Key], separator: &str, symbolize: Symbolizer, stack: impl Fn(&[u64]) -> String) -> String {
     let parts: Vec<String> = key
         .iter()
         .map(|element| match element {
             Key::Int(value) => value.to_string(),
+            Key::Uint(value) => value.to_string(),
+            Key::Sym(addr) => symbol(&symbolize(*addr)).to_string(),
             Key::Str(text) => String::from_utf8_lossy(text).into_owned(),
             Key::Stack(frames) => stack(frames),
         })

@@ -37,7 +37,8 @@ fn decode(kind: ValueKind, slot: &[u8]) -> Option<Value> {
     let word = |offset: usize| le_i64(&slot[offset..]);
     Some(match kind {
         ValueKind::Plain(Type::Str) => Value::Str(until_nul(slot).to_vec()),
-        ValueKind::Plain(_) | ValueKind::Agg(AggKind::Sum) => Value::Int(word(0)),
+        ValueKind::Plain(Type::Uint) | ValueKind::Agg(AggKind::Sum { unsigned: true }) => Value::Uint(word(0) as u64),
+        ValueKind::Plain(_) | ValueKind::Agg(AggKind::Sum { .. }) => Value::Int(word(0)),
         ValueKind::Agg(AggKind::Count) => Value::Count(word(0) as u64),
         ValueKind::Agg(AggKind::Avg) => Value::Avg { sum: word(offset_of!(AvgSlot, sum)), count: word(offset_of!(AvgSlot, count)) as u64 },
         ValueKind::Agg(AggKind::Min | AggKind::Max) => match word(offset_of!(ExtremeSlot, set)) {
@@ -65,9 +66,13 @@ fn combine(kind: ValueKind, old: Value, new: Value) -> Value {
     match (old, new) {
         (Value::Count(a), Value::Count(b)) => Value::Count(a.wrapping_add(b)),
         (Value::Int(a), Value::Int(b)) => Value::Int(match kind {
-            ValueKind::Agg(AggKind::Sum) => a.wrapping_add(b),
+            ValueKind::Agg(AggKind::Sum { .. }) => a.wrapping_add(b),
             ValueKind::Agg(AggKind::Min) => a.min(b),
             ValueKind::Agg(AggKind::Max) => a.max(b),
+            _ => b,
+        }),
+        (Value::Uint(a), Value::Uint(b)) => Value::Uint(match kind {
+            ValueKind::Agg(AggKind::Sum { .. }) => a.wrapping_add(b),
             _ => b,
         }),
         (Value::Avg { sum, count }, Value::Avg { sum: s, count: c }) => Value::Avg { sum: sum.wrapping_add(s), count: count.wrapping_add(c) },

@@ -26,12 +26,12 @@ mod time;
 
 pub use buckets::{buckets, Bucket};
 pub use json::{json, json_value};
-pub use key::Key;
+pub use key::{symbol, Key};
 pub use merge::merge;
-pub use printf::{printf, Arg};
+pub use printf::{join, printf, Arg};
 pub use text::{text, text_map};
 
-use crate::ir::{AggKind, Map};
+use crate::ir::{AggKind, Map, ValueKind};
 
 /// Turns a return address into the text a stack shows for it (`main+0x12`).
 pub type Symbolizer<'a> = &'a dyn Fn(u64) -> String;
@@ -59,6 +59,8 @@ pub enum Value {
     Count(u64),
     /// `sum()`, `min()`, `max()` or a plain `int`.
     Int(i64),
+    /// A `sum()` of unsigned values, or a plain `uint`.
+    Uint(u64),
     /// A plain `str`, up to its NUL.
     Str(Vec<u8>),
     Avg { sum: i64, count: u64 },
@@ -70,6 +72,20 @@ pub enum Value {
 }
 
 impl Value {
+    /// The value `print(@m, top, div)` shows: its number divided by `div` (not 0), a `hist`'s
+    /// counts each, an average as a whole.
+    fn divided(&self, div: u32) -> Value {
+        let d = u64::from(div);
+        match self {
+            Value::Count(c) => Value::Count(c / d),
+            Value::Int(v) => Value::Int(v / i64::from(div)),
+            Value::Uint(v) => Value::Uint(v / d),
+            Value::Avg { sum, count } => Value::Avg { sum: Value::average(*sum, *count) / i64::from(div), count: 1 },
+            Value::Buckets { kind: AggKind::Hist, counts } => Value::Buckets { kind: AggKind::Hist, counts: counts.iter().map(|c| c / d).collect() },
+            other => other.clone(),
+        }
+    }
+
     /// The average of an `avg()` or `stats()` value (0 with nothing counted), truncated toward
     /// zero as bpftrace's.
     pub fn average(sum: i64, count: u64) -> i64 {
@@ -78,6 +94,22 @@ impl Value {
             count => (i128::from(sum) / i128::from(count)) as i64,
         }
     }
+}
+
+/// What `print(@m, top, div)` shows of `map`, as bpftrace's: its `top` greatest entries (all for
+/// 0, and for `stats()`, which takes neither), each value divided by `div` (0 is 1): a
+/// `hist`'s counts each, an `lhist`'s not, as bpftrace's.
+pub fn limited<'p>(map: &MergedMap<'p>, top: u32, div: u32) -> MergedMap<'p> {
+    let stats = map.map.value == ValueKind::Agg(AggKind::Stats);
+    let mut entries: Vec<&Entry> = map.entries.iter().collect();
+    let top = top as usize;
+    if top != 0 && !stats && entries.len() > top {
+        entries.sort_by(|a, b| text::by_value(&a.value, &b.value).then_with(|| a.key.cmp(&b.key)));
+        entries.drain(..entries.len() - top);
+    }
+    let div = div.max(1);
+    let entries = entries.into_iter().map(|e| Entry { key: e.key.clone(), value: if stats { e.value.clone() } else { e.value.divided(div) } }).collect();
+    MergedMap { map: map.map, entries }
 }
 
 /// What was wrong with the bytes of a map or the arguments of a `printf`.

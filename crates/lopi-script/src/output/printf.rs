@@ -2,9 +2,10 @@
 //! written with C's semantics (glibc's where C leaves a choice, e.g. `%05s` pads with spaces).
 use super::key::until_nul;
 use super::OutputError;
-use crate::ir::{ConvKind, Conversion, Format, Piece, Program};
+use crate::ir::{ConvKind, Conversion, Format, Piece, Program, StrId};
 
-/// One argument of a `printf`: an int, or the bytes of a `str` (its text ends at a NUL).
+/// One argument of a `printf`: an int, or the bytes of a `str` (its text ends at a NUL) or of a
+/// `usym`'s name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Arg {
     Int(i64),
@@ -35,17 +36,24 @@ pub fn printf(program: &Program, format: &Format, args: &[Arg]) -> Result<Vec<u8
         };
         let (index, arg) = args.next().ok_or_else(|| count_error.clone())?;
         match (conv.kind, arg) {
-            (ConvKind::Str, Arg::Str(text)) => {
+            (ConvKind::Str | ConvKind::Sym, Arg::Str(text)) => {
                 let text = until_nul(text);
                 let text = &text[..conv.precision.map_or(text.len(), |p| text.len().min(p.into()))];
                 pad(&mut out, conv, b"", text, false);
             }
-            (ConvKind::Str, _) | (_, Arg::Str(_)) => return Err(OutputError::ArgType { index }),
+            (ConvKind::Str | ConvKind::Sym, _) | (_, Arg::Str(_)) => return Err(OutputError::ArgType { index }),
             (ConvKind::Char, &Arg::Int(value)) => pad(&mut out, conv, b"", &[value as u8], false),
             (_, &Arg::Int(value)) => number(&mut out, conv, value),
         }
     }
     Ok(out)
+}
+
+/// `join()`'s line: `args` (each up to its NUL) joined by the string `sep` of `program`.
+pub fn join(program: &Program, sep: StrId, args: &[&[u8]]) -> Vec<u8> {
+    let mut out = args.iter().map(|a| until_nul(a)).collect::<Vec<_>>().join(program.string(sep));
+    out.push(b'\n');
+    out
 }
 
 /// `%d %i %u %x %X`: sign or `0x` prefix, digits padded to the precision (none at all for 0

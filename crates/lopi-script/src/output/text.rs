@@ -43,6 +43,7 @@ fn value(value: &Value) -> String {
     match value {
         Value::Count(count) => count.to_string(),
         Value::Int(int) => int.to_string(),
+        Value::Uint(int) => int.to_string(),
         Value::Str(text) => String::from_utf8_lossy(text).into_owned(),
         Value::Avg { sum, count } => Value::average(*sum, *count).to_string(),
         Value::Stats { count, sum, .. } => format!("count {count}, average {}, total {sum}", Value::average(*sum, *count)),
@@ -52,11 +53,12 @@ fn value(value: &Value) -> String {
 
 /// bpftrace's order: by the number shown (an average for `avg()` and `stats()`, the total
 /// count for a histogram), strings by their bytes.
-fn by_value(a: &Value, b: &Value) -> Ordering {
+pub(super) fn by_value(a: &Value, b: &Value) -> Ordering {
     fn number(value: &Value) -> i128 {
         match value {
             Value::Count(count) => i128::from(*count),
             Value::Int(int) => i128::from(*int),
+            Value::Uint(int) => i128::from(*int),
             Value::Avg { sum, count } | Value::Stats { sum, count, .. } => i128::from(Value::average(*sum, *count)),
             Value::Buckets { counts, .. } => counts.iter().map(|&c| i128::from(c)).sum(),
             Value::Str(_) => 0,

@@ -4,7 +4,7 @@
 //! `ms`, `us`, `hz`), `profile:hz:N` (the same units), and SystemTap's static markers, `usdt:PATH:[PROVIDER:]NAME`. Kernel
 //! points are refused in one line: lopi probes user space.
 use super::point::{duration, func, glob, Part};
-use crate::ast::{Name, PointSpec};
+use crate::ast::{Name, PointSpec, Spelling};
 use crate::diag::Issue;
 
 /// Kinds of point that only a kernel has.
@@ -61,10 +61,6 @@ fn usdt(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
     Ok(PointSpec::Usdt { lib: lib.name(), provider: provider.map(Part::name), name: name.name() })
 }
 
-/// The tracepoints' names of the system calls whose x86-64 names differ (their kernel
-/// functions kept the name of a newer version).
-const RENAMED: [(&str, &str); 6] = [("newfstat", "fstat"), ("newlstat", "lstat"), ("newstat", "stat"), ("newuname", "uname"), ("sendfile64", "sendfile"), ("umount", "umount2")];
-
 /// The system-call tracepoints, as lopi's `syscall:` points.
 fn tracepoint(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
     let refuse = |part: &Part| Issue::new(part.span, format!("`tracepoint:{}` is the kernel's; lopi probes user space (only the syscalls and raw_syscalls tracepoints are system calls it sees)", part.text));
@@ -76,13 +72,11 @@ fn tracepoint(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
             let name = event.sub(prefix.len(), event.text.len());
             glob(&name, "system call")?;
             let mut name = name.name();
-            if let Some((_, call)) = RENAMED.iter().find(|(tracepoint, _)| *tracepoint == name.text) {
-                name.text = call.to_string();
-            }
-            Ok(PointSpec::Syscall { glob: name, ret })
+            name.text = crate::syscall_args::call_of_tracepoint(&name.text).to_string();
+            Ok(PointSpec::Syscall { glob: name, ret, spelling: Spelling::Tracepoint })
         }
         [category, event] if category.text == "raw_syscalls" => match event.text {
-            "sys_enter" | "sys_exit" => Ok(PointSpec::Syscall { glob: Name { text: "*".into(), span: event.span }, ret: event.text == "sys_exit" }),
+            "sys_enter" | "sys_exit" => Ok(PointSpec::Syscall { glob: Name { text: "*".into(), span: event.span }, ret: event.text == "sys_exit", spelling: Spelling::RawTracepoint }),
             _ => Err(Issue::new(event.span, format!("expected sys_enter or sys_exit, found `{}`", event.text))),
         },
         [category, ..] => Err(refuse(category)),
@@ -116,7 +110,7 @@ pub(super) fn interval(kind: &Part, parts: &[Part]) -> Option<Result<u64, Issue>
 
 #[cfg(test)]
 mod tests {
-    use crate::ast::{Name, PointSpec};
+    use crate::ast::{Name, PointSpec, Spelling};
     use crate::diag::Span;
 
     fn spec_of(src: &str) -> Result<PointSpec, String> {
@@ -135,10 +129,10 @@ mod tests {
         assert_eq!(spec_of("uretprobe:libc.so.6:mall*").unwrap(), PointSpec::Func { lib: Some(name("libc.so.6", 10)), glob: name("mall*", 20), ret: true });
         assert_eq!(spec_of("uprobe:main").unwrap(), PointSpec::Func { lib: None, glob: name("main", 7), ret: false });
         assert_eq!(spec_of("uprobe:./prog:main+0x10").unwrap(), PointSpec::FuncOffset { lib: Some(name("./prog", 7)), name: name("main", 14), offset: 16 });
-        assert_eq!(spec_of("tracepoint:syscalls:sys_enter_openat").unwrap(), PointSpec::Syscall { glob: name("openat", 30), ret: false });
-        assert_eq!(spec_of("tracepoint:syscalls:sys_exit_read*").unwrap(), PointSpec::Syscall { glob: name("read*", 29), ret: true });
-        assert_eq!(spec_of("tracepoint:syscalls:sys_enter_newstat").unwrap(), PointSpec::Syscall { glob: Name { text: "stat".into(), span: Span::new(30, 37) }, ret: false });
-        assert_eq!(spec_of("tracepoint:raw_syscalls:sys_exit").unwrap(), PointSpec::Syscall { glob: Name { text: "*".into(), span: Span::new(24, 32) }, ret: true });
+        assert_eq!(spec_of("tracepoint:syscalls:sys_enter_openat").unwrap(), PointSpec::Syscall { glob: name("openat", 30), ret: false, spelling: Spelling::Tracepoint });
+        assert_eq!(spec_of("tracepoint:syscalls:sys_exit_read*").unwrap(), PointSpec::Syscall { glob: name("read*", 29), ret: true, spelling: Spelling::Tracepoint });
+        assert_eq!(spec_of("tracepoint:syscalls:sys_enter_newstat").unwrap(), PointSpec::Syscall { glob: Name { text: "stat".into(), span: Span::new(30, 37) }, ret: false, spelling: Spelling::Tracepoint });
+        assert_eq!(spec_of("tracepoint:raw_syscalls:sys_exit").unwrap(), PointSpec::Syscall { glob: Name { text: "*".into(), span: Span::new(24, 32) }, ret: true, spelling: Spelling::RawTracepoint });
         assert_eq!(spec_of("interval:s:2").unwrap(), PointSpec::Interval { ns: 2_000_000_000 });
         assert_eq!(spec_of("interval:ms:100").unwrap(), PointSpec::Interval { ns: 100_000_000 });
         assert_eq!(spec_of("usdt:./prog:myprov:tick {").unwrap(), PointSpec::Usdt { lib: name("./prog", 5), provider: Some(name("myprov", 12)), name: name("tick", 19) });

@@ -163,13 +163,15 @@ impl Parser<'_> {
             if self.at(&Tok::LParen)? {
                 return Err(Issue::new(span, format!("`{word}` is a builtin value, not a function")));
             }
+            self.reads_probe |= builtin == Builtin::Probe;
             return Ok((Expr { kind: ExprKind::Builtin(builtin), span }, 1));
         }
         let callee = match word {
             "str" => Callee::Str,
             "ustack" => Callee::Ustack,
             "pystack" => Callee::Pystack,
-            "printf" | "print" | "delete" | "clear" | "exit" | "time" => {
+            "usym" => Callee::Usym,
+            "printf" | "print" | "delete" | "clear" | "exit" | "time" | "join" => {
                 return Err(Issue::new(span, format!("`{word}` is a statement, not a value")));
             }
             _ => match AggFunc::from_name(word) {

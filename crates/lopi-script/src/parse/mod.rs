@@ -36,11 +36,13 @@ pub(crate) struct Parser<'a> {
     in_predicate: bool,
     /// The fields of `args` the probe being parsed names, each once.
     args: Vec<String>,
+    /// The probe being parsed reads `probe`.
+    reads_probe: bool,
 }
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str) -> Parser<'a> {
-        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, unrolled: 1, in_predicate: false, args: Vec::new() }
+        Parser { src, lexer: Lexer::new(src), peeked: None, last_end: 0, depth: 0, ifs: 0, unrolled: 1, in_predicate: false, args: Vec::new(), reads_probe: false }
     }
 
     fn peek(&mut self) -> Result<&Token, Issue> {
@@ -132,7 +134,7 @@ impl<'a> Parser<'a> {
             None
         };
         let body = self.block()?;
-        Ok(Probe { points, predicate, body, span, args: std::mem::take(&mut self.args) })
+        Ok(Probe { points, predicate, body, span, args: std::mem::take(&mut self.args), reads_probe: std::mem::take(&mut self.reads_probe) })
     }
 
     /// `{ STATEMENT [; STATEMENT]* [;] }`: an `if` needs no `;` after its `}`.
@@ -173,7 +175,7 @@ impl<'a> Parser<'a> {
                 "while" | "for" | "do" => {
                     Err(Issue::new(span, format!("loops are not allowed: `{word}` could run without bound, and a probe must finish in bounded time")))
                 }
-                "printf" | "print" | "delete" | "clear" | "exit" | "time" => self.call_stmt(&word, span),
+                "printf" | "print" | "delete" | "clear" | "exit" | "time" | "join" => self.call_stmt(&word, span),
                 "else" => Err(Issue::new(span, "`else` without an `if`")),
                 _ => Err(self.unexpected("a statement")),
             },
@@ -260,7 +262,8 @@ impl<'a> Parser<'a> {
         Ok(IfArm { cond, body: self.block()? })
     }
 
-    /// `printf(..)`, `print(..)`, `delete(@m[..])`, `clear(@m)`, `exit()`, `time([..])`.
+    /// `printf(..)`, `print(..)`, `delete(@m[..])`, `clear(@m)`, `exit()`, `time([..])`,
+    /// `join(..)`.
     fn call_stmt(&mut self, word: &str, start: Span) -> Result<Stmt, Issue> {
         self.bump()?;
         self.expect(Tok::LParen, &format!(" after `{word}`"))?;
@@ -277,10 +280,22 @@ impl<'a> Parser<'a> {
                 }
                 StmtKind::Printf { format, args }
             }
-            "print" => match self.expr()? {
-                Expr { kind: ExprKind::Map(map), .. } if map.keys.is_empty() => StmtKind::PrintMap(map.name),
-                value => StmtKind::Print(value),
-            },
+            "print" => {
+                let value = self.expr()?;
+                let mut args = Vec::new();
+                while self.at(&Tok::Comma)? {
+                    self.bump()?;
+                    args.push(self.expr()?);
+                }
+                match value {
+                    Expr { kind: ExprKind::Map(map), .. } if map.keys.is_empty() && args.len() <= 2 => StmtKind::PrintMap { map: map.name, args },
+                    Expr { kind: ExprKind::Map(map), .. } if map.keys.is_empty() => {
+                        return Err(Issue::new(args[2].span, "`print` of a map takes at most a top and a divisor: `print(@m, 10, 1000)`"));
+                    }
+                    value if args.is_empty() => StmtKind::Print(value),
+                    _ => return Err(Issue::new(args[0].span, "`print` of a value takes no more arguments; a top and a divisor are a whole map's")),
+                }
+            }
             "delete" => {
                 if !matches!(self.peek()?.tok, Tok::Map(_)) {
                     return Err(self.unexpected("a map element, as in `delete(@m[k])`"));
@@ -296,6 +311,21 @@ impl<'a> Parser<'a> {
                     return Err(Issue::new(map.span, "`clear` empties a whole map: write `clear(@m)`, or `delete(@m[k])` for one element"));
                 }
                 StmtKind::Clear(map.name)
+            }
+            "join" => {
+                let array = self.expr()?;
+                let sep = match self.at(&Tok::Comma)? {
+                    true => {
+                        self.bump()?;
+                        let next = self.bump()?;
+                        let Tok::Str(sep) = next.tok else {
+                            return Err(Issue::new(next.span, "the separator of `join` must be a string literal"));
+                        };
+                        Some(sep)
+                    }
+                    false => None,
+                };
+                StmtKind::Join { array, sep }
             }
             "time" => match self.peek()?.tok.clone() {
                 Tok::Str(format) => {
@@ -329,7 +359,7 @@ mod tests {
         assert_eq!(script.probes[0].points.len(), 2);
         assert!(matches!(script.probes[0].points[1].spec, PointSpec::Func { ret: true, .. }));
         let Some(Expr { kind: ExprKind::Binary { op: BinOp::And, .. }, .. }) = &script.probes[0].predicate else { panic!() };
-        assert!(matches!(script.probes[1].body[0].kind, StmtKind::PrintMap(_)));
+        assert!(matches!(script.probes[1].body[0].kind, StmtKind::PrintMap { .. }));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! space, `,`, `{` or `/` (where a predicate starts); only the library path of a `func:` or
 //! `usdt:` point (one that starts with `/`, `./` or `../`) may hold a `/`, and it runs to the
 //! next `:`.
-use crate::ast::{LockEvent, Name, Point, PointSpec};
+use crate::ast::{LockEvent, Name, Point, PointSpec, Spelling};
 use crate::diag::{Issue, Span};
 use crate::limits::MIN_INTERVAL_NS;
 
@@ -57,7 +57,8 @@ pub(crate) fn point(src: &str, start: usize) -> Result<(Point, usize), Issue> {
         }
         parts.push(Part { text: &src[part_start..i], span: Span::new(part_start, i) });
     }
-    Ok((Point { spec: spec(&kind, &parts)?, span: Span::new(start, i) }, i))
+    let bpftrace = matches!(kind.text, "BEGIN" | "END" | "uprobe" | "uretprobe" | "tracepoint");
+    Ok((Point { spec: spec(&kind, &parts)?, span: Span::new(start, i), bpftrace }, i))
 }
 
 fn spec(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
@@ -169,7 +170,7 @@ fn syscall(kind: &Part, parts: &[Part]) -> Result<PointSpec, Issue> {
         [_, _, extra, ..] => return Err(Issue::new(extra.span, "too many `:` parts in a `syscall` point")),
     };
     glob(name, "system call")?;
-    Ok(PointSpec::Syscall { glob: name.name(), ret })
+    Ok(PointSpec::Syscall { glob: name.name(), ret, spelling: Spelling::Lopi })
 }
 
 /// Checks that `part` is a glob over `what` names: name characters, `*`, `?` and closed,
@@ -275,7 +276,7 @@ mod tests {
         assert_eq!(spec_of("interval:500ms").unwrap().0, PointSpec::Interval { ns: 500_000_000 });
         assert_eq!(spec_of("addr:0x401000").unwrap().0, PointSpec::Addr(0x401000));
         assert_eq!(spec_of("lock:*").unwrap().0, PointSpec::Lock(None));
-        assert_eq!(spec_of("syscall:*:return").unwrap().0, PointSpec::Syscall { glob: name("*", 8), ret: true });
+        assert_eq!(spec_of("syscall:*:return").unwrap().0, PointSpec::Syscall { glob: name("*", 8), ret: true, spelling: Spelling::Lopi });
         assert!(spec_of("interval:999us").unwrap_err().contains("minimum"));
         assert!(spec_of("interval:5").unwrap_err().contains("needs a unit"));
         assert!(spec_of("func:foo[a").unwrap_err().contains("unclosed"));

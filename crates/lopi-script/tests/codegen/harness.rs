@@ -26,6 +26,10 @@ const MAPPING: usize = 1 << 20;
 const GLUE: usize = 4096;
 /// Bytes between thunks.
 const THUNK: usize = 64;
+/// What the `builtin` helper gives for the time since the trace began.
+pub const SINCE_START: u64 = 5_000;
+/// Helpers in the table (`Helpers`' fields).
+const HELPERS: usize = 13;
 /// What the wrapper puts in rbx, rbp, r12..r15 before the call.
 const MARKS: [u64; 6] = [0x1111_2222_3333_4444, 0x5555_6666_7777_8888, 0x0123_4567_89ab_cdef, 0x7edc_ba98_7654_3210, 0x0f0f_f0f0_0f0f_f0f0, 0x3c3c_c3c3_5a5a_a5a5];
 
@@ -33,12 +37,13 @@ const MARKS: [u64; 6] = [0x1111_2222_3333_4444, 0x5555_6666_7777_8888, 0x0123_45
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Int(i64),
+    Uint(u64),
     /// Up to the first NUL.
     Str(Vec<u8>),
     /// The frames in use.
     Stack(Vec<u64>),
-    /// `print(@m)`: the map's index.
-    Map(u64),
+    /// `print(@m, top, div)`: the map's index, the top and the divisor.
+    Map(u64, u64, u64),
 }
 
 pub fn s(text: &str) -> Value {
@@ -214,6 +219,8 @@ extern "sysv64" fn builtin(ctx: *mut ScriptCtx, which: u64) -> u64 {
         1 => rt.tid,
         2 => rt.cpu,
         3 => rt.nsecs,
+        4 => SINCE_START,
+        5..=7 => 1000 + which,
         _ => {
             rt.errors.push(format!("builtin {which}"));
             0
@@ -291,6 +298,10 @@ extern "sysv64" fn read_str(ctx: *mut ScriptCtx, dst: *mut u8, src: u64, max: u6
     n as u64
 }
 
+extern "sysv64" fn join(ctx: *mut ScriptCtx, array: u64, sep: u64) {
+    runtime(ctx).calls.push(format!("join {array:#x} {sep}"));
+}
+
 extern "sysv64" fn ustack(ctx: *mut ScriptCtx, dst: *mut u64, depth: u64) -> u64 {
     let rt = runtime(ctx);
     rt.calls.push(format!("ustack {depth}"));
@@ -331,10 +342,10 @@ extern "sysv64" fn printf(ctx: *mut ScriptCtx, format: u64, args: *const u64) {
     rt.printfs.push(Printf { format, args: values });
 }
 
-extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64) {
+extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64, top: u64, div: u64) {
     let rt = runtime(ctx);
     rt.calls.push("print_map".into());
-    rt.printed.push(Value::Map(map));
+    rt.printed.push(Value::Map(map, top, div));
 }
 
 extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
@@ -342,6 +353,7 @@ extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
     rt.calls.push("print_value".into());
     let printed = match ty {
         0 => Value::Int(i64::from_le_bytes(bytes(value, 8).try_into().unwrap())),
+        3 | 4 => Value::Uint(u64::from_le_bytes(bytes(value, 8).try_into().unwrap())),
         1 => {
             let text = bytes(value, rt.str_size).to_vec();
             rt.text(&text)
@@ -355,7 +367,7 @@ extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
 }
 
 /// The helpers' addresses, in the order of [`Helpers`]' fields.
-fn helper_addresses() -> [u64; 12] {
+fn helper_addresses() -> [u64; HELPERS] {
     let builtin_fn: BuiltinFn = builtin;
     let builtin_str_fn: BuiltinStrFn = builtin_str;
     let map_slot_fn: MapSlotFn = map_slot;
@@ -368,6 +380,7 @@ fn helper_addresses() -> [u64; 12] {
     let print_map_fn: PrintMapFn = print_map;
     let print_value_fn: PrintValueFn = print_value;
     let pystack_fn: UstackFn = pystack;
+    let join_fn: JoinFn = join;
     [
         builtin_fn as usize as u64,
         builtin_str_fn as usize as u64,
@@ -381,12 +394,13 @@ fn helper_addresses() -> [u64; 12] {
         print_map_fn as usize as u64,
         print_value_fn as usize as u64,
         pystack_fn as usize as u64,
+        join_fn as usize as u64,
     ]
 }
 
-fn helpers_at(thunks: &[u64; 12]) -> Helpers {
-    let [builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value, pystack] = *thunks;
-    Helpers { builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value, pystack }
+fn helpers_at(thunks: &[u64; HELPERS]) -> Helpers {
+    let [builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value, pystack, join] = *thunks;
+    Helpers { builtin, builtin_str, map_slot, map_lookup, map_delete, map_clear, read_str, ustack, printf, print_map, print_value, pystack, join }
 }
 
 /// A thunk at `at`: jumps to `target`, unless the caller's stack was misaligned (rsp + 8 is
@@ -454,7 +468,7 @@ impl Script {
     pub fn of(program: Program) -> Result<Script, CodegenError> {
         let mut mapping = MmapMut::map_anon(MAPPING).expect("an anonymous mapping");
         let base = mapping.as_ptr() as u64;
-        let mut thunks = [0; 12];
+        let mut thunks = [0; HELPERS];
         for (i, target) in helper_addresses().into_iter().enumerate() {
             let at = i * THUNK;
             let bytes = thunk(base + at as u64, target);
@@ -462,7 +476,7 @@ impl Script {
             mapping[at..at + bytes.len()].copy_from_slice(&bytes);
             thunks[i] = base + at as u64;
         }
-        let wrapper_at = 12 * THUNK;
+        let wrapper_at = HELPERS * THUNK;
         let bytes = wrapper(base + wrapper_at as u64);
         mapping[wrapper_at..wrapper_at + bytes.len()].copy_from_slice(&bytes);
         let compiled = codegen::compile(&program, &helpers_at(&thunks), base + GLUE as u64)?;
@@ -482,7 +496,7 @@ impl Script {
         let function = base + GLUE + self.compiled.probes[probe] as usize;
         ctx.runtime = rt as *mut Runtime as u64;
         // SAFETY: the wrapper was assembled above at this address for this signature.
-        let wrapper: extern "sysv64" fn(*mut ScriptCtx, u64) -> u64 = unsafe { std::mem::transmute(base + 12 * THUNK) };
+        let wrapper: extern "sysv64" fn(*mut ScriptCtx, u64) -> u64 = unsafe { std::mem::transmute(base + HELPERS * THUNK) };
         let clobbered = wrapper(ctx, function as u64);
         ctx.runtime = 0;
         assert_eq!(clobbered, 0, "a callee-saved register was not preserved");

@@ -1,7 +1,7 @@
 //! An interpreter of `int` expressions over the IR, with the semantics the code generator
 //! promises: the operators as `lopi_script::host::int_op` computes them (which lopi's own
-//! probes run by), `&&` `||` `?:` evaluating only what they need.
-use lopi_script::ir::{BinOp, Builtin, Expr, ExprKind, UnOp};
+//! probes run by), unsigned where an operand is, `&&` `||` `?:` evaluating only what they need.
+use lopi_script::ir::{BinOp, Builtin, Expr, ExprKind, Type, UnOp};
 
 pub struct Env {
     pub args: [i64; 6],
@@ -32,7 +32,7 @@ pub fn eval(expr: &Expr, env: &mut Env) -> i64 {
         ExprKind::Binary { op: BinOp::Or, lhs, rhs } => i64::from(eval(lhs, env) != 0 || eval(rhs, env) != 0),
         ExprKind::Binary { op, lhs, rhs } => {
             let (l, r) = (eval(lhs, env), eval(rhs, env));
-            lopi_script::host::int_op(*op, l, r).unwrap_or_else(|| {
+            lopi_script::host::int_op(*op, l, r, Type::unsigned_op(*op, lhs.ty, rhs.ty)).unwrap_or_else(|| {
                 env.faults += 1;
                 0
             })

@@ -170,7 +170,7 @@ fn delete_and_clear() {
     script.run(0, &mut ctx([4, 0, 0, 0, 0, 0]), &mut rt);
     assert_eq!(rt.len("m"), 0);
     assert_eq!(rt.calls, ["map_slot", "map_delete"]);
-    let script = Script::new("func:foo { @m[arg0] = 1; @k = 2; if (arg1) { delete(@m[arg0 - 1]); } if (arg2) { clear(@m); print(@m); } }");
+    let script = Script::new("func:foo { @m[arg0] = 1; @k = 2; if (arg1) { delete(@m[arg0 - 1]); } if (arg2) { clear(@m); print(@m); print(@k, 10, 1000); } }");
     let mut rt = script.runtime();
     for arg in [1, 2, 3] {
         script.run(0, &mut ctx([arg, 0, 0, 0, 0, 0]), &mut rt);
@@ -180,7 +180,7 @@ fn delete_and_clear() {
     assert!(rt.slot("m", &[K::Int(3)]).is_none());
     script.run(0, &mut ctx([5, 0, 1, 0, 0, 0]), &mut rt);
     assert_eq!((rt.len("m"), rt.len("k")), (0, 1));
-    assert_eq!(rt.printed, [Value::Map(0)]);
+    assert_eq!(rt.printed, [Value::Map(0, 0, 1), Value::Map(1, 10, 1000)]);
 }
 
 #[test]

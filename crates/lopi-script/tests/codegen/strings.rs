@@ -102,7 +102,8 @@ fn print_passes_a_typed_value() {
     assert_eq!(rt.printed, [Value::Int(3), s("x"), s("sqlite3")]);
     let script = Script::new("func:foo { print(-arg0); print(ustack(2)); print(@m[1]); @m[1] = \"v\"; print(@m[1]); }");
     let (_, rt) = script.run_args([9, 0, 0, 0, 0, 0]);
-    assert_eq!(rt.printed, [Value::Int(-9), Value::Stack(vec![0x40_1000, 0x40_2000]), s(""), s("v")]);
+    // `-arg0` keeps the unsigned type of bpftrace's uint64 `arg0`.
+    assert_eq!(rt.printed, [Value::Uint(9u64.wrapping_neg()), Value::Stack(vec![0x40_1000, 0x40_2000]), s(""), s("v")]);
 }
 
 /// Sizes that are not multiples of 8 take the byte-wise copies and compares, and pack keys

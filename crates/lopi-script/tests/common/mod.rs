@@ -11,7 +11,7 @@ const LIBS: &[(&str, &[&str])] = &[
     ("/usr/lib/x86_64-linux-gnu/libc.so.6", &["malloc", "free", "calloc", "pthread_mutex_lock"]),
     ("/usr/lib/x86_64-linux-gnu/libz.so.1", &["inflate", "deflate"]),
 ];
-const SYSCALLS: &[&str] = &["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group"];
+const SYSCALLS: &[&str] = &["read", "write", "open", "openat", "stat", "close", "mmap", "futex", "clone", "exit_group", "execve", "execveat"];
 
 /// Knows [`MAIN`], [`LIBS`] (by path or file name) and [`SYSCALLS`].
 pub struct TestResolver;
@@ -29,8 +29,8 @@ impl Resolver for TestResolver {
         SYSCALLS.contains(&name)
     }
 
-    fn syscalls_matching(&self, glob: &str) -> usize {
-        SYSCALLS.iter().filter(|n| glob_match(glob, n)).count()
+    fn syscalls_matching(&self, glob: &str) -> Vec<String> {
+        SYSCALLS.iter().filter(|n| glob_match(glob, n)).map(|n| n.to_string()).collect()
     }
 
     /// The program (`./prog`) has `myprov:tick` and `myprov:tock`; `./python`, CPython's

@@ -8,7 +8,7 @@ use serde_json::json;
 fn scalars_are_numbers_and_stats_an_object() {
     let maps = [
         agg("n", &[], AggKind::Count),
-        agg("sum", &[], AggKind::Sum),
+        agg("sum", &[], AggKind::Sum { unsigned: false }),
         agg("mean", &[], AggKind::Avg),
         agg("lo", &[], AggKind::Min),
         agg("hi", &[], AggKind::Max),
@@ -24,6 +24,13 @@ fn scalars_are_numbers_and_stats_an_object() {
         "@i": 7, "@t": "hi",
     }});
     assert_eq!(json_value(&merged, &symbol), expected);
+}
+
+#[test]
+fn unsigned_numbers_stay_unsigned() {
+    let keyed = agg("k", &[Type::Uint], AggKind::Sum { unsigned: true });
+    let got = json_value(&[merged(&keyed, &[(int(-1), int(-2))])], &symbol);
+    assert_eq!(got, json!({"maps": {"@k": {"18446744073709551615": 18446744073709551614u64}}}));
 }
 
 #[test]
@@ -72,7 +79,7 @@ fn keyed_maps_are_objects_by_key() {
 
 #[test]
 fn the_text_form_parses_back_and_skips_empty_maps() {
-    let (a, empty) = (agg("a", &[Type::Str], AggKind::Sum), agg("b", &[Type::Str], AggKind::Sum));
+    let (a, empty) = (agg("a", &[Type::Str], AggKind::Sum { unsigned: false }), agg("b", &[Type::Str], AggKind::Sum { unsigned: false }));
     let maps = [merged(&a, &[(str("x\"y"), int(5))]), merged(&empty, &[])];
     let text = json(&maps, &symbol);
     assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), json!({"maps": {"@a": {"x\"y": 5}}}));

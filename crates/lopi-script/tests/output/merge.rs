@@ -14,8 +14,8 @@ fn scalar(kind: ValueKind, slots: &[Vec<u8>]) -> Vec<Value> {
 #[test]
 fn counts_sums_and_averages_add_up() {
     assert_eq!(scalar(ValueKind::Agg(AggKind::Count), &[int(3), int(4), int(5)]), [Value::Count(12)]);
-    assert_eq!(scalar(ValueKind::Agg(AggKind::Sum), &[int(-3), int(10)]), [Value::Int(7)]);
-    assert_eq!(scalar(ValueKind::Agg(AggKind::Sum), &[int(i64::MAX), int(1)]), [Value::Int(i64::MIN)], "sums wrap as the code's");
+    assert_eq!(scalar(ValueKind::Agg(AggKind::Sum { unsigned: false }), &[int(-3), int(10)]), [Value::Int(7)]);
+    assert_eq!(scalar(ValueKind::Agg(AggKind::Sum { unsigned: false }), &[int(i64::MAX), int(1)]), [Value::Int(i64::MIN)], "sums wrap as the code's");
     assert_eq!(scalar(ValueKind::Agg(AggKind::Avg), &[avg(10, 2), avg(5, 3)]), [Value::Avg { sum: 15, count: 5 }]);
 }
 
@@ -28,6 +28,12 @@ fn extremes_ignore_threads_that_never_set_them() {
     assert_eq!(scalar(min, &[extreme(None), extreme(Some(7))]), [Value::Int(7)], "an unset 0 is no minimum");
     assert_eq!(scalar(max, &[extreme(Some(-7)), extreme(None)]), [Value::Int(-7)], "an unset 0 is no maximum");
     assert_eq!(scalar(max, &[extreme(None)]), [], "no value, no entry");
+}
+
+#[test]
+fn unsigned_sums_combine_as_unsigned() {
+    let sum = ValueKind::Agg(AggKind::Sum { unsigned: true });
+    assert_eq!(scalar(sum, &[int(-1), int(3)]), [Value::Uint(2)]);
 }
 
 #[test]

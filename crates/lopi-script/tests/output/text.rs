@@ -16,7 +16,7 @@ fn line(label: &str, count: u64, bar: usize) -> String {
 fn scalars_print_their_number() {
     let cases = [
         (agg("n", &[], AggKind::Count), int(42), "@n: 42\n\n"),
-        (agg("total", &[], AggKind::Sum), int(-7), "@total: -7\n\n"),
+        (agg("total", &[], AggKind::Sum { unsigned: false }), int(-7), "@total: -7\n\n"),
         (agg("mean", &[], AggKind::Avg), avg(-15, 4), "@mean: -3\n\n"),
         (agg("least", &[], AggKind::Min), extreme(Some(-9)), "@least: -9\n\n"),
         (agg("most", &[], AggKind::Max), extreme(Some(9)), "@most: 9\n\n"),
@@ -46,6 +46,49 @@ fn keyed_maps_sort_by_value_then_key() {
     let names = map("name", &[Type::Int], ValueKind::Plain(Type::Str));
     let entries = [(int(1), str("b")), (int(2), str("a"))];
     assert_eq!(show(&merged(&names, &entries)), "@name[2]: a\n@name[1]: b\n\n");
+}
+
+#[test]
+fn unsigned_keys_and_values_print_and_sort_as_unsigned() {
+    // classify.bt: a 32-bit -1 in `retval` is 4294967295; a 64-bit one 18446744073709551615.
+    let rets = agg("", &[Type::Uint], AggKind::Count);
+    let entries = [(int(-1), int(3)), (int(0xffff_ffff), int(2)), (int(1), int(1))];
+    assert_eq!(show(&merged(&rets, &entries)), "@[1]: 1\n@[4294967295]: 2\n@[18446744073709551615]: 3\n\n");
+    let sums = agg("s", &[Type::Int], AggKind::Sum { unsigned: true });
+    let entries = [(int(-1), int(-2)), (int(1), int(7))];
+    assert_eq!(show(&merged(&sums, &entries)), "@s[1]: 7\n@s[-1]: 18446744073709551614\n\n");
+    // bpftrace's max() is signed whatever it takes.
+    let most = agg("m", &[], AggKind::Max);
+    assert_eq!(show(&merged(&most, &[(Vec::new(), extreme(Some(-5)))])), "@m: -5\n\n");
+    let plain = map("p", &[], ValueKind::Plain(Type::Uint));
+    assert_eq!(show(&merged(&plain, &[(Vec::new(), int(-1))])), "@p: 18446744073709551615\n\n");
+}
+
+#[test]
+fn print_with_a_top_and_a_divisor_shows_the_greatest_entries_divided() {
+    use lopi_script::output::limited;
+    let calls = agg("calls", &[Type::Str], AggKind::Count);
+    let entries = [(str("a"), int(5000)), (str("b"), int(1000)), (str("c"), int(3000)), (str("d"), int(2999))];
+    let all = merged(&calls, &entries);
+    assert_eq!(show(&limited(&all, 2, 1000)), "@calls[c]: 3\n@calls[a]: 5\n\n");
+    assert_eq!(show(&limited(&all, 0, 0)), show(&all), "0 is all, a divisor 0 is 1");
+    assert_eq!(show(&limited(&all, 9, 1)), show(&all));
+    // stats() takes neither, as bpftrace's.
+    let st = agg("st", &[Type::Int], AggKind::Stats);
+    let entries = [(int(1), stats(&[10, 20])), (int(2), stats(&[30]))];
+    let both = merged(&st, &entries);
+    assert_eq!(show(&limited(&both, 1, 10)), show(&both));
+}
+
+#[test]
+fn usym_keys_print_their_symbol_without_the_offset() {
+    use lopi_script::output::symbol;
+    let threads = agg("", &[Type::Usym], AggKind::Count);
+    // The test symbolizer names 0x40 `f40`: a symbol of its own.
+    assert_eq!(show(&merged(&threads, &[(int(0x40), int(4))])), "@[f40]: 4\n\n");
+    for (frame, name) in [("worker+12", "worker"), ("libc.so.6+0x29d90", "libc.so.6"), ("worker", "worker"), ("operator+", "operator+"), ("0x401000", "0x401000")] {
+        assert_eq!(symbol(frame), name, "{frame}");
+    }
 }
 
 #[test]
@@ -105,7 +148,7 @@ fn lhist_shows_below_linear_and_above_buckets() {
 
 #[test]
 fn maps_print_by_name_and_empty_ones_not_at_all() {
-    let (b, a, empty) = (agg("b", &[], AggKind::Count), agg("a", &[Type::Int], AggKind::Sum), agg("c", &[], AggKind::Count));
+    let (b, a, empty) = (agg("b", &[], AggKind::Count), agg("a", &[Type::Int], AggKind::Sum { unsigned: false }), agg("c", &[], AggKind::Count));
     let maps = [merged(&b, &[(Vec::new(), int(1))]), merged(&empty, &[]), merged(&a, &[(int(1), int(2))])];
     assert_eq!(text(&maps, &symbol), "@a[1]: 2\n\n@b: 1\n\n");
     assert_eq!(show(&maps[1]), "");

@@ -29,6 +29,7 @@ global_asm!(
     "jmp {print_map}", ".p2align 3",
     "jmp {print_value}", ".p2align 3",
     "jmp {pystack}", ".p2align 3",
+    "jmp {join}", ".p2align 3",
     builtin = sym builtin,
     builtin_str = sym builtin_str,
     map_slot = sym map_slot,
@@ -41,6 +42,7 @@ global_asm!(
     print_map = sym print_map,
     print_value = sym print_value,
     pystack = sym super::python::pystack,
+    join = sym join,
 );
 
 /// What the helpers find through `ScriptCtx::runtime`. In C order, the fields callers often
@@ -128,12 +130,25 @@ extern "sysv64" fn builtin(ctx: *mut ScriptCtx, which: u64) -> u64 {
                 // `struct rseq`'s `cpu_id` follows `cpu_id_start`.
                 offset => u64::from(thread_word((offset + 4) as u32)),
             },
-            3 => {
-                let ticks = rdtsc().wrapping_sub((*v).clock_tsc);
-                (*v).clock_ns.wrapping_add(((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64)
-            }
+            3 => now_ns(v),
+            4 => match (*e.s).start_ns {
+                0 => now_ns(v).wrapping_sub((*v).clock_ns),
+                start => now_ns(v).saturating_sub(start),
+            },
+            5 => sys::call3(sys::GETUID, 0, 0, 0) as u64,
+            6 => sys::call3(sys::GETGID, 0, 0, 0) as u64,
+            7 => u64::from((*v).space_pid),
             _ => 0,
         }
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns, from the TSC and the clock pair the module read at its start.
+unsafe fn now_ns(v: *const crate::abi::RuntimeVars) -> u64 {
+    // SAFETY: `v` is the module's variables.
+    unsafe {
+        let ticks = rdtsc().wrapping_sub((*v).clock_tsc);
+        (*v).clock_ns.wrapping_add(((u128::from(ticks) * u128::from((*v).ns_per_tick_q32)) >> 32) as u64)
     }
 }
 
@@ -150,20 +165,6 @@ extern "sysv64" fn builtin_str(ctx: *mut ScriptCtx, which: u64, dst: *mut u8, ca
                 Some(f) => string(e.s, f.name, f.name_len),
                 None => (dst as *const u8, 0),
             },
-            // A system call's probe names the call it fired for.
-            2 if e.syscall != 0 && (*e.s).syscalls != 0 && e.syscall <= script::SYSCALLS as u64 => {
-                let names = (e.s as u64).wrapping_add((*e.s).syscalls as u64 + 8 * script::SYSCALLS as u64) as *const [u32; 2];
-                let name = *names.add(e.syscall as usize - 1);
-                let (name, name_len) = string(e.s, name[0], name[1]);
-                let suffix: &[u8] = if e.returned { b":return" } else { b"" };
-                let mut n = 0;
-                for (src, len) in [(b"syscall:".as_ptr(), 8), (name, name_len), (suffix.as_ptr(), suffix.len())] {
-                    let len = len.min(cap as usize - n);
-                    crate::base::mem::copy(dst as usize + n, src as usize, len);
-                    n += len;
-                }
-                return n as u64;
-            }
             2 if (*ctx).probe < u64::from((*e.s).point_count) => {
                 let point = *((e.s as u64).wrapping_add((*e.s).points as u64) as *const [u32; 2]).add((*ctx).probe as usize);
                 string(e.s, point[0], point[1])
@@ -226,26 +227,58 @@ extern "sysv64" fn map_clear(ctx: *mut ScriptCtx, map: u64) {
 }
 
 /// Copies the traced program's bytes with `process_vm_readv` on itself, which fails instead
-/// of faulting on a bad address; the part before the next page is read on its own, so that a
-/// string that ends before an unmapped page is still read.
+/// of faulting on a bad address.
 extern "sysv64" fn read_str(ctx: *mut ScriptCtx, dst: *mut u8, src: u64, max: u64) -> u64 {
-    // SAFETY: `dst` has `max` bytes; iovecs are on this stack.
+    // SAFETY: `dst` has `max` bytes.
     unsafe {
-        let e = env(ctx);
-        let first = (4096 - src % 4096).min(max);
-        let local = [dst as u64, max];
-        let remote = [src, first, src.wrapping_add(first), max - first];
-        let iovecs = if first == max { 1 } else { 2 };
-        let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, iovecs, 0);
-        if got <= 0 {
+        let Some(len) = read_c_string(env(ctx), src, dst, max) else {
             (*ctx).faults += 1;
             return 0;
-        }
-        let got = (got as usize).min(max as usize);
-        let bytes = core::slice::from_raw_parts_mut(dst, max as usize);
-        let len = bytes.iter().take(got).position(|&b| b == 0).unwrap_or(got);
+        };
         fill_zero(dst.add(len), max as usize - len);
         len as u64
+    }
+}
+
+/// Reads the program's string at `src` into `dst`, at most `max` bytes of it: its length up to
+/// its NUL (or `max`), `None` when nothing could be read.
+unsafe fn read_c_string(e: &Env, src: u64, dst: *mut u8, max: u64) -> Option<usize> {
+    // SAFETY: `dst` has `max` bytes.
+    unsafe {
+        let got = (read_pages(e, src, dst, max) as usize).min(max as usize);
+        (got > 0).then(|| core::slice::from_raw_parts(dst, got).iter().position(|&b| b == 0).unwrap_or(got))
+    }
+}
+
+/// `join(array, sep)`: a record of the strings the program's array of pointers at `array`
+/// points at, up to the first NULL (or empty string) and at most `JOIN_ARGS` of them, each cut
+/// to `JOIN_ARG_SIZE` bytes with its NUL, read straight into the output ring. An unreadable
+/// array gives an empty line and counts a fault.
+extern "sysv64" fn join(ctx: *mut ScriptCtx, array: u64, sep: u64) {
+    // SAFETY: see `env`; `emit_with` hands `fill` room for `JOIN_ARGS * JOIN_ARG_SIZE` bytes.
+    unsafe {
+        let e = env(ctx);
+        let mut pointers = core::mem::MaybeUninit::<[u64; script::JOIN_ARGS]>::uninit();
+        let words = pointers.as_mut_ptr() as *mut u64;
+        let count = read_pages(e, array, words as *mut u8, 8 * script::JOIN_ARGS as u64) as usize / 8;
+        if count == 0 {
+            (*ctx).faults += 1;
+        }
+        let room = (script::JOIN_ARGS * script::JOIN_ARG_SIZE) as u64;
+        emit_with(e.area, e.s, record::JOIN, sep as u32, room, |to| {
+            let mut at = 0;
+            for i in 0..count {
+                let dst = to.add(at);
+                match read_c_string(e, read_volatile(words.add(i)), dst, script::JOIN_ARG_SIZE as u64 - 1) {
+                    Some(len) if len > 0 => {
+                        *dst.add(len) = 0;
+                        at += len + 1;
+                    }
+                    _ => break,
+                }
+            }
+            at as u64
+        });
     }
 }
 
@@ -284,6 +317,20 @@ pub(super) unsafe fn read_program(e: &Env, src: u64, dst: *mut u8, len: u64) -> 
         let local = [dst as u64, len];
         let remote = [src, len];
         let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, 1, 0);
+        got.max(0) as u64
+    }
+}
+
+/// [`read_program`] with the part before the next page read on its own (the call reads a part
+/// whole or not at all), so that what ends before an unmapped page is still read.
+unsafe fn read_pages(e: &Env, src: u64, dst: *mut u8, len: u64) -> u64 {
+    // SAFETY: `dst` has `len` bytes; the iovecs are on this stack.
+    unsafe {
+        let first = (4096 - src % 4096).min(len);
+        let local = [dst as u64, len];
+        let remote = [src, first, src.wrapping_add(first), len - first];
+        let iovecs = if first == len { 1 } else { 2 };
+        let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, iovecs, 0);
         got.max(0) as u64
     }
 }
@@ -342,11 +389,11 @@ extern "sysv64" fn printf(ctx: *mut ScriptCtx, format: u64, args: *const u64) {
     }
 }
 
-extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64) {
-    // SAFETY: see `env`.
+extern "sysv64" fn print_map(ctx: *mut ScriptCtx, map: u64, top: u64, div: u64) {
+    // SAFETY: see `env`; the parts are this frame's arguments.
     unsafe {
         let e = env(ctx);
-        emit(e.area, e.s, record::PRINT_MAP, map as u32, 0, |_| (value_none(), 0));
+        emit(e.area, e.s, record::PRINT_MAP, map as u32, 2, |i| (if i == 0 { &top } else { &div } as *const u64 as *const u8, 8));
     }
 }
 
@@ -355,9 +402,9 @@ extern "sysv64" fn print_value(ctx: *mut ScriptCtx, ty: u64, value: *const u8) {
     unsafe {
         let e = env(ctx);
         let len = match ty {
-            0 => 8,
             1 => (*e.s).str_size as usize,
-            _ => core::mem::size_of::<script::StackValue>(),
+            2 => core::mem::size_of::<script::StackValue>(),
+            _ => 8,
         };
         emit(e.area, e.s, record::PRINT_VALUE, ty as u32, 1, |_| (value, len));
     }
@@ -377,17 +424,35 @@ pub(super) fn value_none() -> *const u8 {
 /// Appends a record of `count` parts, `part(i)` giving each one's bytes (padded to 8 in the
 /// record), to the area's ring, or counts a drop.
 pub(super) unsafe fn emit(area: *mut ScriptArea, s: *const ScriptImage, kind: u16, what: u32, count: usize, part: impl Fn(usize) -> (*const u8, usize)) {
+    // SAFETY: `fill` gets room for every part, each padded to 8.
+    unsafe {
+        let payload: u64 = (0..count).map(|i| (part(i).1 as u64 + 7) & !7).sum();
+        emit_with(area, s, kind, what, payload, |to| {
+            let mut at = 0;
+            for i in 0..count {
+                let (from, len) = part(i);
+                crate::base::mem::copy(to as usize + at, from as usize, len);
+                at += (len + 7) & !7;
+            }
+            at as u64
+        });
+    }
+}
+
+/// Appends a record whose payload `fill` writes where it is given (at most `room` bytes, padded
+/// to 8 in the record) and returns the length of, or counts a drop when the ring has no `room`
+/// left.
+pub(super) unsafe fn emit_with(area: *mut ScriptArea, s: *const ScriptImage, kind: u16, what: u32, room: u64, fill: impl FnOnce(*mut u8) -> u64) {
     // SAFETY: the ring lies inside the area; only this thread writes it.
     unsafe {
         let ring = (area as *mut u8).add((*s).ring_offset as usize);
         let ring_len = (*s).ring_len;
-        let payload: u64 = (0..count).map(|i| (part(i).1 as u64 + 7) & !7).sum();
-        let need = script::RECORD_HEAD_LEN as u64 + payload;
+        let most = script::RECORD_HEAD_LEN as u64 + ((room + 7) & !7);
         let head = (*area).ring_head;
         let tail = read_volatile(&(*area).ring_tail);
         let to_end = ring_len - head % ring_len;
-        let pad = if need > to_end { to_end } else { 0 };
-        if need > ring_len || head.wrapping_add(pad + need).wrapping_sub(tail) > ring_len {
+        let pad = if most > to_end { to_end } else { 0 };
+        if most > ring_len || head.wrapping_add(pad + most).wrapping_sub(tail) > ring_len {
             (*area).ring_drops += 1;
             return;
         }
@@ -395,17 +460,17 @@ pub(super) unsafe fn emit(area: *mut ScriptArea, s: *const ScriptImage, kind: u1
             write_volatile(ring.add((head % ring_len) as usize) as *mut [u32; 2], [pad as u32, u32::from(record::PAD)]);
         }
         let at = ring.add(((head + pad) % ring_len) as usize);
+        let payload = at.add(script::RECORD_HEAD_LEN);
+        let wrote = fill(payload).min(room);
+        let used = (wrote + 7) & !7;
+        // The padding reads as NULs, not as what the ring held there before.
+        fill_zero(payload.add(wrote as usize), (used - wrote) as usize);
+        let need = script::RECORD_HEAD_LEN as u64 + used;
         let record = at as *mut RecordHead;
         write_volatile(&mut (*record).len, need as u32);
         write_volatile(&mut (*record).kind, kind);
         write_volatile(&mut (*record).what, what);
         write_volatile(&mut (*record).tsc, rdtsc());
-        let mut to = at.add(script::RECORD_HEAD_LEN);
-        for i in 0..count {
-            let (from, len) = part(i);
-            crate::base::mem::copy(to as usize, from as usize, len);
-            to = to.add((len + 7) & !7);
-        }
         fence(Ordering::Release);
         write_volatile(&mut (*area).ring_head, head + pad + need);
     }

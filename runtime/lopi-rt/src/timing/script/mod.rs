@@ -325,6 +325,7 @@ pub(super) unsafe fn run_call(t: &Thread, v: *const RuntimeVars, list: u32, inde
         let mut ctx = core::mem::MaybeUninit::<ScriptCtx>::uninit();
         let c = ctx.as_mut_ptr();
         fill(c, v, regs, side, false, index, (area as u64).wrapping_add(script::SCALAR_SLOTS as u64));
+        write_volatile(&mut (*c).nr, syscall.wrapping_sub(1));
         let mut env = core::mem::MaybeUninit::<Env>::uninit();
         let e = env.as_mut_ptr();
         write_env(e, s, t, index, below, side, call_rsp, area, syscall);
