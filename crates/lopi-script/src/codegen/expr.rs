@@ -165,14 +165,20 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// `rax = rax / rcx` or `rax % rcx`, without the two cases where `idiv` traps.
-    fn divide(&mut self, rem: bool) -> Result {
-        let (mut nonzero, mut general, mut done) = (self.asm.create_label(), self.asm.create_label(), self.asm.create_label());
+    /// A division's guard: a zero divisor `rcx` counts a fault and gives 0, at `done`; any other
+    /// goes on at `nonzero`, which the caller binds next.
+    fn zero_divisor_faults(&mut self, nonzero: CodeLabel, done: CodeLabel) -> Result {
         self.asm.test(rcx, rcx)?;
         self.asm.jnz(nonzero)?;
         self.asm.inc(ctx(offset_of!(ScriptCtx, faults)))?;
         self.asm.xor(eax, eax)?;
-        self.asm.jmp(done)?;
+        Ok(self.asm.jmp(done)?)
+    }
+
+    /// `rax = rax / rcx` or `rax % rcx`, without the two cases where `idiv` traps.
+    fn divide(&mut self, rem: bool) -> Result {
+        let (mut nonzero, mut general, mut done) = (self.asm.create_label(), self.asm.create_label(), self.asm.create_label());
+        self.zero_divisor_faults(nonzero, done)?;
         self.bind(&mut nonzero)?;
         self.asm.cmp(rcx, -1)?;
         self.asm.jne(general)?;
@@ -195,11 +201,7 @@ impl Gen<'_> {
     /// `rax = rax / rcx` or `rax % rcx` as unsigned numbers: only 0 needs care.
     fn divide_unsigned(&mut self, rem: bool) -> Result {
         let (mut nonzero, mut done) = (self.asm.create_label(), self.asm.create_label());
-        self.asm.test(rcx, rcx)?;
-        self.asm.jnz(nonzero)?;
-        self.asm.inc(ctx(offset_of!(ScriptCtx, faults)))?;
-        self.asm.xor(eax, eax)?;
-        self.asm.jmp(done)?;
+        self.zero_divisor_faults(nonzero, done)?;
         self.bind(&mut nonzero)?;
         self.asm.xor(edx, edx)?;
         self.asm.div(rcx)?;
