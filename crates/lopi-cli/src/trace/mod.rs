@@ -163,6 +163,7 @@ pub struct Ended {
 
 /// Traces the program or process of `request`; how the program ended, if lopi started it.
 pub fn trace(request: Request) -> Result<Option<Ended>> {
+    let _records = TemporaryRecords(request.record.is_none().then(|| format!("lopi-trace-{}.", std::process::id())));
     // bpftrace's `elapsed` counts from its start.
     let started = session::monotonic_ns();
     let path = match (request.pid, request.command.first()) {
@@ -200,7 +201,7 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
         recording: lopi_image::Recording::default(),
         cache: request.cache.clone(),
         script: Some(spec.clone()),
-        record: Some(request.record.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("lopi-trace-{}.%p.lopi", std::process::id())))),
+        record: Some(request.record.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("lopi-trace-{}.%p{RECORD_SUFFIX}", std::process::id())))),
         // A script's functions are its program's.
         follow: false,
     };
@@ -308,6 +309,27 @@ pub fn report(path: &Path, json: bool) -> Result<()> {
     let mut session = Session::new(&spec, data, false, &symbols, Box::new(std::io::stdout()), json);
     session.run_host(Phase::Begin, |p| *p == Point::Begin)?;
     finish(&mut session)
+}
+
+const RECORD_SUFFIX: &str = ".lopi";
+
+/// The records a trace made in the temporary directory (those whose names start with the
+/// prefix it holds, `lopi-trace-LOPIPID.`: the program's, and those of children it forked),
+/// removed however the trace ends: after an error too, and a child's that lopi never read.
+struct TemporaryRecords(Option<String>);
+
+impl Drop for TemporaryRecords {
+    fn drop(&mut self) {
+        let Some(prefix) = &self.0 else { return };
+        let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else { return };
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(prefix.as_str()) && name.ends_with(RECORD_SUFFIX) {
+                std::fs::remove_file(entry.path()).ok();
+            }
+        }
+    }
 }
 
 /// Removes the record unless asked to keep it (an empty one, made for a program no probe went
