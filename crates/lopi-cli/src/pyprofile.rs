@@ -168,18 +168,13 @@ pub fn profile(maps: &Json, native: bool, calls: bool) -> Profile {
         *p.folded.entry(path.join(";")).or_default() += n;
     }
     if calls {
-        for row in rows.values_mut() {
-            row.calls = Some(0);
-        }
         for (key, n) in maps["@calls"].as_object().into_iter().flatten() {
             let Some(frame) = key.split(';').next().filter(|f| !f.is_empty()) else { continue };
             rows.entry(frame.to_string()).or_default().calls = Some(n.as_u64().unwrap_or(0));
         }
     }
-    p.rows = rows
-        .into_iter()
-        .map(|(function, row)| Row { function, calls: row.calls.or(calls.then_some(0)), ..row })
-        .collect();
+    // A function sampled but never seen returning made no call while it was probed.
+    p.rows = rows.into_iter().map(|(function, row)| Row { function, calls: row.calls.or(calls.then_some(0)), ..row }).collect();
     // Of two functions on the stack as often, the caller (less time of its own) first.
     p.rows.sort_by(|a, b| b.inclusive_samples.cmp(&a.inclusive_samples).then(a.self_samples.cmp(&b.self_samples)).then(a.function.cmp(&b.function)));
     p

@@ -34,25 +34,8 @@ impl Target {
         let read = |at: u64| self.mem.read_u64(at).unwrap_or(0);
         let installer = vars.iter().copied().find(|&v| read(v + offset_of!(RuntimeVars, sample_handler_installed) as u64) != 0);
         let timers: Vec<u64> = self.threads.tids().into_iter().filter_map(|tid| self.sample_timer(tid)).collect();
-        // The actions are written below the leader's stack pointer, past its red zone: no code
-        // runs on that thread meanwhile, and the injected calls do not touch its stack.
-        let leader = self.threads.leader();
-        let scratch = (self.threads.regs(leader)?.rsp - 1024) & !15;
-        let ignore: Vec<u8> = [SIG_IGN, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
-        self.mem.write(scratch, &ignore).map_err(LiveError::io("writing a signal action into the process"))?;
-        self.syscall(gadget, sys::RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), scratch, 0, 8, 0, 0])?;
-        for id in timers {
-            self.syscall(gadget, sys::TIMER_DELETE, [id, 0, 0, 0, 0, 0])?;
-        }
-        let old = match installer {
-            Some(v) => v + offset_of!(RuntimeVars, sample_old_action) as u64,
-            None => {
-                self.mem.write(scratch, &[0; 32]).map_err(LiveError::io("writing a signal action into the process"))?;
-                scratch
-            }
-        };
-        self.syscall(gadget, sys::RT_SIGACTION, [u64::from(SAMPLE_SIGNAL), old, 0, 8, 0, 0])?;
-        Ok(())
+        let old = installer.map(|v| v + offset_of!(RuntimeVars, sample_old_action) as u64);
+        self.stop_timers(gadget, u64::from(SAMPLE_SIGNAL), &timers, old)
     }
 
     /// With `profile:` points in a module of `installation` whose runtime made the process's
@@ -65,18 +48,36 @@ impl Target {
         };
         let timer = read(vars + offset_of!(RuntimeVars, profile_timer) as u64) - 1;
         self.with_gadget(|target, _, gadget| {
-            let leader = target.threads.leader();
-            let scratch = (target.threads.regs(leader)?.rsp - 1024) & !15;
-            let ignore: Vec<u8> = [SIG_IGN, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
-            target.mem.write(scratch, &ignore).map_err(LiveError::io("writing a signal action into the process"))?;
-            target.syscall(gadget, sys::RT_SIGACTION, [SIGPROF, scratch, 0, 8, 0, 0])?;
-            target.syscall(gadget, sys::TIMER_DELETE, [timer, 0, 0, 0, 0, 0])?;
-            target.syscall(gadget, sys::RT_SIGACTION, [SIGPROF, vars + offset_of!(RuntimeVars, profile_old_action) as u64, 0, 8, 0, 0])?;
+            target.stop_timers(gadget, SIGPROF, &[timer], Some(vars + offset_of!(RuntimeVars, profile_old_action) as u64))?;
             // Samples that came while the threads were held would be delivered at the detach,
             // to the default action: the process would die of them.
             target.threads.forget_held(nix::sys::signal::Signal::SIGPROF);
             Ok(())
         })
+    }
+
+    /// `signal` ignored (which drops it where pending), `timers` deleted, then the action at
+    /// `old` in the process put back (the default when `None`), through `gadget`.
+    fn stop_timers(&mut self, gadget: Gadget, signal: u64, timers: &[u64], old: Option<u64>) -> Result<(), LiveError> {
+        // The actions are written below the leader's stack pointer, past its red zone: no code
+        // runs on that thread meanwhile, and the injected calls do not touch its stack.
+        let leader = self.threads.leader();
+        let scratch = (self.threads.regs(leader)?.rsp - 1024) & !15;
+        let ignore: Vec<u8> = [SIG_IGN, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.mem.write(scratch, &ignore).map_err(LiveError::io("writing a signal action into the process"))?;
+        self.syscall(gadget, sys::RT_SIGACTION, [signal, scratch, 0, 8, 0, 0])?;
+        for &id in timers {
+            self.syscall(gadget, sys::TIMER_DELETE, [id, 0, 0, 0, 0, 0])?;
+        }
+        let old = match old {
+            Some(at) => at,
+            None => {
+                self.mem.write(scratch, &[0; 32]).map_err(LiveError::io("writing a signal action into the process"))?;
+                scratch
+            }
+        };
+        self.syscall(gadget, sys::RT_SIGACTION, [signal, old, 0, 8, 0, 0])?;
+        Ok(())
     }
 
     /// The sampling timer of thread `tid`, from the chunk its TCB word points at.

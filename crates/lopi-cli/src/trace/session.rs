@@ -138,6 +138,9 @@ impl<'s> Session<'s> {
             records.append(&mut taken);
         }
         records.sort_by_key(|r| r.tsc);
+        // Named once for the records of this poll that print stacks.
+        let prints = records.iter().any(|r| matches!(r.kind, record::PRINT_MAP | record::PRINT_VALUE));
+        let names = self.frame_names(if prints { &bytes } else { &[] });
         for r in records {
             match r.kind {
                 record::PRINTF => {
@@ -146,7 +149,7 @@ impl<'s> Session<'s> {
                 }
                 record::PRINT_MAP => {
                     let word = |at: usize| r.payload.get(at..at + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
-                    let text = self.map_text(&bytes, MapId(r.what as usize), word(0) as u32, word(8) as u32)?;
+                    let text = self.map_text(&bytes, &names, MapId(r.what as usize), word(0) as u32, word(8) as u32)?;
                     self.out.write_all(text.as_bytes())?;
                 }
                 record::PRINT_VALUE => {
@@ -157,7 +160,7 @@ impl<'s> Session<'s> {
                         3 => Type::Uint,
                         _ => Type::Usym,
                     };
-                    let text = self.value_text(&bytes, ty, &r.payload);
+                    let text = self.value_text(&names, ty, &r.payload);
                     self.out.write_all(text.as_bytes())?;
                 }
                 record::JOIN => {
@@ -194,7 +197,7 @@ impl<'s> Session<'s> {
         output::printf(program, format, &args).map_err(|e| anyhow!("printf: {e}"))
     }
 
-    fn value_text(&self, data: &[u8], ty: Type, bytes: &[u8]) -> String {
+    fn value_text(&self, names: &FrameNames<'_>, ty: Type, bytes: &[u8]) -> String {
         let word = |at: usize| bytes.get(at..at + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
         match ty {
             Type::Int => format!("{}\n", word(0) as i64),
@@ -203,7 +206,6 @@ impl<'s> Session<'s> {
             Type::Str => format!("{}\n", String::from_utf8_lossy(bytes.split(|&b| b == 0).next().unwrap_or_default())),
             Type::Stack => {
                 let frames = (word(0) as usize).min(lopi_rt_abi::script::STACK_FRAMES);
-                let names = self.frame_names(data);
                 let mut text = String::from("\n");
                 for i in 0..frames {
                     text += &format!("        {}\n", names.name(word(8 + 8 * i)));
@@ -267,16 +269,15 @@ impl<'s> Session<'s> {
 
     /// What `print(@m, top, div)` prints: the map as text, or with `--format json` a line of its
     /// own in the form of the maps at the end (`{"maps": {"@m": ...}}`).
-    fn map_text(&self, bytes: &[u8], map: MapId, top: u32, div: u32) -> Result<String> {
+    fn map_text(&self, bytes: &[u8], names: &FrameNames<'_>, map: MapId, top: u32, div: u32) -> Result<String> {
         let merged = output::limited(&self.merged_map(bytes, map.0)?, top, div);
-        let names = self.frame_names(bytes);
         let symbolize = |a: u64| names.name(a);
         Ok(if self.json { output::json(&[merged], &symbolize) + "\n" } else { output::text_map(&merged, &symbolize) })
     }
 
     /// What names the frames of stacks: the program's symbols, and for `pystack`'s frames the
-    /// names the threads' tables give their code objects.
-    fn frame_names(&self, bytes: &[u8]) -> FrameNames<'_> {
+    /// names the threads' tables give their code objects (in `bytes`, the data file).
+    fn frame_names(&self, bytes: &[u8]) -> FrameNames<'s> {
         let python = match self.area.py_codes {
             0 => HashMap::new(),
             at => script_areas::areas(bytes, self.spec.id).iter().flat_map(|a| a.python_names(at)).collect(),
@@ -449,7 +450,8 @@ impl Host for Env<'_, '_> {
     }
 
     fn print_map(&mut self, map: MapId, top: u32, div: u32) {
-        let text = self.session.map_text(self.bytes, map, top, div);
+        let names = self.session.frame_names(self.bytes);
+        let text = self.session.map_text(self.bytes, &names, map, top, div);
         match text {
             Ok(text) => self.write(text.as_bytes()),
             Err(e) => self.keep(Err(e)),
@@ -457,7 +459,8 @@ impl Host for Env<'_, '_> {
     }
 
     fn print_value(&mut self, ty: Type, bytes: &[u8]) {
-        let text = self.session.value_text(self.bytes, ty, bytes);
+        let names = self.session.frame_names(self.bytes);
+        let text = self.session.value_text(&names, ty, bytes);
         self.write(text.as_bytes());
     }
 
