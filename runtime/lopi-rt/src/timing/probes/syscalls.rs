@@ -10,6 +10,7 @@
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
 use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
+use crate::base::tcb::set_thread_slot;
 use crate::base::tsc::rdtsc;
 use crate::base::vars::{count_untimed, counter, vars};
 use crate::timing::records::cpus;
@@ -281,6 +282,12 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
             script::run_call(&t, v, list, index, script::Regs::syscall(saved as *const u64), 0, (*h).depth, script::Side::Entry, nr + 1);
         }
         let name = syscall_name::encode(slot, nr, false);
+        if shares_thread_pointer(nr, arg0) {
+            count_now(&t, v, name, slot);
+            write_volatile(&mut (*h).busy, 0);
+            set_thread_slot(1);
+            return 1;
+        }
         if syscall_name::never_returns(nr) {
             if nr == EXIT || nr == EXIT_GROUP {
                 script::run_thread(&t, v, abi::script::THREAD_EXIT);
@@ -302,6 +309,24 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
         }
         1
     }
+}
+
+/// A `clone` whose child runs in this address space on this thread pointer (`CLONE_VM`
+/// without `CLONE_THREAD`, `CLONE_SETTLS` or `CLONE_VFORK`: a raw clone, not a glibc thread)
+/// would share this thread's state with another task, and a claim of it is not atomic. From
+/// then on the thread pointer has no state (`Thread::current` is `None` on slot 1): both
+/// tasks' calls are counted per site, untimed, with atomic increments.
+unsafe fn shares_thread_pointer(nr: u64, arg0: u64) -> bool {
+    const CLONE_VM: u64 = 0x100;
+    const CLONE_THREAD: u64 = 0x1_0000;
+    const CLONE_SETTLS: u64 = 0x8_0000;
+    let flags = match nr {
+        56 => arg0,
+        // SAFETY: clone3's first argument points at its `clone_args`, flags first.
+        435 if arg0 != 0 => unsafe { read_volatile(arg0 as *const u64) },
+        _ => return false,
+    };
+    flags & (CLONE_VM | CLONE_THREAD | CLONE_SETTLS | CLONE_VFORK) == CLONE_VM
 }
 
 /// The thread ends at `tsc` (`exit`; `exit_group` ends its process): when, its name then
