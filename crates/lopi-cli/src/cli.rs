@@ -151,6 +151,11 @@ pub(crate) enum Command {
         arg0: Option<std::ffi::OsString>,
         #[command(flatten)]
         push: PushArgs,
+        /// Write every system call to FILE as `strace -f -o FILE` does, one line each with its
+        /// arguments (paths, flags, the first 32 bytes of data) and result, from the probes'
+        /// per-thread logs (with --probe syscall; LOPI_TRACE_EVENTS sizes a thread's log).
+        #[arg(long, value_name = "FILE")]
+        log: Option<PathBuf>,
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
@@ -536,7 +541,7 @@ impl Timing {
                 self.sample_hz
             }
         };
-        Ok(Recording { trace, budget_ppm: budget.unwrap_or(0), sample_hz })
+        Ok(Recording { trace, budget_ppm: budget.unwrap_or(0), sample_hz, syscall_log: false })
     }
 }
 

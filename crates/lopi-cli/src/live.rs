@@ -265,7 +265,7 @@ impl Launched {
 
 /// `lopi run -- PROG ARGS`: launches PROG with the probes in (its profile pushed as it runs,
 /// with `--push`) and exits with its status.
-pub(crate) fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, push: &PushArgs) -> Result<()> {
+pub(crate) fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, push: &PushArgs, log: Option<&Path>) -> Result<()> {
     let mut launched = launch(probes, command, arg0, quiet, &|_, _| Ok(()))?;
     let pushing = match Continuous::start(push, &launched.output, quiet) {
         Ok(p) => p,
@@ -278,6 +278,15 @@ pub(crate) fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>,
     launched.finish();
     if let Some(p) = pushing {
         p.finish();
+    }
+    if let Some(log) = log {
+        let written = crate::syscall_log::write(Path::new(&launched.output), log)?;
+        if written.dropped > 0 {
+            eprintln!("lopi: {} system calls are not in {}: a thread's log was full (LOPI_TRACE_EVENTS=N raises its 1M slots)", written.dropped, log.display());
+        }
+        if !quiet {
+            eprintln!("lopi: wrote {} system calls to {}", written.calls, log.display());
+        }
     }
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {}`", launched.output);

@@ -36,6 +36,7 @@ mod rewrite;
 mod scale;
 mod scaling;
 mod show;
+mod syscall_log;
 mod syscalls;
 mod threads;
 mod trace;
@@ -74,10 +75,16 @@ fn run(cli: Cli) -> Result<()> {
             exports::export(&data, &output, exports::ExportOptions { format, weight, profile, resource })
         }
         Command::Push { data, url, resource, connect } => otlp::push(&data, &url, &resource, &connect),
-        Command::Run { select, trace, timing, quiet, no_follow, arg0, push, command } => {
+        Command::Run { select, trace, timing, quiet, no_follow, arg0, push, log, command } => {
             let timing = timing.pushing(push.push.is_some());
-            let probes = live::Probes { follow: !no_follow, ..select.probes(trace, timing, cache)? };
-            live::run(&probes, &command, arg0, quiet, &push)
+            let mut probes = live::Probes { follow: !no_follow, ..select.probes(trace, timing, cache)? };
+            if log.is_some() {
+                if !probes.probes.probes_system_calls() {
+                    bail!("--log writes the system calls the probes see: use it with --probe syscall");
+                }
+                probes.recording.syscall_log = true;
+            }
+            live::run(&probes, &command, arg0, quiet, &push, log.as_deref())
         }
         Command::Attach { pid, select, trace, timing, duration, push } => {
             let timing = timing.pushing(push.push.is_some());

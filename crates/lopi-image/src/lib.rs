@@ -60,6 +60,8 @@ pub struct Recording {
     /// Sampled time: samples per second of each thread's CPU time (0: exact time, the TSC at
     /// every entry and exit).
     pub sample_hz: u32,
+    /// Log each system call, with its arguments and result, in the threads' traces.
+    pub syscall_log: bool,
 }
 
 /// What the installer needs besides the plan.
@@ -292,7 +294,11 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
         switches_offset: if switches.is_empty() { 0 } else { switches_vaddr.wrapping_sub(desc_vaddr) as i64 },
         // Instruction probes run scripts on threads' chunks, which timing sets up.
         probes: if plan.keeps_thread_state() {
-            let trace = if request.recording.trace { lopi_rt_abi::PROBE_TRACE } else { 0 };
+            let trace = match (request.recording.trace, request.recording.syscall_log) {
+                (_, true) => lopi_rt_abi::PROBE_TRACE | lopi_rt_abi::PROBE_SYSCALL_LOG,
+                (true, false) => lopi_rt_abi::PROBE_TRACE,
+                (false, false) => 0,
+            };
             let executable = if request.fork_handlers && module.kind != lopi_elf::ModuleKind::SharedLibrary {
                 lopi_rt_abi::MODULE_EXECUTABLE
             } else {

@@ -91,6 +91,9 @@ pub const MODULE_EXECUTABLE: u64 = 4;
 /// memory map at start-up (a [`MAPS_MAGIC`] record), by which readers name locks and call
 /// sites in modules that have no probes.
 pub const PROBE_LOCKS: u64 = 8;
+/// [`ModuleDescriptor::probes`]: with `PROBE_TRACE`, each system call is logged in the trace
+/// with its arguments and result ([`syscall_log`]).
+pub const PROBE_SYSCALL_LOG: u64 = 16;
 
 /// First bytes of a memory-map record: the magic, the record's length (a multiple of
 /// `PAGE_SIZE`), the pid (`u32`, then 4 bytes of padding), the text's length (`u64`), then
@@ -398,6 +401,8 @@ pub struct RuntimeVars {
     /// detach puts back after deleting the timer.
     pub profile_timer: u64,
     pub profile_old_action: [u64; 4],
+    /// Non-zero when the system-call probes log each call in the trace (`PROBE_SYSCALL_LOG`).
+    pub syscall_log: u64,
 }
 
 /// The signal of sampled time's per-thread timers: `SIGURG`, whose default action is to ignore
@@ -515,7 +520,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 336);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 344);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;
@@ -527,6 +532,8 @@ pub mod python;
 pub mod script_map;
 #[path = "syscall_name.rs"]
 pub mod syscall_name;
+
+pub mod syscall_log;
 #[path = "thread.rs"]
 mod thread;
 pub use thread::*;

@@ -100,6 +100,9 @@ const _: () = assert!(core::mem::size_of::<Event>() == EVENT_LEN);
 pub const EVENT_ENTER: u32 = 0;
 pub const EVENT_EXIT: u32 = 1;
 pub const EVENT_UNWIND: u32 = 2;
+/// A logged system call: `node` is the number of slots of its payload that follow
+/// ([`crate::syscall_log`]).
+pub const EVENT_SYSCALL: u32 = 3;
 
 /// Bytes of the node array and hash table (2 slots per node) of a tree of `cap` nodes.
 pub const fn tree_bytes(cap: u32) -> [u64; 2] {

@@ -37,6 +37,7 @@ mod walk;
 mod syscall_args;
 
 pub use check::{check, Resolver};
+pub use syscall_args::syscall_args;
 pub use diag::{Diagnostic, Diagnostics, Location, Note, Span};
 pub use glob::{glob_match, is_glob};
 pub use needs::Needs;

@@ -391,7 +391,7 @@ const ARGS: &[(&str, &[&str])] = &[
 ];
 
 /// The names of system call `name`'s arguments, if the kernel has a tracepoint for it.
-pub(crate) fn syscall_args(name: &str) -> Option<&'static [&'static str]> {
+pub fn syscall_args(name: &str) -> Option<&'static [&'static str]> {
     ARGS.binary_search_by(|(call, _)| (*call).cmp(name)).ok().map(|i| ARGS[i].1)
 }
 

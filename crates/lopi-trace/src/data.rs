@@ -78,6 +78,8 @@ pub struct ThreadChunk {
     /// Calls (frames and holds) that were still open then, closed at `ended`.
     pub open: Vec<crate::open::OpenCall>,
     pub events: Vec<Event>,
+    /// The system calls it logged (`lopi run --log`), in order.
+    pub syscalls: Vec<crate::LoggedCall>,
     /// Exits that matched no frame, by function.
     pub unmatched: Vec<UnmatchedExit>,
     /// Entries of the budget tables of functions this thread switched to counting (every
@@ -526,10 +528,7 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
         .chunks_exact(FRAME_LEN)
         .filter_map(Frame::from_bytes)
         .collect();
-    let events: Vec<Event> = region(chunk, header.trace_offset, header.trace_len, EVENT_LEN)?
-        .chunks_exact(EVENT_LEN)
-        .filter_map(Event::from_bytes)
-        .collect();
+    let (events, syscalls) = crate::syscall_log::split(&region(chunk, header.trace_offset, header.trace_len, EVENT_LEN)?).ok_or("a logged system call runs past its trace")?;
     if !open_frames.iter().all(|f| node_ok(f.node)) || !events.iter().all(|e| node_ok(e.node)) {
         return Err("a frame or event names no node of its tree".into());
     }
@@ -560,5 +559,5 @@ fn thread_chunk(file: &[u8], offset: u64) -> Result<(Option<ThreadChunk>, u64), 
         .filter_map(HeldLock::from_bytes)
         .collect();
     let (ended, open) = Default::default();
-    Ok((Some(ThreadChunk { header, nodes, open_frames, held, ended, open, events, unmatched, switches, budget, budget_modules, end, kernel_lock, proxy }), len))
+    Ok((Some(ThreadChunk { header, nodes, open_frames, held, ended, open, events, syscalls, unmatched, switches, budget, budget_modules, end, kernel_lock, proxy }), len))
 }

@@ -1,6 +1,23 @@
 //! Copying memory without libc: `copy` for the runtime's own copies, and the `mem*` functions
 //! the compiler may emit calls to.
+use super::sys;
 use core::arch::asm;
+
+/// Copies up to `len` bytes of this process's (`pid`'s) memory at `src` to `dst` with
+/// `process_vm_readv`, which fails instead of faulting on a bad address: how many were read.
+/// The part before the next page is read on its own (the call reads a part whole or not at
+/// all), so that what ends before an unmapped page is still read.
+pub(crate) unsafe fn read_own(pid: u32, src: u64, dst: *mut u8, len: u64) -> u64 {
+    // SAFETY: `dst` has `len` bytes; the iovecs are on this stack.
+    unsafe {
+        let first = (4096 - src % 4096).min(len);
+        let local = [dst as u64, len];
+        let remote = [src, first, src.wrapping_add(first), len - first];
+        let iovecs = if first == len { 1 } else { 2 };
+        let got = sys::call6(sys::PROCESS_VM_READV, pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, iovecs, 0);
+        got.max(0) as u64
+    }
+}
 
 /// Copies `len` bytes between regions that do not overlap. Not `memcpy`: a call of the
 /// exported symbol may go through a GOT slot, which the flat blob cannot have.

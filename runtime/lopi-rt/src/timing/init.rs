@@ -44,6 +44,7 @@ pub(crate) unsafe fn enable(
         }
         (*v).trace_cap =
             if probes & abi::PROBE_TRACE != 0 { env_number(envp, b"LOPI_TRACE_EVENTS", 1 << 20, 1 << 32) } else { 0 };
+        (*v).syscall_log = u64::from(probes & abi::PROBE_SYSCALL_LOG != 0);
         (*v).tsc_hz = tsc_hz;
         let page = sys::call6(sys::MMAP, 0, PAGE_SIZE as usize, sys::PROT_READ_WRITE, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
         if page <= 0 || (*v).tsc_hz == 0 {

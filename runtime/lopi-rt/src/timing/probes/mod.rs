@@ -11,4 +11,5 @@ pub(crate) mod entry_exit_stubs;
 pub(crate) mod lock_stubs;
 pub(crate) mod locks;
 pub(crate) mod points;
+mod syscall_log;
 pub(crate) mod syscalls;

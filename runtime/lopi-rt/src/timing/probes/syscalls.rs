@@ -9,7 +9,8 @@
 //! while its child runs on the same thread pointer, maybe on another stack: the caller's
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
-use crate::abi::{self, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
+use super::syscall_log;
+use crate::abi::{self, syscall_log as log, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
 use crate::base::tcb::set_thread_slot;
 use crate::base::tsc::rdtsc;
 use crate::base::vars::{count_untimed, counter, vars};
@@ -29,6 +30,8 @@ const CLONE_VFORK: u64 = 0x4000;
 const PRCTL: u64 = 157;
 const EXIT: u64 = 60;
 const EXIT_GROUP: u64 = 231;
+const EXECVE: u64 = 59;
+const EXECVEAT: u64 = 322;
 
 stub_asm!(
     // What both stubs share, as assembler macros. SAVE: rax and the arithmetic flags (`lahf`,
@@ -294,8 +297,12 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
                 ended(&t, v, began, nr);
             }
             count_now(&t, v, name, slot);
+            syscall_log::record(&t, v, began, nr, log::NO_RETURN, saved as *const u64, 0);
             pause_excess(&t, began, false);
         } else {
+            if nr == EXECVE || nr == EXECVEAT {
+                syscall_log::record(&t, v, began, nr, log::PENDING, saved as *const u64, 0);
+            }
             enter(&t, v, name, slot, key, began);
         }
         let vforks = nr == 58 || (nr == 56 && arg0 & CLONE_VFORK != 0) || (nr == 435 && arg0 != 0 && read_volatile(arg0 as *const u64) & CLONE_VFORK != 0);
@@ -413,6 +420,9 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
             }
             t.close_top(now, abi::EVENT_EXIT);
             let nr = name.map_or(u64::MAX, |n| n.nr);
+            if name.is_some() {
+                syscall_log::record(&t, v, tsc, nr, log::RETURNED, saved as *const u64, result);
+            }
             let (_, list) = script::syscall_hooks(v, nr);
             if list != 0 {
                 let ticks = if top.flags & (abi::FRAME_UNTIMED | abi::FRAME_UNCLOCKED) == 0 { now.saturating_sub(top.start_tsc) } else { 0 };

@@ -4,6 +4,7 @@
 use super::image::{function, string, table_of};
 use crate::abi::script::{self, record, RecordHead, ScriptArea, ScriptCtx, ScriptImage, TableShape};
 use crate::abi::script_map;
+use crate::base::mem::read_own;
 use crate::base::sys;
 use crate::base::tcb::thread_word;
 use crate::base::tsc::rdtsc;
@@ -321,18 +322,10 @@ pub(super) unsafe fn read_program(e: &Env, src: u64, dst: *mut u8, len: u64) -> 
     }
 }
 
-/// [`read_program`] with the part before the next page read on its own (the call reads a part
-/// whole or not at all), so that what ends before an unmapped page is still read.
+/// [`read_own`] in the traced program.
 unsafe fn read_pages(e: &Env, src: u64, dst: *mut u8, len: u64) -> u64 {
-    // SAFETY: `dst` has `len` bytes; the iovecs are on this stack.
-    unsafe {
-        let first = (4096 - src % 4096).min(len);
-        let local = [dst as u64, len];
-        let remote = [src, first, src.wrapping_add(first), len - first];
-        let iovecs = if first == len { 1 } else { 2 };
-        let got = sys::call6(sys::PROCESS_VM_READV, (*e.h).pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, iovecs, 0);
-        got.max(0) as u64
-    }
+    // SAFETY: `dst` has `len` bytes.
+    unsafe { read_own((*e.h).pid, src, dst, len) }
 }
 
 /// A sample's stack: its instruction, then each frame's return address while the frame

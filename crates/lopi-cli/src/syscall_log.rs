@@ -1,0 +1,287 @@
+//! `lopi run --log FILE`: every system call the probes logged, one line each as `strace -f -o
+//! FILE` writes it (`PID  openat(AT_FDCWD, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 3`), in the
+//! order the calls ended over every thread and process of the record. Paths, argv and the
+//! first 32 bytes of data read or written are as the call saw them (copied by the probe);
+//! flags of the common calls and errno names are decoded as strace does.
+use anyhow::{Context, Result};
+use lopi_rt_abi::syscall_log::{self as log, Bytes};
+use lopi_trace::LoggedCall;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::Path;
+
+/// What a log held.
+pub(crate) struct Written {
+    pub calls: usize,
+    /// Calls not logged: their thread's trace was full.
+    pub dropped: u64,
+}
+
+/// Writes the log of the record `data` to `to`.
+pub(crate) fn write(data: &Path, to: &Path) -> Result<Written> {
+    let file = crate::files::read_data_quietly(data)?;
+    let mut calls: Vec<(u64, u32, &LoggedCall)> = Vec::new();
+    let mut dropped = 0;
+    for thread in &file.threads {
+        dropped += thread.header.trace_dropped;
+        let logged = &thread.syscalls;
+        for (i, call) in logged.iter().enumerate() {
+            // An execve logged as made, then again as it returned: it failed.
+            let failed_later = call.record.flags == log::PENDING && logged.get(i + 1).is_some_and(|next| next.record.nr == call.record.nr && next.record.flags == log::RETURNED);
+            if !failed_later {
+                calls.push((call.tsc, thread.header.tid, call));
+            }
+        }
+    }
+    calls.sort_by_key(|&(tsc, tid, ..)| (tsc, tid));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(to).with_context(|| format!("creating {}", to.display()))?);
+    for (_, tid, call) in &calls {
+        let (text, result) = line(call);
+        let call_text = format!("{tid:<5} {text}");
+        // strace's column for results (`-a 40`).
+        writeln!(out, "{call_text:<39} = {result}").with_context(|| format!("writing {}", to.display()))?;
+    }
+    out.flush().with_context(|| format!("writing {}", to.display()))?;
+    Ok(Written { calls: calls.len(), dropped })
+}
+
+/// `name(args)` and the result.
+pub(crate) fn line(call: &LoggedCall) -> (String, String) {
+    let r = &call.record;
+    let nr = u64::from(r.nr);
+    let name = lopi_trace::syscall_name(nr);
+    let names = lopi_script::syscall_args(&name).unwrap_or(&[]);
+    let flags = names.iter().position(|&n| n == "flags").map(|i| r.args[i]);
+    let args: Vec<String> = names
+        .iter()
+        .enumerate()
+        // openat's mode means something only when it creates.
+        .filter(|&(i, &n)| !(n == "mode" && matches!(name.as_str(), "open" | "openat") && flags.is_some_and(|f| f & O_CREAT == 0 && f & O_TMPFILE != O_TMPFILE) && i + 1 == names.len()))
+        .map(|(i, &n)| argument(&name, n, i, call))
+        .collect();
+    (format!("{name}({})", args.join(", ")), result(&name, call))
+}
+
+fn result(name: &str, call: &LoggedCall) -> String {
+    let r = &call.record;
+    match r.flags {
+        log::NO_RETURN => return "?".into(),
+        log::PENDING => return "0".into(),
+        _ => {}
+    }
+    if lopi_rt_abi::syscall_name::is_error(r.ret) {
+        let errno = ::syscalls::Errno::new(-(r.ret as i64) as i32);
+        return match errno.name_and_description() {
+            Some((n, d)) => format!("-1 {n} ({d})"),
+            None => format!("-1 errno {}", -(r.ret as i64)),
+        };
+    }
+    match name {
+        "mmap" | "brk" | "mremap" | "shmat" => format!("{:#x}", r.ret),
+        _ => (r.ret as i64).to_string(),
+    }
+}
+
+/// Argument `i`, named `arg` by the kernel's tracepoint, of call `name`.
+fn argument(name: &str, arg: &str, i: usize, call: &LoggedCall) -> String {
+    let value = call.record.args[i];
+    for (k, (part, bytes)) in log::bytes_of(u64::from(call.record.nr)).iter().zip(&call.bytes).enumerate() {
+        let more = call.record.cut[k] != 0;
+        match *part {
+            Bytes::Path(a) if a as usize == i && value != 0 => return quoted(bytes, more),
+            Bytes::Data { buf, .. } if buf as usize == i && value != 0 => return quoted(bytes, more),
+            Bytes::Argv(a) if a as usize == i && value != 0 => {
+                let strings: Vec<String> = bytes.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| quoted(s, false)).collect();
+                return format!("[{}{}]", strings.join(", "), if more { ", ..." } else { "" });
+            }
+            _ => {}
+        }
+    }
+    match (name, arg) {
+        (_, "dfd" | "olddfd" | "newdfd" | "dirfd") if value as i32 == AT_FDCWD => "AT_FDCWD".into(),
+        ("open" | "openat", "flags") => open_flags(value),
+        ("open" | "openat" | "creat" | "mkdir" | "mkdirat" | "chmod" | "fchmod" | "fchmodat" | "mknodat", "mode") => format!("0{value:o}"),
+        ("access" | "faccessat" | "faccessat2", "mode") => access_mode(value),
+        (_, "prot") => bits(value, &[(1, "PROT_READ"), (2, "PROT_WRITE"), (4, "PROT_EXEC")], "PROT_NONE"),
+        ("mmap", "flags") => mmap_flags(value),
+        (_, "sig") if (1..32).contains(&value) => SIGNALS[value as usize - 1].into(),
+        _ if is_pointer(arg) => if value == 0 { "NULL".into() } else { format!("{value:#x}") },
+        _ if arg == "fd" || arg.ends_with("fd") => (value as i32).to_string(),
+        // An `int` holding -1 (`wait4`'s pid), or a negative `long`.
+        _ if value < 1 << 32 && (value as u32 as i32) < 0 && (value as u32 as i32) > -4096 => (value as u32 as i32).to_string(),
+        _ if (value as i64) < 0 && (value as i64) > -4096 => (value as i64).to_string(),
+        _ => value.to_string(),
+    }
+}
+
+const AT_FDCWD: i32 = -100;
+const SIGNALS: [&str; 31] = [
+    "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP",
+    "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+];
+const O_CREAT: u64 = 0o100;
+const O_TMPFILE: u64 = 0o20200000;
+
+/// Arguments that hold an address.
+fn is_pointer(arg: &str) -> bool {
+    matches!(arg, "addr" | "brk" | "start" | "envp" | "argv" | "filename" | "pathname" | "oldname" | "newname" | "tp" | "rqtp" | "rmtp" | "uts" | "act" | "oact" | "nset" | "oset" | "set" | "ufds" | "vec" | "uargs" | "tls" | "newsp" | "head" | "dirent" | "usockvec" | "optval" | "uservaddr" | "umyaddr" | "upeer_sockaddr" | "addr_len" | "upeer_addrlen" | "tloc" | "info" | "uinfo" | "usig" | "ru" | "rlim" | "new_rlim" | "old_rlim" | "utimes" | "times")
+        || arg.contains("buf")
+        || arg.contains("ptr")
+}
+
+/// `value`'s bits by name, `|`-joined, what is left in octal; `zero` for none.
+fn bits(value: u64, names: &[(u64, &str)], zero: &str) -> String {
+    let mut parts = Vec::new();
+    let mut left = value;
+    for &(bit, name) in names {
+        if value & bit == bit && bit != 0 {
+            parts.push(name.to_string());
+            left &= !bit;
+        }
+    }
+    if left != 0 {
+        parts.push(format!("{left:#x}"));
+    }
+    if parts.is_empty() {
+        zero.to_string()
+    } else {
+        parts.join("|")
+    }
+}
+
+fn open_flags(value: u64) -> String {
+    let access = match value & 3 {
+        0 => "O_RDONLY",
+        1 => "O_WRONLY",
+        2 => "O_RDWR",
+        _ => "O_ACCMODE",
+    };
+    let rest = bits(
+        value & !3,
+        &[
+            (0o100, "O_CREAT"),
+            (0o200, "O_EXCL"),
+            (0o400, "O_NOCTTY"),
+            (0o1000, "O_TRUNC"),
+            (0o2000, "O_APPEND"),
+            (0o4000, "O_NONBLOCK"),
+            (0o4010000, "O_SYNC"),
+            (0o10000, "O_DSYNC"),
+            (0o20000, "O_ASYNC"),
+            (0o40000, "O_DIRECT"),
+            (0o20200000, "O_TMPFILE"),
+            (0o200000, "O_DIRECTORY"),
+            (0o400000, "O_NOFOLLOW"),
+            (0o1000000, "O_NOATIME"),
+            (0o2000000, "O_CLOEXEC"),
+            (0o10000000, "O_PATH"),
+        ],
+        "",
+    );
+    if rest.is_empty() {
+        access.to_string()
+    } else {
+        format!("{access}|{rest}")
+    }
+}
+
+fn access_mode(value: u64) -> String {
+    bits(value, &[(4, "R_OK"), (2, "W_OK"), (1, "X_OK")], "F_OK")
+}
+
+fn mmap_flags(value: u64) -> String {
+    let kind = match value & 3 {
+        1 => "MAP_SHARED",
+        2 => "MAP_PRIVATE",
+        3 => "MAP_SHARED_VALIDATE",
+        _ => "0",
+    };
+    let rest = bits(
+        value & !3,
+        &[
+            (0x10, "MAP_FIXED"),
+            (0x20, "MAP_ANONYMOUS"),
+            (0x100, "MAP_GROWSDOWN"),
+            (0x800, "MAP_DENYWRITE"),
+            (0x1000, "MAP_EXECUTABLE"),
+            (0x2000, "MAP_LOCKED"),
+            (0x4000, "MAP_NORESERVE"),
+            (0x8000, "MAP_POPULATE"),
+            (0x10000, "MAP_NONBLOCK"),
+            (0x20000, "MAP_STACK"),
+            (0x40000, "MAP_HUGETLB"),
+            (0x100000, "MAP_FIXED_NOREPLACE"),
+        ],
+        "",
+    );
+    if rest.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}|{rest}")
+    }
+}
+
+/// `bytes` as strace quotes them: C escapes, other unprintable bytes in octal (three digits
+/// before a digit), `...` after when the call named more.
+fn quoted(bytes: &[u8], more: bool) -> String {
+    let mut s = String::from("\"");
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'"' => s.push_str("\\\""),
+            b'\\' => s.push_str("\\\\"),
+            b'\n' => s.push_str("\\n"),
+            b'\t' => s.push_str("\\t"),
+            b'\r' => s.push_str("\\r"),
+            0x0b => s.push_str("\\v"),
+            0x0c => s.push_str("\\f"),
+            0x20..=0x7e => s.push(b as char),
+            _ if bytes.get(i + 1).is_some_and(|n| (b'0'..=b'7').contains(n)) => {
+                let _ = write!(s, "\\{b:03o}");
+            }
+            _ => {
+                let _ = write!(s, "\\{b:o}");
+            }
+        }
+    }
+    s.push('"');
+    if more {
+        s.push_str("...");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lopi_rt_abi::syscall_log::SyscallRecord;
+
+    fn call(nr: u32, args: [u64; 6], ret: u64, bytes: [&[u8]; 2]) -> LoggedCall {
+        let record = SyscallRecord { nr, flags: log::RETURNED, ret, args, lens: [bytes[0].len() as u16, bytes[1].len() as u16], ..Default::default() };
+        LoggedCall { tsc: 0, record, bytes: [bytes[0].to_vec(), bytes[1].to_vec()] }
+    }
+
+    fn joined(call: &LoggedCall) -> String {
+        let (text, result) = line(call);
+        format!("{text} = {result}")
+    }
+
+    #[test]
+    fn lines_read_as_strace_writes_them() {
+        let openat = call(257, [-100i64 as u64, 0x7000, 0o2000000, 0, 0, 0], 3, [b"/etc/ld.so.cache", b""]);
+        assert_eq!(joined(&openat), r#"openat(AT_FDCWD, "/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3"#);
+        let missing = call(257, [-100i64 as u64, 0x7000, 0o101, 0o644, 0, 0], -2i64 as u64, [b"out.txt", b""]);
+        assert_eq!(joined(&missing), r#"openat(AT_FDCWD, "out.txt", O_WRONLY|O_CREAT, 0644) = -1 ENOENT (No such file or directory)"#);
+        let read = call(0, [3, 0x7ffd0000, 832, 0, 0, 0], 832, [b"\x7fELF\x02\x01\x01\x03\0\0", b""]);
+        let mut read = read;
+        read.record.cut = [800, 0];
+        assert_eq!(joined(&read), r#"read(3, "\177ELF\2\1\1\3\0\0"..., 832) = 832"#);
+        let mmap = call(9, [0, 8192, 3, 0x22, -1i64 as u64, 0], 0x7f0000001000, [b"", b""]);
+        assert_eq!(joined(&mmap), "mmap(NULL, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0) = 0x7f0000001000");
+        let access = call(21, [0x7000, 4, 0, 0, 0, 0], -2i64 as u64, [b"/etc/ld.so.preload", b""]);
+        assert_eq!(joined(&access), r#"access("/etc/ld.so.preload", R_OK) = -1 ENOENT (No such file or directory)"#);
+        let execve = call(59, [0x7000, 0x7100, 0x7200, 0, 0, 0], 0, [b"/bin/echo", b"echo\0hi\0"]);
+        assert_eq!(joined(&execve), r#"execve("/bin/echo", ["echo", "hi"], 0x7200) = 0"#);
+        let write = call(1, [1, 0x7000, 3, 0, 0, 0], 3, [b"hi\n", b""]);
+        assert_eq!(joined(&write), r#"write(1, "hi\n", 3) = 3"#);
+    }
+}

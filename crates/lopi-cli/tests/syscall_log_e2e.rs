@@ -1,0 +1,104 @@
+//! `lopi run --probe syscall --log FILE` (issue 30): the strace-like log. Each call the
+//! program makes once its probes are in reads as `strace -f -o` writes it: the same name,
+//! decoded arguments (paths, flags, modes, the first 32 bytes of data) and result (errno
+//! names), in order, for every process of the tree.
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+const PROGRAM: &str = r#"
+#include <fcntl.h>
+#include <unistd.h>
+
+int main(void) {
+    char buf[64];
+    int fd = open("input.txt", O_RDONLY | O_CLOEXEC);
+    ssize_t n = read(fd, buf, 5);
+    close(fd);
+    write(1, buf, n);
+    write(1, "\n\"quoted\"\t\\\n", 12);
+    access("no/such/file", R_OK);
+    int out = open("out.bin", O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    unsigned char bytes[40];
+    for (int i = 0; i < 40; i++)
+        bytes[i] = (unsigned char)(i * 7);
+    write(out, bytes, sizeof bytes);
+    close(out);
+    openat(AT_FDCWD, "no-dir/x", O_RDONLY | O_DIRECTORY);
+    return 3;
+}
+"#;
+
+/// A log line without the padding before ` = ` (it depends on the pid's width).
+fn unpadded(line: &str) -> String {
+    match line.rsplit_once(" = ") {
+        Some((call, result)) => format!("{} = {result}", call.trim_end()),
+        None => line.to_string(),
+    }
+}
+
+/// The log's lines without their pids and padding, from the first that names `from` on.
+fn calls_from(log: &str, from: &str) -> Vec<String> {
+    let lines: Vec<String> = log.lines().filter(|l| !l.contains("+++") && !l.contains("---")).map(|l| unpadded(l.split_once(' ').map_or(l, |(_, rest)| rest).trim_start())).collect();
+    let first = lines.iter().position(|l| l.contains(from)).unwrap_or_else(|| panic!("no call names {from}:\n{log}"));
+    lines[first..].to_vec()
+}
+
+fn lopi_log(dir: &Path, command: &[&str]) -> (String, Output) {
+    let log = dir.join("lopi.log");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall", "--log"]).arg(&log).arg("--").args(command).current_dir(dir).env("LOPI_OUTPUT", dir.join("run.lopi")), default_timeout()).expect("lopi run");
+    (std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("no log at {}: {e}", log.display())), out)
+}
+
+#[test]
+fn each_call_reads_as_strace_writes_it() {
+    let dir = fresh_dir("syscall-log");
+    std::fs::write(dir.join("input.txt"), "hello world").unwrap();
+    let prog = build_c(&dir, "calls", PROGRAM, &["-O2"]);
+    let prog = prog.to_str().unwrap();
+    let strace_log = dir.join("strace.log");
+    let traced = run(Command::new(require("strace", "strace")).args(["-f", "-o"]).arg(&strace_log).arg(prog).current_dir(&dir), default_timeout()).expect("strace");
+    let (log, ran) = lopi_log(&dir, &[prog]);
+    assert_eq!((ran.status.code(), &ran.stdout), (traced.status.code(), &traced.stdout), "lopi run changed the program's output or status");
+    let want = calls_from(&std::fs::read_to_string(&strace_log).unwrap(), "\"input.txt\"");
+    let got = calls_from(&log, "\"input.txt\"");
+    assert_eq!(got, want, "\n{}", diff("strace -f", &want.join("\n"), "lopi --log", &got.join("\n")));
+    // What the lines hold: the data read, binary data cut at 32 bytes, errno names, modes.
+    for expected in [
+        r#"read(3, "hello", 5) = 5"#,
+        r#"access("no/such/file", R_OK) = -1 ENOENT (No such file or directory)"#,
+        r#"openat(AT_FDCWD, "out.bin", O_WRONLY|O_CREAT|O_TRUNC, 0640) = 3"#,
+        r#"write(3, "\0\7\16\25\34#*18?FMT[bipw~\205\214\223\232\241\250\257\266\275\304\313\322\331"..., 40) = 40"#,
+        "exit_group(3) = ?",
+    ] {
+        assert!(got.iter().any(|l| l == expected), "no `{expected}` in:\n{}", got.join("\n"));
+    }
+    cleanup(&dir);
+}
+
+#[test]
+fn the_log_follows_the_process_tree() {
+    let dir = fresh_dir("syscall-log-tree");
+    std::fs::write(dir.join("input.txt"), "one\n").unwrap();
+    let (log, ran) = lopi_log(&dir, &["sh", "-c", "cat input.txt /nonexistent; echo done"]);
+    assert_eq!(ran.stdout, b"one\ndone\n");
+    let log = log.lines().map(unpadded).collect::<Vec<_>>().join("\n");
+    let pid_of = |needle: &str| log.lines().find(|l| l.contains(needle)).and_then(|l| l.split_whitespace().next()).unwrap_or_else(|| panic!("no `{needle}` in:\n{log}")).to_string();
+    let cat = pid_of(r#"openat(AT_FDCWD, "input.txt", O_RDONLY) = 3"#);
+    assert_eq!(pid_of(r#"openat(AT_FDCWD, "/nonexistent", O_RDONLY) = -1 ENOENT (No such file or directory)"#), cat);
+    assert_ne!(pid_of(r#"write(1, "done\n", 5) = 5"#), cat, "sh's write is sh's, not cat's");
+    // Lines are in the order the calls ended: sh reaps cat after cat's last call.
+    let at = |needle: &str| log.lines().position(|l| l.contains(needle)).unwrap();
+    assert!(at("exit_group(1) = ?") < at("wait4("), "{log}");
+    cleanup(&dir);
+}
+
+#[test]
+fn a_log_needs_system_call_probes() {
+    let out = run(Command::new(lopi_bin()).args(["run", "--probe", "entry", "--log", "/tmp/never.log", "--", "true"]), default_timeout()).expect("lopi run");
+    assert!(!out.status.success());
+    assert!(out.stderr_str().contains("--log writes the system calls the probes see: use it with --probe syscall"), "{}", out.stderr_str());
+    assert!(!Path::new("/tmp/never.log").exists());
+}

@@ -1,0 +1,122 @@
+//! `lopi run --log`: the system-call probes write each call into the thread's trace, with its
+//! arguments, result and the bytes it named (`abi::syscall_log`), read with `process_vm_readv`
+//! so that a bad pointer of the program's costs an empty string, not a fault.
+use crate::abi::syscall_log::{self as log, Bytes, SyscallRecord, LEN_RESULT, MAX_SLOTS, SLOT_LEN, SYSCALL_RECORD_LEN};
+use crate::abi::{self, syscall_name, Event, RuntimeVars};
+use crate::base::mem::read_own;
+use crate::timing::thread::chunk::Thread;
+use core::ptr::{read_volatile, write_volatile};
+
+/// Where the system-call stubs saved the six arguments (rdi, rsi, rdx, r10, r8, r9): `u64`
+/// slots above the `rbp` they pass (`probes/syscalls.rs`).
+const ARG_SLOTS: [usize; 6] = [5, 6, 7, 2, 4, 3];
+
+/// The call's argument `i` from the stub's saved registers.
+unsafe fn arg(saved: *const u64, i: usize) -> u64 {
+    // SAFETY: the stub saved each of `ARG_SLOTS`.
+    unsafe { read_volatile(saved.add(ARG_SLOTS[i])) }
+}
+
+/// Logs call `nr` with the arguments in `saved` at `tsc`: `flags` says whether it returned
+/// (`ret`), never returns, or is an `execve` on its way. A full trace drops the call and counts
+/// it. Arguments are read one by one: an array of them would be copied with vector registers,
+/// which the stubs do not save.
+pub(super) unsafe fn record(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64, flags: u32, saved: *const u64, ret: u64) {
+    // SAFETY: the caller holds `busy`; the trace region holds `trace_cap` slots, and a
+    // payload of at most `MAX_SLOTS` is written only where that many are free.
+    unsafe {
+        let h = t.h;
+        if read_volatile(&(*v).syscall_log) == 0 || (*h).trace_cap == 0 {
+            return;
+        }
+        let len = (*h).trace_len;
+        if (*h).trace_cap - len.min((*h).trace_cap) < 1 + MAX_SLOTS as u64 {
+            if (*h).trace_dropped == 0 {
+                (*h).first_drop_tsc = tsc;
+            }
+            (*h).trace_dropped += 1;
+            return;
+        }
+        let event = t.base + (*h).trace_offset as usize + len as usize * abi::EVENT_LEN;
+        let payload = event + abi::EVENT_LEN;
+        let mut at = payload + SYSCALL_RECORD_LEN;
+        let (mut lens, mut cuts) = ([0u16; 2], [0u16; 2]);
+        let returned = flags == log::RETURNED && !syscall_name::is_error(ret);
+        for (i, part) in log::bytes_of(nr).into_iter().enumerate() {
+            let (copied, cut) = copy_bytes(t, part, saved, returned.then_some(ret), at as *mut u8);
+            lens[i] = copied as u16;
+            cuts[i] = cut;
+            at += log::slots_of(copied) * SLOT_LEN;
+        }
+        let r = payload as *mut SyscallRecord;
+        write_volatile(&raw mut (*r).nr, nr as u32);
+        write_volatile(&raw mut (*r).flags, flags);
+        write_volatile(&raw mut (*r).ret, ret);
+        for i in 0..6 {
+            write_volatile(&raw mut (*r).args[i], arg(saved, i));
+        }
+        write_volatile(&raw mut (*r).lens, lens);
+        write_volatile(&raw mut (*r).cut, cuts);
+        write_volatile(&raw mut (*r)._pad, [0; 2]);
+        let slots = (at - payload) / SLOT_LEN;
+        let e = event as *mut Event;
+        write_volatile(&raw mut (*e).tsc, tsc);
+        write_volatile(&raw mut (*e).node, slots as u32);
+        write_volatile(&raw mut (*e).kind, abi::EVENT_SYSCALL);
+        (*h).trace_len = len + 1 + slots as u64;
+    }
+}
+
+/// Copies one part of a call's bytes to `to` (room for `PATH_BYTES` or `ARGV_BYTES`): how many
+/// bytes, and how many it named beyond them (1 for "more" where the length is unknown). Data a
+/// call returned (`read`'s) only when it returned, `result`.
+unsafe fn copy_bytes(t: &Thread, part: Bytes, saved: *const u64, result: Option<u64>, to: *mut u8) -> (usize, u16) {
+    // SAFETY: `to` has room for the largest part; reads go through `read_own`.
+    unsafe {
+        let pid = (*t.h).pid;
+        match part {
+            Bytes::None => (0, 0),
+            Bytes::Path(a) => string(pid, arg(saved, a as usize), to, log::PATH_BYTES),
+            Bytes::Data { buf, len } => {
+                let named = if len == LEN_RESULT { result.unwrap_or(0) } else { arg(saved, len as usize) };
+                let want = named.min(log::DATA_BYTES as u64);
+                let got = read_own(pid, arg(saved, buf as usize), to, want) as usize;
+                (got, (named - got as u64).min(u16::MAX as u64) as u16)
+            }
+            Bytes::Argv(a) => {
+                // Uninitialised: zeroing it would take vector registers, which the stubs do not save.
+                let mut pointers = core::mem::MaybeUninit::<[u64; log::ARGV_STRINGS]>::uninit();
+                let first = pointers.as_mut_ptr() as *mut u64;
+                let words = read_own(pid, arg(saved, a as usize), first as *mut u8, 8 * log::ARGV_STRINGS as u64) as usize / 8;
+                let mut at = 0;
+                for i in 0..words {
+                    let p = read_volatile(first.add(i));
+                    if p == 0 {
+                        return (at, 0);
+                    }
+                    let room = log::ARGV_BYTES - at;
+                    let (len, cut) = string(pid, p, to.add(at), room.saturating_sub(1));
+                    if len + 1 > room || cut != 0 {
+                        return (at, 1);
+                    }
+                    *to.add(at + len) = 0;
+                    at += len + 1;
+                }
+                (at, u16::from(words == log::ARGV_STRINGS))
+            }
+        }
+    }
+}
+
+/// The NUL-terminated string at `src`, at most `max` bytes of it, without its NUL: its length,
+/// and 1 when it went on beyond `max`.
+unsafe fn string(pid: u32, src: u64, to: *mut u8, max: usize) -> (usize, u16) {
+    // SAFETY: `to` has `max` bytes.
+    unsafe {
+        let got = read_own(pid, src, to, max as u64) as usize;
+        match core::slice::from_raw_parts(to, got).iter().position(|&b| b == 0) {
+            Some(len) => (len, 0),
+            None => (got, u16::from(got == max)),
+        }
+    }
+}
