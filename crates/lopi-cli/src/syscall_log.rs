@@ -127,6 +127,7 @@ fn is_pointer(arg: &str) -> bool {
     matches!(arg, "addr" | "brk" | "start" | "envp" | "argv" | "filename" | "pathname" | "oldname" | "newname" | "tp" | "rqtp" | "rmtp" | "uts" | "act" | "oact" | "nset" | "oset" | "set" | "ufds" | "vec" | "uargs" | "tls" | "newsp" | "head" | "dirent" | "usockvec" | "optval" | "uservaddr" | "umyaddr" | "upeer_sockaddr" | "addr_len" | "upeer_addrlen" | "tloc" | "info" | "uinfo" | "usig" | "ru" | "rlim" | "new_rlim" | "old_rlim" | "utimes" | "times")
         || arg.contains("buf")
         || arg.contains("ptr")
+        || arg.ends_with("addr")
 }
 
 /// `value`'s bits by name, `|`-joined, what is left in octal; `zero` for none.
