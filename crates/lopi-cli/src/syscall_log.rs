@@ -29,7 +29,8 @@ pub(crate) fn write(data: &Path, to: &Path) -> Result<Written> {
             // An execve logged as made, then again as it returned: it failed.
             let failed_later = call.record.flags == log::PENDING && logged.get(i + 1).is_some_and(|next| next.record.nr == call.record.nr && next.record.flags == log::RETURNED);
             if !failed_later {
-                calls.push((call.tsc, thread.header.tid, call));
+                let tid = if call.record.tid != 0 { call.record.tid } else { thread.header.tid };
+                calls.push((call.tsc, tid, call));
             }
         }
     }
@@ -65,7 +66,7 @@ pub(crate) fn line(call: &LoggedCall) -> (String, String) {
 fn result(name: &str, call: &LoggedCall) -> String {
     let r = &call.record;
     match r.flags {
-        log::NO_RETURN => return "?".into(),
+        log::NO_RETURN | log::MADE => return "?".into(),
         log::PENDING => return "0".into(),
         _ => {}
     }

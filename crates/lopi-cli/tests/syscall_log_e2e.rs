@@ -89,6 +89,10 @@ fn the_log_follows_the_process_tree() {
     let cat = pid_of(r#"openat(AT_FDCWD, "input.txt", O_RDONLY) = 3"#);
     assert_eq!(pid_of(r#"openat(AT_FDCWD, "/nonexistent", O_RDONLY) = -1 ENOENT (No such file or directory)"#), cat);
     assert_ne!(pid_of(r#"write(1, "done\n", 5) = 5"#), cat, "sh's write is sh's, not cat's");
+    // dash starts cat with vfork: the child's execve, made on its parent's suspended state,
+    // is the child's.
+    let execve = log.lines().find(|l| l.contains(r#"execve("/usr/bin/cat", ["cat", "input.txt", "/nonexistent"], "#)).unwrap_or_else(|| panic!("no execve of cat in:\n{log}"));
+    assert!(execve.starts_with(&format!("{cat} ")) && execve.ends_with(" = 0"), "{execve}");
     // Lines are in the order the calls ended: sh reaps cat after cat's last call.
     let at = |needle: &str| log.lines().position(|l| l.contains(needle)).unwrap();
     assert!(at("exit_group(1) = ?") < at("wait4("), "{log}");

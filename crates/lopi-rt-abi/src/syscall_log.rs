@@ -18,7 +18,10 @@ pub struct SyscallRecord {
     pub lens: [u16; 2],
     /// Bytes the call named beyond those copied (a path or argv cut at its size).
     pub cut: [u16; 2],
-    pub _pad: [u32; 2],
+    /// The caller when it is not the trace's thread (a `vfork` child, which runs on its
+    /// suspended parent's state); 0: the trace's.
+    pub tid: u32,
+    pub _pad: u32,
 }
 
 pub const SYSCALL_RECORD_LEN: usize = 80;
@@ -32,6 +35,8 @@ pub const NO_RETURN: u32 = 2;
 /// An `execve` logged when made: the new program replaces the caller unless a [`RETURNED`]
 /// record of it follows on the same thread (it failed).
 pub const PENDING: u32 = 3;
+/// A `vfork` child's call, logged when made; it becomes [`RETURNED`] when the call returns.
+pub const MADE: u32 = 4;
 
 /// Most bytes of a path (strace prints paths whole; `PATH_MAX` is longer, but rare).
 pub const PATH_BYTES: usize = 256;
@@ -96,6 +101,6 @@ impl SyscallRecord {
         for (i, a) in args.iter_mut().enumerate() {
             *a = f.u64(16 + 8 * i);
         }
-        Some(Self { nr: f.u32(0), flags: f.u32(4), ret: f.u64(8), args, lens: [f.u16(64), f.u16(66)], cut: [f.u16(68), f.u16(70)], _pad: [0; 2] })
+        Some(Self { nr: f.u32(0), flags: f.u32(4), ret: f.u64(8), args, lens: [f.u16(64), f.u16(66)], cut: [f.u16(68), f.u16(70)], tid: f.u32(72), _pad: 0 })
     }
 }

@@ -35,7 +35,9 @@ pub struct ThreadHeader {
     pub probe_pair_ticks: u64,
     /// Most frames the shadow stack may grow to.
     pub stack_limit: u32,
-    pub _pad: u32,
+    /// `--log`: where in the trace (slot + 1) the logged call a `vfork` child is making begins,
+    /// for its result; 0: none.
+    pub vfork_log: u32,
     pub trace_cap: u64,
     /// Offset of the trace from the chunk start (the trace never moves).
     pub trace_offset: u64,
@@ -304,7 +306,7 @@ impl ThreadHeader {
             probe_inner_ticks: f.u64(40),
             probe_pair_ticks: f.u64(48),
             stack_limit: f.u32(56),
-            _pad: 0,
+            vfork_log: f.u32(60),
             trace_cap: f.u64(64),
             trace_offset: f.u64(72),
             start_tsc: f.u64(80),

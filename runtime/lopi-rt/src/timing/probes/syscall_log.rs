@@ -3,7 +3,10 @@
 //! so that a bad pointer of the program's costs an empty string, not a fault.
 use crate::abi::syscall_log::{self as log, Bytes, SyscallRecord, LEN_RESULT, MAX_SLOTS, SLOT_LEN, SYSCALL_RECORD_LEN};
 use crate::abi::{self, syscall_name, Event, RuntimeVars};
+use super::syscalls::VFORKING;
 use crate::base::mem::read_own;
+use crate::base::sys;
+use crate::base::tsc::rdtsc;
 use crate::timing::thread::chunk::Thread;
 use core::ptr::{read_volatile, write_volatile};
 
@@ -17,17 +20,60 @@ unsafe fn arg(saved: *const u64, i: usize) -> u64 {
     unsafe { read_volatile(saved.add(ARG_SLOTS[i])) }
 }
 
-/// Logs call `nr` with the arguments in `saved` at `tsc`: `flags` says whether it returned
-/// (`ret`), never returns, or is an `execve` on its way. A full trace drops the call and counts
-/// it. Arguments are read one by one: an array of them would be copied with vector registers,
-/// which the stubs do not save.
-pub(super) unsafe fn record(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64, flags: u32, saved: *const u64, ret: u64) {
+/// A call `nr` a `vfork` child makes on its suspended parent's state (`busy` is `VFORKING`,
+/// so no probe of it runs): logged as made, with the child's tid, and its result when it
+/// returns ([`vfork_child_returned`]).
+pub(super) unsafe fn vfork_child_made(v: *const RuntimeVars, nr: u64, saved: *const u64) {
+    // SAFETY: the parent is suspended until the child executes a program or exits, so the
+    // child alone writes the trace; its signal handlers' probes find `busy` set and skip.
+    unsafe {
+        let Some(t) = Thread::existing(v) else { return };
+        if read_volatile(&(*t.h).busy) != VFORKING {
+            return;
+        }
+        let flags = match nr {
+            _ if syscall_name::never_returns(nr) => log::NO_RETURN,
+            59 | 322 => log::PENDING,
+            _ => log::MADE,
+        };
+        let tid = sys::call3(sys::GETTID, 0, 0, 0) as u32;
+        if let Some(at) = record(&t, v, rdtsc(), nr, flags, saved, 0, tid) {
+            if flags != log::NO_RETURN {
+                (*t.h).vfork_log = u32::try_from(at + 1).unwrap_or(0);
+            }
+        }
+    }
+}
+
+/// The return, with `result`, of the call a `vfork` child logged last.
+pub(super) unsafe fn vfork_child_returned(t: &Thread, result: u64) {
+    // SAFETY: as in `vfork_child_made`; `vfork_log` names a record this trace holds.
+    unsafe {
+        let h = t.h;
+        let at = (*h).vfork_log;
+        if at == 0 {
+            return;
+        }
+        (*h).vfork_log = 0;
+        let r = (t.base + (*h).trace_offset as usize + at as usize * abi::EVENT_LEN) as *mut SyscallRecord;
+        write_volatile(&raw mut (*r).ret, result);
+        write_volatile(&raw mut (*r).flags, log::RETURNED);
+    }
+}
+
+/// Logs call `nr` with the arguments in `saved` at `tsc`, made by thread `tid` (0: the trace's):
+/// `flags` says whether it returned (`ret`), never returns, or is on its way. A full trace drops
+/// the call and counts it. Returns where the record's event is (its slot in the trace).
+/// Arguments are read one by one: an array of them would be copied with vector registers, which
+/// the stubs do not save.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn record(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64, flags: u32, saved: *const u64, ret: u64, tid: u32) -> Option<u64> {
     // SAFETY: the caller holds `busy`; the trace region holds `trace_cap` slots, and a
     // payload of at most `MAX_SLOTS` is written only where that many are free.
     unsafe {
         let h = t.h;
         if read_volatile(&(*v).syscall_log) == 0 || (*h).trace_cap == 0 {
-            return;
+            return None;
         }
         let len = (*h).trace_len;
         if (*h).trace_cap - len.min((*h).trace_cap) < 1 + MAX_SLOTS as u64 {
@@ -35,7 +81,7 @@ pub(super) unsafe fn record(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64
                 (*h).first_drop_tsc = tsc;
             }
             (*h).trace_dropped += 1;
-            return;
+            return None;
         }
         let event = t.base + (*h).trace_offset as usize + len as usize * abi::EVENT_LEN;
         let payload = event + abi::EVENT_LEN;
@@ -57,13 +103,15 @@ pub(super) unsafe fn record(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64
         }
         write_volatile(&raw mut (*r).lens, lens);
         write_volatile(&raw mut (*r).cut, cuts);
-        write_volatile(&raw mut (*r)._pad, [0; 2]);
+        write_volatile(&raw mut (*r).tid, tid);
+        write_volatile(&raw mut (*r)._pad, 0);
         let slots = (at - payload) / SLOT_LEN;
         let e = event as *mut Event;
         write_volatile(&raw mut (*e).tsc, tsc);
         write_volatile(&raw mut (*e).node, slots as u32);
         write_volatile(&raw mut (*e).kind, abi::EVENT_SYSCALL);
         (*h).trace_len = len + 1 + slots as u64;
+        Some(len)
     }
 }
 

@@ -25,7 +25,7 @@ use core::mem::offset_of;
 use core::ptr::{read_volatile, write_volatile};
 
 /// `busy` while the thread waits for a vfork child.
-const VFORKING: u32 = 2;
+pub(super) const VFORKING: u32 = 2;
 const CLONE_VFORK: u64 = 0x4000;
 const PRCTL: u64 = 157;
 const EXIT: u64 = 60;
@@ -272,7 +272,10 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
     // SAFETY: as in `probe_enter`; `busy` keeps a signal handler's (or a vfork child's) probes
     // off the state this probe changes.
     unsafe {
-        let Some((t, mut began)) = begin_entry(v, slot, key) else { return 1 };
+        let Some((t, mut began)) = begin_entry(v, slot, key) else {
+            syscall_log::vfork_child_made(v, nr, saved as *const u64);
+            return 1;
+        };
         let h = t.h;
         let kernel = read_volatile(&(*v).whatif);
         if kernel != 0 && kernel < abi::whatif::APP_KERNEL {
@@ -297,11 +300,11 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
                 ended(&t, v, began, nr);
             }
             count_now(&t, v, name, slot);
-            syscall_log::record(&t, v, began, nr, log::NO_RETURN, saved as *const u64, 0);
+            syscall_log::record(&t, v, began, nr, log::NO_RETURN, saved as *const u64, 0, 0);
             pause_excess(&t, began, false);
         } else {
             if nr == EXECVE || nr == EXECVEAT {
-                syscall_log::record(&t, v, began, nr, log::PENDING, saved as *const u64, 0);
+                syscall_log::record(&t, v, began, nr, log::PENDING, saved as *const u64, 0, 0);
             }
             enter(&t, v, name, slot, key, began);
         }
@@ -404,10 +407,17 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
         if leave {
             // A nested probe's; or a new child's (of clone, fork), which leaves the call to
             // its parent; or a call whose entry was counted untimed.
+            if busy == VFORKING {
+                syscall_log::vfork_child_returned(&t, result);
+            }
             if emulated {
                 kernel_locks::exit(&t, v, key);
             }
             return;
+        }
+        if busy == VFORKING {
+            // The parent's own return: its child executed a program or ended.
+            (*h).vfork_log = 0;
         }
         write_volatile(&mut (*h).busy, 1);
         let now = tsc.wrapping_sub((*h).paused_ticks);
@@ -421,7 +431,7 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
             t.close_top(now, abi::EVENT_EXIT);
             let nr = name.map_or(u64::MAX, |n| n.nr);
             if name.is_some() {
-                syscall_log::record(&t, v, tsc, nr, log::RETURNED, saved as *const u64, result);
+                syscall_log::record(&t, v, tsc, nr, log::RETURNED, saved as *const u64, result, 0);
             }
             let (_, list) = script::syscall_hooks(v, nr);
             if list != 0 {
