@@ -169,6 +169,12 @@ pub(crate) enum Command {
         /// Detach after this long (10s, 500ms, 2m) [default: on Ctrl-C].
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
+        /// Follow the process's children from now on, as `strace -f -p` does: every program a
+        /// descendant executes gets the same probes, recording into the same data file, and
+        /// `lopi report --processes` shows them. The process stays traced until lopi detaches
+        /// (also when it exits).
+        #[arg(short = 'f', long)]
+        follow: bool,
         #[command(flatten)]
         push: PushArgs,
     },

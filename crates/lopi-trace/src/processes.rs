@@ -50,9 +50,11 @@ pub(crate) fn process_run(record: &[u8]) -> Option<ProcessRun> {
 }
 
 impl ProcessRun {
-    /// `exit 0`, `killed by signal 9`, as a shell would say.
+    /// `exit 0`, `killed by signal 9`, as a shell would say; `detached` for a process `lopi
+    /// attach -f` let go running (recorded with a stop's wait status, which no end has).
     pub fn ended(&self) -> String {
         match (self.status & 0x7f, (self.status >> 8) & 0xff) {
+            (0x7f, _) => "detached".to_string(),
             (0, code) => format!("exit {code}"),
             (signal, _) => format!("killed by {}", signal_name(signal)),
         }
