@@ -388,7 +388,7 @@ pub(crate) struct ReportViews {
     /// timing cost it, then every function switched to counting, when and at what call rate.
     #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script"])]
     budget: bool,
-    /// Show the processes `lopi run` followed: each one's parent, wall time, how it ended,
+    /// Show the processes `lopi run` or `lopi attach -f` followed: each one's parent, wall time, how it ended,
     /// its command line, and the system calls made before its probes went live.
     #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script", "budget"])]
     processes: bool,

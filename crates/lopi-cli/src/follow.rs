@@ -179,9 +179,12 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
 pub(crate) fn attached(tree: &mut Tree, probes: &Probes, output: &str, duration: Option<std::time::Duration>) -> Result<()> {
     let deadline = duration.map(|d| std::time::Instant::now() + d);
     let detaching = std::time::Instant::now();
-    if let Stopped::Done(_) = follow(tree, probes, output, false, Until::Detach(deadline))? {
+    let followed = follow(tree, probes, output, false, Until::Detach(deadline));
+    if let Ok(Stopped::Done(_)) = followed {
         return Ok(());
     }
+    // Also after an error: a probe or trap left in a process lopi no longer traces would cost
+    // it its life at its next dlopen.
     let (ended, detached) = tree.detach();
     for ended in &ended {
         if let Err(e) = record(output, ended) {
@@ -218,7 +221,7 @@ pub(crate) fn attached(tree: &mut Tree, probes: &Probes, output: &str, duration:
         detached.len(),
         if changed > 0 { format!(" ({changed} changed by someone else meanwhile, left as they are)") } else { String::new() }
     );
-    Ok(())
+    followed.map(|_| ())
 }
 
 /// The status of a process record of a process lopi let go running: a stop's wait status
