@@ -236,7 +236,9 @@ impl Tree {
             }
             let installed = self.installed.remove(&pid).unwrap_or_default();
             let mut removals = Vec::new();
-            if !installed.is_empty() && !tids.is_empty() {
+            if !installed.is_empty() && tids.is_empty() {
+                removals.push(Err(LiveError::Module("none of its threads stopped for lopi".into())));
+            } else if !installed.is_empty() {
                 match Target::held(crate::tracee::Threads::stopped(pid, tids)) {
                     Ok(mut target) => {
                         // The last in first out: a later library's probes may sit in an earlier image's reach.

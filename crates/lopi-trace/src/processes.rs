@@ -187,6 +187,8 @@ mod tests {
         let run = process_run(&record).expect("a whole record");
         assert_eq!((run.pid, run.parent, run.startup.clone(), run.command.clone()), (7, 3, vec![(12, 5)], vec!["gzip".into(), "-c".into(), "x".into()]));
         assert_eq!(run.ended(), "killed by SIGKILL");
+        assert_eq!(ProcessRun { status: 3 << 8, ..run.clone() }.ended(), "exit 3");
+        assert_eq!(ProcessRun { status: 0x7f, ..run.clone() }.ended(), "detached");
         record[48..52].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(process_run(&record), None);
     }
