@@ -120,7 +120,7 @@ pub(crate) fn run(mut probes: Probes, push: &PushArgs, request: Request) -> Resu
 }
 
 fn attach(probes: &Probes, pid: i32, push: &PushArgs, data: &Path) -> Result<(Attached, Option<Continuous>)> {
-    let attached = live::attach_start(probes, pid, true, &|_, _| Ok(()))?;
+    let attached = live::attach_start(probes, pid, true, &|_, _| Ok(()), false)?;
     match Continuous::start(&push.for_process(data), &attached.output, true) {
         Ok(pushing) => Ok((attached, pushing)),
         Err(e) => {

@@ -174,6 +174,12 @@ pub(crate) enum Command {
         /// Detach after this long (10s, 500ms, 2m) [default: on Ctrl-C].
         #[arg(long, value_parser = live::parse_duration)]
         duration: Option<std::time::Duration>,
+        /// Follow the process's children from now on, as `strace -f -p` does: every program a
+        /// descendant executes gets the same probes, recording into the same data file, and
+        /// `lopi report --processes` shows them. The process stays traced until lopi detaches
+        /// (also when it exits).
+        #[arg(short = 'f', long)]
+        follow: bool,
         #[command(flatten)]
         push: PushArgs,
     },
@@ -387,7 +393,7 @@ pub(crate) struct ReportViews {
     /// timing cost it, then every function switched to counting, when and at what call rate.
     #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script"])]
     budget: bool,
-    /// Show the processes `lopi run` followed: each one's parent, wall time, how it ended,
+    /// Show the processes `lopi run` or `lopi attach -f` followed: each one's parent, wall time, how it ended,
     /// its command line, and the system calls made before its probes went live.
     #[arg(long, conflicts_with_all = ["callers", "callees", "syscalls", "locks", "threads", "breakdown", "blocks", "script", "budget"])]
     processes: bool,

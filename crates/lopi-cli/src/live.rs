@@ -242,7 +242,10 @@ impl Launched {
     /// Waits until the program (followed: every process of its tree) has ended.
     pub fn wait(&mut self, probes: &Probes, quiet: bool) -> Result<std::process::ExitStatus> {
         match &mut self.tree {
-            Some(tree) => crate::follow::follow(tree, probes, &self.output, quiet),
+            Some(tree) => match crate::follow::follow(tree, probes, &self.output, quiet, crate::follow::Until::AllEnded)? {
+                crate::follow::Stopped::Done(status) => Ok(status),
+                crate::follow::Stopped::Detach => bail!("lopi run stopped following its program"),
+            },
             None => self.child.wait().context("waiting for the program"),
         }
     }
@@ -314,7 +317,9 @@ pub struct Attached {
     pub pid: i32,
     /// The data file.
     pub output: String,
-    pub installation: Installation,
+    pub installation: std::sync::Arc<Installation>,
+    /// `lopi attach -f`: the process's tree, followed from now on.
+    tree: Option<lopi_live::Tree>,
     /// Ctrl-C, SIGTERM and SIGHUP, blocked and read here: they mean "detach".
     signals: SignalFd,
     /// When the probes went live.
@@ -330,8 +335,9 @@ pub enum Ended {
 }
 
 /// Installs the probes in process `pid` and lets it run on, once `check` accepts them (else
-/// they are taken out again before it does).
-pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) -> Result<Attached> {
+/// they are taken out again before it does); `followed`: still traced, its tree followed (see
+/// [`lopi_live::Tree::attached`]).
+pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>, followed: bool) -> Result<Attached> {
     // Ctrl-C, SIGTERM and SIGHUP mean "detach", read from a signalfd; blocked first, so
     // that one arriving mid-install waits until the probes are in.
     let mut mask = SigSet::empty();
@@ -353,7 +359,7 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) ->
         bail!("process {pid} handles SIGURG, the signal of sampled time's timers: attach with --time exact");
     }
     let started = Instant::now();
-    let mut target = Target::attach(pid)?;
+    let mut target = if followed { Target::attach_followed(pid)? } else { Target::attach(pid)? };
     let stopped_ms = lopi_live::millis(started);
     let threads = target.thread_count();
     let installation = target.install(&mut plan).with_context(|| format!("installing probes in process {pid}"))?;
@@ -363,7 +369,13 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) ->
         removed.context("taking the probes out again")?;
         return Err(e);
     }
-    target.release();
+    let installation = std::sync::Arc::new(installation);
+    let tree = if followed {
+        Some(lopi_live::Tree::attached(target, installation.clone()))
+    } else {
+        target.release();
+        None
+    };
     let pause_ms = lopi_live::millis(started);
     if !quiet {
         eprintln!("lopi: recording to {output}");
@@ -374,7 +386,7 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>) ->
             plan.took.as_secs_f64() * 1e3
         );
     }
-    Ok(Attached { pid, output, installation, signals, since: Instant::now() })
+    Ok(Attached { pid, output, installation, tree, signals, since: Instant::now() })
 }
 
 impl Attached {
@@ -462,9 +474,10 @@ impl Attached {
 
 /// `lopi attach PID`: installs the probes, lets the process run until Ctrl-C, `--duration`
 /// or its exit (its profile pushed meanwhile, with `--push`), then takes every probe out
-/// again.
+/// again. `probes.follow` (`-f`): its process tree is followed meanwhile (see
+/// [`crate::follow::attached`]).
 pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push: &PushArgs) -> Result<()> {
-    let attached = attach_start(probes, pid, false, &|_, _| Ok(()))?;
+    let mut attached = attach_start(probes, pid, false, &|_, _| Ok(()), probes.follow)?;
     let pushing = match Continuous::start(push, &attached.output, false) {
         Ok(p) => p,
         Err(e) => {
@@ -475,6 +488,14 @@ pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push
     match duration {
         Some(d) => eprintln!("lopi: detaching in {:.1} s, or on Ctrl-C", d.as_secs_f64()),
         None => eprintln!("lopi: detaching on Ctrl-C"),
+    }
+    if let Some(mut tree) = attached.tree.take() {
+        crate::follow::attached(&mut tree, probes, &attached.output, duration)?;
+        if let Some(p) = pushing {
+            p.finish();
+        }
+        eprintln!("lopi: see `lopi report {}`", attached.output);
+        return Ok(());
     }
     // Forks it makes meanwhile (a server's workers) carry its probes: they come out of them
     // too when lopi lets go, or when the process exits.

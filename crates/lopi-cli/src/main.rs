@@ -86,9 +86,10 @@ fn run(cli: Cli) -> Result<()> {
             }
             live::run(&probes, &command, arg0, quiet, &push, log.as_deref())
         }
-        Command::Attach { pid, select, trace, timing, duration, push } => {
+        Command::Attach { pid, select, trace, timing, duration, follow, push } => {
             let timing = timing.pushing(push.push.is_some());
-            live::attach(&select.probes(trace, timing, cache)?, pid, duration, &push)
+            let probes = live::Probes { follow, ..select.probes(trace, timing, cache)? };
+            live::attach(&probes, pid, duration, &push)
         }
         Command::Agent { matches, poll, dir, keep, select, timing, push } => {
             let timing = timing.pushing(push.push.is_some());

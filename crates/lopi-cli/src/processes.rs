@@ -1,4 +1,4 @@
-//! `lopi report --processes`: the tree of processes a followed `lopi run` saw, and the
+//! `lopi report --processes`: the tree of processes a followed `lopi run` or `lopi attach -f` saw, and the
 //! `--pid`/`--comm` selection every view of such a record can be narrowed to.
 use crate::output::print_json;
 use crate::report::{Shown, Source};

@@ -35,4 +35,4 @@ pub use install::{InstalledModule, Installation, Removal};
 pub use plan::{plan, ModulePlan, Plan};
 pub use spec::{library_named, ModuleRequest, Spec};
 pub use target::{launch, preflight, Target};
-pub use tree::{Ended, Process, Tree, TreeEvent};
+pub use tree::{Detached, Ended, Process, Tree, TreeEvent};

@@ -84,8 +84,19 @@ pub fn launch(mut command: std::process::Command, followed: bool) -> Result<(Tar
 impl Target {
     /// Seizes every thread of `pid`. Checks first what a user can fix ([`preflight`]).
     pub fn attach(pid: i32) -> Result<Self, LiveError> {
+        Self::seize(pid, false)
+    }
+
+    /// Seizes every thread of `pid` to follow its process tree (`lopi attach -f`, see
+    /// [`crate::Tree::attached`]): its forks, clones and execs stop for lopi, and its threads
+    /// stay traced when released.
+    pub fn attach_followed(pid: i32) -> Result<Self, LiveError> {
+        Self::seize(pid, true)
+    }
+
+    fn seize(pid: i32, followed: bool) -> Result<Self, LiveError> {
         preflight(pid)?;
-        let threads = Threads::stop_all(pid).map_err(|e| match e {
+        let threads = Threads::stop_all(pid, followed).map_err(|e| match e {
             LiveError::Ptrace { errno: Errno::EPERM, .. } => match procfs::tracer(pid) {
                 Some(tracer) => already_traced(pid, tracer),
                 None => LiveError::PermissionDenied { pid, hint: permission_hint() },
@@ -165,6 +176,11 @@ impl Target {
 
     pub fn thread_count(&self) -> usize {
         self.threads.tids().len()
+    }
+
+    /// The threads, held still (see [`crate::Tree::detach`]).
+    pub(crate) fn into_threads(self) -> Threads {
+        self.threads
     }
 
     /// Lets every thread go (still traced when the process is followed).

@@ -41,12 +41,16 @@ pub struct Threads {
     /// While set, code run to a trap stops at each system call, counted here by number: what
     /// a followed program does between its `exec` and its entry point, before any probe.
     pub counted_calls: Option<BTreeMap<u64, u64>>,
+    /// Fork and vfork events a followed process's threads reported while being stopped
+    /// (thread, new process): the tree must know those children, traced from birth.
+    pub(crate) forks: Vec<(i32, i32)>,
 }
 
 impl Threads {
-    /// Seizes and stops every thread of `pid`, including threads created meanwhile.
-    pub fn stop_all(pid: i32) -> Result<Self, LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed: false, counted_calls: None };
+    /// Seizes and stops every thread of `pid`, including threads created meanwhile; `followed`
+    /// (`lopi attach -f`): with the options of a followed tree, to stay traced when let go.
+    pub fn stop_all(pid: i32, followed: bool) -> Result<Self, LiveError> {
+        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed, counted_calls: None, forks: Vec::new() };
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -58,7 +62,7 @@ impl Threads {
     pub fn adopt(pid: i32, followed: bool) -> Result<Self, LiveError> {
         let options = if followed { FOLLOWED } else { Options::PTRACE_O_TRACECLONE };
         ptrace::setoptions(Pid::from_raw(pid), options).map_err(|e| LiveError::ptrace("setting options on", pid, e))?;
-        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed, counted_calls: None };
+        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed, counted_calls: None, forks: Vec::new() };
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -68,7 +72,7 @@ impl Threads {
     /// them) are sent a `SIGSTOP` each, which lopi takes instead of delivering. Returns the
     /// fork and clone events they reported on the way (thread, new task), for the tree.
     pub fn hold_followed(pid: i32, stopped: i32, others: &[i32]) -> Result<(Self, Vec<(i32, i32)>), LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::from([(stopped, Vec::new())]), arriving: Vec::new(), followed: true, counted_calls: None };
+        let mut threads = Threads { pid, held: BTreeMap::from([(stopped, Vec::new())]), arriving: Vec::new(), followed: true, counted_calls: None, forks: Vec::new() };
         let mut born = Vec::new();
         for &tid in others {
             // SAFETY: tgkill takes integers only; a thread gone meanwhile makes it fail (ESRCH).
@@ -118,7 +122,8 @@ impl Threads {
                 if self.arriving.contains(&tid) {
                     continue;
                 }
-                match ptrace::seize(Pid::from_raw(tid), Options::PTRACE_O_TRACECLONE) {
+                let options = if self.followed { FOLLOWED } else { Options::PTRACE_O_TRACECLONE };
+                match ptrace::seize(Pid::from_raw(tid), options) {
                     Ok(()) => seized.push(tid),
                     // Exited meanwhile (a thread that has exited but is not reaped yet is
                     // refused with EPERM).
@@ -149,6 +154,10 @@ impl Threads {
                 Ok(WaitStatus::PtraceEvent(_, _, event)) => {
                     if event == Event::PTRACE_EVENT_CLONE as i32 {
                         self.note_clone(tid);
+                    } else if [Event::PTRACE_EVENT_FORK, Event::PTRACE_EVENT_VFORK].map(|e| e as i32).contains(&event) {
+                        if let Ok(child) = ptrace::getevent(Pid::from_raw(tid)) {
+                            self.forks.push((tid, child as i32));
+                        }
                     }
                     break;
                 }
@@ -380,7 +389,7 @@ impl Threads {
     /// to leave lopi's code) is stopped first: a thread not detached stays traced by lopi until
     /// lopi exits, and the next attach finds it taken. Returns a signal it stopped to receive
     /// meanwhile.
-    fn let_go(thread: Pid, signal: Option<Signal>) -> Option<Signal> {
+    pub(crate) fn let_go(thread: Pid, signal: Option<Signal>) -> Option<Signal> {
         if ptrace::detach(thread, signal) != Err(Errno::ESRCH) || ptrace::interrupt(thread).is_err() {
             return None;
         }
@@ -393,6 +402,19 @@ impl Threads {
         };
         let _ = ptrace::detach(thread, signal);
         received
+    }
+}
+
+impl Threads {
+    /// Threads of followed process `pid` that lopi has stopped itself, each with the signals
+    /// it received meanwhile (see [`crate::Tree::detach`]).
+    pub(crate) fn stopped(pid: i32, held: BTreeMap<i32, Vec<Signal>>) -> Threads {
+        Threads { pid, held, arriving: Vec::new(), followed: true, counted_calls: None, forks: Vec::new() }
+    }
+
+    /// The threads still held and their signals, which the caller now lets go.
+    pub(crate) fn into_held(mut self) -> BTreeMap<i32, Vec<Signal>> {
+        std::mem::take(&mut self.held)
     }
 }
 

@@ -4,19 +4,29 @@
 //! [`Target::at_exec`]). Between those events the tree runs free; ptrace costs only a stop per
 //! event and per signal delivered.
 //!
-//! Tracees are attached by the kernel (`PTRACE_O_TRACEFORK` and friends) from a root started
-//! with `PTRACE_TRACEME`, so they are not seized: a new one's first stop is a `SIGSTOP`, and a
-//! group stop (`SIGTSTP` from a terminal) cannot be kept (`PTRACE_LISTEN` needs a seized
-//! tracee): the tracee is let run on, as strace does without `--seize`.
+//! `lopi attach -f` follows the tree of a running process the same way, from the time it
+//! attached ([`Tree::attached`]), and lets the whole tree go at the end, probes taken out
+//! ([`Tree::detach`]).
+//!
+//! Tracees are attached by the kernel (`PTRACE_O_TRACEFORK` and friends). Under `lopi run` the
+//! root started with `PTRACE_TRACEME`, so they are not seized: a new one's first stop is a
+//! `SIGSTOP`. Under `lopi attach -f` the root's threads were seized (`PTRACE_SEIZE`, as every
+//! attach is: no `SIGSTOP` is sent that the process could see, and if lopi dies the kernel
+//! detaches it), so its descendants are seized too: a new one's first stop is a
+//! `PTRACE_EVENT_STOP`, and `PTRACE_INTERRUPT` stops any of them at detach. Either way a group
+//! stop (`SIGTSTP` from a terminal) is not kept: the tracee is let run on, as strace does
+//! without `--seize`.
 use crate::error::LiveError;
 use crate::loads::LoadWatch;
-use crate::Target;
+use crate::{Installation, Removal, Target};
 use nix::errno::Errno;
 use nix::sys::ptrace::{self, Event};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const EXECVE: u64 = 59;
 
@@ -87,7 +97,16 @@ pub struct Tree {
     /// Threads whose first stop came before the event that made them: held until it comes.
     early: HashSet<i32>,
     processes: BTreeMap<i32, Process>,
+    /// The probes in each process (a fork's are its parent's), for [`Tree::detach`].
+    installed: HashMap<i32, Vec<Arc<Installation>>>,
     root_status: i32,
+}
+
+/// A process [`Tree::detach`] let go while it ran.
+pub struct Detached {
+    pub process: Process,
+    /// The removal of each of its installations, or why it failed (those probes stay in).
+    pub removals: Vec<Result<Removal, LiveError>>,
 }
 
 impl Tree {
@@ -99,10 +118,33 @@ impl Tree {
         let mut process = Process { execs: 1, startup: target.take_startup_calls(), ..Process::new(root, 0, command) };
         // The root's execve, made by lopi's child before the program existed: strace counts it.
         *process.startup.entry(EXECVE).or_default() += 1;
-        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), root_status: 0 };
-        tree.probed(&target);
+        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), installed: HashMap::new(), root_status: 0 };
+        tree.probed(&target, None);
         target.release();
         tree
+    }
+
+    /// The tree of `target`, a running process lopi seized to follow it (see
+    /// [`Target::attach_followed`]) and put `installation` into: its threads are let go, still
+    /// traced, and its children from now on are followed.
+    pub fn attached(mut target: Target, installation: Arc<Installation>) -> Tree {
+        let root = target.pid();
+        let threads = target.threads.tids().into_iter().map(|t| (t, root)).collect();
+        let command = crate::procfs::command_line(root).unwrap_or_default();
+        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, Process::new(root, 0, command))]), installed: HashMap::new(), root_status: 0 };
+        tree.installed.insert(root, vec![installation]);
+        tree.probed(&target, None);
+        // Forks its threads made as they were stopped: traced from birth, their first stop to come.
+        for (by, child) in std::mem::take(&mut target.threads.forks) {
+            tree.born(child, by);
+        }
+        target.release();
+        tree
+    }
+
+    /// The process the tree started from.
+    pub fn root(&self) -> i32 {
+        self.root
     }
 
     /// Runs the tree until something happens that lopi must act on.
@@ -161,15 +203,131 @@ impl Tree {
     }
 
     /// The process `target` holds got its probes (after an [`TreeEvent::Exec`] or a
-    /// [`TreeEvent::Loaded`]): they count the system calls it makes, its next `execve`
-    /// included, and the libraries it loads later are watched for.
-    pub fn probed(&mut self, target: &Target) {
+    /// [`TreeEvent::Loaded`]), `installation` if they went in: they count the system calls it
+    /// makes, its next `execve` included, and the libraries it loads later are watched for.
+    pub fn probed(&mut self, target: &Target, installation: Option<Installation>) {
         let Some(p) = self.processes.get_mut(&target.pid()) else { return };
+        if let Some(installation) = installation {
+            self.installed.entry(p.pid).or_default().push(Arc::new(installation));
+        }
         p.probed = true;
         p.modules = crate::procfs::code_files(p.pid);
         if p.watch.is_none() {
             p.watch = target.watch_loads().ok();
         }
+    }
+
+    /// Lets the tree go (`lopi attach -f` detaching): every thread is stopped
+    /// (`PTRACE_INTERRUPT`: the tree is seized), each process's probes and load trap are taken
+    /// out, and every thread is detached with the signal it was stopped for, to run on as if
+    /// lopi had never been there. Returns the processes that ended meanwhile, then those let go.
+    pub fn detach(&mut self) -> (Vec<Ended>, Vec<Detached>) {
+        let (ended, mut stopped) = self.stop_everything();
+        let mut detached = Vec::new();
+        for (pid, mut process) in std::mem::take(&mut self.processes) {
+            let mut tids: BTreeMap<i32, Vec<Signal>> = BTreeMap::new();
+            for (&tid, _) in self.threads.iter().filter(|&(_, &group)| group == pid) {
+                if let Some(signals) = stopped.remove(&tid) {
+                    tids.insert(tid, signals);
+                }
+            }
+            if let (Some(watch), Ok(mem)) = (process.watch.take(), crate::procfs::Memory::open(pid)) {
+                let _ = watch.remove(&mem);
+            }
+            let installed = self.installed.remove(&pid).unwrap_or_default();
+            let mut removals = Vec::new();
+            if !installed.is_empty() && tids.is_empty() {
+                removals.push(Err(LiveError::Module("none of its threads stopped for lopi".into())));
+            } else if !installed.is_empty() {
+                match Target::held(crate::tracee::Threads::stopped(pid, tids)) {
+                    Ok(mut target) => {
+                        // The last in first out: a later library's probes may sit in an earlier image's reach.
+                        removals = installed.iter().rev().map(|i| target.remove(i)).collect();
+                        tids = target.into_threads().into_held();
+                    }
+                    Err(e) => {
+                        removals.push(Err(e));
+                        tids = BTreeMap::new();
+                    }
+                }
+            }
+            stopped.extend(tids);
+            detached.push(Detached { process, removals });
+        }
+        for (tid, signals) in stopped {
+            let mut signals = signals.into_iter();
+            let received = crate::tracee::Threads::let_go(Pid::from_raw(tid), signals.next());
+            for signal in signals.chain(received) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(self.threads.get(&tid).copied().unwrap_or(tid)), signal);
+            }
+        }
+        self.threads.clear();
+        self.newborn.clear();
+        (ended, detached)
+    }
+
+    /// Stops every thread of the (seized) tree and waits until each has, taking in the events
+    /// on the way: forks are known (their first stop holds them), a program executed now gets
+    /// no probes, an end is an end. Returns the ends, and each stopped thread with the signals
+    /// to deliver to it.
+    fn stop_everything(&mut self) -> (Vec<Ended>, HashMap<i32, Vec<Signal>>) {
+        let mut ended = Vec::new();
+        // Threads waiting for their parent's event are in a stop already.
+        let mut stopped: HashMap<i32, Vec<Signal>> = self.early.drain().map(|t| (t, Vec::new())).collect();
+        for &tid in self.threads.keys() {
+            let _ = ptrace::interrupt(Pid::from_raw(tid));
+        }
+        // A thread that never reports (gone without a trace) must not keep the others stopped.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.threads.keys().any(|t| !stopped.contains_key(t)) && Instant::now() < deadline {
+            let status = match waitpid(None::<Pid>, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {
+                    std::thread::sleep(Duration::from_micros(100));
+                    continue;
+                }
+                Ok(status) => status,
+                Err(_) => break,
+            };
+            match status {
+                WaitStatus::Exited(tid, code) => {
+                    stopped.remove(&tid.as_raw());
+                    ended.extend(self.died(tid.as_raw(), (code & 0xff) << 8));
+                }
+                WaitStatus::Signaled(tid, signal, core) => {
+                    stopped.remove(&tid.as_raw());
+                    ended.extend(self.died(tid.as_raw(), signal as i32 | if core { 0x80 } else { 0 }));
+                }
+                WaitStatus::PtraceEvent(tid, _, event) => {
+                    let tid = tid.as_raw();
+                    if [Event::PTRACE_EVENT_FORK, Event::PTRACE_EVENT_VFORK, Event::PTRACE_EVENT_CLONE].map(|e| e as i32).contains(&event) {
+                        if let Ok(child) = ptrace::getevent(Pid::from_raw(tid)) {
+                            self.register(child as i32, tid);
+                        }
+                    } else if event == Event::PTRACE_EVENT_EXEC as i32 {
+                        self.new_program(tid);
+                    }
+                    stopped.entry(tid).or_default();
+                }
+                WaitStatus::Stopped(tid, signal) => {
+                    let tid = tid.as_raw();
+                    // At the load trap: returned from for the thread, which gets no SIGTRAP.
+                    let trapped = signal == Signal::SIGTRAP && self.returned_from_watch(tid);
+                    stopped.entry(tid).or_default().extend((!trapped).then_some(signal));
+                }
+                WaitStatus::PtraceSyscall(tid) => {
+                    stopped.entry(tid.as_raw()).or_default();
+                }
+                _ => {}
+            }
+        }
+        (ended, stopped)
+    }
+
+    /// Whether `tid` (stopped by a `SIGTRAP`) was at its process's load trap, now returned from.
+    fn returned_from_watch(&self, tid: i32) -> bool {
+        let Some(&pid) = self.threads.get(&tid) else { return false };
+        let Some(watch) = self.processes.get(&pid).and_then(|p| p.watch) else { return false };
+        ptrace::getregs(Pid::from_raw(tid)).is_ok_and(|regs| matches!(watch.returned(pid, tid, regs), Ok(Some(_))))
     }
 
     /// A thread died: the end of its process when it was the process's leader.
@@ -178,6 +336,7 @@ impl Tree {
         self.newborn.remove(&tid);
         self.early.remove(&tid);
         let process = self.processes.remove(&tid)?;
+        self.installed.remove(&tid);
         self.threads.retain(|_, pid| *pid != tid);
         if tid == self.root {
             self.root_status = status;
@@ -193,6 +352,14 @@ impl Tree {
             }
         } else if event == Event::PTRACE_EVENT_EXEC as i32 {
             return Some(self.executed(tid));
+        } else if event == Event::PTRACE_EVENT_STOP as i32 {
+            // A seized tracee's first stop (its parent's event may be still to come), or a
+            // stop lopi's PTRACE_INTERRUPT left pending, or a group stop.
+            self.newborn.remove(&tid);
+            if !self.threads.contains_key(&tid) {
+                self.early.insert(tid);
+                return None;
+            }
         }
         resume(tid, None);
         None
@@ -200,6 +367,16 @@ impl Tree {
 
     /// `child` was made by thread `by`: a thread of its process, or a new process.
     fn born(&mut self, child: i32, by: i32) {
+        self.register(child, by);
+        if self.early.remove(&child) {
+            resume(child, None);
+        } else {
+            self.newborn.insert(child);
+        }
+    }
+
+    /// Knows `child`, made by thread `by`, as a thread of its process or a new process.
+    fn register(&mut self, child: i32, by: i32) {
         let parent = self.threads.get(&by).copied().unwrap_or(by);
         let group = crate::procfs::thread_group(child).unwrap_or(child);
         self.threads.insert(child, group);
@@ -210,31 +387,16 @@ impl Tree {
                 None => Process::new(child, parent, Vec::new()),
             };
             self.processes.insert(child, process);
-        }
-        if self.early.remove(&child) {
-            resume(child, None);
-        } else {
-            self.newborn.insert(child);
+            if let Some(installed) = self.installed.get(&parent).cloned() {
+                self.installed.insert(child, installed);
+            }
         }
     }
 
     /// Process `pid` executed a program (by any of its threads: the kernel gave that thread
     /// the process's id, and the others are gone).
     fn executed(&mut self, pid: i32) -> TreeEvent {
-        if let Ok(former) = ptrace::getevent(Pid::from_raw(pid)) {
-            self.threads.remove(&(former as i32));
-        }
-        self.threads.retain(|tid, group| *group != pid || *tid == pid);
-        self.threads.insert(pid, pid);
-        let process = self.processes.entry(pid).or_insert_with(|| Process::new(pid, 0, Vec::new()));
-        process.execs += 1;
-        process.modules.clear();
-        process.watch = None;
-        process.command = crate::procfs::command_line(pid).unwrap_or_default();
-        if !std::mem::take(&mut process.probed) {
-            // No probe saw the call that got here.
-            *process.startup.entry(EXECVE).or_default() += 1;
-        }
+        let process = self.new_program(pid);
         match Target::at_exec(pid, true) {
             Ok(mut target) => {
                 for (nr, calls) in target.take_startup_calls() {
@@ -248,6 +410,27 @@ impl Tree {
                 TreeEvent::ExecUnprobed(process.clone(), e)
             }
         }
+    }
+
+    /// Process `pid` is at the exec event of a new program: its other threads are gone, and
+    /// no probe or trap of lopi's is in it.
+    fn new_program(&mut self, pid: i32) -> &mut Process {
+        if let Ok(former) = ptrace::getevent(Pid::from_raw(pid)) {
+            self.threads.remove(&(former as i32));
+        }
+        self.threads.retain(|tid, group| *group != pid || *tid == pid);
+        self.threads.insert(pid, pid);
+        self.installed.remove(&pid);
+        let process = self.processes.entry(pid).or_insert_with(|| Process::new(pid, 0, Vec::new()));
+        process.execs += 1;
+        process.modules.clear();
+        process.watch = None;
+        process.command = crate::procfs::command_line(pid).unwrap_or_default();
+        if !std::mem::take(&mut process.probed) {
+            // No probe saw the call that got here.
+            *process.startup.entry(EXECVE).or_default() += 1;
+        }
+        process
     }
 
     /// A signal stopped `tid`: a new thread's first stop, ld.so's rendezvous, a signal to

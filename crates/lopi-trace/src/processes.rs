@@ -50,9 +50,11 @@ pub(crate) fn process_run(record: &[u8]) -> Option<ProcessRun> {
 }
 
 impl ProcessRun {
-    /// `exit 0`, `killed by signal 9`, as a shell would say.
+    /// `exit 0`, `killed by signal 9`, as a shell would say; `detached` for a process `lopi
+    /// attach -f` let go running (recorded with a stop's wait status, which no end has).
     pub fn ended(&self) -> String {
         match (self.status & 0x7f, (self.status >> 8) & 0xff) {
+            (0x7f, _) => "detached".to_string(),
             (0, code) => format!("exit {code}"),
             (signal, _) => format!("killed by {}", signal_name(signal)),
         }
@@ -185,6 +187,8 @@ mod tests {
         let run = process_run(&record).expect("a whole record");
         assert_eq!((run.pid, run.parent, run.startup.clone(), run.command.clone()), (7, 3, vec![(12, 5)], vec!["gzip".into(), "-c".into(), "x".into()]));
         assert_eq!(run.ended(), "killed by SIGKILL");
+        assert_eq!(ProcessRun { status: 3 << 8, ..run.clone() }.ended(), "exit 3");
+        assert_eq!(ProcessRun { status: 0x7f, ..run.clone() }.ended(), "detached");
         record[48..52].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(process_run(&record), None);
     }

@@ -246,7 +246,7 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
         Ok((symbols, data))
     };
     if let Some(pid) = request.pid {
-        let attached = live::attach_start(&probes, pid, true, &check)?;
+        let attached = live::attach_start(&probes, pid, true, &check, false)?;
         let (symbols, data) = start(&attached.installation, &attached.output, pid)?;
         let mut session = Session::new(&spec, data, true, &symbols, out, request.json);
         session.cpid = pid as u32;
