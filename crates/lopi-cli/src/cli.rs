@@ -151,11 +151,8 @@ pub(crate) enum Command {
         arg0: Option<std::ffi::OsString>,
         #[command(flatten)]
         push: PushArgs,
-        /// Write every system call to FILE as `strace -f -o FILE` does, one line each with its
-        /// arguments (paths, flags, the first 32 bytes of data) and result, from the probes'
-        /// per-thread logs (with --probe syscall; LOPI_TRACE_EVENTS sizes a thread's log).
-        #[arg(long, value_name = "FILE")]
-        log: Option<PathBuf>,
+        #[command(flatten)]
+        log: crate::syscall_log::LogArg,
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, required = true, value_name = "PROG ARGS")]
         command: Vec<std::ffi::OsString>,
@@ -182,6 +179,8 @@ pub(crate) enum Command {
         follow: bool,
         #[command(flatten)]
         push: PushArgs,
+        #[command(flatten)]
+        log: crate::syscall_log::LogArg,
     },
     /// Watch this host: attach to every running and newly started process whose executable's
     /// path matches --match, push each one's profile to an OpenTelemetry Collector as it runs

@@ -1,5 +1,6 @@
 //! `lopi run` and `lopi attach`: probes spliced into a running process (lopi-live).
 use crate::continuous::{Continuous, PushArgs};
+use crate::syscall_log::LogArg;
 use crate::show::Summary;
 use anyhow::{bail, Context, Result};
 use crate::progress::{self, Bar};
@@ -268,7 +269,7 @@ impl Launched {
 
 /// `lopi run -- PROG ARGS`: launches PROG with the probes in (its profile pushed as it runs,
 /// with `--push`) and exits with its status.
-pub(crate) fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, push: &PushArgs, log: Option<&Path>) -> Result<()> {
+pub(crate) fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, push: &PushArgs, log: &LogArg) -> Result<()> {
     let mut launched = launch(probes, command, arg0, quiet, &|_, _| Ok(()))?;
     let pushing = match Continuous::start(push, &launched.output, quiet) {
         Ok(p) => p,
@@ -282,15 +283,7 @@ pub(crate) fn run(probes: &Probes, command: &[OsString], arg0: Option<OsString>,
     if let Some(p) = pushing {
         p.finish();
     }
-    if let Some(log) = log {
-        let written = crate::syscall_log::write(Path::new(&launched.output), log)?;
-        if written.dropped > 0 {
-            eprintln!("lopi: {} system calls are not in {}: a thread's log was full (LOPI_TRACE_EVENTS=N raises its 1M slots)", written.dropped, log.display());
-        }
-        if !quiet {
-            eprintln!("lopi: wrote {} system calls to {}", written.calls, log.display());
-        }
-    }
+    log.write(&launched.output, quiet)?;
     if !quiet {
         eprintln!("lopi: the program {status}; see `lopi report {}`", launched.output);
     }
@@ -476,7 +469,7 @@ impl Attached {
 /// or its exit (its profile pushed meanwhile, with `--push`), then takes every probe out
 /// again. `probes.follow` (`-f`): its process tree is followed meanwhile (see
 /// [`crate::follow::attached`]).
-pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push: &PushArgs) -> Result<()> {
+pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push: &PushArgs, log: &LogArg) -> Result<()> {
     let mut attached = attach_start(probes, pid, false, &|_, _| Ok(()), probes.follow)?;
     let pushing = match Continuous::start(push, &attached.output, false) {
         Ok(p) => p,
@@ -494,6 +487,7 @@ pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push
         if let Some(p) = pushing {
             p.finish();
         }
+        log.write(&attached.output, false)?;
         eprintln!("lopi: see `lopi report {}`", attached.output);
         return Ok(());
     }
@@ -517,6 +511,7 @@ pub(crate) fn attach(probes: &Probes, pid: i32, duration: Option<Duration>, push
     if let Some(p) = pushing {
         p.finish();
     }
+    log.write(&attached.output, false)?;
     match ended {
         Ended::Exited => eprintln!("lopi: process {pid} exited; see `lopi report {}`", attached.output),
         Ended::Detach => eprintln!("lopi: see `lopi report {}`", attached.output),

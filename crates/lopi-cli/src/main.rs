@@ -78,18 +78,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run { select, trace, timing, quiet, no_follow, arg0, push, log, command } => {
             let timing = timing.pushing(push.push.is_some());
             let mut probes = live::Probes { follow: !no_follow, ..select.probes(trace, timing, cache)? };
-            if log.is_some() {
-                if !probes.probes.probes_system_calls() {
-                    bail!("--log writes the system calls the probes see: use it with --probe syscall");
-                }
-                probes.recording.syscall_log = true;
-            }
-            live::run(&probes, &command, arg0, quiet, &push, log.as_deref())
+            log.ask(&mut probes)?;
+            live::run(&probes, &command, arg0, quiet, &push, &log)
         }
-        Command::Attach { pid, select, trace, timing, duration, follow, push } => {
+        Command::Attach { pid, select, trace, timing, duration, follow, push, log } => {
             let timing = timing.pushing(push.push.is_some());
-            let probes = live::Probes { follow, ..select.probes(trace, timing, cache)? };
-            live::attach(&probes, pid, duration, &push)
+            let mut probes = live::Probes { follow, ..select.probes(trace, timing, cache)? };
+            log.ask(&mut probes)?;
+            live::attach(&probes, pid, duration, &push, &log)
         }
         Command::Agent { matches, poll, dir, keep, select, timing, push } => {
             let timing = timing.pushing(push.push.is_some());

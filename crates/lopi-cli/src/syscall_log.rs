@@ -10,6 +10,42 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
 
+/// `--log FILE`, of `lopi run` and `lopi attach`.
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct LogArg {
+    /// Write every system call to FILE as `strace -f -o FILE` does, one line each with its
+    /// arguments (paths, flags, the first 32 bytes of data) and result, from the probes'
+    /// per-thread logs (with --probe syscall; LOPI_TRACE_EVENTS sizes a thread's log).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<std::path::PathBuf>,
+}
+
+impl LogArg {
+    /// Has the system-call probes log each call, when asked.
+    pub(crate) fn ask(&self, probes: &mut crate::live::Probes) -> Result<()> {
+        if self.log.is_some() {
+            if !probes.probes.probes_system_calls() {
+                anyhow::bail!("--log writes the system calls the probes see: use it with --probe syscall");
+            }
+            probes.recording.syscall_log = true;
+        }
+        Ok(())
+    }
+
+    /// Writes the log of the record `data`, when asked, and says what it holds.
+    pub(crate) fn write(&self, data: &str, quiet: bool) -> Result<()> {
+        let Some(log) = &self.log else { return Ok(()) };
+        let written = write(Path::new(data), log)?;
+        if written.dropped > 0 {
+            eprintln!("lopi: {} system calls are not in {}: a thread's log was full (LOPI_TRACE_EVENTS=N raises its 1M slots)", written.dropped, log.display());
+        }
+        if !quiet {
+            eprintln!("lopi: wrote {} system calls to {}", written.calls, log.display());
+        }
+        Ok(())
+    }
+}
+
 /// What a log held.
 pub(crate) struct Written {
     pub calls: usize,

@@ -106,3 +106,29 @@ fn a_log_needs_system_call_probes() {
     assert!(out.stderr_str().contains("--log writes the system calls the probes see: use it with --probe syscall"), "{}", out.stderr_str());
     assert!(!Path::new("/tmp/never.log").exists());
 }
+
+#[test]
+fn an_attached_tree_is_logged_too() {
+    let dir = fresh_dir("syscall-log-attach");
+    std::fs::write(dir.join("input.txt"), "one\n").unwrap();
+    let mut looping = Command::new("bash").args(["-c", "while :; do cat input.txt > /dev/null; sleep 0.1; done"]).current_dir(&dir).spawn().expect("bash");
+    // Let bash reach its loop: an attach during its start-up finds libc not yet loaded.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let log = dir.join("attach.log");
+    let out = run(Command::new(lopi_bin()).args(["attach", "-f", &looping.id().to_string(), "--probe", "syscall", "--duration", "1s", "--log"]).arg(&log).current_dir(&dir).env("LOPI_OUTPUT", dir.join("attach.lopi")), default_timeout()).expect("lopi attach");
+    let _ = looping.kill();
+    let _ = looping.wait();
+    assert!(out.status.success(), "{}", out.stderr_str());
+    let log = std::fs::read_to_string(&log).unwrap().lines().map(unpadded).collect::<Vec<_>>();
+    let cats: Vec<&str> = log.iter().filter(|l| l.ends_with(r#"openat(AT_FDCWD, "input.txt", O_RDONLY) = 3"#)).map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert!(cats.len() >= 3, "cat ran about 8 times in the second: {}", log.join("\n"));
+    // The first cat may have been forked before bash had its probes: its execve is not seen.
+    for (i, cat) in cats.iter().enumerate() {
+        assert_ne!(cat.parse::<u32>().unwrap(), looping.id(), "cat's calls are its own");
+        if i == 0 {
+            continue;
+        }
+        assert!(log.iter().any(|l| l.starts_with(&format!("{cat} execve(\"/usr/bin/cat\", [\"cat\", \"input.txt\"], ")) && l.ends_with(" = 0")), "no execve of cat {cat}");
+    }
+    cleanup(&dir);
+}
