@@ -175,7 +175,9 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         let below = low.checked_sub(page_align(BELOW_PER_CODE_BYTE * (code.1 - code.0) + BELOW_ROOM));
         let image_key = source.key.as_ref().zip(below).map(|(key, at)| {
             let at = at.wrapping_sub(bias);
-            key.clone().with("image", format!("at {at:#x} path {path} trace {} budget {} sample {} env {env_len} entry {entry:x?} script {script_id:x?}", spec.recording.trace, spec.recording.budget_ppm, spec.recording.sample_hz))
+            // Every field of what the probes record changes the image (its descriptor's flags):
+            // all of them are in the key, so that none added later can be left out of it.
+            key.clone().with("image", format!("at {at:#x} path {path} recording {:?} env {env_len} entry {entry:x?} script {script_id:x?}", spec.recording))
         });
         let (stored, unusable) = stored_image(spec.cache.as_ref(), image_key.as_ref());
         let stored = stored.zip(below).map(|(image, at)| (at, page_align(image.bytes.len() as u64) + PAGE_SIZE, image));
