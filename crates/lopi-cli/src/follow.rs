@@ -7,7 +7,7 @@ use crate::live::Probes;
 use anyhow::{Context, Result};
 use std::sync::atomic::{AtomicI32, Ordering};
 use lopi_live::{Ended, Process, Tree, TreeEvent};
-use lopi_rt_abi::{PAGE_SIZE, PROCESS_CALL_LEN, PROCESS_HEADER_LEN, PROCESS_MAGIC};
+use lopi_rt_abi::{PAGE_SIZE, PROCESS_CALL_LEN, PROCESS_HEADER_LEN, PROCESS_LOG_ALIGN, PROCESS_MAGIC};
 use std::os::unix::process::ExitStatusExt;
 
 /// The signal that ended lopi's wait, if any (SIGTERM, SIGHUP).
@@ -246,7 +246,8 @@ fn process_record(ended: &Ended) -> Vec<u8> {
     let p = &ended.process;
     let command = p.command.join("\0");
     let calls_len = p.startup.len() as u64 * PROCESS_CALL_LEN;
-    let len = (PROCESS_HEADER_LEN + calls_len + command.len() as u64).next_multiple_of(PAGE_SIZE);
+    let log_at = (PROCESS_HEADER_LEN + calls_len + command.len() as u64).next_multiple_of(PROCESS_LOG_ALIGN);
+    let len = (log_at + p.startup_log.len() as u64).next_multiple_of(PAGE_SIZE);
     let mut record = vec![0u8; len as usize];
     record[..8].copy_from_slice(&PROCESS_MAGIC);
     record[8..16].copy_from_slice(&len.to_le_bytes());
@@ -258,6 +259,7 @@ fn process_record(ended: &Ended) -> Vec<u8> {
     record[40..48].copy_from_slice(&ended.at.to_le_bytes());
     record[48..52].copy_from_slice(&(p.startup.len() as u32).to_le_bytes());
     record[52..56].copy_from_slice(&(command.len() as u32).to_le_bytes());
+    record[56..60].copy_from_slice(&(p.startup_log.len() as u32).to_le_bytes());
     let mut at = PROCESS_HEADER_LEN as usize;
     for (&nr, &calls) in &p.startup {
         record[at..at + 4].copy_from_slice(&(nr as u32).to_le_bytes());
@@ -265,5 +267,6 @@ fn process_record(ended: &Ended) -> Vec<u8> {
         at += PROCESS_CALL_LEN as usize;
     }
     record[at..at + command.len()].copy_from_slice(command.as_bytes());
+    record[log_at as usize..log_at as usize + p.startup_log.len()].copy_from_slice(&p.startup_log);
     record
 }

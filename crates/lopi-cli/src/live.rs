@@ -175,7 +175,7 @@ pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, qui
         cmd.arg0(name);
     }
     let started = Instant::now();
-    let (mut target, mut child) = lopi_live::launch(cmd, probes.follow)?;
+    let (mut target, mut child) = lopi_live::launch(cmd, probes.follow, probes.recording.syscall_log)?;
     let pid = target.pid();
     let output = output_path(probes.record.as_deref(), &exe_name(pid), pid);
     let mut spec = probes.spec(&output)?;
@@ -364,7 +364,11 @@ pub fn attach_start(probes: &Probes, pid: i32, quiet: bool, check: Check<'_>, fo
     }
     let installation = std::sync::Arc::new(installation);
     let tree = if followed {
-        Some(lopi_live::Tree::attached(target, installation.clone()))
+        let mut tree = lopi_live::Tree::attached(target, installation.clone());
+        if probes.recording.syscall_log {
+            tree.log_startups();
+        }
+        Some(tree)
     } else {
         target.release();
         None

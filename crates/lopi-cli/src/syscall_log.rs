@@ -2,7 +2,9 @@
 //! FILE` writes it (`PID  openat(AT_FDCWD, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 3`), in the
 //! order the calls ended over every thread and process of the record. Paths, argv and the
 //! first 32 bytes of data read or written are as the call saw them (copied by the probe);
-//! flags of the common calls and errno names are decoded as strace does.
+//! flags of the common calls and errno names are decoded as strace does. The calls a program
+//! made before its probes went live (its `execve`, the dynamic loader's) are those lopi
+//! logged through ptrace into the process records.
 use anyhow::{Context, Result};
 use lopi_rt_abi::syscall_log::{self as log, Bytes};
 use lopi_trace::LoggedCall;
@@ -69,6 +71,11 @@ pub(crate) fn write(data: &Path, to: &Path) -> Result<Written> {
                 calls.push((call.tsc, tid, call));
             }
         }
+    }
+    // The calls made before the probes went live, which lopi logged through ptrace (each
+    // process's loader's, and the execve that no probe saw).
+    for process in &file.processes {
+        calls.extend(process.startup_log.iter().map(|call| (call.tsc, process.pid, call)));
     }
     calls.sort_by_key(|&(tsc, tid, ..)| (tsc, tid));
     let mut out = std::io::BufWriter::new(std::fs::File::create(to).with_context(|| format!("creating {}", to.display()))?);

@@ -1,10 +1,13 @@
 //! `lopi run --probe syscall --log FILE` (issue 30): the strace-like log. Each call the
 //! program makes once its probes are in reads as `strace -f -o` writes it: the same name,
 //! decoded arguments (paths, flags, modes, the first 32 bytes of data) and result (errno
-//! names), in order, for every process of the tree.
+//! names), in order, for every process of the tree, and so does each program's start-up
+//! (its execve, the dynamic loader's calls), which lopi logs through ptrace before the probes
+//! are in.
 mod common;
 
 use common::*;
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -128,7 +131,93 @@ fn an_attached_tree_is_logged_too() {
         if i == 0 {
             continue;
         }
-        assert!(log.iter().any(|l| l.starts_with(&format!("{cat} execve(\"/usr/bin/cat\", [\"cat\", \"input.txt\"], ")) && l.ends_with(" = 0")), "no execve of cat {cat}");
+        // A pid shorter than strace's 5 columns is padded: `123   execve(`.
+        let execve = |l: &str| l.split_whitespace().next() == Some(cat) && l.contains(r#" execve("/usr/bin/cat", ["cat", "input.txt"], "#) && l.ends_with(" = 0");
+        assert!(log.iter().map(String::as_str).any(execve), "no execve of cat {cat}");
     }
+    cleanup(&dir);
+}
+
+/// A log's lines by process, in the order the processes first appear: strace's calls left
+/// `<unfinished ...>` and `<... resumed>` joined into one line, its signal and exit lines
+/// dropped, the padding before ` = ` too.
+fn by_process(log: &str) -> Vec<(String, Vec<String>)> {
+    let mut unfinished: HashMap<&str, String> = HashMap::new();
+    let mut processes: Vec<(String, Vec<String>)> = Vec::new();
+    for l in log.lines() {
+        let Some((pid, rest)) = l.split_once(' ') else { continue };
+        let rest = rest.trim_start();
+        if rest.starts_with("+++") || rest.starts_with("---") {
+            continue;
+        }
+        let line = if let Some(start) = rest.strip_suffix(" <unfinished ...>") {
+            unfinished.insert(pid, start.to_string());
+            continue;
+        } else if let Some((_, end)) = rest.strip_prefix("<... ").and_then(|r| r.split_once(" resumed>")) {
+            unfinished.remove(pid).unwrap_or_default() + end
+        } else {
+            rest.to_string()
+        };
+        match processes.iter_mut().find(|(p, _)| p == pid) {
+            Some((_, lines)) => lines.push(unpadded(&line)),
+            None => processes.push((pid.to_string(), vec![unpadded(&line)])),
+        }
+    }
+    processes
+}
+
+/// What must be the same in both logs of a start-up call made by process `pid`: the whole line
+/// of an openat, access or execve, else its name and result; addresses (ASLR), the process's
+/// own pid and strace's `/* N vars */` aside.
+fn comparable(line: &str, pid: &str) -> String {
+    let hex = regex::Regex::new("0x[0-9a-f]+").unwrap();
+    let line = regex::Regex::new(r" /\* \d+ vars \*/").unwrap().replace(line, "");
+    let (call, result) = line.rsplit_once(" = ").unwrap_or((&line, ""));
+    let result = if result == pid { "PID" } else { result };
+    let name = call.split('(').next().unwrap_or(call);
+    let shown = if matches!(name, "openat" | "access" | "execve") { call } else { name };
+    hex.replace_all(&format!("{shown} = {result}"), "0x?").into_owned()
+}
+
+#[test]
+fn each_program_starts_as_strace_sees_it() {
+    let dir = fresh_dir("syscall-log-startup");
+    std::fs::write(dir.join("input.txt"), "one\n").unwrap();
+    let command = ["sh", "-c", "cat input.txt"];
+    let strace_log = dir.join("strace.log");
+    let traced = run(Command::new(require("strace", "strace")).args(["-f", "-o"]).arg(&strace_log).args(command).current_dir(&dir), default_timeout()).expect("strace");
+    let (log, ran) = lopi_log(&dir, &command);
+    assert_eq!((ran.status.code(), &ran.stdout), (traced.status.code(), &traced.stdout));
+    let (got, want) = (by_process(&log), by_process(&std::fs::read_to_string(&strace_log).unwrap()));
+    assert_eq!(got.len(), want.len(), "processes:\n{log}");
+    // How many calls each program made before its probes went live.
+    let out = run(Command::new(lopi_bin()).arg("report").arg(dir.join("run.lopi")).args(["--processes", "--format", "json"]), default_timeout()).expect("lopi report");
+    let tree: serde_json::Value = serde_json::from_str(&out.stdout_str()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout_str()));
+    let rows = tree["processes"].as_array().unwrap();
+    for ((pid, lines), (strace_pid, strace_lines)) in got.iter().zip(&want) {
+        let execves = |lines: &[String]| lines.iter().filter(|l| l.starts_with("execve(")).count();
+        assert_eq!((execves(lines), execves(strace_lines)), (1, 1), "one execve for each program:\n{}", lines.join("\n"));
+        let row = rows.iter().find(|r| r["pid"].as_u64().is_some_and(|p| p.to_string() == *pid)).unwrap_or_else(|| panic!("no process {pid} in {rows:?}"));
+        // The root's count holds its execve, which lopi's child made; cat's was sh's probes'.
+        let loader = row["startup_calls"].as_u64().unwrap() as usize - usize::from(row["parent"].as_u64() == Some(0));
+        // From the execve to the first call after the entry point, the probes'.
+        let window = |lines: &[String], pid: &str| {
+            let at = lines.iter().position(|l| l.starts_with("execve(")).unwrap();
+            lines.iter().skip(at).take(loader + 2).map(|l| comparable(l, pid)).collect::<Vec<_>>()
+        };
+        let (got, want) = (window(lines, pid), window(strace_lines, strace_pid));
+        assert!(loader > 10 && got.len() == loader + 2, "{pid}: {loader} start-up calls:\n{}", lines.join("\n"));
+        assert_eq!(got, want, "\n{}", diff("strace -f", &want.join("\n"), "lopi --log", &got.join("\n")));
+    }
+    // What the start-up lines hold, whole: paths, flags, errno names, argv.
+    let lines = got[0].1.clone();
+    for expected in [
+        r#"execve("/usr/bin/sh", ["sh", "-c", "cat input.txt"], "#,
+        r#"access("/etc/ld.so.preload", R_OK) = -1 ENOENT (No such file or directory)"#,
+        r#"openat(AT_FDCWD, "/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3"#,
+    ] {
+        assert!(lines.iter().any(|l| l.starts_with(expected)), "no `{expected}` in:\n{}", lines.join("\n"));
+    }
+    assert!(lines[0].starts_with("execve(") && lines[1].starts_with("brk(NULL) = 0x"), "{}", lines.join("\n"));
     cleanup(&dir);
 }

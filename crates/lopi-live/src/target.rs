@@ -4,6 +4,7 @@
 use crate::clock::tsc;
 use crate::error::{already_traced, permission_hint, start_failure, LiveError};
 use crate::procfs::{self, Mapping, Memory};
+use crate::startup_log::StartupLog;
 use crate::tracee::{Regs, Threads};
 use lopi_rt_abi::own_calls;
 use nix::errno::Errno;
@@ -22,6 +23,20 @@ pub struct Target {
     /// The system calls a followed program made between its `exec` and its entry point (the
     /// dynamic loader's, its libraries' constructors'): calls by number.
     startup: BTreeMap<u64, u64>,
+    /// `lopi run --log`: those calls logged, encoded as a trace's (see [`crate::startup_log`]).
+    startup_log: Vec<u8>,
+    /// Its start-up was logged: so is that of the programs its tree executes next.
+    pub(crate) logs_startup: bool,
+}
+
+/// What `lopi run --log` logs of a program's start-up, through ptrace (see [`Target::at_exec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogStartup {
+    No,
+    /// The system calls it made before its entry point.
+    Calls,
+    /// Those, after the `execve` that started it, which no probe saw.
+    WithExec,
 }
 
 /// `syscall; int3`, written where injected system calls run.
@@ -60,8 +75,9 @@ pub fn preflight(pid: i32) -> Result<(), LiveError> {
 
 /// Starts `command` under ptrace and takes it over at its entry point (see
 /// [`Target::adopt_launched`]); `followed`: its forks and execs are followed too (see
-/// [`crate::Tree`]). The child is killed if that fails.
-pub fn launch(mut command: std::process::Command, followed: bool) -> Result<(Target, std::process::Child), LiveError> {
+/// [`crate::Tree`]), and with `log` every system call of their start-ups is logged. The child
+/// is killed if that fails.
+pub fn launch(mut command: std::process::Command, followed: bool, log: bool) -> Result<(Target, std::process::Child), LiveError> {
     use std::os::unix::process::CommandExt;
     let program = command.get_program().to_string_lossy().into_owned();
     // SAFETY: the closure runs in the forked child before exec and makes only the
@@ -71,7 +87,7 @@ pub fn launch(mut command: std::process::Command, followed: bool) -> Result<(Tar
         command.pre_exec(|| nix::sys::ptrace::traceme().map_err(std::io::Error::from));
     }
     let mut child = command.spawn().map_err(|e| LiveError::Start { why: start_failure(&program, &e), program })?;
-    match Target::adopt_launched(child.id() as i32, followed) {
+    match Target::adopt_launched(child.id() as i32, followed, log) {
         Ok(target) => Ok((target, child)),
         Err(e) => {
             let _ = child.kill();
@@ -105,12 +121,13 @@ impl Target {
             e => e,
         })?;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
-        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new(), startup: BTreeMap::new() })
+        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new(), startup: BTreeMap::new(), startup_log: Vec::new(), logs_startup: false })
     }
 
     /// Takes over a child launched with `PTRACE_TRACEME`, once stopped at its `exec` (see
-    /// [`Target::at_exec`]).
-    pub fn adopt_launched(pid: i32, followed: bool) -> Result<Self, LiveError> {
+    /// [`Target::at_exec`]); `log`: its start-up is logged, its `execve` included (lopi's
+    /// child made it, before any probe).
+    pub fn adopt_launched(pid: i32, followed: bool, log: bool) -> Result<Self, LiveError> {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
         let child = nix::unistd::Pid::from_raw(pid);
         match waitpid(child, Some(WaitPidFlag::__WALL)) {
@@ -118,13 +135,14 @@ impl Target {
             Ok(other) => return Err(LiveError::Module(format!("the launched program did not stop at exec ({other:?})"))),
             Err(e) => return Err(LiveError::ptrace("waiting for", pid, e)),
         }
-        Self::at_exec(pid, followed)
+        Self::at_exec(pid, followed, if followed && log { LogStartup::WithExec } else { LogStartup::No })
     }
 
     /// Takes over process `pid`, stopped at its `exec` with its one thread: runs it to its
     /// entry point, where every library is loaded and initialised (glibc's TLS and rseq
-    /// registration included) and the program's own code has not run.
-    pub fn at_exec(pid: i32, followed: bool) -> Result<Self, LiveError> {
+    /// registration included) and the program's own code has not run. A `followed` program's
+    /// system calls on the way are counted, and logged as `log` says.
+    pub fn at_exec(pid: i32, followed: bool, log: LogStartup) -> Result<Self, LiveError> {
         check_architecture(pid)?;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
         let entry = procfs::auxv(pid, 9).ok_or_else(|| LiveError::Module("no AT_ENTRY in the program's auxiliary vector".into()))?;
@@ -135,8 +153,16 @@ impl Target {
             threads.counted_calls = Some(BTreeMap::new());
         }
         let regs = threads.regs(pid)?;
+        if log != LogStartup::No {
+            let mut startup_log = StartupLog::new(pid);
+            if log == LogStartup::WithExec {
+                startup_log.exec(pid, &regs);
+            }
+            threads.startup_log = Some(startup_log);
+        }
         let reached = threads.run_injected(pid, regs, entry);
         let startup = threads.counted_calls.take().unwrap_or_default();
+        let startup_log = threads.startup_log.take().map(|l| l.bytes).unwrap_or_default();
         mem.write(entry, &original).map_err(LiveError::io("restoring the entry point"))?;
         let mut at_entry = reached?;
         // run_injected put the exec-stop registers back; the program continues from its entry.
@@ -144,14 +170,14 @@ impl Target {
         threads.set_regs(pid, at_entry)?;
         // Library constructors may have started threads.
         threads.stop_new_threads()?;
-        Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new(), startup })
+        Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new(), startup, startup_log, logs_startup: log != LogStartup::No })
     }
 
     /// A followed process whose threads lopi holds (see [`Threads::hold_followed`]).
     pub(crate) fn held(threads: Threads) -> Result<Self, LiveError> {
         let pid = threads.pid;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
-        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new(), startup: BTreeMap::new() })
+        Ok(Target { threads, mem, entry: None, injected: BTreeMap::new(), startup: BTreeMap::new(), startup_log: Vec::new(), logs_startup: false })
     }
 
     /// Puts the trap on ld.so's rendezvous that tells lopi of libraries the process loads
@@ -167,6 +193,11 @@ impl Target {
     /// The system calls a followed program made before its entry point, by number; taken once.
     pub fn take_startup_calls(&mut self) -> BTreeMap<u64, u64> {
         std::mem::take(&mut self.startup)
+    }
+
+    /// Those calls logged (`lopi run --log`), encoded as a trace's; taken once.
+    pub fn take_startup_log(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.startup_log)
     }
 
     /// Where `lopi run` stopped the program (its entry point), for [`plan`](crate::plan()).

@@ -6,6 +6,7 @@
 //! followed with `PTRACE_O_TRACECLONE` while we hold the process. Signals that arrive while a
 //! thread is held are kept and delivered when it is let go.
 use crate::error::LiveError;
+use crate::startup_log::StartupLog;
 use nix::errno::Errno;
 use nix::libc::user_regs_struct;
 use nix::sys::ptrace::{self, Event, Options};
@@ -41,6 +42,8 @@ pub struct Threads {
     /// While set, code run to a trap stops at each system call, counted here by number: what
     /// a followed program does between its `exec` and its entry point, before any probe.
     pub counted_calls: Option<BTreeMap<u64, u64>>,
+    /// `lopi run --log`: those calls logged too, each with its arguments, result and bytes.
+    pub(crate) startup_log: Option<StartupLog>,
     /// Fork and vfork events a followed process's threads reported while being stopped
     /// (thread, new process): the tree must know those children, traced from birth.
     pub(crate) forks: Vec<(i32, i32)>,
@@ -50,7 +53,7 @@ impl Threads {
     /// Seizes and stops every thread of `pid`, including threads created meanwhile; `followed`
     /// (`lopi attach -f`): with the options of a followed tree, to stay traced when let go.
     pub fn stop_all(pid: i32, followed: bool) -> Result<Self, LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed, counted_calls: None, forks: Vec::new() };
+        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed, counted_calls: None, startup_log: None, forks: Vec::new() };
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -62,7 +65,7 @@ impl Threads {
     pub fn adopt(pid: i32, followed: bool) -> Result<Self, LiveError> {
         let options = if followed { FOLLOWED } else { Options::PTRACE_O_TRACECLONE };
         ptrace::setoptions(Pid::from_raw(pid), options).map_err(|e| LiveError::ptrace("setting options on", pid, e))?;
-        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed, counted_calls: None, forks: Vec::new() };
+        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed, counted_calls: None, startup_log: None, forks: Vec::new() };
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -72,7 +75,7 @@ impl Threads {
     /// them) are sent a `SIGSTOP` each, which lopi takes instead of delivering. Returns the
     /// fork and clone events they reported on the way (thread, new task), for the tree.
     pub fn hold_followed(pid: i32, stopped: i32, others: &[i32]) -> Result<(Self, Vec<(i32, i32)>), LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::from([(stopped, Vec::new())]), arriving: Vec::new(), followed: true, counted_calls: None, forks: Vec::new() };
+        let mut threads = Threads { pid, held: BTreeMap::from([(stopped, Vec::new())]), arriving: Vec::new(), followed: true, counted_calls: None, startup_log: None, forks: Vec::new() };
         let mut born = Vec::new();
         for &tid in others {
             // SAFETY: tgkill takes integers only; a thread gone meanwhile makes it fail (ESRCH).
@@ -276,8 +279,12 @@ impl Threads {
                     // At a call's entry the kernel has set rax to -ENOSYS; at its exit rax
                     // holds the result (the first stop after an exec is execve's exit).
                     let regs = self.regs(tid)?;
-                    if regs.rax == -(Errno::ENOSYS as i64) as u64 {
+                    let entering = regs.rax == -(Errno::ENOSYS as i64) as u64;
+                    if entering {
                         *self.counted_calls.get_or_insert_with(BTreeMap::new).entry(regs.orig_rax).or_default() += 1;
+                    }
+                    if let Some(log) = &mut self.startup_log {
+                        log.stop(&regs, entering);
                     }
                 }
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
@@ -409,7 +416,7 @@ impl Threads {
     /// Threads of followed process `pid` that lopi has stopped itself, each with the signals
     /// it received meanwhile (see [`crate::Tree::detach`]).
     pub(crate) fn stopped(pid: i32, held: BTreeMap<i32, Vec<Signal>>) -> Threads {
-        Threads { pid, held, arriving: Vec::new(), followed: true, counted_calls: None, forks: Vec::new() }
+        Threads { pid, held, arriving: Vec::new(), followed: true, counted_calls: None, startup_log: None, forks: Vec::new() }
     }
 
     /// The threads still held and their signals, which the caller now lets go.

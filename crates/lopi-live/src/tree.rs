@@ -44,6 +44,9 @@ pub struct Process {
     pub execs: u32,
     /// System calls its programs made before their probes went live, by number.
     pub startup: BTreeMap<u64, u64>,
+    /// `lopi run --log`: those calls logged, each program's `execve` that no probe saw first,
+    /// encoded as a trace's ([`lopi_rt_abi::syscall_log`]).
+    pub startup_log: Vec<u8>,
     /// Its program has probes (see [`Tree::probed`]): they count its next `execve`.
     probed: bool,
     /// The code files mapped when its probes last went in: a later load maps others.
@@ -54,7 +57,7 @@ pub struct Process {
 
 impl Process {
     fn new(pid: i32, parent: i32, command: Vec<String>) -> Process {
-        Process { pid, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new(), probed: false, modules: Vec::new(), watch: None }
+        Process { pid, parent, command, started: crate::tsc(), execs: 0, startup: BTreeMap::new(), startup_log: Vec::new(), probed: false, modules: Vec::new(), watch: None }
     }
 }
 
@@ -100,6 +103,8 @@ pub struct Tree {
     /// The probes in each process (a fork's are its parent's), for [`Tree::detach`].
     installed: HashMap<i32, Vec<Arc<Installation>>>,
     root_status: i32,
+    /// The start-up of each program executed is logged (`lopi run --log`).
+    log_startups: bool,
 }
 
 /// A process [`Tree::detach`] let go while it ran.
@@ -115,10 +120,10 @@ impl Tree {
     pub fn new(mut target: Target, command: Vec<String>) -> Tree {
         let root = target.pid();
         let threads = target.threads.tids().into_iter().map(|t| (t, root)).collect();
-        let mut process = Process { execs: 1, startup: target.take_startup_calls(), ..Process::new(root, 0, command) };
+        let mut process = Process { execs: 1, startup: target.take_startup_calls(), startup_log: target.take_startup_log(), ..Process::new(root, 0, command) };
         // The root's execve, made by lopi's child before the program existed: strace counts it.
         *process.startup.entry(EXECVE).or_default() += 1;
-        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), installed: HashMap::new(), root_status: 0 };
+        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, process)]), installed: HashMap::new(), root_status: 0, log_startups: target.logs_startup };
         tree.probed(&target, None);
         target.release();
         tree
@@ -131,7 +136,7 @@ impl Tree {
         let root = target.pid();
         let threads = target.threads.tids().into_iter().map(|t| (t, root)).collect();
         let command = crate::procfs::command_line(root).unwrap_or_default();
-        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, Process::new(root, 0, command))]), installed: HashMap::new(), root_status: 0 };
+        let mut tree = Tree { root, threads, newborn: HashSet::new(), early: HashSet::new(), processes: BTreeMap::from([(root, Process::new(root, 0, command))]), installed: HashMap::new(), root_status: 0, log_startups: false };
         tree.installed.insert(root, vec![installation]);
         tree.probed(&target, None);
         // Forks its threads made as they were stopped: traced from birth, their first stop to come.
@@ -140,6 +145,12 @@ impl Tree {
         }
         target.release();
         tree
+    }
+
+    /// Logs the start-up of every program the tree executes from now on (`lopi attach -f
+    /// --log`; `lopi run --log` launched its program so, see [`crate::launch`]).
+    pub fn log_startups(&mut self) {
+        self.log_startups = true;
     }
 
     /// The process the tree started from.
@@ -396,12 +407,19 @@ impl Tree {
     /// Process `pid` executed a program (by any of its threads: the kernel gave that thread
     /// the process's id, and the others are gone).
     fn executed(&mut self, pid: i32) -> TreeEvent {
+        // Probes logged the execve that got here (its caller's, a vfork child's included).
+        let log = match self.processes.get(&pid) {
+            _ if !self.log_startups => crate::LogStartup::No,
+            Some(p) if p.probed => crate::LogStartup::Calls,
+            _ => crate::LogStartup::WithExec,
+        };
         let process = self.new_program(pid);
-        match Target::at_exec(pid, true) {
+        match Target::at_exec(pid, true, log) {
             Ok(mut target) => {
                 for (nr, calls) in target.take_startup_calls() {
                     *process.startup.entry(nr).or_default() += calls;
                 }
+                process.startup_log.extend(target.take_startup_log());
                 TreeEvent::Exec(target, process.clone())
             }
             Err(e) => {

@@ -149,13 +149,19 @@ pub const END_DETACHED: u32 = 2;
 /// parent's (`u32`, 0 for the program lopi launched), its wait status (`i32`, as `waitpid`
 /// gives it), the programs it executed (`u32`), the TSC when it started (`u64`) and when it
 /// ended (`u64`), the number of start-up entries (`u32`), the command line's length (`u32`),
-/// 8 bytes of padding; then [`PROCESS_CALL_LEN`]-byte start-up entries, system calls made
-/// before the probes went live in a program it executed (the dynamic loader's, library
-/// constructors'), counted by lopi through ptrace: number (`u32`), 4 bytes of padding, calls
-/// (`u64`); then the command line of its last program, arguments separated by NUL bytes.
+/// the start-up log's length in bytes (`u32`, 0 without `--log`), 4 bytes of padding; then
+/// [`PROCESS_CALL_LEN`]-byte start-up entries, system calls made before the probes went live
+/// in a program it executed (the dynamic loader's, library constructors'), counted by lopi
+/// through ptrace: number (`u32`), 4 bytes of padding, calls (`u64`); then the command line
+/// of its last program, arguments separated by NUL bytes; then, at the next multiple of
+/// [`PROCESS_LOG_ALIGN`] from the record's start, the start-up log (`lopi run --log`): those
+/// calls, each program's `execve` first when no probe saw it, logged by lopi through ptrace
+/// and encoded as a thread's trace encodes its logged calls (an [`EVENT_SYSCALL`] event, its
+/// payload's slots: [`syscall_log`]).
 pub const PROCESS_MAGIC: [u8; 8] = *b"LOPIPROC";
 pub const PROCESS_HEADER_LEN: u64 = 64;
 pub const PROCESS_CALL_LEN: u64 = 16;
+pub const PROCESS_LOG_ALIGN: u64 = syscall_log::SLOT_LEN as u64;
 
 /// Header of one module record in a data file. Followed, in the same page, by the
 /// executable's path (`exe_len` bytes).

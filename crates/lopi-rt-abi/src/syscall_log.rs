@@ -103,4 +103,32 @@ impl SyscallRecord {
         }
         Some(Self { nr: f.u32(0), flags: f.u32(4), ret: f.u64(8), args, lens: [f.u16(64), f.u16(66)], cut: [f.u16(68), f.u16(70)], tid: f.u32(72), _pad: 0 })
     }
+
+    /// The record as the runtime writes it (lopi writes the calls it logs through ptrace the same way).
+    pub fn to_bytes(&self) -> [u8; SYSCALL_RECORD_LEN] {
+        let mut out = [0u8; SYSCALL_RECORD_LEN];
+        out[0..4].copy_from_slice(&self.nr.to_le_bytes());
+        out[4..8].copy_from_slice(&self.flags.to_le_bytes());
+        out[8..16].copy_from_slice(&self.ret.to_le_bytes());
+        for (i, a) in self.args.iter().enumerate() {
+            out[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        }
+        for i in 0..2 {
+            out[64 + 2 * i..66 + 2 * i].copy_from_slice(&self.lens[i].to_le_bytes());
+            out[68 + 2 * i..70 + 2 * i].copy_from_slice(&self.cut[i].to_le_bytes());
+        }
+        out[72..76].copy_from_slice(&self.tid.to_le_bytes());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back() {
+        let r = SyscallRecord { nr: 257, flags: RETURNED, ret: 3, args: [1, 2, 3, 4, 5, 6], lens: [16, 0], cut: [1, 0], tid: 42, _pad: 0 };
+        assert_eq!(SyscallRecord::from_bytes(&r.to_bytes()), Some(r));
+    }
 }

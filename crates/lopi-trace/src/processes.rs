@@ -1,9 +1,11 @@
 //! The processes of a followed tree (`lopi run` follows forks and execs): each one's parent,
 //! command line, wait status, start and end, and the system calls its programs made before
-//! their probes went live, from the `PROCESS_MAGIC` records lopi appends as each one ends.
+//! their probes went live (counted, and with `lopi run --log` logged), from the
+//! `PROCESS_MAGIC` records lopi appends as each one ends.
 use crate::view::{Missing, View};
 use crate::DataFile;
-use lopi_rt_abi::{PROCESS_CALL_LEN, PROCESS_HEADER_LEN};
+use crate::LoggedCall;
+use lopi_rt_abi::{PROCESS_CALL_LEN, PROCESS_HEADER_LEN, PROCESS_LOG_ALIGN};
 use serde::Serialize;
 
 /// One process of a followed tree, as lopi saw it end.
@@ -20,6 +22,9 @@ pub struct ProcessRun {
     pub ended_tsc: u64,
     /// System calls made before its programs' probes went live: (number, calls).
     pub startup: Vec<(u64, u64)>,
+    /// Those calls logged (`lopi run --log`), each program's `execve` that no probe saw first;
+    /// made by the process's pid.
+    pub startup_log: Vec<LoggedCall>,
     /// Its last program's command line.
     pub command: Vec<String>,
 }
@@ -36,7 +41,11 @@ pub(crate) fn process_run(record: &[u8]) -> Option<ProcessRun> {
     let calls_at = PROCESS_HEADER_LEN as usize;
     let command_at = calls_at.checked_add(calls.checked_mul(PROCESS_CALL_LEN as usize)?)?;
     let startup = (0..calls).map(|i| calls_at + i * PROCESS_CALL_LEN as usize).map(|e| Some((u64::from(u32_at(e)?), u64_at(e + 8)?))).collect::<Option<Vec<_>>>()?;
-    let command = record.get(command_at..command_at.checked_add(command_len)?)?;
+    let command_end = command_at.checked_add(command_len)?;
+    let command = record.get(command_at..command_end)?;
+    let log_at = command_end.checked_next_multiple_of(PROCESS_LOG_ALIGN as usize)?;
+    let log = record.get(log_at..log_at.checked_add(u32_at(56)? as usize)?)?;
+    let (_, startup_log) = crate::syscall_log::split(log)?;
     Some(ProcessRun {
         pid,
         parent: u32_at(20)?,
@@ -45,6 +54,7 @@ pub(crate) fn process_run(record: &[u8]) -> Option<ProcessRun> {
         started_tsc: u64_at(32)?,
         ended_tsc: u64_at(40)?,
         startup,
+        startup_log,
         command: command.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect(),
     })
 }
@@ -172,6 +182,8 @@ impl View for Processes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lopi_rt_abi::syscall_log::{self as log, SyscallRecord};
+    use lopi_rt_abi::EVENT_SYSCALL;
 
     #[test]
     fn a_record_reads_back_and_damage_is_refused() {
@@ -184,11 +196,35 @@ mod tests {
         record[64..68].copy_from_slice(&12u32.to_le_bytes());
         record[72..80].copy_from_slice(&5u64.to_le_bytes());
         record[80..89].copy_from_slice(b"gzip\0-c\0x");
+        // The start-up log, at the next slot after the command line: one execve.
+        let execve = SyscallRecord { nr: 59, flags: log::RETURNED, args: [0x1000, 0x2000, 0x3000, 0, 0, 0], lens: [9, 3], ..Default::default() };
+        let mut startup_log = [11u64.to_le_bytes().as_slice(), &7u32.to_le_bytes(), &EVENT_SYSCALL.to_le_bytes(), &execve.to_bytes()].concat();
+        startup_log.extend(b"/bin/gzip\0\0\0\0\0\0\0sh\0\0\0\0\0\0\0\0\0\0\0\0\0\0");
+        record[56..60].copy_from_slice(&(startup_log.len() as u32).to_le_bytes());
+        record[96..96 + startup_log.len()].copy_from_slice(&startup_log);
         let run = process_run(&record).expect("a whole record");
         assert_eq!((run.pid, run.parent, run.startup.clone(), run.command.clone()), (7, 3, vec![(12, 5)], vec!["gzip".into(), "-c".into(), "x".into()]));
+        assert_eq!(run.startup_log, vec![LoggedCall { tsc: 11, record: execve, bytes: [b"/bin/gzip".to_vec(), b"sh\0".to_vec()] }]);
         assert_eq!(run.ended(), "killed by SIGKILL");
         assert_eq!(ProcessRun { status: 3 << 8, ..run.clone() }.ended(), "exit 3");
         assert_eq!(ProcessRun { status: 0x7f, ..run.clone() }.ended(), "detached");
+        // Damage anywhere is refused or read as something, never a panic: cut records, and
+        // each header field and the log's first slots set to all ones.
+        for len in 0..record.len().min(512) {
+            let _ = process_run(&record[..len]);
+        }
+        for at in (16..60).step_by(4).chain(96..96 + 48) {
+            let mut damaged = record.clone();
+            damaged[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            let _ = process_run(&damaged);
+        }
+        // A log longer than the record, or a payload longer than any, is refused.
+        let mut long = record.clone();
+        long[56..60].copy_from_slice(&5000u32.to_le_bytes());
+        assert_eq!(process_run(&long), None);
+        let mut slots = record.clone();
+        slots[104..108].copy_from_slice(&(log::MAX_SLOTS as u32 + 1).to_le_bytes());
+        assert_eq!(process_run(&slots), None);
         record[48..52].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(process_run(&record), None);
     }
