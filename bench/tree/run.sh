@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Following a process tree: what `lopi run` costs when it follows every fork and exec of a
-# `make -j2` build (next to strace -f, strace -f -c, lopi --no-follow and lopi --probe entry), and
+# `make -j2` build (next to strace -f, strace -f -c, lopi --no-follow and lopi --probe entry; lopi's
+# --log FILE next to strace -f -o FILE, there and on one process's loop of getppid + write), and
 # whether lopi's system-call counts for a whole tree equal strace -f -c's, name by name, for ten
 # commands that spawn and exec (make, git commit with a hook, tar through gzip, sh pipes, python3
 # subprocess, dlopen, node child_process, find | xargs, bash subshells, perl system).
