@@ -173,9 +173,10 @@ pub fn plan(pid: i32, spec: &Spec, entry: Option<u64>, progress: &dyn Progress) 
         // below the module is the same in every process of the program: it is cached too.
         let low = mapped.iter().map(|m| m.start).min().unwrap_or(code.0);
         let below = low.checked_sub(page_align(BELOW_PER_CODE_BYTE * (code.1 - code.0) + BELOW_ROOM));
+        // Everything the image's bytes depend on: a --log image's probes log each call, another's do not.
         let image_key = source.key.as_ref().zip(below).map(|(key, at)| {
             let at = at.wrapping_sub(bias);
-            key.clone().with("image", format!("at {at:#x} path {path} trace {} budget {} sample {} env {env_len} entry {entry:x?} script {script_id:x?}", spec.recording.trace, spec.recording.budget_ppm, spec.recording.sample_hz))
+            key.clone().with("image", format!("at {at:#x} path {path} trace {} log {} budget {} sample {} env {env_len} entry {entry:x?} script {script_id:x?}", spec.recording.trace, spec.recording.syscall_log, spec.recording.budget_ppm, spec.recording.sample_hz))
         });
         let (stored, unusable) = stored_image(spec.cache.as_ref(), image_key.as_ref());
         let stored = stored.zip(below).map(|(image, at)| (at, page_align(image.bytes.len() as u64) + PAGE_SIZE, image));
