@@ -83,7 +83,10 @@ def make_variants(lopi: Path, project: Path, work: Path, cache: Path, skip: dict
             elif cfg == ENTRY:
                 extra["calls"] = sum(int(f.get("calls", 0)) for f in lopi_report(lopi, data)["functions"])
             if cfg in (LOPI, LOPI_LOG, ENTRY):  # --no-follow records no process tree
-                extra["processes"] = len(lopi_report(lopi, data, "--processes")["processes"])
+                procs = lopi_report(lopi, data, "--processes")["processes"]
+                extra["processes"] = len(procs)
+                # counted through ptrace before the probes went live: not in the log
+                extra["startup"] = sum(int(p.get("startup_calls", 0)) for p in procs)
             if cfg in (STRACE_LOG, LOPI_LOG):
                 extra.update(tree_calls.log_facts(log, stderr))
             data.unlink(missing_ok=True)
@@ -279,8 +282,8 @@ def main() -> int:
            *([f"- Syscall-heavy: one process ([tree_calls.py](../tree/tree_calls.py), `gcc -O2`, built at bench "
               f"time) makes {a.loop_calls // 2:,} getppid and {a.loop_calls // 2:,} write(/dev/null, 8 bytes) calls "
               "in turn, timed by its own CLOCK_MONOTONIC around the loop (so without the tools' start-up and "
-              "lopi's writing of the log at exit: those are in the whole run's wall time, beside); the same "
-              f"rounds as above, n={n}; ns added per call = (median − uninstrumented median) / "
+              "lopi's writing of the log at exit: those are in the whole run's wall time, beside), after the "
+              f"make runs, interleaved the same way, n={n}; ns added per call = (median − uninstrumented median) / "
               f"{a.loop_calls:,}. lopi's --log run has `LOPI_TRACE_EVENTS={a.loop_events}`: the default 1M "
               "slots of a thread's log hold about 100,000 calls. The program must print the same calls and no "
               "short write."] if loop_vs else []),
