@@ -183,6 +183,9 @@ def preflight(lopi, lopi_path: Path) -> dict[str, str]:
             skip[c] = f"lopi not found ({lopi_path})"
     if not shutil.which("strace"):
         skip[STRACE] = skip[STRACE_LOG] = skip[STRACE_C] = skip[tree_calls.L_STRACE] = "strace not installed"
+        skip[tree_calls.L_STRACE_PIN] = "strace not installed"
+    elif not shutil.which("taskset"):
+        skip[tree_calls.L_STRACE_PIN] = "taskset not installed"
     return skip
 
 
@@ -281,7 +284,9 @@ def main() -> int:
            "/dev/null` formats every line too, but writes it nowhere.",
            *([f"- Syscall-heavy: one process ([tree_calls.py](../tree/tree_calls.py), `gcc -O2`, built at bench "
               f"time) makes {a.loop_calls // 2:,} getppid and {a.loop_calls // 2:,} write(/dev/null, 8 bytes) calls "
-              "in turn, timed by its own CLOCK_MONOTONIC around the loop (so without the tools' start-up and "
+              "in turn (strace also with `taskset -c 0`, strace and the program on one CPU: strace stops the "
+              "program at each call and waits for it, and on a VM whose other CPU is idle each wake-up that "
+              "crosses CPUs can cost tens of µs), timed by its own CLOCK_MONOTONIC around the loop (so without the tools' start-up and "
               "lopi's writing of the log at exit: those are in the whole run's wall time, beside), after the "
               f"make runs, interleaved the same way, n={n}; ns added per call = (median − uninstrumented median) / "
               f"{a.loop_calls:,}. lopi's --log run has `LOPI_TRACE_EVENTS={a.loop_events}`: the default 1M "

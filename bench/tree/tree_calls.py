@@ -102,12 +102,14 @@ int main(int argc, char **argv) {
 """
 
 # "baseline": the name summary_entry compares against
-L_BASE, L_STRACE, L_LOPI, L_LOPI_LOG = "baseline", "loop-strace-f-log", "loop-lopi-syscall", "loop-lopi-syscall-log"
-LOOP_CONFIGS = (L_BASE, L_STRACE, L_LOPI, L_LOPI_LOG)
+L_BASE, L_STRACE, L_STRACE_PIN, L_LOPI, L_LOPI_LOG = ("baseline", "loop-strace-f-log", "loop-strace-f-log-one-cpu",
+                                                      "loop-lopi-syscall", "loop-lopi-syscall-log")
+LOOP_CONFIGS = (L_BASE, L_STRACE, L_STRACE_PIN, L_LOPI, L_LOPI_LOG)
 LOOP_LABEL = {L_BASE: "getppid + write loop (uninstrumented)", L_STRACE: "strace -f -o FILE",
-              L_LOPI: "lopi run --probe syscall", L_LOPI_LOG: "lopi run --probe syscall --log FILE"}
-LOOP_TOOL = {L_BASE: "uninstrumented", L_STRACE: "strace -f -o FILE", L_LOPI: "lopi syscall",
-             L_LOPI_LOG: "lopi syscall --log FILE"}
+              L_STRACE_PIN: "taskset -c 0 strace -f -o FILE", L_LOPI: "lopi run --probe syscall",
+              L_LOPI_LOG: "lopi run --probe syscall --log FILE"}
+LOOP_TOOL = {L_BASE: "uninstrumented", L_STRACE: "strace -f -o FILE", L_STRACE_PIN: "strace -f -o FILE on one CPU",
+             L_LOPI: "lopi syscall", L_LOPI_LOG: "lopi syscall --log FILE"}
 CALLS_RX = re.compile(r"^calls (\d+), .*$", re.M)
 
 
@@ -126,7 +128,10 @@ def loop_variants(lopi: Path, prog: Path, calls: int, events: int, work: Path, c
     vs = []
     for cfg in LOOP_CONFIGS:
         data, log = work / f"{cfg}.data", work / f"{cfg}.log"
+        # strace stops the program at each call and waits for it: on a VM whose other CPU is idle,
+        # each of those wake-ups crosses CPUs and can cost tens of µs; on one CPU they do not.
         argv = {L_BASE: run, L_STRACE: ["strace", "-f", "-o", str(log), *run],
+                L_STRACE_PIN: ["taskset", "-c", "0", "strace", "-f", "-o", str(log), *run],
                 L_LOPI: [str(lopi), "run", "-q", "--probe", "syscall", "--", *run],
                 L_LOPI_LOG: [str(lopi), "run", "-q", "--probe", "syscall", "--log", str(log), "--", *run]}[cfg]
 
@@ -141,7 +146,7 @@ def loop_variants(lopi: Path, prog: Path, calls: int, events: int, work: Path, c
             if cfg in (L_LOPI, L_LOPI_LOG):
                 extra["counted"] = sum(int(s["calls"]) for s in
                                        tree_counts.lopi_json(lopi, data, "--syscalls")["syscalls"])
-            if cfg in (L_STRACE, L_LOPI_LOG):
+            if cfg in (L_STRACE, L_STRACE_PIN, L_LOPI_LOG):
                 extra.update(log_facts(log, stderr))
             data.unlink(missing_ok=True)
             log.unlink(missing_ok=True)
