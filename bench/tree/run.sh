@@ -12,7 +12,8 @@
 # else its command is shown as skipped). lopi is $LOPI, else built here with
 # `cargo build --release -p lopi-cli` (target/release/lopi, or $CARGO_TARGET_DIR's).
 # Writes bench/results/tree.md (+ tree.runs.json with every run, tree.summary.json).
-# Full: n=5, ~4 min on 2 CPUs. --quick: n=3, ~2.5 min (more on a loaded machine).
+# Full: n=5, ~4-6 min on 2 CPUs. --quick: n=3, ~3 min (more on a loaded machine, and when strace's
+# unpinned loop meets an idle second CPU: up to 30 s a run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
