@@ -103,6 +103,29 @@ fn the_log_follows_the_process_tree() {
 }
 
 #[test]
+fn a_plan_cached_without_the_log_is_not_used_for_it() {
+    // A run without --log caches images whose probes do not log: a --log run must not load them.
+    let dir = fresh_dir("syscall-log-cache");
+    std::fs::write(dir.join("input.txt"), "hello world").unwrap();
+    let prog = build_c(&dir, "calls", PROGRAM, &["-O2"]);
+    let lopi = |log: Option<&Path>| {
+        let mut cmd = Command::new(lopi_bin());
+        cmd.args(["run", "-q", "--probe", "syscall"]).current_dir(&dir).env("XDG_CACHE_HOME", dir.join("cache")).env("LOPI_OUTPUT", dir.join("run.lopi"));
+        if let Some(log) = log {
+            cmd.arg("--log").arg(log);
+        }
+        let out = run(cmd.arg("--").arg(&prog), default_timeout()).expect("lopi run");
+        assert_eq!(out.status.code(), Some(3), "{}", out.stderr_str());
+    };
+    lopi(None);
+    let log = dir.join("lopi.log");
+    lopi(Some(&log));
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.lines().map(unpadded).any(|l| l.ends_with(r#"read(3, "hello", 5) = 5"#)), "no read of input.txt in:\n{log}");
+    cleanup(&dir);
+}
+
+#[test]
 fn a_log_needs_system_call_probes() {
     let out = run(Command::new(lopi_bin()).args(["run", "--probe", "entry", "--log", "/tmp/never.log", "--", "true"]), default_timeout()).expect("lopi run");
     assert!(!out.status.success());
