@@ -174,12 +174,13 @@ fn is_pointer(arg: &str) -> bool {
         || arg.ends_with("addr")
 }
 
-/// `value`'s bits by name, `|`-joined, what is left in octal; `zero` for none.
+/// `value`'s bits by name, `|`-joined, what is left in hex; `zero` for none. A name of several
+/// bits (`O_SYNC` holds `O_DSYNC`'s) comes before the names of its parts, which it takes.
 fn bits(value: u64, names: &[(u64, &str)], zero: &str) -> String {
     let mut parts = Vec::new();
     let mut left = value;
     for &(bit, name) in names {
-        if value & bit == bit && bit != 0 {
+        if left & bit == bit && bit != 0 {
             parts.push(name.to_string());
             left &= !bit;
         }
@@ -201,7 +202,8 @@ fn open_flags(value: u64) -> String {
         2 => "O_RDWR",
         _ => "O_ACCMODE",
     };
-    let rest = bits(
+    kind_and_bits(
+        access,
         value & !3,
         &[
             (0o100, "O_CREAT"),
@@ -221,13 +223,7 @@ fn open_flags(value: u64) -> String {
             (0o2000000, "O_CLOEXEC"),
             (0o10000000, "O_PATH"),
         ],
-        "",
-    );
-    if rest.is_empty() {
-        access.to_string()
-    } else {
-        format!("{access}|{rest}")
-    }
+    )
 }
 
 fn access_mode(value: u64) -> String {
@@ -241,7 +237,8 @@ fn mmap_flags(value: u64) -> String {
         3 => "MAP_SHARED_VALIDATE",
         _ => "0",
     };
-    let rest = bits(
+    kind_and_bits(
+        kind,
         value & !3,
         &[
             (0x10, "MAP_FIXED"),
@@ -257,12 +254,14 @@ fn mmap_flags(value: u64) -> String {
             (0x40000, "MAP_HUGETLB"),
             (0x100000, "MAP_FIXED_NOREPLACE"),
         ],
-        "",
-    );
-    if rest.is_empty() {
-        kind.to_string()
-    } else {
-        format!("{kind}|{rest}")
+    )
+}
+
+/// `kind` (what the low bits say), then the other bits of `value` by name.
+fn kind_and_bits(kind: &str, value: u64, names: &[(u64, &str)]) -> String {
+    match bits(value, names, "") {
+        rest if rest.is_empty() => kind.to_string(),
+        rest => format!("{kind}|{rest}"),
     }
 }
 
@@ -326,6 +325,10 @@ mod tests {
         assert_eq!(joined(&access), r#"access("/etc/ld.so.preload", R_OK) = -1 ENOENT (No such file or directory)"#);
         let execve = call(59, [0x7000, 0x7100, 0x7200, 0, 0, 0], 0, [b"/bin/echo", b"echo\0hi\0"]);
         assert_eq!(joined(&execve), r#"execve("/bin/echo", ["echo", "hi"], 0x7200) = 0"#);
+        // Flags of several bits are named once, as strace names them.
+        assert_eq!(open_flags(0o4010001), "O_WRONLY|O_SYNC");
+        assert_eq!(open_flags(0o20200002), "O_RDWR|O_TMPFILE");
+        assert_eq!(open_flags(0o200000), "O_RDONLY|O_DIRECTORY");
         let write = call(1, [1, 0x7000, 3, 0, 0, 0], 3, [b"hi\n", b""]);
         assert_eq!(joined(&write), r#"write(1, "hi\n", 3) = 3"#);
     }
