@@ -141,6 +141,9 @@ fn argument(name: &str, arg: &str, i: usize, call: &LoggedCall) -> String {
             _ => {}
         }
     }
+    if let Some(&(.., constant)) = CONSTANTS.iter().find(|&&(c, a, v, _)| c == name && a == arg && v == value) {
+        return constant.into();
+    }
     match (name, arg) {
         (_, "dfd" | "olddfd" | "newdfd" | "dirfd") if value as i32 == AT_FDCWD => "AT_FDCWD".into(),
         ("open" | "openat", "flags") => open_flags(value),
@@ -149,6 +152,10 @@ fn argument(name: &str, arg: &str, i: usize, call: &LoggedCall) -> String {
         (_, "prot") => bits(value, &[(1, "PROT_READ"), (2, "PROT_WRITE"), (4, "PROT_EXEC")], "PROT_NONE"),
         ("mmap", "flags") => mmap_flags(value),
         (_, "sig") if (1..32).contains(&value) => SIGNALS[value as usize - 1].into(),
+        ("futex", "op") => futex_op(value),
+        ("arch_prctl", "arg2") => format!("{value:#x}"),
+        ("wait4" | "waitid", "options") => bits(value, &[(1, "WNOHANG"), (2, "WUNTRACED"), (8, "WCONTINUED"), (0x4000_0000, "__WALL"), (0x8000_0000, "__WCLONE")], "0"),
+        ("dup3" | "pipe2" | "eventfd2" | "epoll_create1" | "inotify_init1" | "signalfd4", "flags") => bits(value, &[(0o2000000, "O_CLOEXEC"), (0o4000, "O_NONBLOCK")], "0"),
         _ if is_pointer(arg) => if value == 0 { "NULL".into() } else { format!("{value:#x}") },
         _ if arg == "fd" || arg.ends_with("fd") => (value as i32).to_string(),
         // An `int` holding -1 (`wait4`'s pid), or a negative `long`.
@@ -159,6 +166,48 @@ fn argument(name: &str, arg: &str, i: usize, call: &LoggedCall) -> String {
 }
 
 const AT_FDCWD: i32 = -100;
+/// Arguments that take one of a few named values: (call, argument, value, name).
+const CONSTANTS: &[(&str, &str, u64, &str)] = &[
+    ("lseek", "whence", 0, "SEEK_SET"),
+    ("lseek", "whence", 1, "SEEK_CUR"),
+    ("lseek", "whence", 2, "SEEK_END"),
+    ("lseek", "whence", 3, "SEEK_DATA"),
+    ("lseek", "whence", 4, "SEEK_HOLE"),
+    ("rt_sigprocmask", "how", 0, "SIG_BLOCK"),
+    ("rt_sigprocmask", "how", 1, "SIG_UNBLOCK"),
+    ("rt_sigprocmask", "how", 2, "SIG_SETMASK"),
+    ("fcntl", "cmd", 0, "F_DUPFD"),
+    ("fcntl", "cmd", 1, "F_GETFD"),
+    ("fcntl", "cmd", 2, "F_SETFD"),
+    ("fcntl", "cmd", 3, "F_GETFL"),
+    ("fcntl", "cmd", 4, "F_SETFL"),
+    ("fcntl", "cmd", 5, "F_GETLK"),
+    ("fcntl", "cmd", 6, "F_SETLK"),
+    ("fcntl", "cmd", 7, "F_SETLKW"),
+    ("fcntl", "cmd", 1030, "F_DUPFD_CLOEXEC"),
+    ("arch_prctl", "option", 0x1001, "ARCH_SET_GS"),
+    ("arch_prctl", "option", 0x1002, "ARCH_SET_FS"),
+    ("arch_prctl", "option", 0x1003, "ARCH_GET_FS"),
+    ("arch_prctl", "option", 0x1004, "ARCH_GET_GS"),
+    ("arch_prctl", "option", 0x3001, "ARCH_CET_STATUS"),
+    ("clock_gettime", "which_clock", 0, "CLOCK_REALTIME"),
+    ("clock_gettime", "which_clock", 1, "CLOCK_MONOTONIC"),
+    ("clock_gettime", "which_clock", 2, "CLOCK_PROCESS_CPUTIME_ID"),
+    ("clock_gettime", "which_clock", 3, "CLOCK_THREAD_CPUTIME_ID"),
+    ("clock_gettime", "which_clock", 4, "CLOCK_MONOTONIC_RAW"),
+    ("clock_gettime", "which_clock", 7, "CLOCK_BOOTTIME"),
+    ("clock_nanosleep", "which_clock", 0, "CLOCK_REALTIME"),
+    ("clock_nanosleep", "which_clock", 1, "CLOCK_MONOTONIC"),
+    ("prlimit64", "resource", 3, "RLIMIT_STACK"),
+    ("prlimit64", "resource", 4, "RLIMIT_CORE"),
+    ("prlimit64", "resource", 7, "RLIMIT_NOFILE"),
+    ("prlimit64", "resource", 9, "RLIMIT_AS"),
+    ("socket", "family", 1, "AF_UNIX"),
+    ("socket", "family", 2, "AF_INET"),
+    ("socket", "family", 10, "AF_INET6"),
+    ("socket", "family", 16, "AF_NETLINK"),
+    ("futex", "val3", 0xffff_ffff, "FUTEX_BITSET_MATCH_ANY"),
+];
 const SIGNALS: [&str; 31] = [
     "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP",
     "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
@@ -168,7 +217,7 @@ const O_TMPFILE: u64 = 0o20200000;
 
 /// Arguments that hold an address.
 fn is_pointer(arg: &str) -> bool {
-    matches!(arg, "addr" | "brk" | "start" | "envp" | "argv" | "filename" | "pathname" | "oldname" | "newname" | "tp" | "rqtp" | "rmtp" | "uts" | "act" | "oact" | "nset" | "oset" | "set" | "ufds" | "vec" | "uargs" | "tls" | "newsp" | "head" | "dirent" | "usockvec" | "optval" | "uservaddr" | "umyaddr" | "upeer_sockaddr" | "addr_len" | "upeer_addrlen" | "tloc" | "info" | "uinfo" | "usig" | "ru" | "rlim" | "new_rlim" | "old_rlim" | "utimes" | "times")
+    matches!(arg, "addr" | "uaddr" | "uaddr2" | "utime" | "brk" | "start" | "envp" | "argv" | "filename" | "pathname" | "oldname" | "newname" | "tp" | "rqtp" | "rmtp" | "uts" | "act" | "oact" | "nset" | "oset" | "set" | "ufds" | "vec" | "uargs" | "tls" | "newsp" | "head" | "dirent" | "usockvec" | "optval" | "uservaddr" | "umyaddr" | "upeer_sockaddr" | "addr_len" | "upeer_addrlen" | "tloc" | "info" | "uinfo" | "usig" | "ru" | "rlim" | "new_rlim" | "old_rlim" | "utimes" | "times")
         || arg.contains("buf")
         || arg.contains("ptr")
         || arg.ends_with("addr")
@@ -224,6 +273,21 @@ fn open_flags(value: u64) -> String {
             (0o10000000, "O_PATH"),
         ],
     )
+}
+
+/// `FUTEX_WAIT_PRIVATE`, `FUTEX_WAKE`...: the command, then its flags.
+fn futex_op(value: u64) -> String {
+    const COMMANDS: [&str; 14] = [
+        "FUTEX_WAIT", "FUTEX_WAKE", "FUTEX_FD", "FUTEX_REQUEUE", "FUTEX_CMP_REQUEUE", "FUTEX_WAKE_OP", "FUTEX_LOCK_PI", "FUTEX_UNLOCK_PI", "FUTEX_TRYLOCK_PI", "FUTEX_WAIT_BITSET", "FUTEX_WAKE_BITSET", "FUTEX_WAIT_REQUEUE_PI",
+        "FUTEX_CMP_REQUEUE_PI", "FUTEX_LOCK_PI2",
+    ];
+    let Some(command) = COMMANDS.get((value & 127) as usize) else { return value.to_string() };
+    let private = if value & 128 != 0 { "_PRIVATE" } else { "" };
+    let realtime = if value & 256 != 0 { "|FUTEX_CLOCK_REALTIME" } else { "" };
+    match value & !(127 | 128 | 256) {
+        0 => format!("{command}{private}{realtime}"),
+        rest => format!("{command}{private}{realtime}|{rest:#x}"),
+    }
 }
 
 fn access_mode(value: u64) -> String {
@@ -329,6 +393,14 @@ mod tests {
         assert_eq!(open_flags(0o4010001), "O_WRONLY|O_SYNC");
         assert_eq!(open_flags(0o20200002), "O_RDWR|O_TMPFILE");
         assert_eq!(open_flags(0o200000), "O_RDONLY|O_DIRECTORY");
+        let futex = call(202, [0x7000, 137, 0, 0, 0, u32::MAX as u64], 0, [b"", b""]);
+        assert_eq!(joined(&futex), "futex(0x7000, FUTEX_WAIT_BITSET_PRIVATE, 0, NULL, NULL, FUTEX_BITSET_MATCH_ANY) = 0");
+        let lseek = call(8, [3, 0, 2, 0, 0, 0], 11, [b"", b""]);
+        assert_eq!(joined(&lseek), "lseek(3, 0, SEEK_END) = 11");
+        let mask = call(14, [2, 0x7000, 0, 8, 0, 0], 0, [b"", b""]);
+        assert_eq!(joined(&mask), "rt_sigprocmask(SIG_SETMASK, 0x7000, NULL, 8) = 0");
+        let wait = call(61, [-1i64 as u32 as u64, 0x7000, 1, 0, 0, 0], -10i64 as u64, [b"", b""]);
+        assert_eq!(joined(&wait), "wait4(-1, 0x7000, WNOHANG, NULL) = -1 ECHILD (No child processes)");
         let write = call(1, [1, 0x7000, 3, 0, 0, 0], 3, [b"hi\n", b""]);
         assert_eq!(joined(&write), r#"write(1, "hi\n", 3) = 3"#);
     }
