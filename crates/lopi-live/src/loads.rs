@@ -32,16 +32,37 @@ pub(crate) fn watch(pid: i32, mem: &Memory) -> Result<LoadWatch, String> {
     let ldso = crate::glibc::loaded(pid, &maps, "ld-linux-x86-64.so.2").ok_or("no ld-linux-x86-64.so.2 is loaded")?;
     let r_debug = ldso.symbol("_r_debug").ok_or("ld.so has no _r_debug")?;
     let r_brk = mem.read_u64(r_debug + R_BRK).map_err(|e| format!("reading r_debug: {e}"))?;
-    let code = mem.read(r_brk, ENDBR64_RET.len()).map_err(|e| format!("reading _dl_debug_state: {e}"))?;
-    let at = if code[0] == RET {
-        r_brk
-    } else if code == ENDBR64_RET {
-        r_brk + 4
-    } else {
-        return Err(format!("_dl_debug_state is not a bare return ({code:02x?})"));
-    };
+    let at = return_of(mem, r_brk)?;
     mem.write(at, &[0xcc]).map_err(|e| format!("writing the trap: {e}"))?;
     Ok(LoadWatch { at, r_debug })
+}
+
+/// The `ret` of `_dl_debug_state` at `addr` (after its `endbr64`, if any).
+fn return_of(mem: &Memory, addr: u64) -> Result<u64, String> {
+    let code = mem.read(addr, ENDBR64_RET.len()).map_err(|e| format!("reading _dl_debug_state: {e}"))?;
+    if code[0] == RET {
+        Ok(addr)
+    } else if code == ENDBR64_RET {
+        Ok(addr + 4)
+    } else {
+        Err(format!("_dl_debug_state is not a bare return ({code:02x?})"))
+    }
+}
+
+/// A dynamically linked program at its `exec`: where ld.so will tell debuggers that every
+/// library is loaded (`_dl_debug_state`'s `ret`, which its `RT_ADD` and then its
+/// `RT_CONSISTENT` call reach), and its `r_debug`. By the `RT_CONSISTENT` call the libraries
+/// are relocated and the thread's TLS is set up, and no library's constructor has run
+/// (`_dl_init` comes after; glibc 2.36's rtld.c). `None` for a program without ld.so.
+pub(crate) fn rendezvous(pid: i32, mem: &Memory) -> Option<(u64, u64)> {
+    let maps = crate::procfs::maps(pid).ok()?;
+    let ldso = crate::glibc::loaded(pid, &maps, "ld-linux-x86-64.so.2")?;
+    Some((return_of(mem, ldso.symbol("_dl_debug_state")?).ok()?, ldso.symbol("_r_debug")?))
+}
+
+/// Whether ld.so's list of modules at `r_debug` is consistent.
+pub(crate) fn consistent(mem: &Memory, r_debug: u64) -> bool {
+    mem.read(r_debug + R_STATE, 4).is_ok_and(|s| s == RT_CONSISTENT.to_le_bytes())
 }
 
 impl LoadWatch {

@@ -138,16 +138,20 @@ impl Target {
         Self::at_exec(pid, followed, if followed && log { LogStartup::WithExec } else { LogStartup::No })
     }
 
-    /// Takes over process `pid`, stopped at its `exec` with its one thread: runs it to its
-    /// entry point, where every library is loaded and initialised (glibc's TLS and rseq
-    /// registration included) and the program's own code has not run. A `followed` program's
-    /// system calls on the way are counted, and logged as `log` says.
+    /// Takes over process `pid`, stopped at its `exec` with its one thread: runs it to where
+    /// every library is loaded and relocated and the thread's TLS (and rseq registration) set
+    /// up, and neither a library's constructor nor the program's own code has run: ld.so's
+    /// `RT_CONSISTENT` rendezvous (see [`crate::loads::rendezvous`]), or the entry point of a
+    /// program without ld.so. Probes installed there see the libraries' constructors. A
+    /// `followed` program's system calls on the way are counted, and logged as `log` says.
     pub fn at_exec(pid: i32, followed: bool, log: LogStartup) -> Result<Self, LiveError> {
         check_architecture(pid)?;
         let mem = Memory::open(pid).map_err(LiveError::io(format!("opening /proc/{pid}/mem")))?;
         let entry = procfs::auxv(pid, 9).ok_or_else(|| LiveError::Module("no AT_ENTRY in the program's auxiliary vector".into()))?;
-        let original = mem.read(entry, 1).map_err(LiveError::io("reading the entry point"))?;
-        mem.write(entry, &[0xcc]).map_err(LiveError::io("writing a breakpoint at the entry point"))?;
+        let rendezvous = crate::loads::rendezvous(pid, &mem);
+        let trap = rendezvous.map_or(entry, |(at, _)| at);
+        let original = mem.read(trap, 1).map_err(LiveError::io("reading the entry point"))?;
+        mem.write(trap, &[0xcc]).map_err(LiveError::io("writing a breakpoint at the entry point"))?;
         let mut threads = Threads::adopt(pid, followed)?;
         if followed {
             threads.counted_calls = Some(BTreeMap::new());
@@ -160,14 +164,16 @@ impl Target {
             }
             threads.startup_log = Some(startup_log);
         }
-        let reached = threads.run_injected(pid, regs, entry);
+        let reached = run_to_stop(&mut threads, &mem, pid, regs, trap, rendezvous.map(|(_, r_debug)| r_debug));
         let startup = threads.counted_calls.take().unwrap_or_default();
         let startup_log = threads.startup_log.take().map(|l| l.bytes).unwrap_or_default();
-        mem.write(entry, &original).map_err(LiveError::io("restoring the entry point"))?;
-        let mut at_entry = reached?;
-        // run_injected put the exec-stop registers back; the program continues from its entry.
-        at_entry.rip = entry;
-        threads.set_regs(pid, at_entry)?;
+        mem.write(trap, &original).map_err(LiveError::io("restoring the entry point"))?;
+        let mut at_stop = reached?;
+        if rendezvous.is_none() {
+            // run_injected put the exec-stop registers back; the program continues from its entry.
+            at_stop.rip = entry;
+        }
+        threads.set_regs(pid, at_stop)?;
         // Library constructors may have started threads.
         threads.stop_new_threads()?;
         Ok(Target { threads, mem, entry: Some(entry), injected: BTreeMap::new(), startup, startup_log, logs_startup: log != LogStartup::No })
@@ -285,6 +291,27 @@ pub(crate) struct Gadget {
     saved: [u8; 3],
 }
 
+
+/// ld.so's calls of `_dl_debug_state` a thread is run through at most before the one that says
+/// every module is in (`RT_ADD`, then `RT_CONSISTENT`, at start-up; more with audit modules).
+const RENDEZVOUS_CALLS: usize = 16;
+
+/// Runs the thread of `pid` from its exec stop (`regs`) to the `int3` at `trap`: the entry
+/// point, or (`r_debug` given) ld.so's rendezvous, through its calls until the one whose list of
+/// modules is consistent, returning from each for the thread (as its `ret` would).
+fn run_to_stop(threads: &mut Threads, mem: &Memory, pid: i32, regs: Regs, trap: u64, r_debug: Option<u64>) -> Result<Regs, LiveError> {
+    let mut at = threads.run_injected(pid, regs, trap)?;
+    let Some(r_debug) = r_debug else { return Ok(at) };
+    for _ in 0..RENDEZVOUS_CALLS {
+        at.rip = mem.read_u64(at.rsp).map_err(LiveError::io("reading a return address"))?;
+        at.rsp += 8;
+        if crate::loads::consistent(mem, r_debug) {
+            return Ok(at);
+        }
+        at = threads.run_injected(pid, at, trap)?;
+    }
+    Err(LiveError::Module("ld.so never said its list of modules was consistent".into()))
+}
 fn check_architecture(pid: i32) -> Result<(), LiveError> {
     let exe = procfs::exe(pid).map(|p| p.display().to_string()).unwrap_or_else(|_| "?".into());
     let Ok(header) = std::fs::File::open(format!("/proc/{pid}/exe")).and_then(|f| {
