@@ -1,7 +1,8 @@
 """Oracles for the corpus: counts lopi's probes must equal.
 
-- system calls (`syscall` probes, `lopi run`): gdb stops the native program at its entry point,
-  where `lopi run` puts its probes in, and from there catches every system call (all threads),
+- system calls (`syscall` probes, `lopi run`): gdb stops the native program where `lopi run`
+  puts its probes in (ld.so's rendezvous once every library is loaded, before the libraries'
+  constructors; a program without ld.so at its entry point), and from there catches every system call (all threads),
   by number, for programs without threads (whose calls depend on how their threads meet);
   futex, sched_yield, madvise and sleeps, which vary from run to run, are left out.
 - calls (`entry` probes, the program and its libraries rewritten, which count from their
@@ -34,8 +35,22 @@ gdb.execute("unset environment COLUMNS")
 gdb.execute("starti" + ARGS, to_string=True)
 auxv = gdb.execute("info auxv", to_string=True)
 entry = re.search(r"AT_ENTRY\s.*?(0x[0-9a-f]+)", auxv).group(1)
-gdb.execute("tbreak *" + entry, to_string=True)
-gdb.execute("continue", to_string=True)
+# Where lopi run puts its probes in: ld.so's rendezvous once every library is loaded
+# (_dl_debug_state called with r_debug.r_state RT_CONSISTENT, after RT_ADD), before any
+# library constructor; a program without ld.so at its entry point.
+try:
+    rendezvous = gdb.execute("break _dl_debug_state", to_string=True)
+except gdb.error:
+    rendezvous = None
+if rendezvous:
+    while True:
+        gdb.execute("continue", to_string=True)
+        if int(gdb.parse_and_eval("*(int *)((char *)&_r_debug + 24)")) == 0:
+            break
+    gdb.execute("delete", to_string=True)
+else:
+    gdb.execute("tbreak *" + entry, to_string=True)
+    gdb.execute("continue", to_string=True)
 gdb.execute("catch syscall", to_string=True)
 counts = {}
 while True:
