@@ -128,7 +128,7 @@ pub(crate) enum Command {
         #[command(flatten)]
         connect: ConnectArgs,
     },
-    /// Run PROG with probes spliced in at its entry point (no rewritten file); the record
+    /// Run PROG with probes spliced in before its libraries' constructors run (no rewritten file); the record
     /// reads with `lopi report` as for a rewritten program.
     Run {
         #[command(flatten)]

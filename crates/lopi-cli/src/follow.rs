@@ -1,6 +1,6 @@
 //! `lopi run` following the program's process tree (`lopi_live::Tree`): every program a
-//! process of it executes gets the same probes at its entry point, recording into the same
-//! data file, and every process's end is recorded there with what lopi knows of it (parent,
+//! process of it executes gets the same probes before its libraries' constructors run,
+//! recording into the same data file, and every process's end is recorded there with what lopi knows of it (parent,
 //! command line, wait status, start and end, the system calls made before its probes).
 //! `lopi attach -f` follows the tree of a running process the same way until it detaches.
 use crate::live::Probes;

@@ -163,7 +163,8 @@ pub struct Launched {
 /// semaphores of the markers it probes).
 pub type Check<'a> = &'a dyn Fn(&Installation, i32) -> Result<()>;
 
-/// Launches PROG, installs the probes at its entry point and lets it run (without ptrace, or
+/// Launches PROG, installs the probes where every library is loaded and none of their
+/// constructors has run (see [`lopi_live::Target::at_exec`]) and lets it run (without ptrace, or
 /// followed: see [`crate::follow`]), once `check` accepts them (else the program is killed
 /// before it ran any of its own code).
 pub fn launch(probes: &Probes, command: &[OsString], arg0: Option<OsString>, quiet: bool, check: Check<'_>) -> Result<Launched> {

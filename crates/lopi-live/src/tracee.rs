@@ -40,7 +40,7 @@ pub struct Threads {
     /// they are continued, not detached.
     followed: bool,
     /// While set, code run to a trap stops at each system call, counted here by number: what
-    /// a followed program does between its `exec` and its entry point, before any probe.
+    /// a followed program does between its `exec` and where its probes go in, before any probe.
     pub counted_calls: Option<BTreeMap<u64, u64>>,
     /// `lopi run --log`: those calls logged too, each with its arguments, result and bytes.
     pub(crate) startup_log: Option<StartupLog>,

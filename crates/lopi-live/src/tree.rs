@@ -72,8 +72,8 @@ pub struct Ended {
 
 /// What happened in the tree that lopi must act on.
 pub enum TreeEvent {
-    /// A process executed a program and is held at that program's entry point, every library
-    /// loaded: install probes, then [`Target::release`] it (it stays traced).
+    /// A process executed a program and is held where every library is loaded and none of
+    /// their constructors has run (see [`Target::at_exec`]): install probes, then [`Target::release`] it (it stays traced).
     Exec(Target, Process),
     /// A process executed a program lopi could not take over (a static or 32-bit one, or it
     /// died on the way): it runs on without probes.
@@ -116,7 +116,7 @@ pub struct Detached {
 
 impl Tree {
     /// The tree of `target`, a process launched followed (see [`crate::launch`]), which lopi
-    /// holds at its entry point: its threads are let go, still traced.
+    /// holds where its probes go in (see [`Target::at_exec`]): its threads are let go, still traced.
     pub fn new(mut target: Target, command: Vec<String>) -> Tree {
         let root = target.pid();
         let threads = target.threads.tids().into_iter().map(|t| (t, root)).collect();
