@@ -141,7 +141,7 @@ impl Target {
     /// Takes over process `pid`, stopped at its `exec` with its one thread: runs it to where
     /// every library is loaded and relocated and the thread's TLS (and rseq registration) set
     /// up, and neither a library's constructor nor the program's own code has run: ld.so's
-    /// `RT_CONSISTENT` rendezvous (see [`crate::loads::rendezvous`]), or the entry point of a
+    /// `RT_CONSISTENT` rendezvous (`loads::rendezvous`), or the entry point of a
     /// program without ld.so. Probes installed there see the libraries' constructors. A
     /// `followed` program's system calls on the way are counted, and logged as `log` says.
     pub fn at_exec(pid: i32, followed: bool, log: LogStartup) -> Result<Self, LiveError> {
