@@ -67,9 +67,9 @@ def log_summary(res: dict, strace_log: str, lopi_log: str) -> str:
     dropped = max((r.extra.get("log_dropped", 0) for r in res[lopi_log] if r.ok), default=0)
     return (f"- The two logs of one build (medians): strace -f -o FILE wrote {med(strace_log, 'log_lines'):,} lines "
             f"({med(strace_log, 'log_calls'):,} calls begun, the rest `<... resumed>` halves and exit/signal lines); "
-            f"lopi --log wrote {med(lopi_log, 'log_lines'):,} lines, one per call, of the {med(lopi_log, 'calls'):,} "
-            f"calls it counted: the log leaves out the {med(lopi_log, 'startup'):,} the programs made before their "
-            "probes went live (`report --processes`' start-up calls, counted through ptrace), "
+            f"lopi --log wrote {med(lopi_log, 'log_lines'):,} lines, one per call, for the {med(lopi_log, 'calls'):,} "
+            f"calls it counted ({med(lopi_log, 'startup'):,} of them made before the probes went in, "
+            "`report --processes`' start-up calls, logged through ptrace), "
             + (f"and said {dropped:,} calls are not in it (a thread's log was full)." if dropped
                else "and reported no calls left out (no thread's log filled)."))
 
