@@ -7,17 +7,14 @@ use super::syscalls::VFORKING;
 use crate::base::mem::read_own;
 use crate::base::sys;
 use crate::base::tsc::rdtsc;
+use crate::timing::script::SYSCALL_ARG_SLOTS;
 use crate::timing::thread::chunk::Thread;
 use core::ptr::{read_volatile, write_volatile};
 
-/// Where the system-call stubs saved the six arguments (rdi, rsi, rdx, r10, r8, r9): `u64`
-/// slots above the `rbp` they pass (`probes/syscalls.rs`).
-const ARG_SLOTS: [usize; 6] = [5, 6, 7, 2, 4, 3];
-
 /// The call's argument `i` from the stub's saved registers.
 unsafe fn arg(saved: *const u64, i: usize) -> u64 {
-    // SAFETY: the stub saved each of `ARG_SLOTS`.
-    unsafe { read_volatile(saved.add(ARG_SLOTS[i])) }
+    // SAFETY: the stub saved each of `SYSCALL_ARG_SLOTS`.
+    unsafe { read_volatile(saved.add(SYSCALL_ARG_SLOTS[i])) }
 }
 
 /// A call `nr` a `vfork` child makes on its suspended parent's state (`busy` is `VFORKING`,
@@ -31,11 +28,7 @@ pub(super) unsafe fn vfork_child_made(v: *const RuntimeVars, nr: u64, saved: *co
         if read_volatile(&(*t.h).busy) != VFORKING {
             return;
         }
-        let flags = match nr {
-            _ if syscall_name::never_returns(nr) => log::NO_RETURN,
-            59 | 322 => log::PENDING,
-            _ => log::MADE,
-        };
+        let flags = made_flags(nr).unwrap_or(log::MADE);
         let tid = sys::call3(sys::GETTID, 0, 0, 0) as u32;
         if let Some(at) = record(&t, v, rdtsc(), nr, flags, saved, 0, tid) {
             if flags != log::NO_RETURN {
@@ -44,6 +37,19 @@ pub(super) unsafe fn vfork_child_made(v: *const RuntimeVars, nr: u64, saved: *co
         }
     }
 }
+
+/// How call `nr` is logged when made, before it returns: one that never returns, an `execve`
+/// on its way (see `log::PENDING`); `None` for the others, logged when they return.
+pub(super) fn made_flags(nr: u64) -> Option<u32> {
+    match nr {
+        _ if syscall_name::never_returns(nr) => Some(log::NO_RETURN),
+        EXECVE | EXECVEAT => Some(log::PENDING),
+        _ => None,
+    }
+}
+
+const EXECVE: u64 = 59;
+const EXECVEAT: u64 = 322;
 
 /// The return, with `result`, of the call a `vfork` child logged last.
 pub(super) unsafe fn vfork_child_returned(t: &Thread, result: u64) {
@@ -77,10 +83,7 @@ pub(super) unsafe fn record(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64
         }
         let len = (*h).trace_len;
         if (*h).trace_cap - len.min((*h).trace_cap) < 1 + MAX_SLOTS as u64 {
-            if (*h).trace_dropped == 0 {
-                (*h).first_drop_tsc = tsc;
-            }
-            (*h).trace_dropped += 1;
+            t.trace_full(tsc);
             return None;
         }
         let event = t.base + (*h).trace_offset as usize + len as usize * abi::EVENT_LEN;

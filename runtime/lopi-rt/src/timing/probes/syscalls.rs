@@ -30,8 +30,6 @@ const CLONE_VFORK: u64 = 0x4000;
 const PRCTL: u64 = 157;
 const EXIT: u64 = 60;
 const EXIT_GROUP: u64 = 231;
-const EXECVE: u64 = 59;
-const EXECVEAT: u64 = 322;
 
 stub_asm!(
     // What both stubs share, as assembler macros. SAVE: rax and the arithmetic flags (`lahf`,
@@ -294,21 +292,20 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
             set_thread_slot(1);
             return 1;
         }
+        if let Some(flags) = syscall_log::made_flags(nr) {
+            syscall_log::record(&t, v, began, nr, flags, saved as *const u64, 0, 0);
+        }
         if syscall_name::never_returns(nr) {
             if nr == EXIT || nr == EXIT_GROUP {
                 script::run_thread(&t, v, abi::script::THREAD_EXIT);
                 ended(&t, v, began, nr);
             }
             count_now(&t, v, name, slot);
-            syscall_log::record(&t, v, began, nr, log::NO_RETURN, saved as *const u64, 0, 0);
             pause_excess(&t, began, false);
         } else {
-            if nr == EXECVE || nr == EXECVEAT {
-                syscall_log::record(&t, v, began, nr, log::PENDING, saved as *const u64, 0, 0);
-            }
             enter(&t, v, name, slot, key, began);
         }
-        let vforks = nr == 58 || (nr == 56 && arg0 & CLONE_VFORK != 0) || (nr == 435 && arg0 != 0 && read_volatile(arg0 as *const u64) & CLONE_VFORK != 0);
+        let vforks = nr == 58 || clone_flags(nr, arg0).is_some_and(|f| f & CLONE_VFORK != 0);
         write_volatile(&mut (*h).busy, if vforks { VFORKING } else { 0 });
         if kernel >= abi::whatif::APP_KERNEL {
             if nr == EXIT {
@@ -330,13 +327,19 @@ unsafe fn shares_thread_pointer(nr: u64, arg0: u64) -> bool {
     const CLONE_VM: u64 = 0x100;
     const CLONE_THREAD: u64 = 0x1_0000;
     const CLONE_SETTLS: u64 = 0x8_0000;
-    let flags = match nr {
-        56 => arg0,
+    // SAFETY: as in `clone_flags`.
+    unsafe { clone_flags(nr, arg0) }.is_some_and(|flags| flags & (CLONE_VM | CLONE_THREAD | CLONE_SETTLS | CLONE_VFORK) == CLONE_VM)
+}
+
+/// The flags of a `clone` (its first argument) or `clone3` (the first field of the
+/// `clone_args` its first argument points at); `None` for other calls.
+unsafe fn clone_flags(nr: u64, arg0: u64) -> Option<u64> {
+    match nr {
+        56 => Some(arg0),
         // SAFETY: clone3's first argument points at its `clone_args`, flags first.
-        435 if arg0 != 0 => unsafe { read_volatile(arg0 as *const u64) },
-        _ => return false,
-    };
-    flags & (CLONE_VM | CLONE_THREAD | CLONE_SETTLS | CLONE_VFORK) == CLONE_VM
+        435 if arg0 != 0 => Some(unsafe { read_volatile(arg0 as *const u64) }),
+        _ => None,
+    }
 }
 
 /// The thread ends at `tsc` (`exit`; `exit_group` ends its process): when, its name then

@@ -21,6 +21,10 @@ use helpers::{emit, value_none, Env};
 use image::{function, string, table_of};
 pub(super) use site_args::point_regs;
 
+/// Where the system-call stubs saved the six arguments (rdi, rsi, rdx, r10, r8, r9): `u64`
+/// slots above the `rbp` they pass (`probes/syscalls.rs`).
+pub(crate) const SYSCALL_ARG_SLOTS: [usize; 6] = [5, 6, 7, 2, 4, 3];
+
 /// Where a stub saved the registers a probe reads: `u64` slots above the `rbp` it passes.
 #[derive(Clone, Copy)]
 pub(super) struct Regs {
@@ -38,7 +42,9 @@ impl Regs {
 
     /// The system-call stubs' (`probes/syscalls.rs`): arguments in rdi, rsi, rdx, r10, r8, r9.
     pub fn syscall(at: *const u64) -> Regs {
-        Regs { at, args: [5, 6, 7, 2, 4, 3], ret: 8 }
+        // Element by element: the array whole would be copied with vector registers.
+        let s = SYSCALL_ARG_SLOTS;
+        Regs { at, args: [s[0], s[1], s[2], s[3], s[4], s[5]], ret: 8 }
     }
 
     /// Six values at `at`, one per argument.

@@ -107,6 +107,18 @@ impl Thread {
         }
     }
 
+    /// Counts what the full trace could not take at `tsc` (an event, a logged call).
+    pub unsafe fn trace_full(&self, tsc: u64) {
+        // SAFETY: the header is this thread's; the caller holds `busy`.
+        unsafe {
+            let h = self.h;
+            if (*h).trace_dropped == 0 {
+                (*h).first_drop_tsc = tsc;
+            }
+            (*h).trace_dropped += 1;
+        }
+    }
+
     pub unsafe fn record(&self, tsc: u64, node: u32, kind: u32) {
         // SAFETY: trace_len < trace_cap before the write; the trace region holds trace_cap events.
         unsafe {
@@ -114,10 +126,7 @@ impl Thread {
             let len = (*h).trace_len;
             if len >= (*h).trace_cap {
                 if (*h).trace_cap != 0 {
-                    if (*h).trace_dropped == 0 {
-                        (*h).first_drop_tsc = tsc;
-                    }
-                    (*h).trace_dropped += 1;
+                    self.trace_full(tsc);
                 }
                 return;
             }
