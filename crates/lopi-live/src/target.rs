@@ -150,8 +150,8 @@ impl Target {
         let entry = procfs::auxv(pid, 9).ok_or_else(|| LiveError::Module("no AT_ENTRY in the program's auxiliary vector".into()))?;
         let rendezvous = crate::loads::rendezvous(pid, &mem);
         let trap = rendezvous.map_or(entry, |(at, _)| at);
-        let original = mem.read(trap, 1).map_err(LiveError::io("reading the entry point"))?;
-        mem.write(trap, &[0xcc]).map_err(LiveError::io("writing a breakpoint at the entry point"))?;
+        let original = mem.read(trap, 1).map_err(LiveError::io("reading where the probes go in"))?;
+        mem.write(trap, &[0xcc]).map_err(LiveError::io("writing a breakpoint where the probes go in"))?;
         let mut threads = Threads::adopt(pid, followed)?;
         if followed {
             threads.counted_calls = Some(BTreeMap::new());
@@ -167,7 +167,7 @@ impl Target {
         let reached = run_to_stop(&mut threads, &mem, pid, regs, trap, rendezvous.map(|(_, r_debug)| r_debug));
         let startup = threads.counted_calls.take().unwrap_or_default();
         let startup_log = threads.startup_log.take().map(|l| l.bytes).unwrap_or_default();
-        mem.write(trap, &original).map_err(LiveError::io("restoring the entry point"))?;
+        mem.write(trap, &original).map_err(LiveError::io("restoring the code where the probes went in"))?;
         let mut at_stop = reached?;
         if rendezvous.is_none() {
             // run_injected put the exec-stop registers back; the program continues from its entry.

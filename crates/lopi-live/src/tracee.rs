@@ -50,10 +50,15 @@ pub struct Threads {
 }
 
 impl Threads {
+    /// The threads of `pid`, those in `held` held, neither counting nor logging system calls.
+    fn new(pid: i32, held: BTreeMap<i32, Vec<Signal>>, followed: bool) -> Threads {
+        Threads { pid, held, arriving: Vec::new(), followed, counted_calls: None, startup_log: None, forks: Vec::new() }
+    }
+
     /// Seizes and stops every thread of `pid`, including threads created meanwhile; `followed`
     /// (`lopi attach -f`): with the options of a followed tree, to stay traced when let go.
     pub fn stop_all(pid: i32, followed: bool) -> Result<Self, LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::new(), arriving: Vec::new(), followed, counted_calls: None, startup_log: None, forks: Vec::new() };
+        let mut threads = Threads::new(pid, BTreeMap::new(), followed);
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -65,7 +70,7 @@ impl Threads {
     pub fn adopt(pid: i32, followed: bool) -> Result<Self, LiveError> {
         let options = if followed { FOLLOWED } else { Options::PTRACE_O_TRACECLONE };
         ptrace::setoptions(Pid::from_raw(pid), options).map_err(|e| LiveError::ptrace("setting options on", pid, e))?;
-        let mut threads = Threads { pid, held: BTreeMap::from([(pid, Vec::new())]), arriving: Vec::new(), followed, counted_calls: None, startup_log: None, forks: Vec::new() };
+        let mut threads = Threads::new(pid, BTreeMap::from([(pid, Vec::new())]), followed);
         threads.stop_new_threads()?;
         Ok(threads)
     }
@@ -75,7 +80,7 @@ impl Threads {
     /// them) are sent a `SIGSTOP` each, which lopi takes instead of delivering. Returns the
     /// fork and clone events they reported on the way (thread, new task), for the tree.
     pub fn hold_followed(pid: i32, stopped: i32, others: &[i32]) -> Result<(Self, Vec<(i32, i32)>), LiveError> {
-        let mut threads = Threads { pid, held: BTreeMap::from([(stopped, Vec::new())]), arriving: Vec::new(), followed: true, counted_calls: None, startup_log: None, forks: Vec::new() };
+        let mut threads = Threads::new(pid, BTreeMap::from([(stopped, Vec::new())]), true);
         let mut born = Vec::new();
         for &tid in others {
             // SAFETY: tgkill takes integers only; a thread gone meanwhile makes it fail (ESRCH).
@@ -416,7 +421,7 @@ impl Threads {
     /// Threads of followed process `pid` that lopi has stopped itself, each with the signals
     /// it received meanwhile (see [`crate::Tree::detach`]).
     pub(crate) fn stopped(pid: i32, held: BTreeMap<i32, Vec<Signal>>) -> Threads {
-        Threads { pid, held, arriving: Vec::new(), followed: true, counted_calls: None, startup_log: None, forks: Vec::new() }
+        Threads::new(pid, held, true)
     }
 
     /// The threads still held and their signals, which the caller now lets go.
