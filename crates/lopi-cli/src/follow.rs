@@ -17,15 +17,17 @@ extern "C" fn ending(signal: i32) {
     ENDING.store(signal, Ordering::Relaxed);
 }
 
-/// SIGTERM and SIGHUP interrupt lopi's wait (no `SA_RESTART`) instead of killing it at once:
-/// it takes its traps out of the processes first (see [`Tree::let_go`]).
-fn catch_ending_signals() -> Result<()> {
+/// SIGTERM and SIGHUP (and, detaching, Ctrl-C's SIGINT) interrupt lopi's wait (no
+/// `SA_RESTART`) instead of killing it at once: it takes its traps out of the processes first
+/// (see [`Tree::let_go`], [`Tree::detach`]).
+fn catch_ending_signals(until: Until) -> Result<()> {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let action = SigAction::new(SigHandler::Handler(ending), SaFlags::empty(), SigSet::empty());
-    for signal in [Signal::SIGTERM, Signal::SIGHUP] {
+    let interrupt = matches!(until, Until::Detach(_)).then_some(Signal::SIGINT);
+    for signal in [Signal::SIGTERM, Signal::SIGHUP].into_iter().chain(interrupt) {
         // SAFETY: the handler only stores to an atomic.
         #[allow(unsafe_code)]
-        unsafe { sigaction(signal, &action) }.context("catching SIGTERM")?;
+        unsafe { sigaction(signal, &action) }.with_context(|| format!("catching {signal}"))?;
     }
     Ok(())
 }
@@ -72,7 +74,7 @@ fn ticker() -> Result<nix::sys::timer::Timer> {
 /// status), or until it is time to detach (`lopi attach -f`).
 pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool, until: Until) -> Result<Stopped> {
     let spec = probes.spec(output)?;
-    catch_ending_signals()?;
+    catch_ending_signals(until)?;
     let _ticker = match until {
         Until::AllEnded => None,
         Until::Detach(_) => {
@@ -82,10 +84,6 @@ pub(crate) fn follow(tree: &mut Tree, probes: &Probes, output: &str, quiet: bool
             for signal in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGHUP] {
                 mask.add(signal);
             }
-            let action = nix::sys::signal::SigAction::new(nix::sys::signal::SigHandler::Handler(ending), nix::sys::signal::SaFlags::empty(), nix::sys::signal::SigSet::empty());
-            // SAFETY: the handler only stores to an atomic.
-            #[allow(unsafe_code)]
-            unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGINT, &action) }.context("catching SIGINT")?;
             mask.thread_unblock().context("unblocking SIGINT")?;
             Some(ticker()?)
         }
@@ -205,13 +203,7 @@ pub(crate) fn attached(tree: &mut Tree, probes: &Probes, output: &str, duration:
         }
         // Its calls still open end here; the tree shows it as let go, not ended.
         let ended = Ended { process: d.process.clone(), status: DETACHED, at: lopi_live::tsc() };
-        let recorded = crate::ends::record(output, d.process.pid, lopi_rt_abi::END_DETACHED, unmaps).and_then(|()| {
-            if std::path::Path::new(output).exists() {
-                crate::parallelism::append(output, &process_record(&ended))?;
-            }
-            Ok(())
-        });
-        if let Err(e) = recorded {
+        if let Err(e) = record_end(output, &ended, lopi_rt_abi::END_DETACHED, unmaps) {
             eprintln!("lopi: recording the detach from pid {}: {e:#}", d.process.pid);
         }
     }
@@ -234,7 +226,12 @@ fn program(process: &Process) -> &str {
 
 /// Appends process `ended`'s end (closing its threads' open calls) and its process record.
 pub(crate) fn record(output: &str, ended: &Ended) -> Result<()> {
-    crate::ends::record(output, ended.process.pid, lopi_rt_abi::END_EXITED, (0, 0))?;
+    record_end(output, ended, lopi_rt_abi::END_EXITED, (0, 0))
+}
+
+/// [`record`] with the end record's kind (`END_*`) and the unmaps of a detach.
+fn record_end(output: &str, ended: &Ended, kind: u32, unmaps: (u64, u64)) -> Result<()> {
+    crate::ends::record(output, ended.process.pid, kind, unmaps)?;
     if std::path::Path::new(output).exists() {
         crate::parallelism::append(output, &process_record(ended))?;
     }
