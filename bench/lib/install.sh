@@ -84,6 +84,14 @@ bench_apt_source() {
     if ! (cd "$dir" && apt-get source -q "$pkg" >&2); then
         _BENCH_APT_UPDATED=0
         bench_apt_update_once
-        (cd "$dir" && apt-get source -q "$pkg" >&2) || return 1
+        (cd "$dir" && apt-get source -q "$pkg" >&2) && return 0
+        # The index can name a version the mirror does not serve (a security
+        # update's source 404s): take the newest one that downloads.
+        local version
+        for version in $(apt-cache showsrc "$pkg" | sed -n 's/^Version: //p' | sort -rV | uniq); do
+            bench_log "apt-get source $pkg=$version -> $dir"
+            (cd "$dir" && apt-get source -q "$pkg=$version" >&2) && return 0
+        done
+        return 1
     fi
 }

@@ -7,7 +7,8 @@
 #   1. apt-get installs the few build tools it needs (one `apt-get update`).
 #   2. enables deb-src for the configured Debian suites (idempotent:
 #      /etc/apt/sources.list.d/lopi-deb-src.sources).
-#   3. `apt-get source sqlite3 zstd` (Debian bookworm's source packages).
+#   3. `apt-get source sqlite3 zstd` (Debian bookworm's source packages; the newest
+#      version the mirror serves, as the index can name one it does not yet).
 #   4. builds from those sources, with Debian's own build flags
 #      (dpkg-buildflags, hardening=+all: -g -O2 ... ; nothing is stripped):
 #        - sqlite3 shell (shell.c + amalgamation, one PIE executable)
@@ -147,8 +148,23 @@ fetch_sources() {
     apt_update_once_if_no_sources
     cd "$WORK/src"
     rm -rf sqlite3-* libzstd-* sqlite3_* libzstd_*
-    logged apt-source.log apt-get source -q sqlite3 zstd \
-        || die "apt-get source failed"
+    : >"$WORK/logs/apt-source.log"
+    local pkg
+    for pkg in sqlite3 zstd; do
+        source_any_version "$pkg" || die "apt-get source $pkg failed in every version apt lists"
+    done
+}
+# The index can name a version the mirror does not serve yet (a new security
+# update's source 404s while its index is out), so each version apt lists is
+# tried, newest first, and the first that downloads is used.
+source_any_version() {
+    local pkg=$1 version logf=$WORK/logs/apt-source.log
+    for version in $(apt-cache showsrc "$pkg" | sed -n 's/^Version: //p' | sort -rV | uniq); do
+        log "apt-get source $pkg=$version"
+        apt-get source -q "$pkg=$version" >>"$logf" 2>&1 && return 0
+        tail -n 5 "$logf" >&2
+    done
+    return 1
 }
 apt_update_once_if_no_sources() {
     # after a fresh deb-src enable, the Sources lists may be missing
