@@ -165,6 +165,7 @@ fixture_tests! {
     flags => "flags.c",
     vdso => "vdso.c",
     sigkill => "sigkill.c",
+    unprobed => "unprobed.c",
 }
 
 /// The program's own `syscall` instructions, rewritten: exact counts without libc's.
