@@ -74,7 +74,7 @@ fn image(module: &ElfModule<'_>, selection: Selection) -> lopi_image::ProbeImage
     let names = lopi_image::ModuleNames { module: "m".into(), source: "s".into() };
     let request = lopi_image::Request {
         names: &names,
-        recording: lopi_image::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false },
+        recording: lopi_image::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false, catch_unprobed: false },
         at: lopi_rt_abi::page_align(module.end_of_image().0),
         entry_room: 16,
         header_room: 0,

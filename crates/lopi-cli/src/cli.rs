@@ -466,6 +466,11 @@ pub(crate) struct LiveSelect {
     /// return (timed), lopi_syscall_enter and lopi_syscall_leave around every system call.
     #[arg(long, value_name = "FILE.c")]
     handler: Option<PathBuf>,
+    /// With --probe syscall, leave out the system calls of code no probe covers (JIT code,
+    /// code loaded after the probes went in) [default: they are caught with Syscall User
+    /// Dispatch where the kernel has it (Linux 5.11), and counted at `[unprobed code]`].
+    #[arg(long)]
+    no_catch_unprobed: bool,
 }
 
 impl LiveSelect {
@@ -483,6 +488,7 @@ impl LiveSelect {
             None => None,
         };
         let recording = timing.recording(trace, probes, script.is_some())?;
+        let recording = lopi_image::Recording { catch_unprobed: probes.probes_system_calls() && !self.no_catch_unprobed, ..recording };
         Ok(live::Probes { include: self.include, exclude: self.exclude, probes, recording, cache, script, count_only: Vec::new(), record: None, follow: false })
     }
 }
@@ -546,7 +552,7 @@ impl Timing {
                 self.sample_hz
             }
         };
-        Ok(Recording { trace, budget_ppm: budget.unwrap_or(0), sample_hz, syscall_log: false })
+        Ok(Recording { trace, budget_ppm: budget.unwrap_or(0), sample_hz, syscall_log: false, catch_unprobed: false })
     }
 }
 

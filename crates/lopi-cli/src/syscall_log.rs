@@ -114,16 +114,25 @@ fn result(name: &str, call: &LoggedCall) -> String {
         _ => {}
     }
     if lopi_rt_abi::syscall_name::is_error(r.ret) {
-        let errno = ::syscalls::Errno::new(-(r.ret as i64) as i32);
-        return match errno.name_and_description() {
-            Some((n, d)) => format!("-1 {n} ({d})"),
-            None => format!("-1 errno {}", -(r.ret as i64)),
+        let number = -(r.ret as i64) as i32;
+        // The kernel's name; the C library's text (strace's): the kernel's comments differ
+        // ("Bad file number" for EBADF).
+        return match ::syscalls::Errno::new(number).name_and_description() {
+            Some((n, _)) => format!("-1 {n} ({})", strerror(number)),
+            None => format!("-1 errno {number}"),
         };
     }
     match name {
         "mmap" | "brk" | "mremap" | "shmat" => format!("{:#x}", r.ret),
         _ => (r.ret as i64).to_string(),
     }
+}
+
+/// The C library's text for `errno`, as strace prints it: the standard library's message for
+/// an OS error is `strerror`'s, followed by " (os error N)".
+fn strerror(errno: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    text.strip_suffix(&format!(" (os error {errno})")).unwrap_or(&text).to_string()
 }
 
 /// Argument `i`, named `arg` by the kernel's tracepoint, of call `name`.

@@ -152,7 +152,12 @@ pub fn report_text(report: &lopi_trace::Syscalls, top: usize) -> String {
             let module = std::path::Path::new(&s.module).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
             // Named as everywhere: the function, and the module and address in its file.
             let place = format!("{module}+{}", s.addr);
-            let site = if s.function.is_empty() { place } else { format!("{} ({place})", s.function) };
+            // The dispatch point is no place in a file.
+            let site = match s.function.as_str() {
+                "" => place,
+                lopi_trace::UNPROBED_CODE => s.function.clone(),
+                function => format!("{function} ({place})"),
+            };
             let _ = write!(out, "{:>11} {:>9} {:>9}  {:<16} {site}{}", seconds(s.total_ns), s.calls, s.errors, s.name, open(s.open));
             // The innermost callers; JSON has the whole path.
             const SHOWN: usize = 4;

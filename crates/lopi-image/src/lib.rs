@@ -21,7 +21,7 @@ pub mod script;
 use lopi_elf::{ElfModule, Svma};
 use lopi_patch::{Action, Layout, PatchPlan, ProbePoint, Selection, Stubs, RSEQ_CS_SIZE};
 use lopi_rt_abi::{page_align, ModuleDescriptor, DESCRIPTOR_LEN, DESCRIPTOR_MAGIC};
-use lopi_trace::{MetaAction, MetaBlock, MetaFunction, MetaPoint, MetaProbe, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
+use lopi_trace::{MetaAction, MetaBlock, MetaFunction, MetaPoint, MetaProbe, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION, UNPROBED_CODE};
 use std::ops::Range;
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +62,9 @@ pub struct Recording {
     pub sample_hz: u32,
     /// Log each system call, with its arguments and result, in the threads' traces.
     pub syscall_log: bool,
+    /// Catch system calls from code no probe covers with Syscall User Dispatch (where the
+    /// module's system calls are probed).
+    pub catch_unprobed: bool,
 }
 
 /// What the installer needs besides the plan.
@@ -194,6 +197,7 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
         stubs,
         budget: request.recording.budget_ppm > 0,
         retire_stub: Some(stub(lopi_rt_blob::RETIRE_STUB_OFFSET)),
+        dispatch: request.recording.catch_unprobed && selection.has_syscalls(),
     };
     let plan = selection.lay_out(module, layout);
 
@@ -217,6 +221,8 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
                         MetaPoint::Syscall(MetaSyscall { addr: at.0, function, nr: site.nr })
                     }
                     ProbePoint::Block { function, start, end, .. } => MetaPoint::Block(MetaBlock { addr: start.0, end: end.0, function: module.functions[function].name.clone() }),
+                    // Readers name system-call sites by their function: this one is no site.
+                    ProbePoint::Dispatch => MetaPoint::Syscall(MetaSyscall { addr: 0, function: UNPROBED_CODE.to_string(), nr: None }),
                 };
                 MetaProbe { point, action: meta_action(p.action) }
             })
@@ -305,7 +311,8 @@ pub fn build(module: &ElfModule<'_>, mut selection: Selection, request: &Request
                 0
             };
             let locks = if plan.probes.iter().any(|p| matches!(p.action, Action::Lock(_))) { lopi_rt_abi::PROBE_LOCKS } else { 0 };
-            lopi_rt_abi::PROBE_TIMING | trace | executable | locks
+            let dispatch = if plan.layout.dispatch { lopi_rt_abi::PROBE_SYSCALL_DISPATCH } else { 0 };
+            lopi_rt_abi::PROBE_TIMING | trace | executable | locks | dispatch
         } else {
             0
         },
@@ -407,7 +414,7 @@ fn counted<'m>(module: &'m ElfModule<'_>, plan: &PatchPlan) -> Vec<script::Count
             ProbePoint::Block { function, patch_at, .. } if p.action == Action::Probe => {
                 script::Counted { name: &module.functions[function].name, aliases: &[], addr: patch_at.0, timed: false, entry: false, site: Some(patch_at.0) }
             }
-            ProbePoint::Block { .. } => nothing,
+            ProbePoint::Block { .. } | ProbePoint::Dispatch => nothing,
         })
         .collect()
 }

@@ -40,7 +40,7 @@ fn check_file(name: &str, source: &str, title: &str, made_with: Vec<String>, dat
     let names = ModuleNames { module: name.to_string(), source: source.to_string() };
     let request = Request {
         names: &names,
-        recording: Recording { trace: false, budget_ppm, sample_hz: 0, syscall_log: false },
+        recording: Recording { trace: false, budget_ppm, sample_hz: 0, syscall_log: false, catch_unprobed: false },
         at: lopi_rt_abi::page_align(module.end_of_image().0),
         entry_room: ENTRY_ROOM,
         header_room: HEADER_ROOM,

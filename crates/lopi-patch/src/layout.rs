@@ -191,6 +191,7 @@ impl Selection {
                 enter_stub: stubs.syscall_enter.0,
                 exit_stub: stubs.syscall_exit.0,
                 sites: &syscall_counters,
+                dispatch: layout.dispatch,
             });
             let loops_in_copy = site.point == Point::Entry(Tactic::WholeFunction);
             let body = lopi_x86::Body { insns: &site.relocated, loops_in_copy, exits: &site.exits, resume: site.resume.map(|r| r.0), syscalls };
@@ -306,6 +307,10 @@ impl Selection {
         rseq_sections.resize(rseq_sections.len() + syscall_counters.len(), lopi_x86::RseqSection { start: 0, post_commit_offset: 0, abort: 0 });
         rseq_sections.extend(block_sections);
         probes.sort_by_key(|p| p.counter);
+        if layout.dispatch {
+            probes.push(Probe { point: ProbePoint::Dispatch, action: Action::Time, counter: probes.len() as u32 });
+            rseq_sections.push(lopi_x86::RseqSection { start: 0, post_commit_offset: 0, abort: 0 });
+        }
         debug_assert!(probes.iter().enumerate().all(|(i, p)| p.counter as usize == i), "counters are the probes' indices");
         let switch_patches = entry_swaps
             .into_iter()

@@ -208,6 +208,10 @@ pub struct Layout {
     /// The runtime's stub that puts a fired coverage probe's site back (`None`: coverage
     /// probes stay).
     pub retire_stub: Option<Svma>,
+    /// System calls from code no probe covers are caught too (`lopi_rt_abi::dispatch`): the
+    /// system-call trampolines let their own calls through, and the plan gets a
+    /// [`ProbePoint::Dispatch`] probe.
+    pub dispatch: bool,
 }
 
 impl Layout {
@@ -261,7 +265,8 @@ pub struct Selection {
 
 /// One probe: a point the planner patched, the action the runtime runs there, and its counter,
 /// which is its index in [`PatchPlan::probes`] (functions' entries first, then system-call
-/// sites, then blocks and instructions: the order the runtime's tables and the metadata keep).
+/// sites, then blocks and instructions, then the dispatch point: the order the runtime's
+/// tables and the metadata keep).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Probe {
     pub point: ProbePoint,
@@ -283,6 +288,9 @@ pub enum ProbePoint {
     /// A basic block of `function`, `start..end`, whose jump is written at `patch_at` (past an
     /// `endbr64`); or, with `Action::Probe`, an instruction's point at `patch_at`.
     Block { function: usize, start: Svma, end: Svma, patch_at: Svma, tactic: Tactic },
+    /// Every system call made from code no probe covers, caught by the runtime's `SIGSYS`
+    /// handler (Syscall User Dispatch): no patch, always the plan's last probe.
+    Dispatch,
 }
 
 impl Probe {

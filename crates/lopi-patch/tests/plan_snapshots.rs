@@ -117,6 +117,7 @@ fn layout(module: &ElfModule<'_>, selection: &Selection, budget: bool) -> Layout
         stubs,
         budget,
         retire_stub: Some(stub(7)),
+        dispatch: false,
     }
 }
 

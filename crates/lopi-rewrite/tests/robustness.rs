@@ -44,7 +44,7 @@ fn pipeline(bytes: &[u8]) {
     let analysis = lopi_patch::analyse(&mut module);
     let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
-    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false });
+    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false, catch_unprobed: false });
 }
 
 #[test]
@@ -157,7 +157,7 @@ fn mutated_timed_data_files_never_panic() {
     let analysis = lopi_patch::analyse(&mut module);
     let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
-    let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false }).unwrap();
+    let rewritten = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false, catch_unprobed: false }).unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("robustness");
     let exe = dir.join("sample.timed");
     let data = dir.join("sample.timed.lopi");
@@ -246,7 +246,7 @@ fn pipeline_with_debug(stripped: &[u8], debug: Vec<u8>) {
     let analysis = lopi_patch::analyse(&mut module);
     let selection = lopi_patch::select(&module, &analysis, &lopi_patch::Filter::default(), lopi_patch::Probes::TIME);
     let names = lopi_rewrite::ModuleNames { module: "m".into(), source: "s".into() };
-    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false });
+    let _ = lopi_rewrite::rewrite(&module, selection, &names, lopi_rewrite::Recording { trace: true, budget_ppm: 0, sample_hz: 0, syscall_log: false, catch_unprobed: false });
 }
 
 /// Stripped files (functions from `.eh_frame`, `.cold` parts told apart by the planner, code

@@ -94,6 +94,10 @@ pub const PROBE_LOCKS: u64 = 8;
 /// [`ModuleDescriptor::probes`]: with `PROBE_TRACE`, each system call is logged in the trace
 /// with its arguments and result ([`syscall_log`]).
 pub const PROBE_SYSCALL_LOG: u64 = 16;
+/// [`ModuleDescriptor::probes`]: with system-call probes, calls made from code no probe covers
+/// are caught with Syscall User Dispatch ([`dispatch`]) and recorded at the module's last
+/// counter, the dispatch point's.
+pub const PROBE_SYSCALL_DISPATCH: u64 = 32;
 
 /// First bytes of a memory-map record: the magic, the record's length (a multiple of
 /// `PAGE_SIZE`), the pid (`u32`, then 4 bytes of padding), the text's length (`u64`), then
@@ -409,6 +413,23 @@ pub struct RuntimeVars {
     pub profile_old_action: [u64; 4],
     /// Non-zero when the system-call probes log each call in the trace (`PROBE_SYSCALL_LOG`).
     pub syscall_log: u64,
+    /// Syscall User Dispatch ([`dispatch`]): the variables of the module whose runtime's
+    /// `SIGSYS` handler the process has (0: calls from unprobed code are not caught), and the
+    /// range of its runtime, whose calls the kernel lets through.
+    pub dispatch_owner: u64,
+    pub dispatch_start: u64,
+    pub dispatch_len: u64,
+    /// In the owner's variables: the `SIGSYS` action the program asked for (the kernel's
+    /// `struct sigaction`), to which signals that are not Syscall User Dispatch's go.
+    pub sigsys_program_action: [u64; 4],
+    /// In the owner's variables: bit `n - 1` set when the program's handler of signal `n`
+    /// blocks `SIGSYS` while it runs (the kernel's copy of its mask does not).
+    pub sigsys_in_masks: u64,
+    /// In the owner's variables: the handler the program gave each signal (`n - 1`), which the
+    /// kernel's action replaces with the runtime's wrapper: a signal that comes as a call
+    /// returns, while the selector lets calls through, runs the program's handler with it
+    /// blocking them. Two halves of 32: arrays longer than 32 have no `Default`.
+    pub program_handlers: [[u64; 32]; 2],
 }
 
 /// The signal of sampled time's per-thread timers: `SIGURG`, whose default action is to ignore
@@ -526,7 +547,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 344);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 920);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;
@@ -538,6 +559,8 @@ pub mod python;
 pub mod script_map;
 #[path = "syscall_name.rs"]
 pub mod syscall_name;
+#[path = "dispatch.rs"]
+pub mod dispatch;
 
 pub mod syscall_log;
 #[path = "thread.rs"]

@@ -34,7 +34,7 @@ pub use open::{EndSeen, Ended, OpenCall};
 pub use own_calls::{OwnCall, OwnCalls};
 pub use otlp::OtlpContext;
 pub use processes::{ProcessRow, ProcessRun, Processes};
-pub use meta::{MetaAction, MetaBlock, MetaFunction, MetaPoint, MetaProbe, MetaScript, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION};
+pub use meta::{MetaAction, MetaBlock, MetaFunction, MetaPoint, MetaProbe, MetaScript, MetaSyscall, MetaUnprobedBlock, ModuleMeta, META_VERSION, UNPROBED_CODE};
 pub use locks::{LockCounts, LockSite, LockStats, LockThread, Locks};
 pub use export::{chrome_trace, flamegraph_svg, folded, folded_svg, ChromeEvent, ChromeTrace, ExportError, Weight};
 pub use pprof::{lock_pprof, pprof, LockProfile, SiteFrame};

@@ -96,13 +96,17 @@ pub struct MetaFunction {
 /// A probed `syscall` instruction.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MetaSyscall {
-    /// File address of the instruction.
+    /// File address of the instruction (0 for the dispatch point).
     pub addr: u64,
-    /// The function it is in ("" when none is known).
+    /// The function it is in ("" when none is known); [`UNPROBED_CODE`] for the dispatch
+    /// point, which stands for every call made from code no probe covers.
     pub function: String,
     /// The system call number, when the code sets it right before.
     pub nr: Option<u32>,
 }
+
+/// The function name of the dispatch point's site (`lopi_patch::ProbePoint::Dispatch`).
+pub const UNPROBED_CODE: &str = "[unprobed code]";
 
 /// A probed basic block (or an instruction's point).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -7,7 +7,9 @@
 //!         call syscall_enter_stub
 //!         lea rsp,[rsp+128]
 //!         jrcxz done               ; the enter stub made the call already (rax: its result)
+//!        (mov byte fs:[0x4c],0)    ; with dispatch: the selector lets this call through
 //!         syscall                  ; a restart (rip - 2) re-enters the kernel right here
+//!        (mov byte fs:[0x4c],1)    ; and blocks the program's calls again
 //! done:   lea rsp,[rsp-128]
 //!         push <site counter>
 //!         call syscall_exit_stub
@@ -17,6 +19,11 @@
 //! which the `syscall` instruction itself clobbers, and the flags; the enter stub leaves `rcx`
 //! non-zero unless it has made the call itself (an emulated kernel that runs system calls on
 //! another thread: `lopi whatif --kernel app-kernel`).
+//!
+//! With Syscall User Dispatch (`lopi_rt_abi::dispatch`), the kernel raises `SIGSYS` for the
+//! program's calls from anywhere but the runtime while the thread's selector blocks them: the
+//! trampoline lets its own call through. The store after it is the signature by which the
+//! runtime's handler knows a site's call that a signal made it miss.
 //!
 //! Both calls run on the stack the thread has at that point: in the child of a `clone` with a
 //! new stack, the exit probe runs on the child's stack, 128 bytes below its top.
@@ -30,6 +37,8 @@ pub struct SyscallProbes<'a> {
     pub exit_stub: u64,
     /// Original IP of each probed `syscall` instruction, with its site's counter index.
     pub sites: &'a [(u64, u32)],
+    /// Syscall User Dispatch is on: set the thread's selector around the `syscall`.
+    pub dispatch: bool,
 }
 
 impl SyscallProbes<'_> {
@@ -59,13 +68,25 @@ pub(crate) fn wrapped(syscall: &Instruction, probes: &SyscallProbes<'_>, counter
     out.extend(stub_call(probes.enter_stub, counter)?);
     out[0].set_ip(syscall.ip());
     out.push(Instruction::with_branch(Code::Jrcxz_rel8_64, done)?);
+    if probes.dispatch {
+        out.push(selector(lopi_rt_abi::dispatch::ALLOW)?);
+    }
     let mut moved = *syscall;
     moved.set_ip(label);
     out.push(moved);
+    if probes.dispatch {
+        out.push(selector(lopi_rt_abi::dispatch::BLOCK)?);
+    }
     let exit = stub_call(probes.exit_stub, counter)?;
     out.push(at(exit[0], done));
     out.extend(&exit[1..]);
     Ok(out)
+}
+
+/// `mov byte ptr fs:[SELECTOR], value`: the thread's Syscall User Dispatch selector.
+fn selector(value: u8) -> Result<Instruction, iced_x86::IcedError> {
+    let tcb = MemoryOperand::new(Register::None, Register::None, 1, i64::from(lopi_rt_abi::dispatch::SELECTOR), 4, false, Register::FS);
+    Instruction::with2(Code::Mov_rm8_imm8, tcb, u32::from(value))
 }
 
 fn at(mut insn: Instruction, ip: u64) -> Instruction {

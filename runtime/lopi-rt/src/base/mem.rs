@@ -19,6 +19,18 @@ pub(crate) unsafe fn read_own(pid: u32, src: u64, dst: *mut u8, len: u64) -> u64
     }
 }
 
+/// Copies `len` bytes from `src` to this process's (`pid`'s) memory at `dst` with
+/// `process_vm_writev`, which fails instead of faulting on a bad address: true when all were
+/// written.
+pub(crate) unsafe fn write_own(pid: u32, dst: u64, src: *const u8, len: u64) -> bool {
+    // SAFETY: `src` has `len` bytes; the iovecs are on this stack.
+    unsafe {
+        let local = [src as u64, len];
+        let remote = [dst, len];
+        sys::call6(sys::PROCESS_VM_WRITEV, pid as usize, local.as_ptr() as usize, 1, remote.as_ptr() as usize, 1, 0) == len as isize
+    }
+}
+
 /// Copies `len` bytes between regions that do not overlap. Not `memcpy`: a call of the
 /// exported symbol may go through a GOT slot, which the flat blob cannot have.
 pub(crate) unsafe fn copy(dst: usize, src: usize, len: usize) {

@@ -33,6 +33,7 @@ pub const PR_GET_NAME: usize = 16;
 pub const CLOCK_GETTIME: usize = 228;
 pub const GETCPU: usize = 309;
 pub const PROCESS_VM_READV: usize = 310;
+pub const PROCESS_VM_WRITEV: usize = 311;
 pub const FALLOCATE: usize = 285;
 pub const RT_SIGACTION: usize = 13;
 pub const TIMER_CREATE: usize = 222;
@@ -68,14 +69,23 @@ pub unsafe fn call6(nr: usize, a: usize, b: usize, c: usize, d: usize, e: usize,
 }
 
 /// A call that is not the runtime's but the program's (the application kernel's proxies
-/// make them for it): not counted as lopi's.
+/// make them for it): not counted as lopi's. Made with the thread's Syscall User Dispatch
+/// selector letting it through (`lopi_rt_abi::dispatch`; this module's runtime may not be the
+/// range the kernel lets through), and the selector put back as it was.
 #[inline(always)]
 pub unsafe fn raw6(nr: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
     let ret: isize;
     // SAFETY: the kernel's syscall ABI: rcx and r11 are clobbered, no stack use; the
-    // caller guarantees the arguments are valid for `nr`.
+    // caller guarantees the arguments are valid for `nr`. The selector is a byte of the
+    // thread control block lopi owns.
     unsafe {
-        asm!("syscall",
+        asm!("movzx {was:e}, byte ptr fs:[{selector}]",
+            "mov byte ptr fs:[{selector}], {allow}",
+            "syscall",
+            "mov byte ptr fs:[{selector}], {was:l}",
+            selector = const crate::abi::dispatch::SELECTOR,
+            allow = const crate::abi::dispatch::ALLOW,
+            was = out(reg) _,
             inlateout("rax") nr as isize => ret,
             in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d, in("r8") e, in("r9") f,
             lateout("rcx") _, lateout("r11") _,

@@ -1,6 +1,7 @@
 //! The words of glibc's thread control block that lopi owns (`fs:0x38` and `fs:0x40`,
-//! `tcbhead_t.unused_vgetcpu_cache`, which nothing else uses on x86-64), and the thread id
-//! glibc keeps in its thread descriptor.
+//! `tcbhead_t.unused_vgetcpu_cache`, which nothing else uses on x86-64, and the Syscall User
+//! Dispatch selector and `SIGSYS` state bytes at `fs:0x4c`, in `__glibc_unused1`), and the thread id glibc keeps in
+//! its thread descriptor.
 use super::sys;
 use crate::abi::RuntimeVars;
 use core::arch::asm;
@@ -40,6 +41,65 @@ pub(crate) fn fork_slot() -> usize {
 pub(crate) fn set_fork_slot(s: usize) {
     // SAFETY: writes the second TCB word lopi owns.
     unsafe { asm!("mov fs:[0x40], {}", in(reg) s, options(nostack, preserves_flags)) };
+}
+
+/// The thread's Syscall User Dispatch selector (`lopi_rt_abi::dispatch`).
+#[inline(always)]
+pub(crate) fn selector() -> u8 {
+    let s: u8;
+    // SAFETY: reads the TCB byte lopi owns.
+    unsafe { asm!("mov {}, byte ptr fs:[{}]", out(reg_byte) s, const crate::abi::dispatch::SELECTOR, options(nostack, readonly, preserves_flags)) };
+    s
+}
+
+/// Sets the thread's Syscall User Dispatch selector (`lopi_rt_abi::dispatch`).
+#[inline(always)]
+pub(crate) fn set_selector(value: u8) {
+    // SAFETY: writes the TCB byte lopi owns (see the module comment).
+    unsafe { asm!("mov byte ptr fs:[{}], {}", const crate::abi::dispatch::SELECTOR, in(reg_byte) value, options(nostack, preserves_flags)) };
+}
+
+/// The thread's `SIGSYS` state byte (`lopi_rt_abi::dispatch::MASK_STATE`).
+#[inline(always)]
+pub(crate) fn mask_state() -> u8 {
+    let s: u8;
+    // SAFETY: reads the TCB byte lopi owns.
+    unsafe { asm!("mov {}, byte ptr fs:[{}]", out(reg_byte) s, const crate::abi::dispatch::MASK_STATE, options(nostack, readonly, preserves_flags)) };
+    s
+}
+
+pub(crate) fn set_mask_state(value: u8) {
+    // SAFETY: writes the TCB byte lopi owns.
+    unsafe { asm!("mov byte ptr fs:[{}], {}", const crate::abi::dispatch::MASK_STATE, in(reg_byte) value, options(nostack, preserves_flags)) };
+}
+
+/// The thread's "a call copying the process is being made" byte (`dispatch::FORKING`).
+pub(crate) fn forking() -> bool {
+    let s: u8;
+    // SAFETY: reads the TCB byte lopi owns.
+    unsafe { asm!("mov {}, byte ptr fs:[{}]", out(reg_byte) s, const crate::abi::dispatch::FORKING, options(nostack, readonly, preserves_flags)) };
+    s != 0
+}
+
+pub(crate) fn set_forking(on: bool) {
+    // SAFETY: writes the TCB byte lopi owns.
+    unsafe { asm!("mov byte ptr fs:[{}], {}", const crate::abi::dispatch::FORKING, in(reg_byte) u8::from(on), options(nostack, preserves_flags)) };
+}
+
+/// In a forked child: glibc's copy of the thread id set to the child's own (see
+/// `dispatch::FORKING`). True when it was its parent's: the program made the call itself, and
+/// no fork handler saw it.
+pub(crate) fn take_own_tid(v: *const RuntimeVars) -> bool {
+    // SAFETY: the offset, when set, was checked to lie within glibc's thread descriptor.
+    unsafe {
+        let offset = (*v).tid_offset;
+        let tid = sys::call3(sys::GETTID, 0, 0, 0) as u32;
+        if offset == 0 || thread_word(offset) == tid {
+            return false;
+        }
+        asm!("mov dword ptr fs:[{}], {:e}", in(reg) offset as usize, in(reg) tid, options(nostack, preserves_flags));
+        true
+    }
 }
 
 /// The calling thread's id: glibc's copy in its thread descriptor when its place is known

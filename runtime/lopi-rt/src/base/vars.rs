@@ -20,7 +20,7 @@ fn from_delta(slot: *const i64) -> usize {
 
 /// The address of `LOPI_DELTAS`, always RIP-relative: a Rust reference to an exported
 /// static may go through a GOT slot, which the flat blob cannot have.
-fn deltas() -> *const i64 {
+pub(crate) fn deltas() -> *const i64 {
     let at: *const i64;
     // SAFETY: computes an address; reads nothing.
     unsafe { asm!("lea {}, [rip + LOPI_DELTAS]", out(reg) at, options(nomem, nostack, preserves_flags)) };

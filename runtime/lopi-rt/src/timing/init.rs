@@ -1,5 +1,6 @@
 //! Timing's set-up at the module's init: limits from the environment, the wipe-on-fork pid page,
-//! fork handlers, the probes' calibration, a script, an emulated kernel, the memory map;
+//! fork handlers, the probes' calibration, a script, an emulated kernel, Syscall User
+//! Dispatch's handler, the memory map;
 //! then the pid page, which turns the probes on.
 use super::calibrate::calibrate;
 use super::thread::{fork, sampling};
@@ -62,6 +63,10 @@ pub(crate) unsafe fn enable(
         calibrate(v, page as u64);
         script::enable(v, d, clock_pair(clock), auxv);
         whatif::enable(v, envp);
+        // An emulated kernel's proxies share their callers' thread pointers, and so selectors.
+        if probes & abi::PROBE_SYSCALL_DISPATCH != 0 && (*v).whatif == 0 {
+            super::probes::dispatch::install(v);
+        }
         if probes & abi::PROBE_LOCKS != 0 {
             records::maps::record(v, pid);
         }

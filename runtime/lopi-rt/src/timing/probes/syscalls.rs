@@ -9,9 +9,9 @@
 //! while its child runs on the same thread pointer, maybe on another stack: the caller's
 //! state is marked busy until the call returns in the caller, so that the child's probes
 //! neither pop nor push its frames (the child's system calls are counted per site).
-use super::syscall_log;
+use super::{dispatch, dispatch_masks, syscall_log};
 use crate::abi::{self, syscall_log as log, syscall_name, ContextNode, RuntimeVars, ThreadHeader};
-use crate::base::tcb::set_thread_slot;
+use crate::base::tcb::{forking, set_forking, set_thread_slot, take_own_tid};
 use crate::base::tsc::rdtsc;
 use crate::base::vars::{count_untimed, counter, vars};
 use crate::timing::records::cpus;
@@ -27,7 +27,10 @@ use core::ptr::{read_volatile, write_volatile};
 /// `busy` while the thread waits for a vfork child.
 pub(super) const VFORKING: u32 = 2;
 const CLONE_VFORK: u64 = 0x4000;
+const CLONE_VM: u64 = 0x100;
+const FORK: u64 = 57;
 const PRCTL: u64 = 157;
+const RT_SIGRETURN: u64 = 15;
 const EXIT: u64 = 60;
 const EXIT_GROUP: u64 = 231;
 
@@ -109,6 +112,17 @@ stub_asm!(
     "jae 8f",
     "cmp rax, 15",
     "je 8f",
+    // With Syscall User Dispatch, `rt_sigaction`, `rt_sigprocmask` and `rt_sigpending` keep
+    // `SIGSYS` unblocked.
+    "lea rdx, [rax - 13]",
+    "cmp rdx, 1",
+    "jbe 5f",
+    "cmp rax, 127",
+    "jne 6f",
+    "5:",
+    "cmp qword ptr [rsi + {v_dispatch}], 0",
+    "jne 8f",
+    "6:",
     "lea rdx, [rax - 56]",
     "cmp rdx, 4",
     "jbe 8f",
@@ -199,6 +213,12 @@ stub_asm!(
     "and esi, {nr_other}",
     "cmp esi, 157",
     "je 8f",
+    // The child of a call that copies the process may have its parent's chunk.
+    "cmp esi, 435",
+    "je 8f",
+    "sub esi, 56",
+    "cmp esi, 2",
+    "jbe 8f",
     "mov rsi, rax",
     "sub rsi, [rdi + {t_paused}]",
     "mov [rdi + {t_last}], rsi",
@@ -240,6 +260,7 @@ stub_asm!(
     nr_other = const syscall_name::NR_OTHER,
     v_whatif = const offset_of!(RuntimeVars, whatif),
     v_script_syscalls = const offset_of!(RuntimeVars, script_syscalls),
+    v_dispatch = const offset_of!(RuntimeVars, dispatch_owner),
     f_unclocked = const abi::FRAME_UNCLOCKED,
     t_depth = const offset_of!(ThreadHeader, depth),
     t_stack_cap = const offset_of!(ThreadHeader, stack_cap),
@@ -263,9 +284,63 @@ extern "C" {
 
 /// Before the system call `nr` (first arguments `arg0`, `arg1`; all its registers in `saved`)
 /// at the site with counter `index`. Returns 0 when it made the call itself (its result in
-/// `saved`), so that the trampoline skips its own `syscall`.
+/// `saved`), so that the trampoline skips its own `syscall`. With Syscall User Dispatch, it
+/// makes a signal return itself (with the selector blocking) and the program's signal calls
+/// (`dispatch_masks.rs`).
 unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u64, arg1: u64, saved: *mut Saved) -> u64 {
     let v = vars();
+    // SAFETY: as in `syscall_entry`; `saved` holds the stub's registers.
+    unsafe {
+        let made = syscall_entry(v, index, key, nr, arg0, arg1, saved);
+        if made == 0 || !dispatch::active(v) {
+            return made;
+        }
+        if nr == RT_SIGRETURN {
+            dispatch::sigreturn_at(v, key + 128);
+        }
+        let arg = |r: &u64| read_volatile(r);
+        let s = &*saved;
+        match dispatch_masks::signal_call(v, nr, [arg(&s.rdi), arg(&s.rsi), arg(&s.rdx), arg(&s.r10)], core::ptr::null_mut()) {
+            Some(result) => {
+                (*saved).rax = result;
+                0
+            }
+            None => made,
+        }
+    }
+}
+
+/// A call caught by Syscall User Dispatch (`dispatch.rs`), recorded as a probed site's at the
+/// dispatch point's counter `index`, keyed by the caller's stack pointer as a site's: the
+/// entry probe, `make` (the call, or its emulation), the exit probe. Returns the result.
+pub(super) unsafe fn dispatched(index: u64, key: u64, saved: &mut Saved, make: impl FnOnce(&mut Saved) -> u64) -> u64 {
+    let v = vars();
+    let nr = saved.rax;
+    // SAFETY: the handler's copy of the interrupted registers stands for the stub's.
+    unsafe {
+        let result = if syscall_entry(v, index, key, nr, saved.rdi, saved.rsi, saved) == 0 { saved.rax } else { make(saved) };
+        saved.rax = result;
+        probe_syscall_exit(index, key, result, rdtsc(), 0, saved);
+        result
+    }
+}
+
+/// A call caught by Syscall User Dispatch that never returns, or that the program makes itself
+/// at its site (`dispatch.rs`): counted under the thread's calling context, untimed.
+pub(super) unsafe fn count_dispatched(index: u64, key: u64, nr: u64) {
+    let v = vars();
+    let slot = counter(index);
+    // SAFETY: as in `syscall_entry`.
+    unsafe {
+        if let Some((t, _)) = begin_entry(v, slot, key) {
+            count_now(&t, v, syscall_name::encode(slot, nr, false), slot);
+            write_volatile(&mut (*t.h).busy, 0);
+        }
+    }
+}
+
+/// The entry probe of a system call, as [`probe_syscall_enter`] describes it.
+unsafe fn syscall_entry(v: *mut RuntimeVars, index: u64, key: u64, nr: u64, arg0: u64, arg1: u64, saved: *mut Saved) -> u64 {
     let slot = counter(index);
     // SAFETY: as in `probe_enter`; `busy` keeps a signal handler's (or a vfork child's) probes
     // off the state this probe changes.
@@ -306,6 +381,7 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
             enter(&t, v, name, slot, key, began);
         }
         let vforks = nr == 58 || clone_flags(nr, arg0).is_some_and(|f| f & CLONE_VFORK != 0);
+        set_forking(nr == FORK || clone_flags(nr, arg0).is_some_and(|f| f & CLONE_VM == 0));
         write_volatile(&mut (*h).busy, if vforks { VFORKING } else { 0 });
         if kernel >= abi::whatif::APP_KERNEL {
             if nr == EXIT {
@@ -324,7 +400,6 @@ unsafe extern "C" fn probe_syscall_enter(index: u64, key: u64, nr: u64, arg0: u6
 /// then on the thread pointer has no state (`Thread::current` is `None` on slot 1): both
 /// tasks' calls are counted per site, untimed, with atomic increments.
 unsafe fn shares_thread_pointer(nr: u64, arg0: u64) -> bool {
-    const CLONE_VM: u64 = 0x100;
     const CLONE_THREAD: u64 = 0x1_0000;
     const CLONE_SETTLS: u64 = 0x8_0000;
     // SAFETY: as in `clone_flags`.
@@ -384,6 +459,14 @@ unsafe extern "C" fn probe_syscall_exit(index: u64, key: u64, result: u64, tsc: 
     let v = vars();
     // SAFETY: as in `probe_syscall_enter`.
     unsafe {
+        if forking() {
+            set_forking(false);
+            if result == 0 && take_own_tid(v) {
+                // Which calls the parent had begun at the fork is not known (its chunk has
+                // gone on since): the child starts without them.
+                set_thread_slot(0);
+            }
+        }
         let fresh = Thread::existing(v).is_none();
         let Some(t) = Thread::current(v) else { return };
         let h = t.h;

@@ -5,10 +5,12 @@
 //! advance the thread's clock), `tree.rs` (finding and adding calling-context nodes; growing
 //! the tree and the shadow stack), `start.rs` (`Thread::current`: a new thread's chunk, a forked child's inherited
 //! calls), `calls.rs` (claiming the thread, opening and closing calls' frames), `fork.rs`
-//! (the fork handlers' snapshot of the open calls, which `start.rs` reads from the TCB).
+//! (the fork handlers' snapshot of the open calls, which `start.rs` reads from the TCB),
+//! `dispatch.rs` (Syscall User Dispatch turned on for a thread with its first chunk).
 pub(crate) mod budget_state;
 pub(crate) mod calls;
 pub(crate) mod chunk;
+pub(crate) mod dispatch;
 pub(crate) mod fork;
 pub(crate) mod sampling;
 pub(crate) mod start;

@@ -35,6 +35,19 @@ impl KernelSigaction {
         KernelSigaction { handler, flags: SA_SIGINFO | SA_RESTART | SA_RESTORER, restorer: lopi_sample_restorer as usize, mask: 0 }
     }
 
+    /// `handler` as [`KernelSigaction::ours`], also run for a signal that comes while it runs
+    /// (`SA_NODEFER`): Syscall User Dispatch's, which the kernel would otherwise turn into
+    /// the default action (death) when the program's handler it calls makes a caught call.
+    pub(crate) fn ours_nested(handler: usize) -> KernelSigaction {
+        const SA_NODEFER: u64 = 0x4000_0000;
+        KernelSigaction { flags: SA_SIGINFO | SA_RESTART | SA_RESTORER | SA_NODEFER, ..KernelSigaction::ours(handler) }
+    }
+
+    /// The default action (`SIG_DFL`).
+    pub(crate) fn default_action() -> KernelSigaction {
+        KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 }
+    }
+
     /// Its words, as a detach writes them back with `rt_sigaction`.
     pub(crate) fn words(&self) -> [u64; 4] {
         [self.handler as u64, self.flags, self.restorer as u64, self.mask]

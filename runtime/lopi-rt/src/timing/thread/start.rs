@@ -77,6 +77,8 @@ unsafe fn new_thread(v: *const RuntimeVars, pid_page: *mut u32) -> Option<Thread
             return None;
         };
         let t = Thread { h: chunk, base: chunk as usize };
+        // `v` is the module's variables page, which the runtime writes (`vars()`).
+        super::dispatch::start(v.cast_mut());
         t.read_name();
         if old >= PAGE_SIZE as usize && (*(old as *const ThreadHeader)).pid != pid {
             // A forked child: it is still inside the calls its parent had begun, so it goes
