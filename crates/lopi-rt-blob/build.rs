@@ -41,7 +41,7 @@ fn main() {
         .args(["--undefined=lopi_rt_init", "--undefined=lopi_enter_stub", "--undefined=lopi_exit_stub"])
         .args(["--undefined=lopi_syscall_enter_stub", "--undefined=lopi_syscall_exit_stub"])
         .args(["--undefined=lopi_lock_enter_stub", "--undefined=lopi_lock_exit_stub", "--undefined=lopi_retire_stub", "--undefined=lopi_script_helpers"])
-        .args(["--undefined=lopi_point_stub"])
+        .args(["--undefined=lopi_point_stub", "--undefined=lopi_signal_wrapper"])
         .args(["--undefined=LOPI_DELTAS", "-e", "lopi_rt_init", "-T"])
         .arg(&script)
         .arg(&lib)
@@ -50,7 +50,7 @@ fn main() {
     reject_vector_registers(&elf);
     let (blob, symbols) = flatten(&elf);
     std::fs::write(out.join("lopi_rt.bin"), &blob).unwrap();
-    let [init, enter, exit, syscall_enter, syscall_exit, lock_enter, lock_exit, retire, script_helpers, delta, point] = symbols;
+    let [init, enter, exit, syscall_enter, syscall_exit, lock_enter, lock_exit, retire, script_helpers, delta, point, signal_wrapper] = symbols;
     std::fs::write(
         out.join("blob.rs"),
         format!(
@@ -69,7 +69,9 @@ fn main() {
              /// Offset of the stub an instruction's probe calls (`push <counter>; call`, below the\n\
              /// red zone).\npub const POINT_STUB_OFFSET: usize = {point};\n\
              /// Offset of two i64 the installer sets to (runtime variables - their address) and\n\
-             /// (counter array - the second one's address).\npub const DELTAS_OFFSET: usize = {delta};\n"
+             /// (counter array - the second one's address).\npub const DELTAS_OFFSET: usize = {delta};\n\
+             /// Offset of the wrapper Syscall User Dispatch puts in place of the program's signal\n\
+             /// handlers (`lopi_rt_abi::dispatch`), which a detach takes out.\npub const SIGNAL_WRAPPER_OFFSET: usize = {signal_wrapper};\n"
         ),
     )
     .unwrap();
@@ -116,7 +118,7 @@ fn reject_vector_registers(elf: &Path) {
 
 /// Returns the loaded image from address 0 and the offsets of the exported symbols,
 /// rejecting anything that would need relocation or writes.
-fn flatten(path: &Path) -> (Vec<u8>, [u64; 11]) {
+fn flatten(path: &Path) -> (Vec<u8>, [u64; 12]) {
     let data = std::fs::read(path).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let mut image = Vec::new();
@@ -146,6 +148,6 @@ fn flatten(path: &Path) -> (Vec<u8>, [u64; 11]) {
     let symbol = |name: &str| {
         file.symbols().find(|s| s.name() == Ok(name)).map(|s| s.address()).unwrap_or_else(|| panic!("{name} not found in the runtime blob"))
     };
-    let names = ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers", "LOPI_DELTAS", "lopi_point_stub"];
+    let names = ["lopi_rt_init", "lopi_enter_stub", "lopi_exit_stub", "lopi_syscall_enter_stub", "lopi_syscall_exit_stub", "lopi_lock_enter_stub", "lopi_lock_exit_stub", "lopi_retire_stub", "lopi_script_helpers", "LOPI_DELTAS", "lopi_point_stub", "lopi_signal_wrapper"];
     (image, names.map(symbol))
 }

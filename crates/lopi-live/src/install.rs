@@ -355,6 +355,9 @@ impl Target {
     /// mappings (image, runtime pages, data-file views) unmapped.
     pub fn remove(&mut self, installation: &Installation) -> Result<Removal, LiveError> {
         let mut removal = Removal::default();
+        // The gadget's calls below, and calls of the program after it, must not be caught
+        // (a thread finishing a trampoline may set its selector back: `unmap` does it again).
+        self.allow_calls()?;
         self.stop_sampling_of(installation)?;
         self.stop_profile_of(installation)?;
         for module in &installation.modules {
@@ -412,6 +415,8 @@ impl Target {
     }
 
     fn unmap(&mut self, installation: &Installation, maps: &[Mapping], gadget: Gadget, removal: &mut Removal) -> Result<(), LiveError> {
+        self.allow_calls()?;
+        self.restore_signal_actions(installation, gadget)?;
         let mut keep_data_mappings = false;
         if installation.modules.iter().any(|m| m.timed) {
             // Threads find their chunk through fs:0x38 (and a fork snapshot through

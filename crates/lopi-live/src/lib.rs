@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 mod clock;
+mod dispatch;
 mod error;
 mod glibc;
 mod install;

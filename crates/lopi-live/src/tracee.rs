@@ -172,7 +172,7 @@ impl Threads {
                 Ok(WaitStatus::Stopped(_, signal)) => {
                     // A signal-delivery stop: the thread is stopped; the signal is delivered
                     // when we let it go. Our interrupt stays pending and reports later.
-                    signals.push(signal);
+                    signals.extend(self.held_or_retried(tid, signal));
                     break;
                 }
                 Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(Errno::ECHILD) => return self.gone(tid),
@@ -183,6 +183,25 @@ impl Threads {
         }
         self.held.entry(tid).or_default().extend(signals);
         Ok(())
+    }
+
+    /// A signal to hold; `None` for Syscall User Dispatch's `SIGSYS` (`lopi_rt_abi::dispatch`):
+    /// its call, from code no probe covers, was not made, and delivered later the signal could
+    /// find the runtime's handler gone (a detach). The thread is put back on its `syscall`
+    /// instead, to make the call when it runs again; a detach lets every call through first.
+    fn held_or_retried(&self, tid: i32, signal: Signal) -> Option<Signal> {
+        const SYS_USER_DISPATCH: i32 = 2;
+        let pid = Pid::from_raw(tid);
+        if signal != Signal::SIGSYS || ptrace::getsiginfo(pid).map(|i| i.si_code) != Ok(SYS_USER_DISPATCH) {
+            return Some(signal);
+        }
+        match self.regs(tid) {
+            Ok(mut regs) => {
+                regs.rip -= 2;
+                self.set_regs(tid, regs).err().map(|_| signal)
+            }
+            Err(_) => Some(signal),
+        }
     }
 
     fn note_clone(&mut self, parent: i32) {
@@ -277,7 +296,9 @@ impl Threads {
                     return Err(LiveError::InjectedFault { tid, signal, rip });
                 }
                 WaitStatus::Stopped(_, signal) => {
-                    self.held.entry(tid).or_default().push(signal);
+                    if let Some(signal) = self.held_or_retried(tid, signal) {
+                        self.held.entry(tid).or_default().push(signal);
+                    }
                 }
                 WaitStatus::PtraceEvent(_, _, event) if event == Event::PTRACE_EVENT_CLONE as i32 => self.note_clone(tid),
                 WaitStatus::PtraceSyscall(_) => {
@@ -310,7 +331,9 @@ impl Threads {
                 Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => return Ok(()),
                 Ok(WaitStatus::Stopped(_, signal)) => {
                     // Delivered later; the step did not happen yet.
-                    self.held.entry(tid).or_default().push(signal);
+                    if let Some(signal) = self.held_or_retried(tid, signal) {
+                        self.held.entry(tid).or_default().push(signal);
+                    }
                     ptrace::step(pid, None).map_err(|e| LiveError::ptrace("stepping", tid, e))?;
                 }
                 Ok(WaitStatus::PtraceEvent(_, _, event)) => {

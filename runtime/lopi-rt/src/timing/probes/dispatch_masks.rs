@@ -122,20 +122,18 @@ unsafe fn sigaction(v: *const RuntimeVars, [sig, act, oldact, size]: [u64; 4]) -
 }
 
 global_asm!(
-    // The kernel's entry to a program's signal handler (`rdi` = signal, `rsi`, `rdx`): the
-    // selector saved and set to block calls, the program's handler called, the selector put
-    // back for the signal return. Only the owner's copy runs: its variables hold the handlers.
+    // The kernel's entry to a program's signal handler (`rdi` = signal): the selector set to
+    // block calls (the signal may have come as a call returned, the selector letting it
+    // through), then on to the program's handler, with nothing of the runtime's left on the
+    // stack: its return goes to its signal return, which lopi makes with the selector blocking
+    // (`sigreturn_at`) and through which a context interrupted on its way into a call finds
+    // that call caught and made. Only the owner's copy runs: its variables hold the handlers.
     ".globl lopi_signal_wrapper",
     "lopi_signal_wrapper:",
-    "movzx eax, byte ptr fs:[{selector}]",
-    "push rax",
     "mov byte ptr fs:[{selector}], {block}",
     "lea rax, [rip + LOPI_DELTAS]",
     "add rax, [rax]",
-    "call qword ptr [rax + rdi*8 + {handlers} - 8]",
-    "pop rax",
-    "mov byte ptr fs:[{selector}], al",
-    "ret",
+    "jmp qword ptr [rax + rdi*8 + {handlers} - 8]",
     selector = const dispatch::SELECTOR,
     block = const dispatch::BLOCK,
     handlers = const core::mem::offset_of!(RuntimeVars, program_handlers),
