@@ -440,3 +440,72 @@ fn a_program_s_own_sigsys_handler_gets_its_signals_and_no_other() {
 fn a_seccomp_filter_s_traps_reach_the_program_s_handler() {
     own_sigsys_handler("seccomp", "exit code 0");
 }
+
+/// A running program that calls `getppid` from machine code it wrote, and from a SIGUSR1
+/// handler it raises every 1,000 calls, until `stop` exists; then prints its totals.
+const JIT_LOOP: &str = r#"
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+typedef long (*call0)(long nr);
+static call0 jit;
+static volatile long in_handler;
+static void on_usr1(int sig) { (void)sig; in_handler += jit(110) > 0; }
+int main(void) {
+    /* mov rax, rdi; syscall; ret */
+    static const unsigned char code[] = {0x48, 0x89, 0xf8, 0x0f, 0x05, 0xc3};
+    void *p = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memcpy(p, code, sizeof code);
+    mprotect(p, 4096, PROT_READ | PROT_EXEC);
+    jit = (call0)p;
+    signal(SIGUSR1, on_usr1);
+    long calls = 0, wrong = 0;
+    printf("ready\n");
+    fflush(stdout);
+    while (access("stop", F_OK) != 0) {
+        wrong += jit(110) != getppid();
+        if (++calls % 1000 == 0) {
+            raise(SIGUSR1);
+            usleep(1000);
+        }
+    }
+    sigset_t mask;
+    sigprocmask(SIG_BLOCK, NULL, &mask);
+    printf("wrong %ld, handler calls %ld of %ld, SIGSYS blocked %d\n", wrong, in_handler, calls / 1000, sigismember(&mask, SIGSYS));
+    return 0;
+}
+"#;
+
+/// `lopi attach` to a program making calls from machine code it wrote (and from a signal
+/// handler), then its detach: the calls are counted at `[unprobed code]` while attached, and
+/// the program goes on and ends as it would have (a dispatch SIGSYS that came while lopi held a
+/// thread killed it at the release, the signal's action put back).
+#[test]
+fn attach_and_detach_leave_a_program_calling_from_its_own_code_running() {
+    use std::io::{BufRead, BufReader};
+    let dir = fresh_dir("unprobed-attach");
+    let prog = build_c(&dir, "jit_loop", JIT_LOOP, &["-O2"]);
+    let mut child = Command::new(&prog).current_dir(&dir).stdout(std::process::Stdio::piped()).spawn().expect("start jit_loop");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready line");
+    assert_eq!(line, "ready\n");
+    let data = dir.join("attach.lopi");
+    let attached = run(Command::new(lopi_bin()).args(["attach", &child.id().to_string(), "--probe", "syscall", "--duration", "1s"]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi attach");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(dir.join("stop"), b"").expect("stop file");
+    let status = child.wait().expect("wait jit_loop");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("jit_loop's output");
+    assert!(attached.status.success(), "lopi attach: {}\n{}", attached.describe_status(), attached.stderr_str());
+    assert!(status.success(), "jit_loop after the detach: {status:?}; lopi said:\n{}", attached.stderr_str());
+    assert!(rest.starts_with("wrong 0, handler calls ") && rest.ends_with(", SIGSYS blocked 0\n"), "jit_loop printed {rest:?}");
+    let (handled, raised) = rest["wrong 0, handler calls ".len()..].split_once(" of ").expect("totals");
+    assert_eq!(handled, raised.split(',').next().unwrap_or(""), "every SIGUSR1 handler's call answered: {rest:?}");
+    let caught = unprobed_sites(&syscall_report(&data));
+    assert!(caught.get("getppid").copied().unwrap_or(0) > 1000, "while attached, lopi caught {caught:?} at [unprobed code]");
+    cleanup(&dir);
+}

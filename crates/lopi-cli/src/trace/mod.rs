@@ -193,12 +193,15 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
     spec.markers = markers;
     python::check(&spec.program, &module, &path, &libraries)?;
     let spec = Arc::new(spec);
+    let probe_set = spec.add_probes(ProbeSet::TIME);
     let probes = Probes {
         include: function_globs(&spec),
         count_only: count_only(&spec, &module),
         exclude: Vec::new(),
-        probes: spec.add_probes(ProbeSet::TIME),
-        recording: lopi_image::Recording::default(),
+        probes: probe_set,
+        // System-call points see the calls of code no probe covers too, as the kernel's
+        // tracepoints do.
+        recording: lopi_image::Recording { catch_unprobed: probe_set.probes_system_calls(), ..Default::default() },
         cache: request.cache.clone(),
         script: Some(spec.clone()),
         record: Some(request.record.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("lopi-trace-{}.%p{RECORD_SUFFIX}", std::process::id())))),
