@@ -488,7 +488,9 @@ impl LiveSelect {
             None => None,
         };
         let recording = timing.recording(trace, probes, script.is_some())?;
-        let recording = lopi_image::Recording { catch_unprobed: probes.probes_system_calls() && !self.no_catch_unprobed, ..recording };
+        // Lock probes probe the `syscall`s of the lock functions alone: the rest of the
+        // program's calls are not theirs to catch.
+        let recording = lopi_image::Recording { catch_unprobed: probes.has(Place::Syscalls) && !self.no_catch_unprobed, ..recording };
         Ok(live::Probes { include: self.include, exclude: self.exclude, probes, recording, cache, script, count_only: Vec::new(), record: None, follow: false })
     }
 }

@@ -509,3 +509,56 @@ fn attach_and_detach_leave_a_program_calling_from_its_own_code_running() {
     assert!(caught.get("getppid").copied().unwrap_or(0) > 1000, "while attached, lopi caught {caught:?} at [unprobed code]");
     cleanup(&dir);
 }
+
+/// Three `vfork`s made from machine code the program wrote (the child ends with `exit` from it
+/// too), each followed by ten `getppid` calls from that code in the parent.
+const JIT_VFORK: &str = r#"
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+typedef long (*call1)(long nr, long arg);
+int main(void) {
+    /* mov rax, rdi; mov rdi, rsi; syscall; ret */
+    static const unsigned char code[] = {0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x0f, 0x05, 0xc3};
+    void *p = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memcpy(p, code, sizeof code);
+    mprotect(p, 4096, PROT_READ | PROT_EXEC);
+    call1 jit = (call1)p;
+    long answered = 0;
+    for (int k = 0; k < 3; k++) {
+        long pid = jit(58, 0);
+        if (pid == 0)
+            jit(60, 0);
+        for (int i = 0; i < 10; i++)
+            answered += jit(110, 0) == getppid();
+        int status;
+        waitpid(pid, &status, 0);
+    }
+    printf("%ld of 30 answered\n", answered);
+    return 0;
+}
+"#;
+
+/// A `vfork` from unprobed code is made by a stub of its call site (the handler cannot make it:
+/// the child would run on its stack), which blocks calls again after it: the parent's calls
+/// from its own code right after it are caught, as strace sees them (they were not while the
+/// thread ran on with calls let through, its next probed call far away).
+#[test]
+fn calls_after_a_vfork_from_unprobed_code_are_caught() {
+    let dir = fresh_dir("unprobed-vfork");
+    let prog = build_c(&dir, "jit_vfork", JIT_VFORK, &["-O2"]);
+    let data = dir.join("vfork.lopi");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall", "--"]).arg(&prog).current_dir(&dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+    assert!(out.status.success() && out.stdout_str() == "30 of 30 answered\n", "jit_vfork under lopi: {}\n{}{}", out.describe_status(), out.stdout_str(), out.stderr_str());
+    let table = dir.join("strace.txt");
+    run(Command::new(require("strace", "strace")).args(["-f", "-c", "-o"]).arg(&table).arg(&prog).current_dir(&dir), default_timeout()).expect("strace");
+    let strace = strace_table(&std::fs::read_to_string(&table).unwrap_or_default());
+    let lopi = by_syscall(&syscall_report(&data)["syscalls"], "calls");
+    for name in ["vfork", "getppid"] {
+        assert_eq!(lopi.get(name), strace.get(name), "{name}: lopi {:?}, strace -f -c {:?}\n{}", lopi.get(name), strace.get(name), tables(&strace, &lopi));
+    }
+    cleanup(&dir);
+}

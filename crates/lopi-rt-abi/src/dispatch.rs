@@ -31,3 +31,26 @@ pub const HELD: u8 = 2;
 /// itself (glibc's `fork` has the kernel write it), so that the child never takes its
 /// parent's chunk for its own. Not dispatch's, but in the same unused word of the TCB.
 pub const FORKING: u32 = SELECTOR + 2;
+/// A stub that makes, for code no probe covers, a call its `SIGSYS` handler cannot make
+/// (`vfork`, a `clone` sharing memory, whose child would run on the handler's stack), with the
+/// selector letting it through around it, then goes on after the original `syscall` with `rcx`
+/// as the kernel would have left it: `mov byte fs:[SELECTOR],ALLOW; syscall; mov byte
+/// fs:[SELECTOR],BLOCK; mov rcx, imm64; jmp rcx`. One per call site, made at its first call.
+pub const STUB_LEN: usize = 32;
+/// Where a stub's return address (the `imm64`) is.
+pub const STUB_RETURN: usize = 22;
+/// Stubs in the process's pool (one mapping).
+pub const STUBS: usize = 2048;
+
+/// The stub for the call site whose `syscall` returns to `ret`.
+pub const fn stub(ret: u64) -> [u8; STUB_LEN] {
+    let r = ret.to_le_bytes();
+    let s = SELECTOR as u8;
+    [
+        0x64, 0xc6, 0x04, 0x25, s, 0, 0, 0, ALLOW, // mov byte fs:[SELECTOR], ALLOW
+        0x0f, 0x05, // syscall
+        0x64, 0xc6, 0x04, 0x25, s, 0, 0, 0, BLOCK, // mov byte fs:[SELECTOR], BLOCK
+        0x48, 0xb9, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], // mov rcx, ret
+        0xff, 0xe1, // jmp rcx
+    ]
+}

@@ -430,6 +430,11 @@ pub struct RuntimeVars {
     /// returns, while the selector lets calls through, runs the program's handler with it
     /// blocking them. Two halves of 32: arrays longer than 32 have no `Default`.
     pub program_handlers: [[u64; 32]; 2],
+    /// In the owner's variables: the process's stubs that make a caught call the handler
+    /// cannot make (`dispatch::STUB_LEN` bytes each, mapped at first use; 0: none yet), and
+    /// how many of their slots are taken.
+    pub dispatch_stubs: u64,
+    pub dispatch_stubs_taken: u64,
 }
 
 /// The signal of sampled time's per-thread timers: `SIGURG`, whose default action is to ignore
@@ -547,7 +552,7 @@ pub mod mode {
     pub const COUNTING: u32 = 1;
 }
 
-const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 920);
+const _: () = assert!(core::mem::size_of::<RuntimeVars>() == 936);
 
 #[path = "lock_name.rs"]
 pub mod lock_name;

@@ -18,6 +18,7 @@ use crate::timing::thread::sampling::{action, same_code, set_action, KernelSigac
 use crate::timing::whatif::appkernel::Saved;
 use core::arch::{asm, global_asm};
 use core::ptr::{read_volatile, write_volatile};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 pub(super) const SIGSYS: usize = 31;
 const RT_SIGRETURN: u64 = 15;
@@ -160,8 +161,15 @@ extern "C" fn on_sigsys(sig: i32, info: *const u8, context: *mut u8) {
             if counted {
                 count_dispatched(index, key, nr);
             }
-            write_volatile(g.add(RIP), reg(RIP) - 2);
-            set_selector(dispatch::ALLOW);
+            match stub_for(v, reg(RIP)) {
+                Some(stub) => write_volatile(g.add(RIP), stub),
+                // At its own `syscall`, with calls let through until the thread's next probed
+                // call sets the selector back.
+                None => {
+                    write_volatile(g.add(RIP), reg(RIP) - 2);
+                    set_selector(dispatch::ALLOW);
+                }
+            }
             return;
         }
         let make = |s: &mut Saved| match masks::signal_call(v, s.rax, [s.rdi, s.rsi, s.rdx, s.r10], context) {
@@ -170,6 +178,55 @@ extern "C" fn on_sigsys(sig: i32, info: *const u8, context: *mut u8) {
         };
         let result = if counted { dispatched(index, key, &mut saved, make) } else { make(&mut saved) };
         write_volatile(g.add(RAX), result);
+    }
+}
+
+/// The stub of the call site whose `syscall` returns to `ret`, made now if it has none yet,
+/// in the pool mapped at first use (`dispatch::stub`; `v` is the owner's variables). `None`
+/// when the pool cannot be mapped or is full. A stub is published by its first byte, written
+/// last; a thread runs a stub it did not write only after its own signal return, which
+/// serialises.
+unsafe fn stub_for(v: *mut RuntimeVars, ret: u64) -> Option<u64> {
+    const PROT_READ_WRITE_EXEC: usize = 7;
+    // SAFETY: the owner's variables page, whose words are 8-aligned; the pool is this
+    // runtime's mapping, each slot written by the thread that took it.
+    unsafe {
+        let pool_word = AtomicU64::from_ptr(&raw mut (*v).dispatch_stubs);
+        let taken = AtomicU64::from_ptr(&raw mut (*v).dispatch_stubs_taken);
+        let mut pool = pool_word.load(Ordering::Acquire);
+        if pool == 0 {
+            let len = dispatch::STUBS * dispatch::STUB_LEN;
+            let mapped = sys::call6(sys::MMAP, 0, len, PROT_READ_WRITE_EXEC, sys::MAP_PRIVATE_ANONYMOUS, usize::MAX, 0);
+            if mapped < 0 {
+                return None;
+            }
+            pool = match pool_word.compare_exchange(0, mapped as u64, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => mapped as u64,
+                Err(other) => {
+                    sys::call3(sys::MUNMAP, mapped as usize, len, 0);
+                    other
+                }
+            };
+        }
+        let slot = |i: u64| pool + i * dispatch::STUB_LEN as u64;
+        let code = dispatch::stub(ret);
+        for i in 0..taken.load(Ordering::Acquire).min(dispatch::STUBS as u64) {
+            let at = slot(i);
+            if read_volatile(at as *const u8) == code[0] && read_volatile((at + dispatch::STUB_RETURN as u64) as *const u64) == ret {
+                return Some(at);
+            }
+        }
+        let i = taken.fetch_add(1, Ordering::AcqRel);
+        if i >= dispatch::STUBS as u64 {
+            return None;
+        }
+        let at = slot(i);
+        for (k, &b) in code.iter().enumerate().skip(1) {
+            write_volatile((at + k as u64) as *mut u8, b);
+        }
+        core::sync::atomic::fence(Ordering::Release);
+        write_volatile(at as *mut u8, code[0]);
+        Some(at)
     }
 }
 

@@ -3,12 +3,15 @@
 //! probe covers raise `SIGSYS` (the handler is `probes/dispatch.rs`'s).
 use crate::abi::{dispatch, RuntimeVars};
 use crate::base::sys::{self, write_stderr};
-use crate::base::tcb::{mask_state, set_mask_state, set_selector};
+use crate::base::tcb::{set_mask_state, set_selector};
 use core::arch::asm;
 use core::ptr::write_volatile;
 
 const PR_SET_SYSCALL_USER_DISPATCH: usize = 59;
 const PR_SYS_DISPATCH_ON: usize = 1;
+const RT_SIGPROCMASK: usize = 14;
+const SIG_UNBLOCK: usize = 1;
+const SIGSYS: usize = 31;
 
 /// Turns dispatch on for the calling thread when its process catches calls from unprobed
 /// code: the owner's runtime is the range let through, the thread's selector byte in its
@@ -31,7 +34,13 @@ pub(crate) unsafe fn start(v: *mut RuntimeVars) {
             return;
         }
         set_selector(dispatch::BLOCK);
-        // A thread's control block may be a finished thread's, reused: no signal is held yet.
-        set_mask_state(mask_state() & dispatch::PROGRAM_BLOCKS);
+        // The thread's mask may hold SIGSYS (set before dispatch was on: a new thread's,
+        // restored from its creator's as the program saw it), which would make a caught call
+        // fatal: taken out, and kept as the program's wish. A reused control block's state
+        // (a finished thread's) is replaced; no signal is held yet.
+        let sigsys = 1u64 << (SIGSYS - 1);
+        let mut old = 0u64;
+        sys::call6(RT_SIGPROCMASK, SIG_UNBLOCK, (&raw const sigsys) as usize, (&raw mut old) as usize, 8, 0, 0);
+        set_mask_state(if old & sigsys != 0 { dispatch::PROGRAM_BLOCKS } else { 0 });
     }
 }
