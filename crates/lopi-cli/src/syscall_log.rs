@@ -150,6 +150,9 @@ fn argument(name: &str, arg: &str, i: usize, call: &LoggedCall) -> String {
             _ => {}
         }
     }
+    if log::envp_arg(u64::from(call.record.nr)) == Some(i) && value != 0 && call.record.envc != 0 {
+        return format!("{value:#x} /* {} vars */", call.record.envc - 1);
+    }
     if let Some(&(.., constant)) = CONSTANTS.iter().find(|&&(c, a, v, _)| c == name && a == arg && v == value) {
         return constant.into();
     }
@@ -398,6 +401,9 @@ mod tests {
         assert_eq!(joined(&access), r#"access("/etc/ld.so.preload", R_OK) = -1 ENOENT (No such file or directory)"#);
         let execve = call(59, [0x7000, 0x7100, 0x7200, 0, 0, 0], 0, [b"/bin/echo", b"echo\0hi\0"]);
         assert_eq!(joined(&execve), r#"execve("/bin/echo", ["echo", "hi"], 0x7200) = 0"#);
+        let mut execve = execve;
+        execve.record.envc = 24;
+        assert_eq!(joined(&execve), r#"execve("/bin/echo", ["echo", "hi"], 0x7200 /* 23 vars */) = 0"#);
         // Flags of several bits are named once, as strace names them.
         assert_eq!(open_flags(0o4010001), "O_WRONLY|O_SYNC");
         assert_eq!(open_flags(0o20200002), "O_RDWR|O_TMPFILE");

@@ -67,6 +67,7 @@ impl StartupLog {
             args,
             lens: [parts[0].0.len() as u16, parts[1].0.len() as u16],
             cut: [parts[0].1, parts[1].1],
+            envc: log::envp_arg(nr).map_or(0, |a| self.env_count(args[a])),
             ..Default::default()
         };
         let payload_slots = log::slots_of(log::SYSCALL_RECORD_LEN) + parts.iter().map(|p| log::slots_of(p.0.len())).sum::<usize>();
@@ -112,6 +113,25 @@ impl StartupLog {
                 (out, u16::from(pointers.len() == log::ARGV_STRINGS))
             }
         }
+    }
+
+    /// How many pointers the NULL-terminated array at `at` holds, plus 1 (0: unreadable), as
+    /// the runtime counts an environment.
+    fn env_count(&self, at: u64) -> u32 {
+        let mut count = 0;
+        while count < log::MAX_ENV {
+            let words = self.read(at + 8 * u64::from(count), 8 * 64);
+            if words.len() < 8 {
+                return if count == 0 { 0 } else { count + 1 };
+            }
+            for w in words.chunks_exact(8) {
+                if w.iter().all(|&b| b == 0) {
+                    return count + 1;
+                }
+                count += 1;
+            }
+        }
+        count + 1
     }
 
     /// The NUL-terminated string at `at`, at most `max` bytes of it, without its NUL, and 1

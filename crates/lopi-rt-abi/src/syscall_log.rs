@@ -21,7 +21,9 @@ pub struct SyscallRecord {
     /// The caller when it is not the trace's thread (a `vfork` child, which runs on its
     /// suspended parent's state); 0: the trace's.
     pub tid: u32,
-    pub _pad: u32,
+    /// An `execve`'s (`execveat`'s) environment: how many variables, plus 1 (strace's `/* N
+    /// vars */`); 0 when not counted.
+    pub envc: u32,
 }
 
 pub const SYSCALL_RECORD_LEN: usize = 80;
@@ -89,6 +91,18 @@ pub const fn bytes_of(nr: u64) -> [Bytes; 2] {
     }
 }
 
+/// Most variables of an environment counted (`SyscallRecord::envc`).
+pub const MAX_ENV: u32 = 1 << 16;
+
+/// The environment argument of `execve` (2) and `execveat` (3).
+pub const fn envp_arg(nr: u64) -> Option<usize> {
+    match nr {
+        59 => Some(2),
+        322 => Some(3),
+        _ => None,
+    }
+}
+
 /// Slots `bytes` take (padded to a slot).
 pub const fn slots_of(bytes: usize) -> usize {
     bytes.div_ceil(SLOT_LEN)
@@ -101,7 +115,7 @@ impl SyscallRecord {
         for (i, a) in args.iter_mut().enumerate() {
             *a = f.u64(16 + 8 * i);
         }
-        Some(Self { nr: f.u32(0), flags: f.u32(4), ret: f.u64(8), args, lens: [f.u16(64), f.u16(66)], cut: [f.u16(68), f.u16(70)], tid: f.u32(72), _pad: 0 })
+        Some(Self { nr: f.u32(0), flags: f.u32(4), ret: f.u64(8), args, lens: [f.u16(64), f.u16(66)], cut: [f.u16(68), f.u16(70)], tid: f.u32(72), envc: f.u32(76) })
     }
 
     /// The record as the runtime writes it (lopi writes the calls it logs through ptrace the same way).
@@ -118,6 +132,7 @@ impl SyscallRecord {
             out[68 + 2 * i..70 + 2 * i].copy_from_slice(&self.cut[i].to_le_bytes());
         }
         out[72..76].copy_from_slice(&self.tid.to_le_bytes());
+        out[76..80].copy_from_slice(&self.envc.to_le_bytes());
         out
     }
 }
@@ -128,7 +143,7 @@ mod tests {
 
     #[test]
     fn a_record_reads_back() {
-        let r = SyscallRecord { nr: 257, flags: RETURNED, ret: 3, args: [1, 2, 3, 4, 5, 6], lens: [16, 0], cut: [1, 0], tid: 42, _pad: 0 };
+        let r = SyscallRecord { nr: 257, flags: RETURNED, ret: 3, args: [1, 2, 3, 4, 5, 6], lens: [16, 0], cut: [1, 0], tid: 42, envc: 24 };
         assert_eq!(SyscallRecord::from_bytes(&r.to_bytes()), Some(r));
     }
 }

@@ -107,7 +107,7 @@ pub(super) unsafe fn record(t: &Thread, v: *const RuntimeVars, tsc: u64, nr: u64
         write_volatile(&raw mut (*r).lens, lens);
         write_volatile(&raw mut (*r).cut, cuts);
         write_volatile(&raw mut (*r).tid, tid);
-        write_volatile(&raw mut (*r)._pad, 0);
+        write_volatile(&raw mut (*r).envc, log::envp_arg(nr).map_or(0, |a| env_count((*t.h).pid, arg(saved, a))));
         let slots = (at - payload) / SLOT_LEN;
         let e = event as *mut Event;
         write_volatile(&raw mut (*e).tsc, tsc);
@@ -157,6 +157,32 @@ unsafe fn copy_bytes(t: &Thread, part: Bytes, saved: *const u64, result: Option<
             }
         }
     }
+}
+
+/// How many pointers the NULL-terminated array at `at` holds, plus 1 (0: unreadable), up to
+/// `log::MAX_ENV`.
+unsafe fn env_count(pid: u32, at: u64) -> u32 {
+    const CHUNK: usize = 16;
+    // Uninitialised: zeroing it would take vector registers, which the stubs do not save.
+    let mut words = core::mem::MaybeUninit::<[u64; CHUNK]>::uninit();
+    let first = words.as_mut_ptr() as *mut u64;
+    let mut count = 0u32;
+    // SAFETY: reads go through `read_own`; only the words it filled are read.
+    unsafe {
+        while count < log::MAX_ENV {
+            let got = read_own(pid, at + 8 * u64::from(count), first as *mut u8, 8 * CHUNK as u64) as usize / 8;
+            if got == 0 {
+                return if count == 0 { 0 } else { count + 1 };
+            }
+            for i in 0..got {
+                if read_volatile(first.add(i)) == 0 {
+                    return count + 1;
+                }
+                count += 1;
+            }
+        }
+    }
+    count + 1
 }
 
 /// The NUL-terminated string at `src`, at most `max` bytes of it, without its NUL: its length,
