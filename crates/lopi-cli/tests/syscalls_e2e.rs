@@ -18,6 +18,8 @@ struct Expect {
     errors: BTreeMap<String, u64>,
     threads: BTreeMap<String, BTreeMap<String, u64>>,
     cflags: Vec<String>,
+    /// `lopi run`'s options besides `--probe syscall` (`lopi-run-args`).
+    run_args: Vec<String>,
 }
 
 fn pairs(text: &str) -> BTreeMap<String, u64> {
@@ -42,6 +44,7 @@ fn expect(path: &Path) -> Expect {
                 e.threads.insert(name.to_string(), pairs(rest));
             }
             "cflags" => e.cflags = val.split_whitespace().map(String::from).collect(),
+            "run-args" => e.run_args = val.split_whitespace().map(String::from).collect(),
             _ => {}
         }
     }
@@ -117,7 +120,7 @@ fn check_fixture(file: &str) {
         let built = build(file, config, flags, &e);
         // Live: every module's sites.
         let data = built.dir.join("live.lopi");
-        let live = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall", "--"]).arg(&built.prog).current_dir(&built.dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+        let live = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall"]).args(&e.run_args).arg("--").arg(&built.prog).current_dir(&built.dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
         let label = format!("{file} ({config}) under lopi run");
         same_run(&label, &built.original, &live, &mut problems);
         let seen = report(&data);

@@ -1,7 +1,7 @@
 //! System calls from code no probe covers (machine code a program writes at run time), which
-//! `lopi run --probe syscall` catches with Syscall User Dispatch: fixtures/syscalls/unprobed.c
+//! `lopi run --probe syscall --catch-unprobed` catches with Syscall User Dispatch: fixtures/syscalls/unprobed.c
 //! counts, errors and logs as `strace -f` sees it, its threads' and its raw fork child's calls
-//! included; `--no-catch-unprobed` leaves out exactly the calls its directive
+//! included (with `--catch-unprobed`); without it, lopi leaves out exactly the calls its directive
 //! `lopi-syscalls-unprobed` lists; a program with a SIGSYS handler of its own (raised SIGSYS,
 //! a seccomp filter's traps) behaves as it does alone.
 mod common;
@@ -19,6 +19,9 @@ const NOT_COMPARED: [&str; 3] = ["exit_group", "exit", "rt_sigreturn"];
 
 /// How often the barrier and the joins wait depends on how the threads are scheduled.
 const SCHEDULED: [&str; 1] = ["futex"];
+
+/// The flag that turns the catch on.
+const CATCH: &str = "--catch-unprobed";
 
 const CONFIGS: [(&str, &[&str]); 2] = [("O2-pie", &["-O2", "-fPIE", "-pie"]), ("O0-nopie", &["-O0", "-fno-pie", "-no-pie"])];
 
@@ -135,7 +138,7 @@ fn calls_from_code_built_at_run_time_count_as_strace_counts_them() {
         let strace = strace_counts(&built);
         let data = built.dir.join("caught.lopi");
         let label = format!("unprobed ({config}) under lopi run --probe syscall");
-        same_run(&label, &built.original, &lopi_run(&built, &[], &data), &mut problems);
+        same_run(&label, &built.original, &lopi_run(&built, &[CATCH], &data), &mut problems);
         assert!(data.exists(), "{label}: no record\n{}", problems.join("\n\n"));
         let json = syscall_report(&data);
         let seen = by_syscall(&json["syscalls"], "calls");
@@ -167,8 +170,8 @@ fn without_the_catch_exactly_the_unprobed_calls_go_uncounted() {
     let strace = strace_counts(&built);
     let data = built.dir.join("uncaught.lopi");
     let mut problems = Vec::new();
-    let label = format!("unprobed ({config}) under lopi run --probe syscall --no-catch-unprobed");
-    same_run(&label, &built.original, &lopi_run(&built, &["--no-catch-unprobed"], &data), &mut problems);
+    let label = format!("unprobed ({config}) under lopi run --probe syscall");
+    same_run(&label, &built.original, &lopi_run(&built, &[], &data), &mut problems);
     assert!(data.exists(), "{label}: no record\n{}", problems.join("\n\n"));
     let json = syscall_report(&data);
     let seen = by_syscall(&json["syscalls"], "calls");
@@ -264,7 +267,7 @@ fn the_log_has_the_unprobed_calls_of_each_thread_and_process() {
     assert!(traced.status.success(), "{}", traced.stderr_str());
     let log = built.dir.join("lopi.log");
     let data = built.dir.join("log.lopi");
-    let out = lopi_run(&built, &["--log", log.to_str().unwrap()], &data);
+    let out = lopi_run(&built, &[CATCH, "--log", log.to_str().unwrap()], &data);
     let mut problems = Vec::new();
     same_run("unprobed under lopi run --log", &built.original, &out, &mut problems);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -416,7 +419,7 @@ fn own_sigsys_handler(mode: &str, ends: &str) {
     let original = run(Command::new(&prog).arg(mode).current_dir(&dir), default_timeout()).expect("run");
     assert_eq!(original.describe_status(), ends, "own_sigsys {mode} alone:\n{}{}", original.stdout_str(), original.stderr_str());
     let mut problems = Vec::new();
-    for extra in [&[][..], &["--no-catch-unprobed"][..]] {
+    for extra in [&[CATCH][..], &[][..]] {
         let data = dir.join("own.lopi");
         let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall"]).args(extra).arg("--").arg(&prog).arg(mode).current_dir(&dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
         same_run(&format!("own_sigsys {mode} under lopi run --probe syscall {}", extra.join(" ")), &original, &out, &mut problems);
@@ -494,7 +497,7 @@ fn attach_and_detach_leave_a_program_calling_from_its_own_code_running() {
     out.read_line(&mut line).expect("ready line");
     assert_eq!(line, "ready\n");
     let data = dir.join("attach.lopi");
-    let attached = run(Command::new(lopi_bin()).args(["attach", &child.id().to_string(), "--probe", "syscall", "--duration", "1s"]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi attach");
+    let attached = run(Command::new(lopi_bin()).args(["attach", &child.id().to_string(), "--probe", "syscall", CATCH, "--duration", "1s"]).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi attach");
     std::thread::sleep(std::time::Duration::from_millis(300));
     std::fs::write(dir.join("stop"), b"").expect("stop file");
     let status = child.wait().expect("wait jit_loop");
@@ -551,7 +554,7 @@ fn calls_after_a_vfork_from_unprobed_code_are_caught() {
     let dir = fresh_dir("unprobed-vfork");
     let prog = build_c(&dir, "jit_vfork", JIT_VFORK, &["-O2"]);
     let data = dir.join("vfork.lopi");
-    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall", "--"]).arg(&prog).current_dir(&dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
+    let out = run(Command::new(lopi_bin()).args(["run", "-q", "--probe", "syscall", CATCH, "--"]).arg(&prog).current_dir(&dir).env("LOPI_OUTPUT", &data), default_timeout()).expect("lopi run");
     assert!(out.status.success() && out.stdout_str() == "30 of 30 answered\n", "jit_vfork under lopi: {}\n{}{}", out.describe_status(), out.stdout_str(), out.stderr_str());
     let table = dir.join("strace.txt");
     run(Command::new(require("strace", "strace")).args(["-f", "-c", "-o"]).arg(&table).arg(&prog).current_dir(&dir), default_timeout()).expect("strace");
