@@ -225,15 +225,25 @@ impl Target {
         self.threads.release();
     }
 
-    /// Runs one system call in the leader thread through the gadget (counted in `injected`).
+    /// Runs one system call in the leader thread through the gadget (counted in `injected`),
+    /// with the thread's Syscall User Dispatch selector letting it through (the gadget is no
+    /// code the runtime knows), as it was after.
     pub(crate) fn syscall(&mut self, gadget: Gadget, nr: u64, args: [u64; 6]) -> Result<u64, LiveError> {
         let tid = self.threads.leader();
         let mut regs: Regs = self.threads.regs(tid)?;
+        let selector = (regs.fs_base != 0).then(|| regs.fs_base + u64::from(lopi_rt_abi::dispatch::SELECTOR));
+        let was = selector.and_then(|at| self.mem.read(at, 1).ok()).and_then(|b| b.first().copied());
+        if let (Some(at), Some(_)) = (selector, was) {
+            let _ = self.mem.write(at, &[lopi_rt_abi::dispatch::ALLOW]);
+        }
         regs.rip = gadget.at;
         regs.rax = nr;
         (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
         let start = tsc();
         let done = self.threads.run_injected(tid, regs, gadget.at + 2);
+        if let (Some(at), Some(was)) = (selector, was) {
+            let _ = self.mem.write(at, &[was]);
+        }
         let e = self.injected.entry(nr).or_default();
         *e = (e.0 + 1, e.1 + tsc().saturating_sub(start));
         Ok(done?.rax)

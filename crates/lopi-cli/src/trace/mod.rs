@@ -200,8 +200,8 @@ pub fn trace(request: Request) -> Result<Option<Ended>> {
         exclude: Vec::new(),
         probes: probe_set,
         // System-call points see the calls of code no probe covers too, as the kernel's
-        // tracepoints do.
-        recording: lopi_image::Recording { catch_unprobed: probe_set.has(lopi_patch::Place::Syscalls), ..Default::default() },
+        // tracepoints do (thread points probe system calls only for clone and exit).
+        recording: lopi_image::Recording { catch_unprobed: spec.probes_system_calls(), ..Default::default() },
         cache: request.cache.clone(),
         script: Some(spec.clone()),
         record: Some(request.record.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("lopi-trace-{}.%p{RECORD_SUFFIX}", std::process::id())))),
