@@ -17,22 +17,6 @@ use std::process::Command;
 /// SIGCHLDs), so how many runs there are differs between any two runs of a command.
 const NOT_COMPARED: [&str; 3] = ["exit_group", "exit", "rt_sigreturn"];
 
-/// Calls per name from `strace -f -c -o`'s table.
-fn strace_table(text: &str) -> BTreeMap<String, u64> {
-    let mut counts = BTreeMap::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // % time, seconds, usecs/call, calls, [errors,] syscall
-        if fields.len() < 5 || fields[0].parse::<f64>().is_err() || fields.last() == Some(&"total") {
-            continue;
-        }
-        if let Ok(calls) = fields[3].parse::<u64>() {
-            counts.insert(fields[fields.len() - 1].to_string(), calls);
-        }
-    }
-    counts
-}
-
 /// `command` (run in `dir`, after `prepare`) under `strace -f -c`, once.
 fn strace_run(dir: &Path, command: &[&str], prepare: &dyn Fn()) -> (BTreeMap<String, u64>, Output) {
     let log = dir.join("strace.txt");

@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -33,14 +32,6 @@ int main(void) {
     return 3;
 }
 "#;
-
-/// A log line without the padding before ` = ` (it depends on the pid's width).
-fn unpadded(line: &str) -> String {
-    match line.rsplit_once(" = ") {
-        Some((call, result)) => format!("{} = {result}", call.trim_end()),
-        None => line.to_string(),
-    }
-}
 
 /// The log's lines without their pids and padding, from the first that names `from` on.
 fn calls_from(log: &str, from: &str) -> Vec<String> {
@@ -161,29 +152,15 @@ fn an_attached_tree_is_logged_too() {
     cleanup(&dir);
 }
 
-/// A log's lines by process, in the order the processes first appear: strace's calls left
-/// `<unfinished ...>` and `<... resumed>` joined into one line, its signal and exit lines
-/// dropped, the padding before ` = ` too.
+/// Each process's lines in an `strace -f -o` log (or `lopi --log`'s), in order
+/// ([`strace_lines`]).
 fn by_process(log: &str) -> Vec<(String, Vec<String>)> {
-    let mut unfinished: HashMap<&str, String> = HashMap::new();
     let mut processes: Vec<(String, Vec<String>)> = Vec::new();
-    for l in log.lines() {
-        let Some((pid, rest)) = l.split_once(' ') else { continue };
-        let rest = rest.trim_start();
-        if rest.starts_with("+++") || rest.starts_with("---") {
-            continue;
-        }
-        let line = if let Some(start) = rest.strip_suffix(" <unfinished ...>") {
-            unfinished.insert(pid, start.to_string());
-            continue;
-        } else if let Some((_, end)) = rest.strip_prefix("<... ").and_then(|r| r.split_once(" resumed>")) {
-            unfinished.remove(pid).unwrap_or_default() + end
-        } else {
-            rest.to_string()
-        };
-        match processes.iter_mut().find(|(p, _)| p == pid) {
-            Some((_, lines)) => lines.push(unpadded(&line)),
-            None => processes.push((pid.to_string(), vec![unpadded(&line)])),
+    for (pid, line) in strace_lines(log) {
+        let pid = pid.to_string();
+        match processes.iter_mut().find(|(p, _)| *p == pid) {
+            Some((_, lines)) => lines.push(line),
+            None => processes.push((pid, vec![line])),
         }
     }
     processes

@@ -53,22 +53,6 @@ fn build(config: &str, flags: &[&str]) -> Built {
     Built { dir, prog, original }
 }
 
-/// Calls per name from `strace -f -c -o`'s table.
-fn strace_table(text: &str) -> BTreeMap<String, u64> {
-    let mut counts = BTreeMap::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // % time, seconds, usecs/call, calls, [errors,] syscall
-        if fields.len() < 5 || fields[0].parse::<f64>().is_err() || fields.last() == Some(&"total") {
-            continue;
-        }
-        if let Ok(calls) = fields[3].parse::<u64>() {
-            counts.insert(fields[fields.len() - 1].to_string(), calls);
-        }
-    }
-    counts
-}
-
 fn strace_counts(built: &Built) -> BTreeMap<String, u64> {
     let table = built.dir.join("strace-c.txt");
     let traced = run(Command::new(require("strace", "strace")).args(["-f", "-c", "-o"]).arg(&table).arg(&built.prog).current_dir(&built.dir), default_timeout()).expect("strace");
@@ -191,41 +175,12 @@ fn without_the_catch_exactly_the_unprobed_calls_go_uncounted() {
     cleanup(&built.dir);
 }
 
-/// A log's lines as (pid, call): strace's `<unfinished ...>` and `<... resumed>` joined, its
-/// signal and exit lines dropped, the padding before ` = ` too.
-fn log_lines(log: &str) -> Vec<(u32, String)> {
-    let mut unfinished: BTreeMap<u32, String> = BTreeMap::new();
-    let mut lines = Vec::new();
-    for l in log.lines() {
-        let Some((pid, rest)) = l.split_once(' ') else { continue };
-        let Ok(pid) = pid.parse::<u32>() else { continue };
-        let rest = rest.trim_start();
-        if rest.starts_with("+++") || rest.starts_with("---") {
-            continue;
-        }
-        let line = if let Some(start) = rest.strip_suffix(" <unfinished ...>") {
-            unfinished.insert(pid, start.to_string());
-            continue;
-        } else if let Some((_, end)) = rest.strip_prefix("<... ").and_then(|r| r.split_once(" resumed>")) {
-            unfinished.remove(&pid).unwrap_or_default() + end
-        } else {
-            rest.to_string()
-        };
-        let line = match line.rsplit_once(" = ") {
-            Some((call, result)) => format!("{} = {result}", call.trim_end()),
-            None => line,
-        };
-        lines.push((pid, line));
-    }
-    lines
-}
-
 /// The log's lines of the calls the built code makes, with who made them: `main` (the first
 /// line's pid), `child` (what main's `fork()` returned), the named threads (`names`: tid ->
 /// name), pids in the lines replaced the same way (the program's parent: `parent`), each with
 /// how many times it occurs.
 fn who_made_what(log: &str, names: &BTreeMap<u32, String>) -> BTreeMap<String, usize> {
-    let lines = log_lines(log);
+    let lines = strace_lines(log);
     let main = lines.first().map(|(pid, _)| *pid).expect("an empty log");
     let result_of = |pid: u32, call: &str| lines.iter().find(|(p, l)| *p == pid && l.starts_with(call)).and_then(|(_, l)| l.rsplit_once(" = ")?.1.parse::<u32>().ok());
     let mut roles: BTreeMap<u32, String> = names.clone();
@@ -274,7 +229,7 @@ fn the_log_has_the_unprobed_calls_of_each_thread_and_process() {
     // strace names the threads by their prctl(PR_SET_NAME) lines, lopi's report by tid.
     let strace_text = std::fs::read_to_string(&strace_log).unwrap();
     let named = regex::Regex::new(r#"^prctl\(PR_SET_NAME, "(jit\d)"\)"#).unwrap();
-    let strace_names: BTreeMap<u32, String> = log_lines(&strace_text).into_iter().filter_map(|(pid, l)| Some((pid, named.captures(&l)?[1].to_string()))).collect();
+    let strace_names: BTreeMap<u32, String> = strace_lines(&strace_text).into_iter().filter_map(|(pid, l)| Some((pid, named.captures(&l)?[1].to_string()))).collect();
     let report = syscall_report(&data);
     let lopi_names: BTreeMap<u32, String> = report["threads"]
         .as_array()

@@ -14,6 +14,7 @@ mod oracles;
 mod otel;
 mod process;
 mod reports;
+mod strace;
 pub mod tools;
 
 // Each test binary uses what it needs of the helpers.
@@ -31,6 +32,8 @@ pub use otel::*;
 pub use process::*;
 #[allow(unused_imports)]
 pub use reports::*;
+#[allow(unused_imports)]
+pub use strace::*;
 #[allow(unused_imports)]
 pub use tools::{require, require_file, require_package};
 use std::path::{Path, PathBuf};
