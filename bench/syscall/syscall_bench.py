@@ -5,9 +5,11 @@ and bpftrace on the raw_syscalls tracepoints, all counting and timing every syst
 Workloads:
   getppid  `getppid N` (getppid.c, built here): N getppid() calls through glibc, timed in-process
            around the loop; ns per call, and ns added per call against the uninstrumented run;
-           under lopi with its catch of unprobed calls on (the default) and off
+           under lopi with its catch of unprobed calls on (the default) and off, and alone with
+           Syscall User Dispatch on (`getppid N sud`: the kernel's share of the catch's cost)
   getppid-jit  `getppid_jit N` (getppid_jit.c): the same loop, each getppid a `syscall` in
-           machine code written at run time (no probe covers it: lopi catches it with SIGSYS)
+           machine code written at run time (no probe covers it: lopi catches it with SIGSYS),
+           under lopi following the tree (its ptrace tracer) and with --no-follow
   zstd     Debian's /usr/bin/zstd compressing F generated files of 1-8 KiB
            (`zstd -q -f -r IN --output-dir-flat OUT`); the process's wall time
   sqlite   Debian's /usr/bin/sqlite3 running T INSERTs, each its own transaction, on a file
@@ -45,17 +47,21 @@ BT_SCRIPT = HERE / "syscalls.bt"
 UNISTD = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
 log = h.log
 
-BASE, LOPI, NOCATCH, STRACE, PERF, BPF = "baseline", "lopi", "lopi-no-catch", "strace", "perf-trace", "bpftrace"
-LOPIS = (LOPI, NOCATCH)
+BASE, SUD, STRACE, PERF, BPF = "baseline", "baseline-sud", "strace", "perf-trace", "bpftrace"
+LOPI, NOCATCH, NOFOLLOW = "lopi", "lopi-no-catch", "lopi-no-follow"
+UNTRACED, LOPIS = (BASE, SUD), (LOPI, NOCATCH, NOFOLLOW)
 CONFIGS = [BASE, LOPI, STRACE, PERF, BPF]  # zstd's and sqlite's
-LABEL = {BASE: "uninstrumented", LOPI: "lopi run --probe syscall",
-         NOCATCH: "lopi run --probe syscall --no-catch-unprobed", STRACE: "strace -f -qq -c",
+LABEL = {BASE: "uninstrumented", SUD: "uninstrumented, Syscall User Dispatch on (its selector: allow)",
+         LOPI: "lopi run --probe syscall", NOCATCH: "lopi run --probe syscall --no-catch-unprobed",
+         NOFOLLOW: "lopi run --no-follow --probe syscall", STRACE: "strace -f -qq -c",
          PERF: "perf trace -s", BPF: "bpftrace raw_syscalls enter/exit (syscalls.bt)"}
 # getppid calls per configuration: the tracers cost 10-300x more per call than lopi, so they make
 # fewer to keep each run within ~0.3-1 s; ns/call comes from the program's own timer either way.
-MICRO_CALLS = {BASE: 3_000_000, LOPI: 3_000_000, NOCATCH: 3_000_000, STRACE: 20_000, PERF: 20_000, BPF: 300_000}
-# getppid_jit: a caught call is a SIGSYS delivered and returned from (~10x a probed call's cost)
-JIT_CALLS = {BASE: 3_000_000, LOPI: 300_000, NOCATCH: 3_000_000, STRACE: 20_000}
+MICRO_CALLS = {BASE: 3_000_000, SUD: 3_000_000, LOPI: 3_000_000, NOCATCH: 3_000_000, STRACE: 20_000,
+               PERF: 20_000, BPF: 300_000}
+# getppid_jit: a caught call is a SIGSYS, which also stops the program for lopi when lopi follows
+# the tree (its ptrace tracer: ~50 us a call here, as strace's stops), ~1.3 us without (--no-follow)
+JIT_CALLS = {BASE: 3_000_000, LOPI: 20_000, NOFOLLOW: 300_000, NOCATCH: 3_000_000, STRACE: 20_000}
 # Reasons for the differences between lopi and strace (after entry) that this machine shows.
 NEVER_RETURNS = ("never returns: strace -c (like perf trace -s and bpftrace's sys_exit) counts a call when it "
                  "returns, lopi when it is made")
@@ -71,8 +77,10 @@ def tool_argv(cfg: str, argv: list[str], data: Path, lopi: Path) -> list[str]:
     """ARGV run under configuration CFG, the tool's counts written to DATA."""
     return {
         BASE: argv,
+        SUD: argv,  # the workload's argv asks for it
         LOPI: [str(lopi), "run", "--probe", "syscall", "--", *argv],  # data: $LOPI_OUTPUT
         NOCATCH: [str(lopi), "run", "--probe", "syscall", "--no-catch-unprobed", "--", *argv],
+        NOFOLLOW: [str(lopi), "run", "--no-follow", "--probe", "syscall", "--", *argv],
         STRACE: ["strace", "-f", "-qq", "-c", "-o", str(data), *argv],
         PERF: ["perf", "trace", "-s", "-o", str(data), "--", *argv],
         # bpftrace splits -c at spaces, without quoting: the workloads' arguments have none
@@ -126,8 +134,8 @@ def remove(path: Path) -> None:
 def preflight(lopi: Optional[Path], lopi_path: Path, micro: Path, work: Path, names: dict) -> dict[str, str]:
     """{configuration: why it cannot run here}, from counting `getppid 10` under each tool."""
     why = {}
-    for cfg in (LOPI, NOCATCH, STRACE, PERF, BPF):
-        exe = {LOPI: lopi, NOCATCH: lopi, STRACE: "strace", PERF: "perf", BPF: "bpftrace"}[cfg]
+    for cfg in (*LOPIS, STRACE, PERF, BPF):
+        exe = lopi if cfg in LOPIS else {STRACE: "strace", PERF: "perf", BPF: "bpftrace"}[cfg]
         if exe is None or not shutil.which(str(exe)):
             why[cfg] = f"not installed ({lopi_path if cfg in LOPIS else exe} not found)"
             continue
@@ -147,7 +155,7 @@ def preflight(lopi: Optional[Path], lopi_path: Path, micro: Path, work: Path, na
             errs = [ln for ln in lines if "rror" in ln or "ermission" in ln] or lines or [str(got)]
             why[cfg] = f"does not run here (exit {p.returncode if p else '-'}): {errs[-1][:200]}"
         remove(data)
-    for cfg in (LOPI, NOCATCH, STRACE, PERF, BPF):
+    for cfg in (*LOPIS, STRACE, PERF, BPF):
         log(f"{cfg}: {'ready' if cfg not in why else 'skipped: ' + why[cfg]}")
     return why
 
@@ -242,8 +250,8 @@ def loop_workload(key: str, title: str, prog: Path, calls: dict[str, int], scale
     """A getppid loop: each configuration makes its own number of calls (no count table: the loop's
     table checks each tool's count of getppid against the calls made, or EXPECTED's)."""
     n = {cfg: int(c * scale) for cfg, c in calls.items()}
-    return Workload(key, title, lambda cfg: [str(prog), str(n[cfg])], h.HOT_NS, configs=list(calls), calls=n,
-                    expected=expected or {})
+    return Workload(key, title, lambda cfg: [str(prog), str(n[cfg]), *(["sud"] if cfg == SUD else [])], h.HOT_NS,
+                    configs=list(calls), calls=n, expected=expected or {})
 
 
 def make_variants(wl: Workload, lopi: Optional[Path], work: Path, skip: dict, names: dict) -> list[h.Variant]:
@@ -258,7 +266,7 @@ def make_variants(wl: Workload, lopi: Optional[Path], work: Path, skip: dict, na
 
         def after(idx: int, stdout: str, stderr: str, env: dict, data=data, cfg=cfg) -> dict:
             extra = {"output": wl.digest(stdout)}
-            if cfg != BASE:
+            if cfg not in UNTRACED:
                 per_sc = read_counts(cfg, data, lopi, names)
                 extra.update(calls=sum(per_sc.values()), per_sc=per_sc)
             if m := re.search(r"sites installed in ([0-9.]+) ms", stderr):
@@ -322,7 +330,7 @@ def loop_table(wl: Workload, variants: list[h.Variant], res: dict) -> tuple[list
         if not s or not base:
             rows.append([LABEL[v.name], h.fmt_int(calls[v.name]), "-", "-", "-", "-", "-", notes])
             continue
-        counted = per_sc_values(runs, "getppid") if v.name != BASE else []
+        counted = per_sc_values(runs, "getppid") if v.name not in UNTRACED else []
         want, why = wl.expected.get(v.name, (calls[v.name], ""))
         if counted and counted != [want]:
             if v.name in LOPIS:  # lopi's count is exact or wrong
@@ -344,34 +352,41 @@ def loop_table(wl: Workload, variants: list[h.Variant], res: dict) -> tuple[list
 
 
 def catch_cost_line(ns: dict) -> list[str]:
-    """What the catch adds to a probed call: lopi's figures with it on and off, same rounds."""
+    """What the catch adds to a probed call: lopi's figures with it on and off, same rounds, and the
+    kernel's share (Syscall User Dispatch on in the uninstrumented program)."""
     if LOPI not in ns or NOCATCH not in ns:
         return []
     on, off = ns[LOPI], ns[NOCATCH]
-    return [f"- The catch on a probed call (the trampoline's two selector stores; the kernel's check of the selector "
-            f"at every call): {on.median - off.median:+.1f} ns per call (medians; fastest runs "
-            f"{on.lo - off.lo:+.1f} ns), lopi with the catch on − with `--no-catch-unprobed`."]
+    kernel = (f"; the kernel's check of the selector at every call alone (Syscall User Dispatch on, "
+              f"uninstrumented): {ns[SUD].median - ns[BASE].median:+.1f} ns (fastest runs "
+              f"{ns[SUD].lo - ns[BASE].lo:+.1f} ns)" if SUD in ns and BASE in ns else "")
+    return [f"- The catch on a probed call: {on.median - off.median:+.1f} ns per call (medians; fastest runs "
+            f"{on.lo - off.lo:+.1f} ns), lopi with the catch on − with `--no-catch-unprobed`: the trampoline's two "
+            f"selector stores and the kernel's check{kernel}."]
 
 
 def jit_lines(wl: Workload, res: dict, added: dict, probed_added: Optional[float]) -> list[str]:
     """The JIT loop's findings: what a caught call costs, next to a probed call and strace."""
     out = []
-    if LOPI in added:
-        counted = per_sc_values(res[LOPI], "getppid")
-        caught = added[LOPI]
-        vs = (f", {caught / probed_added:,.0f}x a probed call's {probed_added:.1f} ns (getppid table, this run)"
+    for cfg, how in ((LOPI, "following the program's tree (the default: lopi is its ptrace tracer, so each "
+                            "SIGSYS also stops the program for lopi, a signal-delivery stop)"),
+                     (NOFOLLOW, "with `--no-follow` (no tracer: the SIGSYS and lopi's handler alone)")):
+        if cfg not in added:
+            continue
+        counted, made = per_sc_values(res[cfg], "getppid"), wl.calls[cfg]
+        vs = (f", {added[cfg] / probed_added:,.0f}x a probed call's {probed_added:.1f} ns (getppid table, this run)"
               if probed_added and probed_added > 0 else "")
-        made = wl.calls[LOPI]
         ok = (f"counted all {made:,} calls" if counted == [made]
               else f"COUNT MISMATCH: counted {fmt_values(counted)} of {made:,} calls")
-        out.append(f"- A call from code no probe covers, caught (SIGSYS, recorded, made by lopi's handler, "
-                   f"returned from): {caught:,.1f} ns added{vs}; {ok}.")
+        out.append(f"- A call from code no probe covers, caught {how}: {added[cfg]:,.1f} ns added{vs}; {ok}.")
     if NOCATCH in added:
         out.append(f"- `--no-catch-unprobed`: {added[NOCATCH]:+,.1f} ns per call, counted "
                    f"{fmt_values(per_sc_values(res[NOCATCH], 'getppid'))} of {wl.calls[NOCATCH]:,}.")
-    if STRACE in added and added.get(LOPI, 0) > 0:
-        out.append(f"- strace sees every call: {added[STRACE]:,.0f} ns added, {added[STRACE] / added[LOPI]:,.0f}x "
-                   "lopi's caught call.")
+    if STRACE in added:
+        vs = "; ".join(f"{added[STRACE] / added[c]:,.1f}x {LABEL[c]}'s" for c in (LOPI, NOFOLLOW)
+                       if added.get(c, 0) > 0)
+        out.append(f"- strace, which stops the program twice at every call: {added[STRACE]:,.0f} ns added"
+                   f"{': ' + vs if vs else ''}.")
     return out
 
 
@@ -506,9 +521,12 @@ def main() -> int:
            "- getppid from run-time machine code: [getppid_jit.c](../syscall/getppid_jit.c), the same loop, each "
            "getppid a `syscall` in code written into an mmap'd page and made executable (as a JIT's): no probe "
            "covers it, so lopi counts it only by catching it (SIGSYS), and with `--no-catch-unprobed` not at all. "
-           "The probed getppid loop runs with the catch on (the default: the trampoline stores the selector "
-           "byte before and after its `syscall`, and the kernel checks it at every call) and off, in the same "
-           "rounds, for what the catch costs calls that are probed.",
+           "lopi follows the program's tree by default as its ptrace tracer; `--no-follow` shows the catch "
+           "without a tracer. The probed getppid loop runs with the catch on (the default: the trampoline "
+           "stores the selector byte before and after its `syscall`, and the kernel checks the selector at "
+           "every call) and off, in the same rounds, for what the catch costs calls that are probed; `getppid N "
+           "sud` turns Syscall User Dispatch on in the uninstrumented loop, its selector letting every call "
+           "through, for the kernel's share of that.",
            "- zstd and sqlite: Debian's binaries; wall time of the whole process, so the tool's start-up (lopi: "
            "loading its plan from the cache and installing its probes; bpftrace: compiling and attaching) and "
            "its exit are included; ns added per call = (median − uninstrumented median) / the calls the tool counted. "
