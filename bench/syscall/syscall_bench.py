@@ -15,8 +15,8 @@ Workloads:
   sqlite   Debian's /usr/bin/sqlite3 running T INSERTs, each its own transaction, on a file
            database with `PRAGMA synchronous=FULL` (`sqlite3 -init SQL DB .quit`); wall time
 Every configuration of a workload runs interleaved round-robin after a warm-up round.
-The counts each tool reports are compared with strace's, less the calls ld.so makes before the
-program's entry point (when lopi's probes go live), taken from `strace -k` stacks.
+The counts each tool reports are compared with strace's (lopi counts the calls made before its
+probes go live through ptrace).
 
 Run through run.sh; `syscall_bench.py --help` lists the knobs.
 """
@@ -62,7 +62,7 @@ MICRO_CALLS = {BASE: 3_000_000, SUD: 3_000_000, LOPI: 3_000_000, NOCATCH: 3_000_
 # getppid_jit: a caught call is a SIGSYS, which also stops the program for lopi when lopi follows
 # the tree (its ptrace tracer: ~50 us a call here, as strace's stops), ~1.3 us without (--no-follow)
 JIT_CALLS = {BASE: 3_000_000, LOPI: 20_000, NOFOLLOW: 300_000, NOCATCH: 3_000_000, STRACE: 20_000}
-# Reasons for the differences between lopi and strace (after entry) that this machine shows.
+# Reasons for the differences between lopi's counts and strace's that this machine shows.
 NEVER_RETURNS = ("never returns: strace -c (like perf trace -s and bpftrace's sys_exit) counts a call when it "
                  "returns, lopi when it is made")
 WHY = {"exit": NEVER_RETURNS, "exit_group": NEVER_RETURNS,
@@ -160,31 +160,6 @@ def preflight(lopi: Optional[Path], lopi_path: Path, micro: Path, work: Path, na
     return why
 
 
-def preentry_counts(argv: list[str], work: Path) -> tuple[dict[str, int], str]:
-    """({syscall: calls} made before the program's entry point, "" or why unknown): `strace -k`
-    stacks of ARGV; ld.so's start-up calls are those whose outermost frame is in ld.so (its own
-    _start), up to the first one that is not. They depend on the binary and the environment only,
-    so ARGV is the program's shortest run."""
-    out = work / "preentry.strace"
-    p = subprocess.run(["strace", "-f", "-qq", "-k", "-o", str(out), *argv], capture_output=True, text=True,
-                       timeout=300)
-    if p.returncode != 0 or not out.exists():
-        return {}, f"strace -k failed (exit {p.returncode}): {p.stderr.strip()[-200:]}"
-    calls: list[tuple[str, list[str]]] = []
-    for line in out.read_text().splitlines():
-        if line.startswith(" > "):
-            calls[-1][1].append(line[3:].split("(")[0])
-        elif m := re.match(r"^\d+\s+(\w+)\(", line):
-            calls.append((m.group(1), []))
-    remove(out)
-    counts: dict[str, int] = {}
-    for name, frames in calls:
-        if not frames or "/ld-linux" not in frames[-1]:
-            break
-        counts[name] = counts.get(name, 0) + 1
-    return counts, ("" if counts else "no stack from strace -k")
-
-
 # ---------------------------------------------------------------- workloads
 
 
@@ -194,8 +169,8 @@ class Workload:
     title: str
     argv: Callable[[str], list[str]]  # the program's argv for a configuration
     metric: Optional[Callable]  # h.HOT_NS (in-program timer) or h.WALL
-    preentry_argv: Optional[list[str]] = None  # the program's shortest run; None: no count table
-    key_syscalls: list[str] = dataclasses.field(default_factory=list)  # shown in the count table when equal
+    # the count table's first rows, shown when equal too; empty: no count table
+    key_syscalls: list[str] = dataclasses.field(default_factory=list)
     reset: Callable[[], None] = lambda: None  # before every run: the same starting state
     digest: Callable[[str], Optional[str]] = lambda stdout: None  # the run's output, to compare
     configs: list[str] = dataclasses.field(default_factory=lambda: list(CONFIGS))
@@ -225,7 +200,7 @@ def zstd_workload(work: Path, files: int) -> Workload:
 
     return Workload("zstd", f"zstd -q -f -r of {files:,} files of 1-8 KiB", lambda cfg: [
         "/usr/bin/zstd", "-q", "-f", "-r", str(src), "--output-dir-flat", str(out)], h.WALL,
-        ["/usr/bin/zstd", "-V"], ["openat", "read", "write", "close"], reset, digest)
+        ["openat", "read", "write", "close"], reset, digest)
 
 
 def sqlite_workload(work: Path, inserts: int) -> Workload:
@@ -240,7 +215,7 @@ def sqlite_workload(work: Path, inserts: int) -> Workload:
 
     return Workload("sqlite", f"sqlite3: {inserts:,} INSERT transactions, synchronous=FULL",
                     lambda cfg: ["/usr/bin/sqlite3", "-init", str(sql), str(db), ".quit"], h.WALL,
-                    ["/usr/bin/sqlite3", "-version"], ["pwrite64", "fdatasync", "unlink", "openat"], reset,
+                    ["pwrite64", "fdatasync", "unlink", "openat"], reset,
                     # bpftrace adds blank lines to the program's stdout
                     lambda stdout: " / ".join(ln for ln in stdout.splitlines() if ln.strip()))
 
@@ -412,17 +387,15 @@ def run_table(variants: list[h.Variant], res: dict) -> list[str]:
     return [h.markdown_table(header, rows)]
 
 
-def count_table(wl: Workload, res: dict, pre: dict[str, int], pre_why: str) -> list[str]:
-    """lopi's counts against strace's less ld.so's start-up calls, with perf's and bpftrace's."""
+def count_table(wl: Workload, res: dict) -> list[str]:
+    """lopi's counts against strace's, with perf's and bpftrace's."""
     if not recorded(res[LOPI]) or not recorded(res[STRACE]):
         return ["No comparison: lopi or strace has no recorded run."]
     names = {n for cfg in (LOPI, STRACE) for r in recorded(res[cfg]) for n in r.extra.get("per_sc", {})}
     rows, equal = [], 0
     for name in wl.key_syscalls + sorted(names - set(wl.key_syscalls)):
-        strace = per_sc_values(res[STRACE], name)
-        after = [c - pre.get(name, 0) for c in strace]
-        lopi = per_sc_values(res[LOPI], name)
-        if lopi == after and len(lopi) == 1:
+        strace, lopi = per_sc_values(res[STRACE], name), per_sc_values(res[LOPI], name)
+        if lopi == strace and len(lopi) == 1:
             verdict = "="
         elif name in WHY:
             verdict = "≠: " + WHY[name]
@@ -431,16 +404,11 @@ def count_table(wl: Workload, res: dict, pre: dict[str, int], pre_why: str) -> l
         if verdict == "=" and name not in wl.key_syscalls:
             equal += 1
             continue
-        rows.append([name, fmt_values(strace), h.fmt_int(pre.get(name, 0)) if not pre_why else "?",
-                     fmt_values(after), fmt_values(lopi), fmt_values(per_sc_values(res[PERF], name)),
+        rows.append([name, fmt_values(strace), fmt_values(lopi), fmt_values(per_sc_values(res[PERF], name)),
                      fmt_values(per_sc_values(res[BPF], name)), verdict])
-    header = ["syscall", "strace", "before entry (strace -k)", "strace after entry", "lopi", "perf trace", "bpftrace",
-              "lopi vs strace after entry"]
-    out = [h.markdown_table(header, rows), "",
-           f"The {equal} other system calls lopi or strace saw: lopi's count = strace's after entry."]
-    if pre_why:
-        out.append(f"Calls before entry unknown ({pre_why}): compare with that in mind.")
-    return out
+    header = ["syscall", "strace", "lopi", "perf trace", "bpftrace", "lopi vs strace"]
+    return [h.markdown_table(header, rows), "",
+            f"The {equal} other system calls lopi or strace saw: lopi's count = strace's."]
 
 
 # ---------------------------------------------------------------- main
@@ -485,13 +453,11 @@ def main() -> int:
         else:
             missing[prog] = f"/usr/bin/{prog} not installed (Debian's `{prog}` package)"
 
-    all_res, pre = {}, {}
+    all_res = {}
     for wl in workloads:
         log(f"=== {wl.title}")
         variants = make_variants(wl, lopi, work, skip, names)
         all_res[wl.key] = (variants, h.run_interleaved(variants, n, log=log))
-        if wl.preentry_argv:
-            pre[wl.key] = preentry_counts(wl.preentry_argv, work) if STRACE not in skip else ({}, skip[STRACE])
 
     machine = h.machine_info(REPO, [
         ("lopi binary", lopi_line),
@@ -504,7 +470,7 @@ def main() -> int:
                         machine)
     md += ["", "## Method", "",
            "- Every tool counts and times every system call of the program and its threads, per syscall: "
-           "`lopi run --probe syscall` (a probe spliced at the program's entry point around every `syscall` "
+           "`lopi run --probe syscall` (a probe spliced before the libraries' constructors run around every `syscall` "
            "instruction of the executable, libc and ld.so; the calls of code no probe covers caught with Syscall "
            "User Dispatch, a SIGSYS each, unless `--no-catch-unprobed`; data to `$LOPI_OUTPUT`, read with "
            "`lopi report --syscalls --format json`); `strace -f -qq -c -o FILE` (ptrace: two stops per call); "
@@ -534,12 +500,9 @@ def main() -> int:
            "the disk's fdatasync latency would otherwise dominate); the output directory and the database are "
            "removed before every run. Output: zstd's compressed files (sha256), sqlite's query results "
            "(count, total length, integrity_check), compared with the uninstrumented run's.",
-           "- Counts: lopi's probes go live at the program's entry point, so the calls ld.so makes while "
-           "loading the program (and execve) are not lopi's to see. They are counted from `strace -f -k` stacks "
-           "of the program's shortest run (`zstd -V`, `sqlite3 -version`: ld.so's start-up depends on "
-           "the binary and the environment only): the calls whose outermost frame is ld.so's own entry. "
-           "lopi should equal strace less those. perf trace and bpftrace see every call from execve on; bpftrace "
-           "counts a call when it returns (not exit_group) and also sees its own child's `close` between fork and "
+           "- Counts: lopi counts the calls a program makes before its probes go live (the execve, ld.so's, "
+           "through ptrace's system-call stops) beside its probed ones, so its count of each system call should "
+           "equal strace's. perf trace and bpftrace see every call from execve on; bpftrace counts a call when it returns (not exit_group) and also sees its own child's `close` between fork and "
            "execve; perf trace may lose events under load.",
            ""]
     probed_added = None  # the getppid table's, for the JIT table's comparison
@@ -564,12 +527,12 @@ def main() -> int:
             md.append("")
         else:
             md += run_table(variants, res) + [""]
-        if wl.key in pre:
-            md += [f"Counts ({wl.title}):", "", *count_table(wl, res, *pre[wl.key]), ""]
+        if wl.key_syscalls:
+            md += [f"Counts ({wl.title}):", "", *count_table(wl, res), ""]
     for prog, why in missing.items():
         md += [f"## {prog}", "", f"Not run: {why}.", ""]
     raw_meta = {"n": n, "loop_calls": {wl.key: wl.calls for wl in workloads if wl.calls}, "files": files,
-                "inserts": inserts, "work": str(work), "preentry": pre, "skipped": skip, "missing": missing}
+                "inserts": inserts, "work": str(work), "skipped": skip, "missing": missing}
     h.write_results(a.out, md, "syscall", raw_meta, {k: r for k, (_, r) in all_res.items()}, machine, [], a.quick)
     shutil.rmtree(work, ignore_errors=True)  # tmpfs: memory
     return 0
