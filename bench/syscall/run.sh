@@ -14,7 +14,7 @@
 # installed or cannot run here is shown with the reason.
 # lopi is $LOPI, else built here with `cargo build --release -p lopi-cli` (target/release/lopi).
 # Writes bench/results/syscall.md (+ syscall.runs.json with every run, syscall.summary.json).
-# Full: n=5, ~3 min on 2 CPUs. --quick: n=3, a third of the getppid calls, 500 files, 1,000 inserts, ~1 min.
+# Full: n=5, ~3.5 min on 2 CPUs. --quick: n=3, a third of the getppid calls, 500 files, 1,000 inserts, ~1 min.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
