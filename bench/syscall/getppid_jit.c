@@ -1,8 +1,8 @@
 /* bench/syscall's cost per system call made from code no probe covers: getppid.c's loop, but
  * each getppid is a `syscall` instruction in machine code written at run time into an mmap'd
  * buffer and made executable (what a JIT does), so no probe spliced into the executable or a
- * library can see it. `lopi run --probe syscall` catches it with Syscall User Dispatch (SIGSYS);
- * with --no-catch-unprobed it goes uncounted. Timed in-process around the loop only.
+ * library can see it. `lopi run --probe syscall --catch-unprobed` catches it with Syscall User
+ * Dispatch (SIGSYS); without the flag it goes uncounted. Timed in-process around the loop only.
  *
  *   getppid_jit N    prints `hot_ns=<loop time> calls=N ns_per_call=<hot_ns / N>` */
 #include <stdio.h>

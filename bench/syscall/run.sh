@@ -7,7 +7,7 @@
 # Measures the ns added per getppid() (getppid.c, built here; under lopi with its catch of calls from
 # unprobed code on and off, and alone with Syscall User Dispatch on), per getppid() from machine code
 # written at run time (getppid_jit.c: lopi catches those calls with Syscall User Dispatch, following
-# the tree or not, or leaves them out with --no-catch-unprobed), and the wall time of Debian's zstd
+# the tree or not, with --catch-unprobed, or leaves them out without it), and the wall time of Debian's zstd
 # compressing 2,000 small files and of Debian's sqlite3 doing 3,000 INSERT transactions with
 # synchronous=FULL (in a tmpfs scratch directory); compares lopi's per-syscall counts with strace's.
 # Installs strace, zstd, sqlite3, perf and bpftrace with apt-get when missing; a tool that cannot be

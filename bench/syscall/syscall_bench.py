@@ -5,11 +5,11 @@ and bpftrace on the raw_syscalls tracepoints, all counting and timing every syst
 Workloads:
   getppid  `getppid N` (getppid.c, built here): N getppid() calls through glibc, timed in-process
            around the loop; ns per call, and ns added per call against the uninstrumented run;
-           under lopi with its catch of unprobed calls on (the default) and off, and alone with
+           under lopi with its catch of unprobed calls off (the default) and on, and alone with
            Syscall User Dispatch on (`getppid N sud`: the kernel's share of the catch's cost)
   getppid-jit  `getppid_jit N` (getppid_jit.c): the same loop, each getppid a `syscall` in
            machine code written at run time (no probe covers it: lopi catches it with SIGSYS),
-           under lopi following the tree (its ptrace tracer) and with --no-follow
+           under lopi --catch-unprobed following the tree (its ptrace tracer) and with --no-follow
   zstd     Debian's /usr/bin/zstd compressing F generated files of 1-8 KiB
            (`zstd -q -f -r IN --output-dir-flat OUT`); the process's wall time
   sqlite   Debian's /usr/bin/sqlite3 running T INSERTs, each its own transaction, on a file
@@ -48,20 +48,20 @@ UNISTD = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
 log = h.log
 
 BASE, SUD, STRACE, PERF, BPF = "baseline", "baseline-sud", "strace", "perf-trace", "bpftrace"
-LOPI, NOCATCH, NOFOLLOW = "lopi", "lopi-no-catch", "lopi-no-follow"
-UNTRACED, LOPIS = (BASE, SUD), (LOPI, NOCATCH, NOFOLLOW)
+LOPI, CATCH, NOFOLLOW = "lopi", "lopi-catch", "lopi-no-follow"
+UNTRACED, LOPIS = (BASE, SUD), (LOPI, CATCH, NOFOLLOW)
 CONFIGS = [BASE, LOPI, STRACE, PERF, BPF]  # zstd's and sqlite's
 LABEL = {BASE: "uninstrumented", SUD: "uninstrumented, Syscall User Dispatch on (its selector: allow)",
-         LOPI: "lopi run --probe syscall", NOCATCH: "lopi run --probe syscall --no-catch-unprobed",
-         NOFOLLOW: "lopi run --no-follow --probe syscall", STRACE: "strace -f -qq -c",
+         LOPI: "lopi run --probe syscall", CATCH: "lopi run --probe syscall --catch-unprobed",
+         NOFOLLOW: "lopi run --no-follow --probe syscall --catch-unprobed", STRACE: "strace -f -qq -c",
          PERF: "perf trace -s", BPF: "bpftrace raw_syscalls enter/exit (syscalls.bt)"}
 # getppid calls per configuration: the tracers cost 10-300x more per call than lopi, so they make
 # fewer to keep each run within ~0.3-1 s; ns/call comes from the program's own timer either way.
-MICRO_CALLS = {BASE: 3_000_000, SUD: 3_000_000, LOPI: 3_000_000, NOCATCH: 3_000_000, STRACE: 20_000,
+MICRO_CALLS = {BASE: 3_000_000, SUD: 3_000_000, LOPI: 3_000_000, CATCH: 3_000_000, STRACE: 20_000,
                PERF: 20_000, BPF: 300_000}
 # getppid_jit: a caught call is a SIGSYS, which also stops the program for lopi when lopi follows
 # the tree (its ptrace tracer: ~50 us a call here, as strace's stops), ~1.3 us without (--no-follow)
-JIT_CALLS = {BASE: 3_000_000, LOPI: 20_000, NOFOLLOW: 300_000, NOCATCH: 3_000_000, STRACE: 20_000}
+JIT_CALLS = {BASE: 3_000_000, CATCH: 20_000, NOFOLLOW: 300_000, LOPI: 3_000_000, STRACE: 20_000}
 # Reasons for the differences between lopi's counts and strace's that this machine shows.
 NEVER_RETURNS = ("never returns: strace -c (like perf trace -s and bpftrace's sys_exit) counts a call when it "
                  "returns, lopi when it is made")
@@ -79,8 +79,8 @@ def tool_argv(cfg: str, argv: list[str], data: Path, lopi: Path) -> list[str]:
         BASE: argv,
         SUD: argv,  # the workload's argv asks for it
         LOPI: [str(lopi), "run", "--probe", "syscall", "--", *argv],  # data: $LOPI_OUTPUT
-        NOCATCH: [str(lopi), "run", "--probe", "syscall", "--no-catch-unprobed", "--", *argv],
-        NOFOLLOW: [str(lopi), "run", "--no-follow", "--probe", "syscall", "--", *argv],
+        CATCH: [str(lopi), "run", "--probe", "syscall", "--catch-unprobed", "--", *argv],
+        NOFOLLOW: [str(lopi), "run", "--no-follow", "--probe", "syscall", "--catch-unprobed", "--", *argv],
         STRACE: ["strace", "-f", "-qq", "-c", "-o", str(data), *argv],
         PERF: ["perf", "trace", "-s", "-o", str(data), "--", *argv],
         # bpftrace splits -c at spaces, without quoting: the workloads' arguments have none
@@ -329,21 +329,21 @@ def loop_table(wl: Workload, variants: list[h.Variant], res: dict) -> tuple[list
 def catch_cost_line(ns: dict) -> list[str]:
     """What the catch adds to a probed call: lopi's figures with it on and off, same rounds, and the
     kernel's share (Syscall User Dispatch on in the uninstrumented program)."""
-    if LOPI not in ns or NOCATCH not in ns:
+    if LOPI not in ns or CATCH not in ns:
         return []
-    on, off = ns[LOPI], ns[NOCATCH]
+    on, off = ns[CATCH], ns[LOPI]
     kernel = (f"; the kernel's check of the selector at every call alone (Syscall User Dispatch on, "
               f"uninstrumented): {ns[SUD].median - ns[BASE].median:+.1f} ns (fastest runs "
               f"{ns[SUD].lo - ns[BASE].lo:+.1f} ns)" if SUD in ns and BASE in ns else "")
     return [f"- The catch on a probed call: {on.median - off.median:+.1f} ns per call (medians; fastest runs "
-            f"{on.lo - off.lo:+.1f} ns), lopi with the catch on − with `--no-catch-unprobed`: the trampoline's two "
+            f"{on.lo - off.lo:+.1f} ns), lopi with `--catch-unprobed` − without: the trampoline's two "
             f"selector stores and the kernel's check{kernel}."]
 
 
 def jit_lines(wl: Workload, res: dict, added: dict, probed_added: Optional[float]) -> list[str]:
     """The JIT loop's findings: what a caught call costs, next to a probed call and strace."""
     out = []
-    for cfg, how in ((LOPI, "following the program's tree (the default: lopi is its ptrace tracer, so each "
+    for cfg, how in ((CATCH, "following the program's tree (the default: lopi is its ptrace tracer, so each "
                             "SIGSYS also stops the program for lopi, a signal-delivery stop)"),
                      (NOFOLLOW, "with `--no-follow` (no tracer: the SIGSYS and lopi's handler alone)")):
         if cfg not in added:
@@ -354,11 +354,11 @@ def jit_lines(wl: Workload, res: dict, added: dict, probed_added: Optional[float
         ok = (f"counted all {made:,} calls" if counted == [made]
               else f"COUNT MISMATCH: counted {fmt_values(counted)} of {made:,} calls")
         out.append(f"- A call from code no probe covers, caught {how}: {added[cfg]:,.1f} ns added{vs}; {ok}.")
-    if NOCATCH in added:
-        out.append(f"- `--no-catch-unprobed`: {added[NOCATCH]:+,.1f} ns per call, counted "
-                   f"{fmt_values(per_sc_values(res[NOCATCH], 'getppid'))} of {wl.calls[NOCATCH]:,}.")
+    if LOPI in added:
+        out.append(f"- Without `--catch-unprobed`: {added[LOPI]:+,.1f} ns per call, counted "
+                   f"{fmt_values(per_sc_values(res[LOPI], 'getppid'))} of {wl.calls[LOPI]:,}.")
     if STRACE in added:
-        vs = "; ".join(f"{added[STRACE] / added[c]:,.1f}x {LABEL[c]}'s" for c in (LOPI, NOFOLLOW)
+        vs = "; ".join(f"{added[STRACE] / added[c]:,.1f}x {LABEL[c]}'s" for c in (CATCH, NOFOLLOW)
                        if added.get(c, 0) > 0)
         out.append(f"- strace, which stops the program twice at every call: {added[STRACE]:,.0f} ns added"
                    f"{': ' + vs if vs else ''}.")
@@ -444,7 +444,7 @@ def main() -> int:
     workloads = [
         loop_workload("getppid", "getppid() in a loop", micro, MICRO_CALLS, scale),
         loop_workload("getppid-jit", "getppid() from run-time machine code (JIT) in a loop", jit, JIT_CALLS,
-                      scale, {NOCATCH: (0, "none counted, as expected: the calls come from code no probe covers")}),
+                      scale, {LOPI: (0, "none counted, as expected: the calls come from code no probe covers, and the catch is not asked for")}),
     ]
     missing = {}
     for prog, make in (("zstd", lambda: zstd_workload(work, files)), ("sqlite3", lambda: sqlite_workload(work, inserts))):
@@ -472,7 +472,7 @@ def main() -> int:
            "- Every tool counts and times every system call of the program and its threads, per syscall: "
            "`lopi run --probe syscall` (a probe spliced before the libraries' constructors run around every `syscall` "
            "instruction of the executable, libc and ld.so; the calls of code no probe covers caught with Syscall "
-           "User Dispatch, a SIGSYS each, unless `--no-catch-unprobed`; data to `$LOPI_OUTPUT`, read with "
+           "User Dispatch, a SIGSYS each, with `--catch-unprobed`; data to `$LOPI_OUTPUT`, read with "
            "`lopi report --syscalls --format json`); `strace -f -qq -c -o FILE` (ptrace: two stops per call); "
            "`perf trace -s -o FILE` (the raw_syscalls tracepoints through perf's ring buffer); `bpftrace` with "
            "[syscalls.bt](../syscall/syscalls.bt) (the raw_syscalls tracepoints, filtered on the command's pid, "
@@ -486,11 +486,11 @@ def main() -> int:
            "median.",
            "- getppid from run-time machine code: [getppid_jit.c](../syscall/getppid_jit.c), the same loop, each "
            "getppid a `syscall` in code written into an mmap'd page and made executable (as a JIT's): no probe "
-           "covers it, so lopi counts it only by catching it (SIGSYS), and with `--no-catch-unprobed` not at all. "
+           "covers it, so lopi counts it only by catching it (SIGSYS, `--catch-unprobed`), and without the flag not at all. "
            "lopi follows the program's tree by default as its ptrace tracer; `--no-follow` shows the catch "
-           "without a tracer. The probed getppid loop runs with the catch on (the default: the trampoline "
+           "without a tracer. The probed getppid loop runs with the catch on (`--catch-unprobed`: the trampoline "
            "stores the selector byte before and after its `syscall`, and the kernel checks the selector at "
-           "every call) and off, in the same rounds, for what the catch costs calls that are probed; `getppid N "
+           "every call) and off (the default), in the same rounds, for what the catch costs calls that are probed; `getppid N "
            "sud` turns Syscall User Dispatch on in the uninstrumented loop, its selector letting every call "
            "through, for the kernel's share of that.",
            "- zstd and sqlite: Debian's binaries; wall time of the whole process, so the tool's start-up (lopi: "
