@@ -43,47 +43,46 @@ pub(crate) fn set_fork_slot(s: usize) {
     unsafe { asm!("mov fs:[0x40], {}", in(reg) s, options(nostack, preserves_flags)) };
 }
 
-/// The thread's Syscall User Dispatch selector (`lopi_rt_abi::dispatch`).
+/// The byte at `offset` of the thread control block, one lopi owns.
 #[inline(always)]
-pub(crate) fn selector() -> u8 {
-    let s: u8;
-    // SAFETY: reads the TCB byte lopi owns.
-    unsafe { asm!("mov {}, byte ptr fs:[{}]", out(reg_byte) s, const crate::abi::dispatch::SELECTOR, options(nostack, readonly, preserves_flags)) };
-    s
+fn own_byte(offset: u32) -> u8 {
+    let b: u8;
+    // SAFETY: reads a TCB byte lopi owns (see the module comment).
+    unsafe { asm!("mov {}, byte ptr fs:[{}]", out(reg_byte) b, in(reg) offset as usize, options(nostack, readonly, preserves_flags)) };
+    b
 }
 
-/// Sets the thread's Syscall User Dispatch selector (`lopi_rt_abi::dispatch`).
 #[inline(always)]
+fn set_own_byte(offset: u32, value: u8) {
+    // SAFETY: writes a TCB byte lopi owns (see the module comment).
+    unsafe { asm!("mov byte ptr fs:[{}], {}", in(reg) offset as usize, in(reg_byte) value, options(nostack, preserves_flags)) };
+}
+
+/// The thread's Syscall User Dispatch selector (`lopi_rt_abi::dispatch`).
+pub(crate) fn selector() -> u8 {
+    own_byte(crate::abi::dispatch::SELECTOR)
+}
+
 pub(crate) fn set_selector(value: u8) {
-    // SAFETY: writes the TCB byte lopi owns (see the module comment).
-    unsafe { asm!("mov byte ptr fs:[{}], {}", const crate::abi::dispatch::SELECTOR, in(reg_byte) value, options(nostack, preserves_flags)) };
+    set_own_byte(crate::abi::dispatch::SELECTOR, value);
 }
 
 /// The thread's `SIGSYS` state byte (`lopi_rt_abi::dispatch::MASK_STATE`).
-#[inline(always)]
 pub(crate) fn mask_state() -> u8 {
-    let s: u8;
-    // SAFETY: reads the TCB byte lopi owns.
-    unsafe { asm!("mov {}, byte ptr fs:[{}]", out(reg_byte) s, const crate::abi::dispatch::MASK_STATE, options(nostack, readonly, preserves_flags)) };
-    s
+    own_byte(crate::abi::dispatch::MASK_STATE)
 }
 
 pub(crate) fn set_mask_state(value: u8) {
-    // SAFETY: writes the TCB byte lopi owns.
-    unsafe { asm!("mov byte ptr fs:[{}], {}", const crate::abi::dispatch::MASK_STATE, in(reg_byte) value, options(nostack, preserves_flags)) };
+    set_own_byte(crate::abi::dispatch::MASK_STATE, value);
 }
 
 /// The thread's "a call copying the process is being made" byte (`dispatch::FORKING`).
 pub(crate) fn forking() -> bool {
-    let s: u8;
-    // SAFETY: reads the TCB byte lopi owns.
-    unsafe { asm!("mov {}, byte ptr fs:[{}]", out(reg_byte) s, const crate::abi::dispatch::FORKING, options(nostack, readonly, preserves_flags)) };
-    s != 0
+    own_byte(crate::abi::dispatch::FORKING) != 0
 }
 
 pub(crate) fn set_forking(on: bool) {
-    // SAFETY: writes the TCB byte lopi owns.
-    unsafe { asm!("mov byte ptr fs:[{}], {}", const crate::abi::dispatch::FORKING, in(reg_byte) u8::from(on), options(nostack, preserves_flags)) };
+    set_own_byte(crate::abi::dispatch::FORKING, u8::from(on));
 }
 
 /// In a forked child: glibc's copy of the thread id set to the child's own (see
